@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install everything cordon needs to build and test on Debian 12.
+# Idempotent: only calls apt-get when a package is missing.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
+      libsodium-dev libuv1-dev libmsgpack-dev libseccomp-dev libcriterion-dev
+      libjansson-dev libsqlite3-dev bubblewrap python3 passwd procps iproute2)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}" >&2
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "deps: need root to apt-get install: ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Build and run every test: the normal build, then the ASan+UBSan build,
+# then each fuzz target for a bounded time. Installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+scripts/deps.sh
+scripts/test-setup.sh
+
+echo "== build (warnings as errors)"
+scripts/build.sh build
+echo "== tests"
+(cd build && ctest --output-on-failure -j1)
+
+echo "== build (ASan + UBSan)"
+scripts/build.sh build-asan -DCORDON_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+echo "== tests under ASan + UBSan"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+   ctest --output-on-failure -j1)
+
+if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
+  echo "== fuzz targets (bounded)"
+  scripts/fuzz.sh "${CORDON_FUZZ_SECONDS:-20}"
+fi
+echo "== all tests passed in $(( $(date +%s) - start ))s"
