@@ -1,0 +1,104 @@
+/* Executor package manifests (DESIGN.md section 3).
+ *
+ * manifest_parse() validates strictly: unknown keys, bad types, relative or
+ * `..` paths and out-of-range values are rejected with the field named in
+ * diag. The input is capped at MANIFEST_MAX_BYTES before anything is parsed.
+ * A parsed manifest owns all its strings; manifest_free() releases them.
+ */
+#ifndef CORDON_PROTO_MANIFEST_H
+#define CORDON_PROTO_MANIFEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/error.h"
+
+#define MANIFEST_MAX_BYTES (64 * 1024)
+#define MANIFEST_MAX_ARGS 256
+#define MANIFEST_MAX_ARG_LEN 4096
+#define MANIFEST_MAX_GRANTS 64
+#define MANIFEST_MAX_ENV 128
+#define MANIFEST_MAX_PATH 4096
+#define MANIFEST_MAX_NAME 128
+
+enum sandbox_level {
+  SANDBOX_LEVEL_NONE = 0,
+  SANDBOX_LEVEL_CONTAINED = 1,
+  SANDBOX_LEVEL_ISOLATED = 2,
+};
+
+/* "none", "contained", "isolated"; NULL for an invalid value. */
+const char *sandbox_level_name(enum sandbox_level level);
+/* 0 and *out_level on success, CORDON_E_USAGE for an unknown name. */
+int sandbox_level_parse(const char *name, enum sandbox_level *out_level);
+
+enum manifest_platform {
+  MANIFEST_PLATFORM_LINUX = 1u << 0,
+  MANIFEST_PLATFORM_WINDOWS = 1u << 1,
+  MANIFEST_PLATFORM_MACOS = 1u << 2,
+  MANIFEST_PLATFORM_ALL = 7u,
+};
+
+/* "linux" -> MANIFEST_PLATFORM_LINUX, 0 if unknown. */
+unsigned manifest_platform_from_name(const char *name);
+
+struct manifest_argv {
+  char **argv; /* NULL-terminated */
+  size_t argc;
+};
+
+enum manifest_grant_base {
+  MANIFEST_GRANT_ABSOLUTE, /* "/x/y" */
+  MANIFEST_GRANT_HOME,     /* "~" or "~/x" */
+  MANIFEST_GRANT_WORKSPACE /* "$WORKSPACE" or "$WORKSPACE/x" */
+};
+
+struct manifest_grant {
+  char *path;    /* as written */
+  enum manifest_grant_base base;
+  char *rel;     /* path below the base, without leading '/'; "" for the base itself */
+  bool rw;
+};
+
+struct manifest_env {
+  char *name;
+  char *value;
+};
+
+struct manifest {
+  char *name;
+  char *version;
+  /* entry per platform bit index (0 linux, 1 windows, 2 macos); argc 0 = none */
+  struct manifest_argv entry[3];
+  unsigned platforms; /* MANIFEST_PLATFORM_* bits */
+  enum sandbox_level min_sandbox;
+  uint32_t timeout_s;
+  uint32_t memory_mb;
+  uint32_t processes;
+  uint32_t cpu_s;
+  uint32_t output_kb;
+  uint32_t disk_mb;
+  bool net;
+  struct manifest_grant *grants;
+  size_t n_grants;
+  struct manifest_env *env;
+  size_t n_env;
+};
+
+/* Parse and validate len bytes of JSON. Errors: CORDON_E_MANIFEST_INVALID
+ * (diag names the field), -ENOMEM. */
+int manifest_parse(const char *json, size_t len, struct manifest **out_manifest,
+                   struct cordon_diag *diag);
+
+/* Read and parse a manifest file (refuses files over MANIFEST_MAX_BYTES
+ * before reading them). Errors as manifest_parse, or a negated errno. */
+int manifest_load_file(const char *path, struct manifest **out_manifest,
+                       struct cordon_diag *diag);
+
+/* The entry argv for one platform (MANIFEST_PLATFORM_* bit), or NULL. */
+const struct manifest_argv *manifest_entry_for(const struct manifest *m, unsigned platform);
+
+void manifest_free(struct manifest *m);
+
+#endif
