@@ -1,0 +1,86 @@
+#include "platform/linux/bwrap.h"
+
+#include <errno.h>
+#include <inttypes.h>
+
+int bwrap_argv_build(const struct bwrap_host *host, const struct bwrap_input *in,
+                     struct strv *out_argv) {
+  struct strv *a = out_argv;
+  const struct manifest *m = in->m;
+  uint64_t disk = (uint64_t)m->disk_mb << 20;
+
+  strv_add(a, host->bwrap_path);
+  /* every namespace; a nested user namespace is disabled */
+  strv_addv(a, "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
+            "--unshare-cgroup", NULL);
+  if (!m->net)
+    strv_add(a, "--unshare-net");
+  strv_addv(a, "--disable-userns", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--hostname", "cordon", NULL);
+
+  /* the base view: an allowlist */
+  for (size_t i = 0; i < host->n_base; i++) {
+    const struct bwrap_base *b = &host->base[i];
+    if (b->link_target)
+      strv_addv(a, "--symlink", b->link_target, b->path, NULL);
+    else
+      strv_addv(a, "--ro-bind", b->path, b->path, NULL);
+  }
+  for (size_t i = 0; i < host->n_blind_files; i++)
+    strv_addv(a, "--ro-bind", "/dev/null", host->blind_files[i], NULL);
+  for (size_t i = 0; i < host->n_blind_dirs; i++)
+    strv_addv(a, "--tmpfs", host->blind_dirs[i], "--remount-ro", host->blind_dirs[i], NULL);
+  strv_addv(a, "--proc", "/proc", "--dev", "/dev", NULL);
+  strv_add(a, "--size");
+  strv_addf(a, "%" PRIu64, disk);
+  strv_addv(a, "--tmpfs", "/tmp", NULL);
+  strv_add(a, "--size");
+  strv_addf(a, "%" PRIu64, disk);
+  strv_addv(a, "--tmpfs", SANDBOX_WORKSPACE_DIR, NULL);
+  strv_add(a, "--ro-bind-fd");
+  strv_addf(a, "%d", in->package_fd);
+  strv_add(a, SANDBOX_PACKAGE_DIR);
+
+  for (size_t i = 0; i < in->n_mounts; i++) {
+    const struct bwrap_mount *mt = &in->mounts[i];
+    switch (mt->kind) {
+    case BWRAP_MOUNT_RO_FD:
+    case BWRAP_MOUNT_RW_FD:
+      strv_add(a, mt->kind == BWRAP_MOUNT_RO_FD ? "--ro-bind-fd" : "--bind-fd");
+      strv_addf(a, "%d", mt->fd);
+      strv_add(a, mt->dest);
+      break;
+    case BWRAP_MOUNT_BLIND_DIR:
+      strv_addv(a, "--tmpfs", mt->dest, "--remount-ro", mt->dest, NULL);
+      break;
+    case BWRAP_MOUNT_BLIND_FILE:
+      strv_addv(a, "--ro-bind", "/dev/null", mt->dest, NULL);
+      break;
+    }
+  }
+  /* nothing else may be created at the top of the view */
+  strv_addv(a, "--remount-ro", "/", NULL);
+
+  strv_addv(a, "--chdir", SANDBOX_PACKAGE_DIR, "--clearenv", NULL);
+  strv_addv(a, "--setenv", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "--setenv", "HOME", in->home, "--setenv", "USER", in->user, "--setenv", "LOGNAME",
+            in->user, "--setenv", "PACKAGE", SANDBOX_PACKAGE_DIR, "--setenv", "WORKSPACE",
+            SANDBOX_WORKSPACE_DIR, "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8",
+            NULL);
+  for (size_t i = 0; i < m->n_env; i++)
+    strv_addv(a, "--setenv", m->env[i].name, m->env[i].value, NULL);
+  strv_add(a, "--seccomp");
+  strv_addf(a, "%d", in->seccomp_fd);
+  strv_add(a, "--");
+
+  const char *argv0 = in->entry->argv[0];
+  if (argv0[0] == '/')
+    strv_add(a, argv0);
+  else
+    strv_addf(a, "%s/%s", SANDBOX_PACKAGE_DIR, argv0);
+  for (size_t i = 1; i < in->entry->argc; i++)
+    strv_add(a, in->entry->argv[i]);
+  for (size_t i = 0; i < in->n_args; i++)
+    strv_add(a, in->args[i]);
+  return a->err;
+}

@@ -1,0 +1,294 @@
+#include "platform/linux/cgroup.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/magic.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
+#include <unistd.h>
+
+void cgroup_job_init(struct cgroup_job *cg) {
+  memset(cg, 0, sizeof(*cg));
+  cg->procs_fd[0] = cg->procs_fd[1] = -1;
+}
+
+static int write_file(const char *dir, const char *name, const char *value) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  ssize_t n = write(fd, value, strlen(value));
+  int r = n < 0 ? -errno : 0;
+  close(fd);
+  return r;
+}
+
+static int read_file(const char *dir, const char *name, char *buf, size_t len) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  ssize_t n = read(fd, buf, len - 1);
+  int r = n < 0 ? -errno : 0;
+  close(fd);
+  buf[n < 0 ? 0 : n] = '\0';
+  return r;
+}
+
+static bool is_fs(const char *path, long magic) {
+  struct statfs sf;
+  return statfs(path, &sf) == 0 && (long)sf.f_type == magic;
+}
+
+/* Our own cgroup path for a v1 controller ("memory") or v2 (ctrl NULL). */
+static int own_cgroup(const char *ctrl, char *out, size_t len) {
+  FILE *f = fopen("/proc/self/cgroup", "re");
+  if (!f)
+    return -errno;
+  char line[4096];
+  int r = -ENOENT;
+  while (fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\n")] = '\0';
+    char *c1 = strchr(line, ':');
+    char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2)
+      continue;
+    *c2 = '\0';
+    const char *ctrls = c1 + 1;
+    bool match = false;
+    if (!ctrl) {
+      match = strcmp(line, "0") == 0 && *ctrls == '\0';
+    } else {
+      char tmp[256];
+      snprintf(tmp, sizeof(tmp), "%s", ctrls);
+      for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        if (strcmp(t, ctrl) == 0)
+          match = true;
+    }
+    if (match) {
+      snprintf(out, len, "%s", strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1);
+      r = 0;
+      break;
+    }
+  }
+  fclose(f);
+  return r;
+}
+
+static const char *v2_mount(void) {
+  if (is_fs("/sys/fs/cgroup", CGROUP2_SUPER_MAGIC))
+    return "/sys/fs/cgroup";
+  if (is_fs("/sys/fs/cgroup/unified", CGROUP2_SUPER_MAGIC))
+    return "/sys/fs/cgroup/unified";
+  return NULL;
+}
+
+static bool has_word(const char *list, const char *word) {
+  size_t n = strlen(word);
+  for (const char *p = strstr(list, word); p; p = strstr(p + 1, word))
+    if ((p == list || p[-1] == ' ') && (p[n] == '\0' || p[n] == ' ' || p[n] == '\n'))
+      return true;
+  return false;
+}
+
+static char *make_child(const char *parent, const char *job_id) {
+  char *dir = NULL;
+  if (asprintf(&dir, "%s/cordon-%s", parent, job_id) < 0)
+    return NULL;
+  if (mkdir(dir, 0700) < 0) {
+    free(dir);
+    return NULL;
+  }
+  return dir;
+}
+
+static int open_procs(const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+  return open(path, O_WRONLY | O_CLOEXEC);
+}
+
+static int try_v2(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes, unsigned max_pids) {
+  const char *mnt = v2_mount();
+  char own[2048], parent[4096], ctl[512];
+  if (!mnt || own_cgroup(NULL, own, sizeof(own)) < 0)
+    return -ENOENT;
+  snprintf(parent, sizeof(parent), "%s%s", mnt, own);
+  if (read_file(parent, "cgroup.subtree_control", ctl, sizeof(ctl)) < 0 ||
+      !has_word(ctl, "memory") || !has_word(ctl, "pids"))
+    return -ENOTSUP;
+  char *dir = make_child(parent, job_id);
+  if (!dir)
+    return -errno;
+  char v[32];
+  snprintf(v, sizeof(v), "%" PRIu64, mem_bytes);
+  int r = write_file(dir, "memory.max", v);
+  if (r == 0)
+    (void)write_file(dir, "memory.swap.max", "0");
+  snprintf(v, sizeof(v), "%u", max_pids);
+  if (r == 0)
+    r = write_file(dir, "pids.max", v);
+  if (r == 0 && (cg->procs_fd[0] = open_procs(dir)) < 0)
+    r = -errno;
+  if (r < 0) {
+    rmdir(dir);
+    free(dir);
+    return r;
+  }
+  cg->version = 2;
+  cg->mem_dir = dir;
+  cg->pids_dir = strdup(dir);
+  if (!cg->pids_dir)
+    return -ENOMEM;
+  return 0;
+}
+
+static char *try_v1(const char *ctrl, const char *job_id, const char *file, const char *value,
+                    const char *file2, const char *value2) {
+  char mnt[64], own[2048], parent[4096];
+  snprintf(mnt, sizeof(mnt), "/sys/fs/cgroup/%s", ctrl);
+  if (!is_fs(mnt, CGROUP_SUPER_MAGIC) || own_cgroup(ctrl, own, sizeof(own)) < 0)
+    return NULL;
+  snprintf(parent, sizeof(parent), "%s%s", mnt, own);
+  char *dir = make_child(parent, job_id);
+  if (!dir)
+    return NULL;
+  if (write_file(dir, file, value) < 0) {
+    rmdir(dir);
+    free(dir);
+    return NULL;
+  }
+  if (file2)
+    (void)write_file(dir, file2, value2); /* memsw exists only with swap accounting */
+  return dir;
+}
+
+int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
+                      unsigned max_pids) {
+  int r = try_v2(cg, job_id, mem_bytes, max_pids);
+  if (r == -ENOMEM)
+    return r;
+  if (r == 0)
+    return 0;
+  char mem[32], pids[32];
+  snprintf(mem, sizeof(mem), "%" PRIu64, mem_bytes);
+  snprintf(pids, sizeof(pids), "%u", max_pids);
+  cg->mem_dir = try_v1("memory", job_id, "memory.limit_in_bytes", mem, "memory.memsw.limit_in_bytes", mem);
+  cg->pids_dir = try_v1("pids", job_id, "pids.max", pids, NULL, NULL);
+  int n = 0;
+  if (cg->mem_dir && (cg->procs_fd[n] = open_procs(cg->mem_dir)) >= 0)
+    n++;
+  if (cg->pids_dir && (cg->procs_fd[n] = open_procs(cg->pids_dir)) >= 0)
+    n++;
+  if (cg->mem_dir || cg->pids_dir)
+    cg->version = 1;
+  return 0;
+}
+
+static unsigned kill_dir(const char *dir) {
+  unsigned killed = 0;
+  for (int round = 0; round < 200; round++) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+    FILE *f = fopen(path, "re");
+    if (!f)
+      return killed;
+    long pid;
+    bool any = false;
+    while (fscanf(f, "%ld", &pid) == 1) {
+      if (kill((pid_t)pid, SIGKILL) == 0 && round == 0)
+        killed++;
+      any = true;
+    }
+    fclose(f);
+    if (!any)
+      break;
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return killed;
+}
+
+unsigned cgroup_job_kill(struct cgroup_job *cg) {
+  unsigned n = 0;
+  if (cg->pids_dir)
+    n = kill_dir(cg->pids_dir);
+  if (cg->mem_dir && (!cg->pids_dir || strcmp(cg->mem_dir, cg->pids_dir) != 0)) {
+    unsigned m = kill_dir(cg->mem_dir);
+    n = m > n ? m : n;
+  }
+  return n;
+}
+
+int cgroup_job_oom_killed(const struct cgroup_job *cg) {
+  if (!cg->mem_dir)
+    return -1;
+  char buf[2048];
+  if (read_file(cg->mem_dir, cg->version == 2 ? "memory.events" : "memory.oom_control", buf,
+                sizeof(buf)) < 0)
+    return -1;
+  const char *p = strstr(buf, "oom_kill ");
+  if (!p)
+    return -1;
+  return strtoul(p + 9, NULL, 10) > 0 ? 1 : 0;
+}
+
+void cgroup_job_release(struct cgroup_job *cg) {
+  if (!cg)
+    return;
+  cgroup_job_kill(cg);
+  for (int i = 0; i < 2; i++)
+    if (cg->procs_fd[i] >= 0)
+      close(cg->procs_fd[i]);
+  char *dirs[2] = {cg->mem_dir, cg->pids_dir};
+  for (int i = 0; i < 2; i++) {
+    if (!dirs[i] || (i == 1 && dirs[0] && strcmp(dirs[0], dirs[1]) == 0))
+      continue;
+    for (int tries = 0; tries < 100 && rmdir(dirs[i]) < 0 && errno == EBUSY; tries++) {
+      struct timespec ts = {0, 2 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  free(cg->mem_dir);
+  free(cg->pids_dir);
+  cgroup_job_init(cg);
+}
+
+json_t *cgroup_probe_json(void) {
+  json_t *o = json_object();
+  const char *mnt = v2_mount();
+  char own[2048], parent[4096], buf[512];
+  json_object_set_new(o, "v2_mount", mnt ? json_string(mnt) : json_null());
+  if (mnt && own_cgroup(NULL, own, sizeof(own)) == 0) {
+    snprintf(parent, sizeof(parent), "%s%s", mnt, own);
+    json_object_set_new(o, "v2_path", json_string(parent));
+    if (read_file(parent, "cgroup.subtree_control", buf, sizeof(buf)) == 0) {
+      buf[strcspn(buf, "\n")] = '\0';
+      json_object_set_new(o, "v2_delegated", json_string(buf));
+    }
+  }
+  static const char *const ctrls[] = {"memory", "pids"};
+  for (int i = 0; i < 2; i++) {
+    char mnt1[64], key[32];
+    snprintf(mnt1, sizeof(mnt1), "/sys/fs/cgroup/%s", ctrls[i]);
+    snprintf(key, sizeof(key), "v1_%s", ctrls[i]);
+    if (is_fs(mnt1, CGROUP_SUPER_MAGIC) && own_cgroup(ctrls[i], own, sizeof(own)) == 0) {
+      snprintf(parent, sizeof(parent), "%s%s", mnt1, own);
+      json_t *c = json_object();
+      json_object_set_new(c, "path", json_string(parent));
+      json_object_set_new(c, "writable", json_boolean(access(parent, W_OK) == 0));
+      json_object_set_new(o, key, c);
+    } else {
+      json_object_set_new(o, key, json_null());
+    }
+  }
+  return o;
+}

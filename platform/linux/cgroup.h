@@ -1,0 +1,40 @@
+/* A cgroup per job: memory and pids limits, whole-tree kill, OOM report.
+ *
+ * Uses cgroup v2 when the agent's own cgroup delegates the memory and pids
+ * controllers to children, otherwise the v1 hierarchies of those
+ * controllers. Each controller is used when the agent may create a child
+ * cgroup for it (normally only as root); the caller falls back to rlimits
+ * for what is missing and reports which mechanism enforced each limit.
+ */
+#ifndef CORDON_PLATFORM_LINUX_CGROUP_H
+#define CORDON_PLATFORM_LINUX_CGROUP_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct cgroup_job {
+  int version;        /* 0 none, 1, 2 */
+  char *mem_dir;      /* NULL when memory is not limited by a cgroup */
+  char *pids_dir;     /* NULL when pids are not limited by a cgroup */
+  int procs_fd[2];    /* cgroup.procs of each created dir, O_WRONLY|O_CLOEXEC, or -1 */
+};
+
+void cgroup_job_init(struct cgroup_job *cg);
+/* Create the job's cgroups with the limits. Never fails hard: what could not
+ * be created is left NULL. Returns 0, or -ENOMEM. */
+int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
+                      unsigned max_pids);
+/* SIGKILL every process in the job's cgroups until they are empty. Returns
+ * the number of processes signalled. */
+unsigned cgroup_job_kill(struct cgroup_job *cg);
+/* 1 if the OOM killer acted in the job's memory cgroup, 0 if not, -1 if
+ * unknown. */
+int cgroup_job_oom_killed(const struct cgroup_job *cg);
+/* Kill what is left, remove the cgroups, close fds, free. */
+void cgroup_job_release(struct cgroup_job *cg);
+
+/* Probe findings for `status`. */
+json_t *cgroup_probe_json(void);
+
+#endif

@@ -1,0 +1,71 @@
+/* The sandbox interface: probe what this device can give, plan a job, run it.
+ *
+ * One implementation per OS under platform/<os>/ (CMake compiles exactly
+ * one). The agent hands the platform a policy (the device owner's ceiling
+ * from config.json) and a job (manifest, arguments, staged package); the
+ * platform decides the strongest level it can apply, refuses what the policy
+ * or min_sandbox forbid, and fills a struct job_result truthfully.
+ *
+ * Nothing here prints. Refusals come back as CORDON_E_* codes with the
+ * detail in the result's error_message.
+ */
+#ifndef CORDON_PLATFORM_SANDBOX_H
+#define CORDON_PLATFORM_SANDBOX_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "proto/manifest.h"
+#include "proto/result.h"
+
+/* The device owner's ceiling and the agent's own facts. Borrowed strings. */
+struct sandbox_policy {
+  bool net_allowed;
+  const char *const *grant_roots; /* "~", "~/x" or absolute */
+  size_t n_grant_roots;
+  enum sandbox_level lowest_level;
+  const char *job_user;   /* used when the agent runs as root */
+  const char *bwrap_path; /* Linux; never searched in PATH */
+  const char *state_dir;  /* the agent's config dir: always forbidden */
+};
+
+struct sandbox_job {
+  const struct manifest *manifest;
+  char *const *args; /* appended to the entry */
+  size_t n_args;
+  const char *job_id;   /* 32 hex chars */
+  int package_dirfd;    /* the staged package: read-only for the job */
+  const char *package_path; /* its host path (for contained mode) */
+  const char *job_dir;  /* private per-job directory of the agent (0700) */
+  int cancel_fd;        /* -1, or readable when the job must be cancelled */
+};
+
+struct sandbox_probe;
+struct sandbox_plan;
+
+/* Probe the host. `thorough` runs real trial sandboxes (for `status`);
+ * otherwise only cheap checks are made (for every job). */
+int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
+                      struct sandbox_probe **out_probe);
+void sandbox_probe_free(struct sandbox_probe *p);
+/* The best level for a job that asks for nothing special, and why it is
+ * below isolated (NULL when isolated). */
+enum sandbox_level sandbox_probe_best(const struct sandbox_probe *p, const char **out_reason);
+/* {"bwrap": {...}, "userns": {...}, ...}; caller owns. */
+json_t *sandbox_probe_json(const struct sandbox_probe *p);
+
+/* Decide the level, check the ceiling, resolve grants. On refusal returns a
+ * CORDON_E_* code and fills result (error, requested, level if known). */
+int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_probe *probe,
+                     const struct sandbox_job *job, struct job_result *result,
+                     struct sandbox_plan **out_plan);
+void sandbox_plan_free(struct sandbox_plan *plan);
+/* {"level", "downgrade_reason", "argv", "seccomp", "limits", ...}; caller owns. */
+json_t *sandbox_plan_explain(const struct sandbox_plan *plan);
+
+/* Run the planned job to completion (or timeout) and fill result. Returns 0
+ * when the job was started (whatever its exit), or a CORDON_E_* code. */
+int sandbox_run(struct sandbox_plan *plan, struct job_result *result);
+
+#endif

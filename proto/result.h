@@ -1,0 +1,69 @@
+/* The job result of DESIGN.md section 5, and its JSON form.
+ *
+ * A result owns its output buffers (at most the manifest's output cap each).
+ * result_to_json() emits strings for valid UTF-8 output and *_base64 fields
+ * otherwise; the caller owns the returned json_t.
+ */
+#ifndef CORDON_PROTO_RESULT_H
+#define CORDON_PROTO_RESULT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/manifest.h"
+
+/* How one limit was enforced; names are the §5 vocabulary. */
+enum limit_mech {
+  LIMIT_MECH_NONE = 0,
+  LIMIT_MECH_CGROUP,
+  LIMIT_MECH_RLIMIT,
+  LIMIT_MECH_JOB,
+  LIMIT_MECH_TMPFS,
+  LIMIT_MECH_PID_NAMESPACE,
+  LIMIT_MECH_PGROUP,
+};
+const char *limit_mech_name(enum limit_mech m);
+
+struct result_buf {
+  uint8_t *data;
+  size_t len;
+  bool truncated;
+};
+
+struct job_result {
+  char job_id[33];
+  char device_id[65];
+  bool ran;          /* false when refused: exit/signal are null */
+  bool exited;       /* exit_code valid */
+  int exit_code;
+  int signal;        /* valid when ran && !exited */
+  struct result_buf out, err;
+  uint64_t wall_ms;
+  bool timed_out;
+  int oom_killed;    /* 1, 0, or -1 when the mechanism cannot tell */
+  unsigned orphans_killed;
+  enum sandbox_level requested;
+  enum sandbox_level level;
+  bool level_known;  /* false when refused before a level was chosen */
+  char mechanism[96];
+  const char *downgrade_reason; /* static string or NULL */
+  enum limit_mech lim_memory, lim_processes, lim_cpu, lim_time, lim_disk;
+  int error;         /* 0 or a CORDON_E_* code */
+  char error_message[512];
+};
+
+void job_result_init(struct job_result *r);
+void job_result_release(struct job_result *r);
+/* Set error and message (formatted); returns err. */
+int job_result_fail(struct job_result *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* NULL on allocation failure. */
+json_t *job_result_to_json(const struct job_result *r);
+
+/* true if the bytes are valid UTF-8 (no overlongs, no surrogates). */
+bool utf8_valid(const uint8_t *s, size_t len);
+
+#endif
