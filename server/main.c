@@ -1,9 +1,57 @@
-/* cordon-server: command dispatch. */
+/* cordon-server: command dispatch. Each command lives in server/cmd_<name>.c
+ * and is declared in server/cli.h. */
+#include <getopt.h>
+#include <sodium.h>
 #include <stdio.h>
+#include <string.h>
+
+#include "server/cli.h"
+
+struct server_command {
+  const char *name;
+  int (*run)(const struct server_cli *cli, int argc, char **argv);
+  const char *summary;
+};
+
+static const struct server_command commands[] = {
+    {"init", server_cmd_init, "create the state directory and keys"},
+    {"pack", server_cmd_pack, "build and sign an executor package"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: cordon-server [--state DIR] COMMAND [ARGS...]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    fprintf(f, "  %-6s %s\n", commands[i].name, commands[i].summary);
+  fprintf(f, "\n--state DIR defaults to %s\n", SERVER_DEFAULT_STATE);
+}
 
 int main(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "cordon-server: usage: cordon-server [--state DIR] init|pack ...\n");
-  return 2;
+  static const struct option opts[] = {
+      {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
+  struct server_cli cli = {.state_dir = SERVER_DEFAULT_STATE};
+  int c;
+  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    switch (c) {
+    case 's':
+      cli.state_dir = optarg;
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind >= argc) {
+    usage(stderr);
+    return 2;
+  }
+  if (sodium_init() < 0)
+    return server_cli_failf(CORDON_E_CRYPTO, "libsodium failed to initialise");
+  const char *name = argv[optind];
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    if (strcmp(commands[i].name, name) == 0)
+      return commands[i].run(&cli, argc - optind, argv + optind);
+  return server_cli_failf(CORDON_E_USAGE, "unknown command '%s' (try --help)", name);
 }

@@ -1,0 +1,142 @@
+/* cordon-server init: create the state directory and its keys. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proto/cpkg.h"
+#include "server/cli.h"
+#include "server/keys.h"
+
+static const char init_usage[] = "usage: cordon-server init [--state DIR]";
+
+/* 0 when the directory holds nothing, -EEXIST when it holds something. */
+static int dir_is_empty(int dirfd) {
+  int fd = dup(dirfd);
+  if (fd < 0)
+    return -errno;
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return -errno;
+  }
+  int err = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL)
+    if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
+      err = -EEXIST;
+      break;
+    }
+  closedir(d);
+  return err;
+}
+
+struct init_key {
+  const char *name;
+  enum keyfile_kind kind;
+  mode_t mode;
+};
+
+int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {
+      {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
+  const char *state = cli->state_dir;
+  int c;
+  optind = 0;
+  while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
+    switch (c) {
+    case 's':
+      state = optarg;
+      break;
+    case 'h':
+      printf("%s\n", init_usage);
+      return 0;
+    default:
+      return server_cli_failf(CORDON_E_USAGE, "%s", init_usage);
+    }
+  }
+  if (optind != argc)
+    return server_cli_failf(CORDON_E_USAGE, "init takes no arguments; %s", init_usage);
+
+  int created = mkdir(state, 0700) == 0;
+  if (!created && errno != EEXIST)
+    return server_cli_failf(-errno, "cannot create state directory %s: %s", state, strerror(errno));
+  int dirfd = open(state, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd < 0) {
+    int e = errno;
+    if (created)
+      rmdir(state);
+    return server_cli_failf(-e, "%s: %s", state, strerror(e));
+  }
+  if (!created) {
+    int err = dir_is_empty(dirfd);
+    if (err) {
+      close(dirfd);
+      if (err == -EEXIST)
+        return server_cli_failf(err, "state directory %s already exists and is not empty; "
+                                     "refusing to overwrite it", state);
+      return server_cli_failf(err, "%s: %s", state, strerror(-err));
+    }
+  }
+  int status = 0;
+  struct cordon_diag diag = {{0}};
+  const struct init_key files[] = {
+      {SERVER_TICKET_KEY_FILE, KEYFILE_TICKET_SECRET, 0600},
+      {SERVER_NOISE_KEY_FILE, KEYFILE_NOISE_SECRET, 0600},
+      {SERVER_PUBLISHER_KEY_FILE, KEYFILE_PUBLISHER_SECRET, 0600},
+      {SERVER_PUBLISHER_PUB_FILE, KEYFILE_PUBLISHER_PUBLIC, 0644},
+  };
+  size_t n_files = sizeof(files) / sizeof(files[0]), written = 0;
+  uint8_t *secrets = sodium_malloc(3 * KEYFILE_KEY_SIZE + crypto_sign_SECRETKEYBYTES);
+  if (!secrets) {
+    status = server_cli_failf(-ENOMEM, "out of memory");
+    goto out_close;
+  }
+  uint8_t *ticket_seed = secrets, *noise_secret = secrets + 32, *pub_seed = secrets + 64;
+  uint8_t *pub_sk = secrets + 96;
+  uint8_t pub_pk[crypto_sign_PUBLICKEYBYTES], key_id[CPKG_KEY_ID_SIZE];
+  randombytes_buf(ticket_seed, 32);
+  randombytes_buf(noise_secret, 32); /* X25519 private key; clamped where it is used */
+  randombytes_buf(pub_seed, 32);
+  crypto_sign_seed_keypair(pub_pk, pub_sk, pub_seed);
+  cpkg_key_id(pub_pk, key_id);
+  char comment[2 * CPKG_KEY_ID_SIZE + 8];
+  memcpy(comment, "id=", 3);
+  for (size_t i = 0; i < CPKG_KEY_ID_SIZE; i++)
+    snprintf(comment + 3 + 2 * i, 3, "%02x", key_id[i]);
+  const uint8_t *keys[] = {ticket_seed, noise_secret, pub_seed, pub_pk};
+  for (written = 0; written < n_files; written++) {
+    int err = keys_write_file(dirfd, files[written].name, files[written].kind, keys[written],
+                              files[written].mode,
+                              files[written].kind == KEYFILE_PUBLISHER_PUBLIC ||
+                                      files[written].kind == KEYFILE_PUBLISHER_SECRET
+                                  ? comment
+                                  : NULL,
+                              &diag);
+    if (err) {
+      status = server_cli_failf(err, "%s/%s", state, diag.msg);
+      break;
+    }
+  }
+  if (status == 0 && fsync(dirfd) < 0)
+    status = server_cli_failf(-errno, "%s: %s", state, strerror(errno));
+  if (status != 0) {
+    /* Leave nothing half-made behind. */
+    for (size_t i = 0; i < written && i < n_files; i++)
+      unlinkat(dirfd, files[i].name, 0);
+    if (created)
+      rmdir(state);
+  } else {
+    fprintf(stderr, "%s: initialised %s; publisher key %s, public half in %s/%s\n", SERVER_PROG,
+            state, comment, state, SERVER_PUBLISHER_PUB_FILE);
+  }
+  sodium_free(secrets);
+out_close:
+  close(dirfd);
+  return status;
+}

@@ -1,0 +1,74 @@
+/* cordon-server pack: build and sign an executor package from a directory. */
+#include <errno.h>
+#include <getopt.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/cli.h"
+#include "server/keys.h"
+#include "server/pack.h"
+
+static const char pack_usage[] =
+    "usage: cordon-server pack DIR -o FILE.cpkg [--key PUBLISHER_KEY] [--state DIR]";
+
+int server_cmd_pack(const struct server_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+                                       {"key", required_argument, NULL, 'k'},
+                                       {"state", required_argument, NULL, 's'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  const char *state = cli->state_dir, *out = NULL, *key = NULL;
+  int c;
+  optind = 0;
+  while ((c = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'o':
+      out = optarg;
+      break;
+    case 'k':
+      key = optarg;
+      break;
+    case 's':
+      state = optarg;
+      break;
+    case 'h':
+      printf("%s\n", pack_usage);
+      return 0;
+    default:
+      return server_cli_failf(CORDON_E_USAGE, "%s", pack_usage);
+    }
+  }
+  if (optind + 1 != argc || !out)
+    return server_cli_failf(CORDON_E_USAGE, "%s", pack_usage);
+  const char *dir = argv[optind];
+
+  char *key_path = NULL;
+  if (key)
+    key_path = strdup(key);
+  else if (asprintf(&key_path, "%s/%s", state, SERVER_PUBLISHER_KEY_FILE) < 0)
+    key_path = NULL;
+  if (!key_path)
+    return server_cli_failf(-ENOMEM, "out of memory");
+
+  struct cordon_diag diag = {{0}};
+  uint8_t *sk = NULL;
+  int err = keys_load_publisher_secret(key_path, &sk, &diag);
+  free(key_path);
+  if (err)
+    return server_cli_fail(err == CORDON_E_CONFIG_INVALID ? err : CORDON_E_USAGE, &diag);
+
+  struct pack_summary sum;
+  err = pack_dir(dir, out, sk, &sum, &diag);
+  sodium_free(sk);
+  if (err)
+    return server_cli_fail(err, &diag);
+  char hash[2 * CPKG_HASH_SIZE + 1], id[2 * CPKG_KEY_ID_SIZE + 1];
+  sodium_bin2hex(hash, sizeof(hash), sum.index_hash, sizeof(sum.index_hash));
+  sodium_bin2hex(id, sizeof(id), sum.key_id, sizeof(sum.key_id));
+  fprintf(stderr, "%s: packed %zu files (%llu bytes) into %s (%llu bytes); index %s, key id %s\n",
+          SERVER_PROG, sum.n_files, (unsigned long long)sum.total, out,
+          (unsigned long long)sum.size, hash, id);
+  return 0;
+}
