@@ -1,0 +1,143 @@
+#include "agent/job.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/fsutil.h"
+#include "platform/paths.h"
+
+static int make_job_dir(struct agent_job *job, const struct agent_config *cfg,
+                        struct cordon_diag *diag) {
+  uint8_t raw[16];
+  randombytes_buf(raw, sizeof(raw));
+  sodium_bin2hex(job->id, sizeof(job->id), raw, sizeof(raw));
+  /* A root agent's contained jobs reach their package by path as the job
+   * user: the state and jobs dirs are then searchable (0711), never
+   * listable; job ids are 128-bit random. */
+  mode_t dmode = geteuid() == 0 ? 0711 : 0700;
+  int r = fs_mkdir_p(cfg->dir, 0700);
+  char jobs[PATH_MAX];
+  if (r == 0 && snprintf(jobs, sizeof(jobs), "%s/jobs", cfg->dir) >= (int)sizeof(jobs))
+    r = -ENAMETOOLONG;
+  if (r == 0 && mkdir(jobs, dmode) < 0 && errno != EEXIST)
+    r = -errno;
+  if (r == 0 && geteuid() == 0 && (chmod(cfg->dir, 0711) < 0 || chmod(jobs, 0711) < 0))
+    r = -errno;
+  if (r < 0)
+    return cordon_diag_set(diag, r, "cannot create %s/jobs: %s", cfg->dir, strerror(-r));
+  if (asprintf(&job->dir, "%s/%s", jobs, job->id) < 0) {
+    job->dir = NULL;
+    return -ENOMEM;
+  }
+  if (mkdir(job->dir, dmode) < 0) {
+    r = -errno;
+    free(job->dir);
+    job->dir = NULL;
+    return cordon_diag_set(diag, r, "cannot create the job directory: %s", strerror(-r));
+  }
+  if (asprintf(&job->package_path, "%s/package", job->dir) < 0) {
+    job->package_path = NULL;
+    return -ENOMEM;
+  }
+  if (mkdir(job->package_path, 0700) < 0)
+    return cordon_diag_set(diag, -errno, "cannot create the staging directory: %s",
+                           strerror(errno));
+  return 0;
+}
+
+int agent_job_prepare(struct agent_job *job, const struct agent_config *cfg, const char *source,
+                      const char *trust_file, struct cordon_diag *diag) {
+  memset(job, 0, sizeof(*job));
+  job->package_fd = -1;
+  job_result_init(&job->result);
+  agent_config_policy(cfg, &job->policy);
+
+  struct stat st;
+  if (stat(source, &st) < 0)
+    return cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", source, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) {
+    (void)trust_file;
+    return cordon_diag_set(diag, CORDON_E_USAGE,
+                           "%s: not a directory (.cpkg packages are not supported yet)", source);
+  }
+  char mpath[PATH_MAX];
+  if (snprintf(mpath, sizeof(mpath), "%s/manifest.json", source) >= (int)sizeof(mpath))
+    return cordon_diag_set(diag, CORDON_E_USAGE, "%s: path too long", source);
+  int r = manifest_load_file(mpath, &job->manifest, diag);
+  if (r < 0)
+    return r == CORDON_E_MANIFEST_INVALID ? r : CORDON_E_USAGE;
+
+  r = make_job_dir(job, cfg, diag);
+  if (r < 0)
+    return r;
+  memcpy(job->result.job_id, job->id, sizeof(job->id));
+  int src = open(source, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dst = open(job->package_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (src < 0 || dst < 0) {
+    r = cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", source, strerror(errno));
+  } else {
+    r = fs_copy_tree(src, dst, diag);
+    if (r < 0 && r != CORDON_E_PACKAGE_TOO_LARGE)
+      r = CORDON_E_USAGE;
+  }
+  if (src >= 0)
+    close(src);
+  if (r == 0 && fchmod(dst, 0755) < 0) /* readable, never writable, by the job */
+    r = -errno;
+  if (dst >= 0)
+    close(dst);
+  if (r < 0)
+    return r;
+  job->package_fd = open(job->package_path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (job->package_fd < 0)
+    return cordon_diag_set(diag, -errno, "staging: %s", strerror(errno));
+  return 0;
+}
+
+int agent_job_plan(struct agent_job *job, char *const *args, size_t n_args, bool thorough_probe) {
+  int r = sandbox_probe_new(&job->policy, thorough_probe, &job->probe);
+  if (r < 0)
+    return r;
+  job->sjob = (struct sandbox_job){
+      .manifest = job->manifest,
+      .args = args,
+      .n_args = n_args,
+      .job_id = job->id,
+      .package_dirfd = job->package_fd,
+      .package_path = job->package_path,
+      .job_dir = job->dir,
+      .cancel_fd = -1,
+  };
+  return sandbox_plan_new(&job->policy, job->probe, &job->sjob, &job->result, &job->plan);
+}
+
+void agent_job_release(struct agent_job *job) {
+  if (!job)
+    return;
+  sandbox_plan_free(job->plan);
+  sandbox_probe_free(job->probe);
+  manifest_free(job->manifest);
+  if (job->package_fd >= 0)
+    close(job->package_fd);
+  if (job->dir) {
+    char *slash = strrchr(job->dir, '/');
+    *slash = '\0';
+    int jobs = open(job->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (jobs >= 0) {
+      (void)fs_remove_tree_at(jobs, slash + 1);
+      close(jobs);
+    }
+  }
+  free(job->dir);
+  free(job->package_path);
+  job_result_release(&job->result);
+  memset(job, 0, sizeof(*job));
+  job->package_fd = -1;
+}

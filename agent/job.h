@@ -1,0 +1,36 @@
+/* One local job: a private directory, the staged package, the sandbox plan.
+ * Used by `exec` and `explain` (and by `run` for dispatched jobs). */
+#ifndef CORDON_AGENT_JOB_H
+#define CORDON_AGENT_JOB_H
+
+#include <stdbool.h>
+
+#include "agent/config.h"
+#include "platform/sandbox.h"
+#include "proto/result.h"
+
+struct agent_job {
+  char id[33];
+  char *dir;          /* <config>/jobs/<id>, 0700 (0711 when root) */
+  char *package_path; /* <dir>/package */
+  int package_fd;     /* O_PATH of the staged package */
+  struct manifest *manifest;
+  struct sandbox_policy policy;
+  struct sandbox_probe *probe;
+  struct sandbox_plan *plan;
+  struct sandbox_job sjob;
+  struct job_result result;
+};
+
+/* Make the job directory and stage a source DIR (copy) or a .cpkg (verify
+ * while unpacking). A local input problem (bad manifest, unreadable DIR,
+ * a symlink in DIR) returns CORDON_E_USAGE or CORDON_E_MANIFEST_INVALID
+ * with diag; a refused .cpkg fills job->result.error and returns its code. */
+int agent_job_prepare(struct agent_job *job, const struct agent_config *cfg, const char *source,
+                      const char *trust_file, struct cordon_diag *diag);
+/* Probe and plan; refusals are recorded in job->result. */
+int agent_job_plan(struct agent_job *job, char *const *args, size_t n_args, bool thorough_probe);
+/* Remove the job directory, free everything. */
+void agent_job_release(struct agent_job *job);
+
+#endif

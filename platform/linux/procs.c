@@ -1,0 +1,110 @@
+#include "platform/linux/procs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct pp {
+  pid_t pid, ppid;
+};
+
+static size_t snapshot(struct pp **out) {
+  DIR *d = opendir("/proc");
+  size_t n = 0, cap = 0;
+  struct pp *v = NULL;
+  if (!d) {
+    *out = NULL;
+    return 0;
+  }
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] < '0' || de->d_name[0] > '9')
+      continue;
+    char path[300], buf[512];
+    snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      continue;
+    ssize_t len = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (len <= 0)
+      continue;
+    buf[len] = '\0';
+    /* "pid (comm) state ppid ...": comm may hold spaces and parens */
+    char *rp = strrchr(buf, ')');
+    long ppid;
+    char state;
+    if (!rp || sscanf(rp + 1, " %c %ld", &state, &ppid) != 2 || state == 'Z')
+      continue; /* zombies are dead already; their parent reaps them */
+    if (n == cap) {
+      cap = cap ? cap * 2 : 256;
+      struct pp *nv = realloc(v, cap * sizeof(*nv));
+      if (!nv)
+        break;
+      v = nv;
+    }
+    v[n].pid = (pid_t)atol(de->d_name);
+    v[n].ppid = (pid_t)ppid;
+    n++;
+  }
+  closedir(d);
+  *out = v;
+  return n;
+}
+
+size_t procs_descendants(pid_t root, pid_t *out, size_t max) {
+  struct pp *v;
+  size_t n = snapshot(&v);
+  if (!v)
+    return 0;
+  /* breadth-first over the snapshot; `mark` holds the frontier */
+  char *in = calloc(n, 1);
+  size_t found = 0;
+  if (!in) {
+    free(v);
+    return 0;
+  }
+  int changed = 1;
+  while (changed) {
+    changed = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (in[i])
+        continue;
+      int parent_in = v[i].ppid == root;
+      for (size_t k = 0; k < n && !parent_in; k++)
+        parent_in = in[k] && v[k].pid == v[i].ppid;
+      if (parent_in) {
+        in[i] = 1;
+        changed = 1;
+        if (found < max)
+          out[found] = v[i].pid;
+        found++;
+      }
+    }
+  }
+  free(in);
+  free(v);
+  return found;
+}
+
+size_t procs_kill_descendants(pid_t root) {
+  pid_t pids[4096];
+  size_t first = 0;
+  for (int round = 0; round < 50; round++) {
+    size_t n = procs_descendants(root, pids, sizeof(pids) / sizeof(pids[0]));
+    if (round == 0)
+      first = n;
+    if (n == 0)
+      break;
+    for (size_t i = 0; i < n && i < sizeof(pids) / sizeof(pids[0]); i++)
+      kill(pids[i], SIGKILL);
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return first;
+}

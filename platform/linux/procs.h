@@ -1,0 +1,18 @@
+/* Process-tree helpers from /proc (world-readable stat files only). */
+#ifndef CORDON_PLATFORM_LINUX_PROCS_H
+#define CORDON_PLATFORM_LINUX_PROCS_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Collect up to max descendants of root (not root itself) into out.
+ * Returns how many were found (may exceed max; only max are stored). */
+size_t procs_descendants(pid_t root, pid_t *out, size_t max);
+
+/* SIGKILL every descendant of root, repeatedly, until none is left or a
+ * bound is reached. Returns how many distinct processes were signalled on
+ * the first pass. */
+size_t procs_kill_descendants(pid_t root);
+
+#endif

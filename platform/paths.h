@@ -1,0 +1,18 @@
+/* Per-OS defaults: where the agent keeps its state, the lowest level a
+ * device owner accepts by default, the platform name. */
+#ifndef CORDON_PLATFORM_PATHS_H
+#define CORDON_PLATFORM_PATHS_H
+
+#include <stddef.h>
+
+#include "proto/manifest.h"
+
+/* The agent's default config dir (DESIGN.md section 7). Returns 0, or
+ * -ENAMETOOLONG / -ENOENT when no home is known. */
+int paths_agent_config_dir(char *out, size_t len);
+enum sandbox_level paths_default_lowest_level(void);
+/* "linux", "windows", "macos" */
+const char *paths_platform_name(void);
+unsigned paths_platform_bit(void);
+
+#endif
