@@ -830,3 +830,71 @@ Test(noise, default_rekey_happens_after_2_pow_20_records) {
   noise_session_free(a);
   noise_session_free(c);
 }
+
+/* ---- the example in docs/protocol/wire.md section 7 ------------------- */
+
+static void expect_hex(const uint8_t *got, size_t len, const char *hex, const char *what) {
+  uint8_t want[256];
+  size_t n = hex_decode(hex, want, sizeof(want));
+  cr_assert_eq(len, n, "%s: length %zu, want %zu", what, len, n);
+  cr_assert_eq(memcmp(got, want, n), 0, "%s differs from docs/protocol/wire.md", what);
+}
+
+Test(noise, documented_example_transcript) {
+  uint8_t is[32], rs[32], ie[32], re[32], pro[NOISE_PROLOGUE_LEN], pub[32];
+  uint8_t buf[256], pl[64], h[64];
+  struct noise_handshake *hi, *hr;
+  struct noise_session *si, *sr;
+  size_t n = 0, m = 0;
+
+  hex_decode("e61ef9919cde45dd5f82166404bd08e38bceb5dfdfded0a34c8df7ed542214d1", is, 32);
+  hex_decode("4a3acbfdb163dec651dfa3194dece676d437029c62a408b4c5ea9114246e4893", rs, 32);
+  hex_decode("893e28b9dc6ca8d611ab664754b8ceb7bac5117349a4439a6b0569da977c464a", ie, 32);
+  hex_decode("bbdb4cdbd309f1a1f2e1456967fe288cadd6f712d65dc7b7793d5e63da6b375b", re, 32);
+  prologue(NOISE_MODE_SESSION, pro);
+  expect_hex(pro, sizeof(pro), "636f72646f6e00000101", "prologue");
+  cr_assert_eq(noise_public_key(is, pub), 0);
+  expect_hex(pub, 32, "6bc3822a2aa7f4e6981d6538692b3cdf3e6df9eea6ed269eb41d93c22757b75a",
+             "initiator static public");
+  cr_assert_eq(noise_public_key(rs, pub), 0);
+  expect_hex(pub, 32, "31e0303fd6418d2f8c0e78b91f22e8caed0fbe48656dcf4767e4834f701b8f62",
+             "responder static public");
+
+  cr_assert_eq(noise_handshake_new(NOISE_INITIATOR, is, pro, sizeof(pro), &hi), 0);
+  cr_assert_eq(noise_handshake_new(NOISE_RESPONDER, rs, pro, sizeof(pro), &hr), 0);
+  cr_assert_eq(noise_handshake_set_ephemeral(hi, ie), 0);
+  cr_assert_eq(noise_handshake_set_ephemeral(hr, re), 0);
+  n = hs_write(hi, "", buf, sizeof(buf));
+  expect_hex(buf, n, "ca35def5ae56cec33dc2036731ab14896bc4c75dbb07a61f879f8e3afa4c7944", "message 1");
+  hs_read_ok(hr, buf, n, "");
+  n = hs_write(hr, "", buf, sizeof(buf));
+  expect_hex(buf, n,
+             "95ebc60d2b1fa672c1f46a8aa265ef51bfe38e7ccb39ec5be34069f144808843"
+             "0505b6745ce64a5f33f0e8e3b83f11ce8802bca507f4f2d8b564dbe277e19661"
+             "fed44a3b9204ed5278be33f4fb7f9115623f984e501b7efbbbbf6870c0cad821",
+             "message 2");
+  hs_read_ok(hi, buf, n, "");
+  n = hs_write(hi, "", buf, sizeof(buf));
+  expect_hex(buf, n,
+             "99579e1c1ee15e422a57ddd6b16d37087b17558e8369c18991b4b2ca3a824abf"
+             "92228b6b29a654487a02e12b3a8871892318aad6c4abbb3b26183a3d00d76309",
+             "message 3");
+  hs_read_ok(hr, buf, n, "");
+  cr_assert_eq(noise_handshake_hash(hr, h), 0);
+  expect_hex(h, 64,
+             "8e30db8a51acf9f3dd4871d53df0c902849dcdbe8a714e2229a009787b2c79ca"
+             "d191db99d41d1726e731d8d138981e518f6c7fcd1c6a036812e3eed119b25a63",
+             "handshake hash");
+  cr_assert_eq(noise_handshake_split(hi, &si), 0);
+  cr_assert_eq(noise_handshake_split(hr, &sr), 0);
+  n = seal(si, "ping", buf, sizeof(buf));
+  expect_hex(buf, n, "813dc6d3da1445305e3c9484d49a6e97e47ca64b", "agent record");
+  cr_assert_eq(noise_session_decrypt(sr, buf, n, pl, sizeof(pl), &m), 0);
+  n = seal(sr, "pong", buf, sizeof(buf));
+  expect_hex(buf, n, "cf58f2a90aff2009760ef040d71173963a536a80", "server record");
+  cr_assert_eq(noise_session_decrypt(si, buf, n, pl, sizeof(pl), &m), 0);
+  noise_session_free(si);
+  noise_session_free(sr);
+  noise_handshake_free(hi);
+  noise_handshake_free(hr);
+}
