@@ -788,7 +788,8 @@ int cpkg_stream_next(struct cpkg_stream *s, const uint8_t *buf, size_t len, size
       size_t take = CPKG_HEADER_SIZE - s->have;
       if (take > len - used)
         take = len - used;
-      memcpy(s->header + s->have, buf + used, take);
+      if (take)
+        memcpy(s->header + s->have, buf + used, take);
       s->have += take;
       used += take;
       if (s->have < CPKG_HEADER_SIZE)
@@ -803,7 +804,8 @@ int cpkg_stream_next(struct cpkg_stream *s, const uint8_t *buf, size_t len, size
       size_t take = s->index_len - s->have;
       if (take > len - used)
         take = len - used;
-      memcpy(s->index_buf + s->have, buf + used, take);
+      if (take)
+        memcpy(s->index_buf + s->have, buf + used, take);
       s->have += take;
       used += take;
       if (s->have < s->index_len)
