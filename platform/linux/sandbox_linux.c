@@ -728,13 +728,17 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   if (!exited) {
     /* timeout or cancel: count what is left besides the entry, kill all */
     pid_t tmp[1];
-    size_t desc = procs_descendants(pid, tmp, 0);
-    /* isolated: the descendants are bwrap's init and the entry */
-    unsigned base = iso ? 2 : 0;
-    res->orphans_killed = desc > base ? (unsigned)(desc - base) : 0;
+    size_t desc;
+    if (iso) /* below bwrap: its init and the entry, then the rest */
+      desc = procs_descendants(pid, tmp, 0) - 1;
+    else /* we are the subreaper: re-parented orphans are our children */
+      desc = procs_descendants(getpid(), tmp, 0);
+    res->orphans_killed = desc > 1 ? (unsigned)(desc - 1) : 0;
     kill(pid, SIGKILL);
     procs_kill_descendants(pid);
     cgroup_job_kill(&cg);
+    if (!iso) /* one job per agent process in contained mode: see SECURITY.md */
+      procs_kill_descendants(getpid());
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
       ;
     if (cancelled)
