@@ -336,6 +336,15 @@ static int noise_decrypt_and_hash(struct noise_symmetric *ss, const uint8_t *ct,
 
 /* ---- HandshakeState --------------------------------------------------- */
 
+struct noise_session {
+  struct noise_cipher send;
+  struct noise_cipher recv;
+  uint8_t h[NOISE_HASH_LEN];
+  uint8_t rs[NOISE_KEY_LEN];
+  uint64_t rekey_interval;
+  int err; /* sticky */
+};
+
 struct noise_handshake {
   struct noise_symmetric ss;
   uint8_t s_priv[NOISE_KEY_LEN];
@@ -350,8 +359,15 @@ struct noise_handshake {
   int has_e;
   int has_rs;
   int has_pin;
-  int split_done;
   int err; /* sticky */
+};
+
+/* One secure allocation serves a connection side: it holds the handshake,
+ * and Split() turns it into the session in place (sodium_malloc is costly:
+ * guard pages, mprotect and mlock). */
+union noise_secure {
+  struct noise_handshake hs;
+  struct noise_session s;
 };
 
 int noise_handshake_new(enum noise_role role, const uint8_t *static_priv, const uint8_t *prologue,
@@ -365,10 +381,10 @@ int noise_handshake_new(enum noise_role role, const uint8_t *static_priv, const 
     return -EINVAL;
   if (noise_sodium_ready() < 0)
     return CORDON_E_CRYPTO;
-  hs = sodium_malloc(SECURE_SIZE(struct noise_handshake));
+  hs = sodium_malloc(SECURE_SIZE(union noise_secure));
   if (!hs)
     return -ENOMEM;
-  memset(hs, 0, sizeof(*hs));
+  memset(hs, 0, sizeof(union noise_secure));
   hs->role = role;
   memcpy(hs->s_priv, static_priv, NOISE_KEY_LEN);
   rc = noise_public_key(hs->s_priv, hs->s_pub);
@@ -389,7 +405,7 @@ out_free_hs:
 void noise_handshake_free(struct noise_handshake *hs) {
   if (!hs)
     return;
-  sodium_memzero(hs, sizeof(*hs));
+  sodium_memzero(hs, sizeof(union noise_secure));
   sodium_free(hs);
 }
 
@@ -411,8 +427,6 @@ static int noise_handshake_our_turn(const struct noise_handshake *hs) {
 enum noise_action noise_handshake_next(const struct noise_handshake *hs) {
   if (!hs || hs->err)
     return NOISE_ACTION_FAILED;
-  if (hs->split_done)
-    return NOISE_ACTION_DONE;
   if (hs->step >= 3)
     return NOISE_ACTION_SPLIT;
   return noise_handshake_our_turn(hs) ? NOISE_ACTION_WRITE : NOISE_ACTION_READ;
@@ -468,7 +482,7 @@ int noise_handshake_write_message(struct noise_handshake *hs, const uint8_t *pay
     return -EINVAL;
   if (hs->err)
     return hs->err;
-  if (hs->split_done || !noise_handshake_our_turn(hs))
+  if (!noise_handshake_our_turn(hs))
     return CORDON_E_INTERNAL;
   if (payload_len > NOISE_MAX_MESSAGE)
     return CORDON_E_LIMIT;
@@ -525,7 +539,7 @@ int noise_handshake_read_message(struct noise_handshake *hs, const uint8_t *msg,
     return -EINVAL;
   if (hs->err)
     return hs->err;
-  if (hs->split_done || hs->step >= 3 || noise_handshake_our_turn(hs))
+  if (hs->step >= 3 || noise_handshake_our_turn(hs))
     return CORDON_E_INTERNAL;
   if (msg_len > NOISE_MAX_MESSAGE)
     return noise_handshake_fail(hs, CORDON_E_LIMIT);
@@ -610,60 +624,51 @@ int noise_handshake_hash(const struct noise_handshake *hs, uint8_t out_h[NOISE_H
 
 /* ---- Transport sessions ----------------------------------------------- */
 
-struct noise_session {
-  struct noise_cipher send;
-  struct noise_cipher recv;
-  uint8_t h[NOISE_HASH_LEN];
-  uint8_t rs[NOISE_KEY_LEN];
-  uint64_t rekey_interval;
-  int err; /* sticky */
-};
-
-int noise_handshake_split(struct noise_handshake *hs, struct noise_session **out_session) {
-  uint8_t k1[NOISE_HASH_LEN], k2[NOISE_HASH_LEN];
+int noise_handshake_split(struct noise_handshake **hsp, struct noise_session **out_session) {
+  uint8_t k1[NOISE_HASH_LEN], k2[NOISE_HASH_LEN], h[NOISE_HASH_LEN], rs[NOISE_KEY_LEN];
+  struct noise_handshake *hs;
   struct noise_session *s;
-  int rc;
+  int initiator, rc;
 
-  if (!hs || !out_session)
+  if (!hsp || !*hsp || !out_session)
     return -EINVAL;
+  hs = *hsp;
   if (hs->err)
     return hs->err;
-  if (hs->split_done || hs->step < 3)
+  if (hs->step < 3)
     return CORDON_E_INTERNAL;
-  s = sodium_malloc(SECURE_SIZE(struct noise_session));
-  if (!s)
-    return -ENOMEM;
-  memset(s, 0, sizeof(*s));
   rc = noise_hkdf2(hs->ss.ck, NULL, 0, k1, k2);
-  if (rc < 0) {
-    noise_session_free(s);
-    sodium_memzero(k1, sizeof(k1));
-    sodium_memzero(k2, sizeof(k2));
-    return noise_handshake_fail(hs, rc);
-  }
+  if (rc < 0)
+    goto out_wipe;
+  initiator = hs->role == NOISE_INITIATOR;
+  memcpy(h, hs->ss.h, sizeof(h));
+  memcpy(rs, hs->rs, sizeof(rs));
+
+  /* Reuse the allocation: wipe every handshake secret, then lay the
+   * session out in the same memory. */
+  sodium_memzero(hs, sizeof(union noise_secure));
+  s = (struct noise_session *)(void *)hs;
   /* The first key encrypts initiator -> responder. */
-  noise_cipher_init(&s->send, hs->role == NOISE_INITIATOR ? k1 : k2);
-  noise_cipher_init(&s->recv, hs->role == NOISE_INITIATOR ? k2 : k1);
+  noise_cipher_init(&s->send, initiator ? k1 : k2);
+  noise_cipher_init(&s->recv, initiator ? k2 : k1);
+  memcpy(s->h, h, sizeof(h));
+  memcpy(s->rs, rs, sizeof(rs));
+  s->rekey_interval = NOISE_REKEY_INTERVAL;
+  *hsp = NULL;
+  *out_session = s;
+
+out_wipe:
   sodium_memzero(k1, sizeof(k1));
   sodium_memzero(k2, sizeof(k2));
-  memcpy(s->h, hs->ss.h, NOISE_HASH_LEN);
-  memcpy(s->rs, hs->rs, NOISE_KEY_LEN);
-  s->rekey_interval = NOISE_REKEY_INTERVAL;
-
-  /* Keep only what is public: the hash and the remote key. */
-  sodium_memzero(&hs->ss.cs, sizeof(hs->ss.cs));
-  sodium_memzero(hs->ss.ck, sizeof(hs->ss.ck));
-  sodium_memzero(hs->s_priv, sizeof(hs->s_priv));
-  sodium_memzero(hs->e_priv, sizeof(hs->e_priv));
-  hs->split_done = 1;
-  *out_session = s;
+  if (rc < 0)
+    return noise_handshake_fail(*hsp, rc);
   return 0;
 }
 
 void noise_session_free(struct noise_session *s) {
   if (!s)
     return;
-  sodium_memzero(s, sizeof(*s));
+  sodium_memzero(s, sizeof(union noise_secure));
   sodium_free(s);
 }
 

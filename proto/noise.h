@@ -141,7 +141,6 @@ enum noise_action {
   NOISE_ACTION_WRITE = 1, /* call noise_handshake_write_message */
   NOISE_ACTION_READ,      /* call noise_handshake_read_message */
   NOISE_ACTION_SPLIT,     /* all three messages done: noise_handshake_split */
-  NOISE_ACTION_DONE,      /* split already: only the hash and remote key */
   NOISE_ACTION_FAILED,    /* an error happened; free it */
 };
 
@@ -195,15 +194,18 @@ int noise_handshake_remote_static(const struct noise_handshake *hs,
  * both sides share); CORDON_E_INTERNAL before. */
 int noise_handshake_hash(const struct noise_handshake *hs, uint8_t out_h[NOISE_HASH_LEN]);
 
-/* Split(): once noise_handshake_next says NOISE_ACTION_SPLIT, create the
- * transport session (initiator sends with the first key, responder with the
- * second). The handshake keeps its hash and remote key and may then be
- * freed. Returns 0, -ENOMEM, CORDON_E_INTERNAL or CORDON_E_CRYPTO. */
-int noise_handshake_split(struct noise_handshake *hs, struct noise_session **out_session);
+/* Split(): once noise_handshake_next says NOISE_ACTION_SPLIT, turn the
+ * handshake into the transport session (initiator sends with the first key,
+ * responder with the second). The handshake is consumed: on success *hs is
+ * set to NULL and its (secure) memory now belongs to the session, which
+ * keeps the handshake hash and the remote static key; free the session
+ * only. On failure *hs is left for the caller to free. Returns 0,
+ * CORDON_E_INTERNAL (not finished) or CORDON_E_CRYPTO. */
+int noise_handshake_split(struct noise_handshake **hs, struct noise_session **out_session);
 
 /* ---- Transport sessions ----------------------------------------------- */
 
-/* Wipe and free. s may be NULL. */
+/* Wipe and free (sodium_free). s may be NULL. */
 void noise_session_free(struct noise_session *s);
 
 /* Encrypt one record (empty associated data): out gets pt_len + 16 bytes,

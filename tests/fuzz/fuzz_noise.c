@@ -104,8 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     relay(hi, hr);
     relay(hr, hi);
     relay(hi, hr);
-    CHECK(noise_handshake_split(hi, &si) == 0);
-    CHECK(noise_handshake_split(hr, &sr) == 0);
+    CHECK(noise_handshake_split(&hi, &si) == 0);
+    CHECK(noise_handshake_split(&hr, &sr) == 0);
     rc = noise_session_decrypt(sr, data + 1, size - 1, out, sizeof(out), &n);
     if (rc < 0)
       CHECK(noise_session_error(sr) == rc);

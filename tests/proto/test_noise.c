@@ -91,8 +91,8 @@ static void session_pair(struct noise_session **out_i, struct noise_session **ou
   hs_read_ok(hi, buf, n, "");
   n = hs_write(hi, "", buf, sizeof(buf));
   hs_read_ok(hr, buf, n, "");
-  cr_assert_eq(noise_handshake_split(hi, out_i), 0);
-  cr_assert_eq(noise_handshake_split(hr, out_r), 0);
+  cr_assert_eq(noise_handshake_split(&hi, out_i), 0);
+  cr_assert_eq(noise_handshake_split(&hr, out_r), 0);
   noise_handshake_free(hi);
   noise_handshake_free(hr);
 }
@@ -201,8 +201,8 @@ static void run_vector(json_t *v, size_t vi, size_t *msgs_checked, size_t *hashe
         cr_assert_eq(memcmp(h_i, h_want, sizeof(h_i)), 0, "vector %zu: handshake hash", vi);
         (*hashes_checked)++;
       }
-      cr_assert_eq(noise_handshake_split(hi, &si), 0);
-      cr_assert_eq(noise_handshake_split(hr, &sr), 0);
+      cr_assert_eq(noise_handshake_split(&hi, &si), 0);
+      cr_assert_eq(noise_handshake_split(&hr, &sr), 0);
       noise_session_hash(si, h_r);
       cr_assert_eq(memcmp(h_i, h_r, sizeof(h_i)), 0);
     }
@@ -337,7 +337,7 @@ Test(noise, handshake_completes_with_matching_hash_and_keys) {
   n = hs_write(hi, "one", buf, sizeof(buf));
   cr_assert_eq(n, NOISE_MSG1_LEN(3));
   hs_read_ok(hr, buf, n, "one");
-  cr_assert_eq(noise_handshake_split(hr, &sr), CORDON_E_INTERNAL);
+  cr_assert_eq(noise_handshake_split(&hr, &sr), CORDON_E_INTERNAL);
   n = hs_write(hr, "two", buf, sizeof(buf));
   cr_assert_eq(n, NOISE_MSG2_LEN(3));
   hs_read_ok(hi, buf, n, "two");
@@ -352,10 +352,11 @@ Test(noise, handshake_completes_with_matching_hash_and_keys) {
   cr_assert_eq(noise_handshake_hash(hr, hr_h), 0);
   cr_assert_eq(memcmp(hi_h, hr_h, 64), 0);
 
-  cr_assert_eq(noise_handshake_split(hi, &si), 0);
-  cr_assert_eq(noise_handshake_split(hr, &sr), 0);
-  cr_assert_eq(noise_handshake_next(hi), NOISE_ACTION_DONE);
-  cr_assert_eq(noise_handshake_split(hi, &si), CORDON_E_INTERNAL);
+  cr_assert_eq(noise_handshake_split(&hi, &si), 0);
+  cr_assert_eq(noise_handshake_split(&hr, &sr), 0);
+  cr_assert_null(hi, "split consumes the handshake");
+  cr_assert_null(hr);
+  cr_assert_eq(noise_handshake_split(&hi, &si), -EINVAL);
   noise_session_hash(sr, hr_h);
   cr_assert_eq(memcmp(hi_h, hr_h, 64), 0);
   noise_session_remote_static(si, rs);
@@ -885,8 +886,8 @@ Test(noise, documented_example_transcript) {
              "8e30db8a51acf9f3dd4871d53df0c902849dcdbe8a714e2229a009787b2c79ca"
              "d191db99d41d1726e731d8d138981e518f6c7fcd1c6a036812e3eed119b25a63",
              "handshake hash");
-  cr_assert_eq(noise_handshake_split(hi, &si), 0);
-  cr_assert_eq(noise_handshake_split(hr, &sr), 0);
+  cr_assert_eq(noise_handshake_split(&hi, &si), 0);
+  cr_assert_eq(noise_handshake_split(&hr, &sr), 0);
   n = seal(si, "ping", buf, sizeof(buf));
   expect_hex(buf, n, "813dc6d3da1445305e3c9484d49a6e97e47ca64b", "agent record");
   cr_assert_eq(noise_session_decrypt(sr, buf, n, pl, sizeof(pl), &m), 0);
