@@ -65,6 +65,8 @@ int fs_remove_tree_at(int dirfd, const char *name) {
 }
 
 struct copy_state {
+  dev_t dst_dev; /* the destination must not be inside the source */
+  ino_t dst_ino;
   size_t files;
   unsigned long long bytes;
   char path[PATH_MAX];
@@ -149,6 +151,10 @@ static int copy_dir(int sfd, int dfd, int depth, struct copy_state *cs) {
       r = cordon_diag_set(cs->diag, -errno, "%s: %s", cs->path, strerror(errno));
     } else if (S_ISREG(st.st_mode)) {
       r = copy_file(sfd, dfd, de->d_name, st.st_mode, cs);
+    } else if (S_ISDIR(st.st_mode) && st.st_dev == cs->dst_dev && st.st_ino == cs->dst_ino) {
+      r = cordon_diag_set(cs->diag, CORDON_E_USAGE,
+                          "%s: the source contains the staging directory (is the agent's "
+                          "config directory inside the package?)", cs->path);
     } else if (S_ISDIR(st.st_mode)) {
       if (mkdirat(dfd, de->d_name, 0755) < 0) {
         r = cordon_diag_set(cs->diag, -errno, "%s: %s", cs->path, strerror(errno));
@@ -180,6 +186,13 @@ int fs_copy_tree(int src_dirfd, int dst_dirfd, struct cordon_diag *diag) {
     return -ENOMEM;
   cs->diag = diag;
   cs->path[0] = '.';
+  struct stat dst;
+  if (fstat(dst_dirfd, &dst) < 0) {
+    free(cs);
+    return -errno;
+  }
+  cs->dst_dev = dst.st_dev;
+  cs->dst_ino = dst.st_ino;
   int r = copy_dir(src_dirfd, dst_dirfd, 0, cs);
   free(cs);
   if (r < 0)
