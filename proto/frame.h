@@ -37,13 +37,13 @@
 struct frame_reader {
   uint32_t max_body; /* current per-state maximum */
   uint8_t hdr[FRAME_HEADER_LEN];
-  size_t hdr_len;   /* header bytes collected for the current frame */
-  uint32_t want;    /* declared body length, valid when hdr_len == 4 */
-  uint8_t *body;    /* body buffer (malloc), capacity body_cap */
+  size_t hdr_len; /* header bytes collected for the current frame */
+  uint32_t want;  /* declared body length, valid when hdr_len == 4 */
+  uint8_t *body;  /* body buffer (malloc), capacity body_cap */
   size_t body_cap;
-  size_t body_len;  /* body bytes collected */
-  int delivered;    /* the last feed returned a frame: reset on next feed */
-  int err;          /* sticky error, 0 if none */
+  size_t body_len; /* body bytes collected */
+  int delivered;   /* the last feed returned a frame: reset on next feed */
+  int err;         /* sticky error, 0 if none */
 };
 
 /* Initialise r with a maximum body length (1..FRAME_MAX_HARD).

@@ -543,9 +543,7 @@ int noise_handshake_read_message(struct noise_handshake *hs, const uint8_t *msg,
     return CORDON_E_INTERNAL;
   if (msg_len > NOISE_MAX_MESSAGE)
     return noise_handshake_fail(hs, CORDON_E_LIMIT);
-  fixed = hs->step == 0   ? NOISE_MSG1_LEN(0)
-          : hs->step == 1 ? NOISE_MSG2_LEN(0)
-                          : NOISE_MSG3_LEN(0);
+  fixed = hs->step == 0 ? NOISE_MSG1_LEN(0) : hs->step == 1 ? NOISE_MSG2_LEN(0) : NOISE_MSG3_LEN(0);
   if (msg_len < fixed)
     return noise_handshake_fail(hs, CORDON_E_PROTOCOL);
   want = msg_len - fixed;

@@ -45,9 +45,9 @@
 #include <stdint.h>
 
 #define NOISE_PROTOCOL_NAME "Noise_XX_25519_ChaChaPoly_BLAKE2b"
-#define NOISE_KEY_LEN 32  /* X25519 keys and cipher keys */
-#define NOISE_HASH_LEN 64 /* BLAKE2b-512; the handshake hash */
-#define NOISE_TAG_LEN 16  /* Poly1305 tag */
+#define NOISE_KEY_LEN 32         /* X25519 keys and cipher keys */
+#define NOISE_HASH_LEN 64        /* BLAKE2b-512; the handshake hash */
+#define NOISE_TAG_LEN 16         /* Poly1305 tag */
 #define NOISE_MAX_MESSAGE 65535u /* a handshake message (Noise spec limit) */
 
 /* Handshake message sizes for a payload of p bytes. */
@@ -187,8 +187,7 @@ int noise_handshake_read_message(struct noise_handshake *hs, const uint8_t *msg,
  * message 2 (compare it with the pinned key and free the handshake, without
  * writing message 3, if it differs), for the responder after message 3.
  * CORDON_E_INTERNAL before that. */
-int noise_handshake_remote_static(const struct noise_handshake *hs,
-                                  uint8_t out_key[NOISE_KEY_LEN]);
+int noise_handshake_remote_static(const struct noise_handshake *hs, uint8_t out_key[NOISE_KEY_LEN]);
 
 /* The handshake hash h. Only once all three messages are done (the value
  * both sides share); CORDON_E_INTERNAL before. */

@@ -58,9 +58,9 @@ static void hs_pair(const struct keys *k, struct noise_handshake **out_i,
 static size_t hs_write(struct noise_handshake *from, const char *payload, uint8_t *buf,
                        size_t cap) {
   size_t n = 0;
-  cr_assert_eq(noise_handshake_write_message(from, (const uint8_t *)payload, strlen(payload), buf,
-                                             cap, &n),
-               0);
+  cr_assert_eq(
+      noise_handshake_write_message(from, (const uint8_t *)payload, strlen(payload), buf, cap, &n),
+      0);
   return n;
 }
 
@@ -262,9 +262,9 @@ Test(noise, cipher_nonce_is_zero_prefix_and_little_endian_counter) {
   randombytes_buf(k, sizeof(k));
   noise_cipher_init(&c, k);
   noise_cipher_set_nonce(&c, 0x0102030405060708ull);
-  cr_assert_eq(noise_cipher_encrypt(&c, ad, sizeof(ad), (const uint8_t *)"hello", 5, ours,
-                                    sizeof(ours), &n),
-               0);
+  cr_assert_eq(
+      noise_cipher_encrypt(&c, ad, sizeof(ad), (const uint8_t *)"hello", 5, ours, sizeof(ours), &n),
+      0);
   crypto_aead_chacha20poly1305_ietf_encrypt(theirs, &tl, (const uint8_t *)"hello", 5, ad,
                                             sizeof(ad), NULL, nonce, k);
   cr_assert_eq(n, tl);
@@ -285,15 +285,14 @@ Test(noise, rekey_follows_spec_section_11_3) {
   memset(maxnonce, 0xff, sizeof(maxnonce));
   memset(maxnonce, 0, 4);
   crypto_aead_chacha20poly1305_ietf_encrypt(k2, &tl, zeros, 32, NULL, 0, NULL, maxnonce, k);
-  crypto_aead_chacha20poly1305_ietf_encrypt(theirs, &tl, (const uint8_t *)"after", 5, NULL, 0,
-                                            NULL, nonce0, k2 /* first 32 bytes */);
+  crypto_aead_chacha20poly1305_ietf_encrypt(theirs, &tl, (const uint8_t *)"after", 5, NULL, 0, NULL,
+                                            nonce0, k2 /* first 32 bytes */);
 
   noise_cipher_init(&c, k);
   cr_assert_eq(noise_cipher_rekey(&c), 0);
   cr_assert_eq(c.n, 0, "rekey leaves the nonce alone");
-  cr_assert_eq(noise_cipher_encrypt(&c, NULL, 0, (const uint8_t *)"after", 5, ours, sizeof(ours),
-                                    &n),
-               0);
+  cr_assert_eq(
+      noise_cipher_encrypt(&c, NULL, 0, (const uint8_t *)"after", 5, ours, sizeof(ours), &n), 0);
   cr_assert_eq(memcmp(ours, theirs, n), 0);
   noise_cipher_release(&c);
 }
@@ -866,7 +865,8 @@ Test(noise, documented_example_transcript) {
   cr_assert_eq(noise_handshake_set_ephemeral(hi, ie), 0);
   cr_assert_eq(noise_handshake_set_ephemeral(hr, re), 0);
   n = hs_write(hi, "", buf, sizeof(buf));
-  expect_hex(buf, n, "ca35def5ae56cec33dc2036731ab14896bc4c75dbb07a61f879f8e3afa4c7944", "message 1");
+  expect_hex(buf, n, "ca35def5ae56cec33dc2036731ab14896bc4c75dbb07a61f879f8e3afa4c7944",
+             "message 1");
   hs_read_ok(hr, buf, n, "");
   n = hs_write(hr, "", buf, sizeof(buf));
   expect_hex(buf, n,
