@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "agent/fsutil.h"
+#include "platform/fs.h"
 #include "platform/paths.h"
 
 static int make_job_dir(struct agent_job *job, const struct agent_config *cfg,

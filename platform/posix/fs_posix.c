@@ -1,4 +1,4 @@
-#include "agent/fsutil.h"
+#include "platform/fs.h"
 
 #include <dirent.h>
 #include <errno.h>
