@@ -54,7 +54,7 @@ void free(void *p) {
   __libc_free(p);
 }
 #else
-static long alloc_calls, alloc_live;
+static long alloc_calls __attribute__((unused)), alloc_live __attribute__((unused));
 #endif
 
 /* "dd ff ff ff ff" -> bytes. Returns the length. */

@@ -56,7 +56,7 @@ void free(void *p) {
   __libc_free(p);
 }
 #else
-static long alloc_calls, alloc_live;
+static long alloc_calls __attribute__((unused)), alloc_live __attribute__((unused));
 #endif
 
 /* ---- samples: one fully populated message of every type ---------------- */
@@ -968,7 +968,7 @@ Test(msg, enforces_args_caps) {
   free(raw);
   cr_expect_eq(decode_mut(MSG_JOB, "args", MUT_SET, "90"), 0);
 
-  uint8_t keys[1 + 17 * 34];
+  uint8_t keys[3 + 17 * 34];
   uint8_t *p = keys;
   *p++ = 0xdc;
   *p++ = 0;
