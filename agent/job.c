@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/cpkg_stage.h"
+#include "agent/trust.h"
 #include "platform/fs.h"
 #include "platform/paths.h"
 
@@ -18,6 +20,7 @@ static int make_job_dir(struct agent_job *job, const struct agent_config *cfg,
   uint8_t raw[16];
   randombytes_buf(raw, sizeof(raw));
   sodium_bin2hex(job->id, sizeof(job->id), raw, sizeof(raw));
+  memcpy(job->result.job_id, job->id, sizeof(job->id));
   /* A root agent's contained jobs reach their package by path as the job
    * user: the state and jobs dirs are then searchable (0711), never
    * listable; job ids are 128-bit random. */
@@ -52,32 +55,19 @@ static int make_job_dir(struct agent_job *job, const struct agent_config *cfg,
   return 0;
 }
 
-int agent_job_prepare(struct agent_job *job, const struct agent_config *cfg, const char *source,
-                      const char *trust_file, struct cordon_diag *diag) {
-  memset(job, 0, sizeof(*job));
-  job->package_fd = -1;
-  job_result_init(&job->result);
-  agent_config_policy(cfg, &job->policy);
-
-  struct stat st;
-  if (stat(source, &st) < 0)
-    return cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", source, strerror(errno));
-  if (!S_ISDIR(st.st_mode)) {
-    (void)trust_file;
-    return cordon_diag_set(diag, CORDON_E_USAGE,
-                           "%s: not a directory (.cpkg packages are not supported yet)", source);
-  }
+/* A source directory: its manifest is read first (an invalid one is a
+ * local input error, exit 2), then its files are copied. */
+static int stage_source_dir(struct agent_job *job, const struct agent_config *cfg,
+                            const char *source, struct cordon_diag *diag) {
   char mpath[PATH_MAX];
   if (snprintf(mpath, sizeof(mpath), "%s/manifest.json", source) >= (int)sizeof(mpath))
     return cordon_diag_set(diag, CORDON_E_USAGE, "%s: path too long", source);
   int r = manifest_load_file(mpath, &job->manifest, diag);
   if (r < 0)
     return r == CORDON_E_MANIFEST_INVALID ? r : CORDON_E_USAGE;
-
   r = make_job_dir(job, cfg, diag);
   if (r < 0)
     return r;
-  memcpy(job->result.job_id, job->id, sizeof(job->id));
   int src = open(source, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int dst = open(job->package_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (src < 0 || dst < 0) {
@@ -93,6 +83,85 @@ int agent_job_prepare(struct agent_job *job, const struct agent_config *cfg, con
     r = -errno;
   if (dst >= 0)
     close(dst);
+  return r;
+}
+
+/* The publisher keys this device trusts: --trust, config.json's
+ * trusted_publishers, and the *.pub files in CONFIG/trusted. A bad key file is a local
+ * input error. */
+static int load_trust(const struct agent_config *cfg, const char *trust_file,
+                      struct cpkg_trust **out_trust, struct cordon_diag *diag) {
+  struct cpkg_trust *trust;
+  int r = cpkg_trust_new(&trust);
+  if (r < 0)
+    return r;
+  if (trust_file)
+    r = agent_trust_load_file(trust, trust_file, diag);
+  for (size_t i = 0; r == 0 && i < cfg->n_trusted_publishers; i++)
+    r = agent_trust_load_file(trust, cfg->trusted_publishers[i], diag);
+  char dir[PATH_MAX];
+  if (r == 0 && snprintf(dir, sizeof(dir), "%s/%s", cfg->dir, AGENT_TRUSTED_DIR) < (int)sizeof(dir))
+    r = agent_trust_load_dir(trust, dir, diag);
+  if (r < 0) {
+    cpkg_trust_free(trust);
+    return r;
+  }
+  *out_trust = trust;
+  return 0;
+}
+
+/* A signed package: verified while it is unpacked; a refusal is a job
+ * that was attempted, so it is recorded in the result. */
+static int stage_cpkg(struct agent_job *job, const struct agent_config *cfg, const char *source,
+                      const char *trust_file, struct cordon_diag *diag) {
+  struct cpkg_trust *trust;
+  int r = load_trust(cfg, trust_file, &trust, diag);
+  if (r < 0)
+    return r == CORDON_E_CONFIG_INVALID || r == CORDON_E_LIMIT ? CORDON_E_USAGE : r;
+  r = make_job_dir(job, cfg, diag);
+  if (r < 0)
+    goto out_trust;
+  int dst = open(job->package_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dst < 0) {
+    r = cordon_diag_set(diag, -errno, "staging: %s", strerror(errno));
+    goto out_trust;
+  }
+  struct cordon_diag why = {{0}};
+  r = agent_cpkg_stage(source, trust, dst, &job->manifest, job->index_hash, &why);
+  if (r == 0 && fchmod(dst, 0755) < 0)
+    r = -errno;
+  close(dst);
+  if (r < 0) {
+    if (r == -ENOENT || r == -EACCES || r == -EISDIR) {
+      cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", source, why.msg[0] ? why.msg : strerror(-r));
+      r = CORDON_E_USAGE;
+    } else {
+      job_result_fail(&job->result, r, "%s", why.msg[0] ? why.msg : cordon_err_message(r));
+    }
+  }
+out_trust:
+  cpkg_trust_free(trust);
+  return r;
+}
+
+int agent_job_prepare(struct agent_job *job, const struct agent_config *cfg, const char *source,
+                      const char *trust_file, struct cordon_diag *diag) {
+  memset(job, 0, sizeof(*job));
+  job->package_fd = -1;
+  job_result_init(&job->result);
+  agent_config_policy(cfg, &job->policy);
+
+  struct stat st;
+  if (stat(source, &st) < 0)
+    return cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", source, strerror(errno));
+  int r;
+  if (S_ISDIR(st.st_mode)) {
+    r = stage_source_dir(job, cfg, source, diag);
+  } else if (S_ISREG(st.st_mode)) {
+    r = stage_cpkg(job, cfg, source, trust_file, diag);
+  } else {
+    return cordon_diag_set(diag, CORDON_E_USAGE, "%s: not a directory or a .cpkg file", source);
+  }
   if (r < 0)
     return r;
   job->package_fd = open(job->package_path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

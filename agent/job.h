@@ -4,6 +4,7 @@
 #define CORDON_AGENT_JOB_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "agent/config.h"
 #include "platform/sandbox.h"
@@ -15,6 +16,7 @@ struct agent_job {
   char *package_path; /* <dir>/package */
   int package_fd;     /* O_PATH of the staged package */
   struct manifest *manifest;
+  uint8_t index_hash[32]; /* of a .cpkg's signed index; zero for a DIR */
   struct sandbox_policy policy;
   struct sandbox_probe *probe;
   struct sandbox_plan *plan;

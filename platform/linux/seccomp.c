@@ -43,6 +43,13 @@ static const struct {
     {CLONE_NEWCGROUP, "CLONE_NEWCGROUP"}, {CLONE_NEWTIME, "CLONE_NEWTIME"},
 };
 
+/* One argument comparison; written out so every field is initialised. */
+static int rule_arg(scmp_filter_ctx ctx, uint32_t action, int nr, unsigned arg,
+                    enum scmp_compare op, uint64_t a, uint64_t b) {
+  struct scmp_arg_cmp cmp = {.arg = arg, .op = op, .datum_a = a, .datum_b = b};
+  return seccomp_rule_add_array(ctx, action, nr, 1, &cmp);
+}
+
 static int build(bool net, scmp_filter_ctx *out_ctx) {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx)
@@ -57,21 +64,20 @@ static int build(bool net, scmp_filter_ctx *out_ctx) {
   if (r == 0)
     r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
   for (size_t i = 0; i < sizeof(ns_flags) / sizeof(ns_flags[0]) && r == 0; i++)
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
-                         SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i].flag, ns_flags[i].flag));
+    r = rule_arg(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 0, SCMP_CMP_MASKED_EQ,
+                 ns_flags[i].flag, ns_flags[i].flag);
   if (r == 0)
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
-                         SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI));
+    r = rule_arg(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_CMP_MASKED_EQ, 0xffffffffu,
+                 TIOCSTI);
   if (r == 0)
-    r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
-                         SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX));
+    r = rule_arg(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, SCMP_CMP_MASKED_EQ, 0xffffffffu,
+                 TIOCLINUX);
   if (!net) {
     if (r == 0)
-      r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1,
-                           SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+      r = rule_arg(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 0, SCMP_CMP_NE, AF_UNIX, 0);
     if (r == 0)
-      r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1,
-                           SCMP_A0(SCMP_CMP_NE, AF_UNIX));
+      r = rule_arg(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 0, SCMP_CMP_NE, AF_UNIX,
+                   0);
   }
   if (r < 0) {
     seccomp_release(ctx);
