@@ -117,8 +117,8 @@ int mpcheck_measure(const uint8_t *buf, size_t len, const struct mpcheck_limits 
     if (pos >= len)
       return cordon_diag_set(diag, CORDON_E_PROTOCOL, "msgpack: truncated at offset %zu", pos);
     if (++items > lim->max_items)
-      return cordon_diag_set(diag, CORDON_E_LIMIT,
-                             "msgpack: more than %u objects (offset %zu)", lim->max_items, at);
+      return cordon_diag_set(diag, CORDON_E_LIMIT, "msgpack: more than %u objects (offset %zu)",
+                             lim->max_items, at);
     struct mp_head h = mp_classify(buf[pos++]);
     if (h.kind == MP_EXT)
       return cordon_diag_set(diag, CORDON_E_PROTOCOL, "msgpack: ext type at offset %zu", at);
@@ -164,8 +164,7 @@ int mpcheck_measure(const uint8_t *buf, size_t len, const struct mpcheck_limits 
       if (objects > rest)
         return cordon_diag_set(diag, CORDON_E_PROTOCOL,
                                "msgpack: %s of %llu elements with %zu bytes left at offset %zu",
-                               h.kind == MP_MAP ? "map" : "array", (unsigned long long)n, rest,
-                               at);
+                               h.kind == MP_MAP ? "map" : "array", (unsigned long long)n, rest, at);
       if (objects > 0) {
         left[depth++] = objects;
         continue; /* read the first element */
@@ -197,7 +196,7 @@ int mpcheck_validate(const uint8_t *buf, size_t len, const struct mpcheck_limits
     return rc;
   if (used != len)
     return cordon_diag_set(diag, CORDON_E_PROTOCOL,
-                           "msgpack: %zu trailing bytes after the object at offset %zu",
-                           len - used, used);
+                           "msgpack: %zu trailing bytes after the object at offset %zu", len - used,
+                           used);
   return 0;
 }

@@ -64,7 +64,8 @@ struct schema {
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
-#define SCHEMA(f) {f, COUNT(f)}
+#define SCHEMA(f)                                                                                  \
+  { f, COUNT(f) }
 #define OFF(st, m) offsetof(struct st, m)
 
 _Static_assert(sizeof(enum msg_level) == sizeof(unsigned), "enum storage");
@@ -75,34 +76,55 @@ static const char *const level_names[] = {"none", "contained", "isolated"};
 static const char *const enforce_names[] = {"none",  "cgroup",        "rlimit", "job",
                                             "tmpfs", "pid-namespace", "pgroup"};
 static const char *const role_names[] = {"server", "agent"};
-static const char *const mechanism_names[] = {"bwrap", "seccomp",      "landlock",
-                                              "cgroup", "rlimit",      "appcontainer",
-                                              "job",   "pgroup",       "none"};
+static const char *const mechanism_names[] = {
+    "bwrap", "seccomp", "landlock", "cgroup", "rlimit", "appcontainer", "job", "pgroup", "none"};
 
-#define F_ID(st, m) {.key = #m, .kind = K_BINFIX, .off = OFF(st, m), .hi = MSG_ID_LEN}
-#define F_FIX(st, m, n) {.key = #m, .kind = K_BINFIX, .off = OFF(st, m), .hi = (n)}
-#define F_UINT(st, m, w, l, h)                                                                    \
-  {.key = #m, .kind = K_UINT, .width = (w), .off = OFF(st, m), .lo = (l), .hi = (h)}
-#define F_STR(st, m, f, l, h)                                                                     \
-  {.key = #m, .kind = K_STR, .fmt = (f), .off = OFF(st, m), .lo = (l), .hi = (h)}
-#define F_BOOL(st, m) {.key = #m, .kind = K_BOOL, .off = OFF(st, m)}
-#define F_ENUM(st, m, tbl)                                                                        \
-  {.key = #m, .kind = K_ENUM, .off = OFF(st, m), .names = tbl, .n_names = COUNT(tbl)}
+#define F_ID(st, m)                                                                                \
+  { .key = #m, .kind = K_BINFIX, .off = OFF(st, m), .hi = MSG_ID_LEN }
+#define F_FIX(st, m, n)                                                                            \
+  { .key = #m, .kind = K_BINFIX, .off = OFF(st, m), .hi = (n) }
+#define F_UINT(st, m, w, l, h)                                                                     \
+  { .key = #m, .kind = K_UINT, .width = (w), .off = OFF(st, m), .lo = (l), .hi = (h) }
+#define F_STR(st, m, f, l, h)                                                                      \
+  { .key = #m, .kind = K_STR, .fmt = (f), .off = OFF(st, m), .lo = (l), .hi = (h) }
+#define F_BOOL(st, m)                                                                              \
+  { .key = #m, .kind = K_BOOL, .off = OFF(st, m) }
+#define F_ENUM(st, m, tbl)                                                                         \
+  { .key = #m, .kind = K_ENUM, .off = OFF(st, m), .names = tbl, .n_names = COUNT(tbl) }
 
 static const struct field hello_fields[] = {
     F_UINT(msg_hello, proto_min, 2, 1, UINT16_MAX),
     F_UINT(msg_hello, proto_max, 2, 1, UINT16_MAX),
     F_STR(msg_hello, agent_version, FMT_VERSION, 1, MSG_VERSION_MAX),
-    {.key = "device_id", .kind = K_BINFIX, .presence = P_OPTIONAL,
-     .off = OFF(msg_hello, device_id), .aux = OFF(msg_hello, has_device_id), .hi = MSG_ID_LEN},
-    {.key = "name", .kind = K_STR, .presence = P_OPTIONAL, .fmt = FMT_NAME,
-     .off = OFF(msg_hello, name), .lo = 1, .hi = MSG_NAME_MAX},
+    {.key = "device_id",
+     .kind = K_BINFIX,
+     .presence = P_OPTIONAL,
+     .off = OFF(msg_hello, device_id),
+     .aux = OFF(msg_hello, has_device_id),
+     .hi = MSG_ID_LEN},
+    {.key = "name",
+     .kind = K_STR,
+     .presence = P_OPTIONAL,
+     .fmt = FMT_NAME,
+     .off = OFF(msg_hello, name),
+     .lo = 1,
+     .hi = MSG_NAME_MAX},
     F_STR(msg_hello, platform, FMT_TOKEN, 1, MSG_PLATFORM_MAX),
     F_ENUM(msg_hello, best_level, level_names),
-    {.key = "downgrade_reason", .kind = K_STR, .presence = P_NULLABLE, .fmt = FMT_TOKEN,
-     .off = OFF(msg_hello, downgrade_reason), .lo = 1, .hi = MSG_CODE_MAX},
-    {.key = "mechanism", .kind = K_STR, .presence = P_OPTIONAL, .fmt = FMT_MECH,
-     .off = OFF(msg_hello, mechanism), .lo = 1, .hi = MSG_MECHANISM_MAX},
+    {.key = "downgrade_reason",
+     .kind = K_STR,
+     .presence = P_NULLABLE,
+     .fmt = FMT_TOKEN,
+     .off = OFF(msg_hello, downgrade_reason),
+     .lo = 1,
+     .hi = MSG_CODE_MAX},
+    {.key = "mechanism",
+     .kind = K_STR,
+     .presence = P_OPTIONAL,
+     .fmt = FMT_MECH,
+     .off = OFF(msg_hello, mechanism),
+     .lo = 1,
+     .hi = MSG_MECHANISM_MAX},
     F_UINT(msg_hello, max_jobs, 4, 1, 1024),
 };
 
@@ -124,8 +146,14 @@ static const struct field job_fields[] = {
     F_FIX(msg_job, ticket_sig, MSG_SIG_LEN),
     F_FIX(msg_job, pkg_hash, MSG_HASH_LEN),
     F_UINT(msg_job, pkg_size, 8, 1, UINT64_MAX),
-    {.key = "args", .kind = K_STRS, .fmt = FMT_TEXT, .off = OFF(msg_job, args),
-     .aux = OFF(msg_job, n_args), .lo = 0, .hi = MSG_ARGS_MAX, .elem_max = MSG_ARG_MAX},
+    {.key = "args",
+     .kind = K_STRS,
+     .fmt = FMT_TEXT,
+     .off = OFF(msg_job, args),
+     .aux = OFF(msg_job, n_args),
+     .lo = 0,
+     .hi = MSG_ARGS_MAX,
+     .elem_max = MSG_ARG_MAX},
 };
 
 static const struct field chunk_fields[] = {
@@ -149,12 +177,27 @@ static const struct schema limits_schema = SCHEMA(limits_fields);
 
 static const struct field sandbox_fields[] = {
     F_ENUM(msg_sandbox, requested, level_names),
-    {.key = "level", .kind = K_ENUM, .presence = P_NULLABLE, .off = OFF(msg_sandbox, level),
-     .aux = OFF(msg_sandbox, has_level), .names = level_names, .n_names = COUNT(level_names)},
-    {.key = "mechanism", .kind = K_STR, .presence = P_NULLABLE, .fmt = FMT_MECH,
-     .off = OFF(msg_sandbox, mechanism), .lo = 1, .hi = MSG_MECHANISM_MAX},
-    {.key = "downgrade_reason", .kind = K_STR, .presence = P_NULLABLE, .fmt = FMT_TOKEN,
-     .off = OFF(msg_sandbox, downgrade_reason), .lo = 1, .hi = MSG_CODE_MAX},
+    {.key = "level",
+     .kind = K_ENUM,
+     .presence = P_NULLABLE,
+     .off = OFF(msg_sandbox, level),
+     .aux = OFF(msg_sandbox, has_level),
+     .names = level_names,
+     .n_names = COUNT(level_names)},
+    {.key = "mechanism",
+     .kind = K_STR,
+     .presence = P_NULLABLE,
+     .fmt = FMT_MECH,
+     .off = OFF(msg_sandbox, mechanism),
+     .lo = 1,
+     .hi = MSG_MECHANISM_MAX},
+    {.key = "downgrade_reason",
+     .kind = K_STR,
+     .presence = P_NULLABLE,
+     .fmt = FMT_TOKEN,
+     .off = OFF(msg_sandbox, downgrade_reason),
+     .lo = 1,
+     .hi = MSG_CODE_MAX},
     {.key = "limits", .kind = K_MAP, .off = OFF(msg_sandbox, limits), .sub = &limits_schema},
 };
 static const struct schema sandbox_schema = SCHEMA(sandbox_fields);
@@ -168,23 +211,41 @@ static const struct schema fault_schema = SCHEMA(fault_fields);
 static const struct field result_fields[] = {
     F_ID(msg_result, job_id),
     F_ID(msg_result, device_id),
-    {.key = "exit_code", .kind = K_INT, .presence = P_NULLABLE, .width = 8,
-     .off = OFF(msg_result, exit_code), .aux = OFF(msg_result, has_exit_code), .lo = INT32_MIN,
+    {.key = "exit_code",
+     .kind = K_INT,
+     .presence = P_NULLABLE,
+     .width = 8,
+     .off = OFF(msg_result, exit_code),
+     .aux = OFF(msg_result, has_exit_code),
+     .lo = INT32_MIN,
      .hi = UINT32_MAX},
-    {.key = "signal", .kind = K_INT, .presence = P_NULLABLE, .width = 4,
-     .off = OFF(msg_result, signal), .aux = OFF(msg_result, has_signal), .lo = 1, .hi = 127},
+    {.key = "signal",
+     .kind = K_INT,
+     .presence = P_NULLABLE,
+     .width = 4,
+     .off = OFF(msg_result, signal),
+     .aux = OFF(msg_result, has_signal),
+     .lo = 1,
+     .hi = 127},
     {.key = "stdout", .kind = K_BIN, .off = OFF(msg_result, stdout_buf), .hi = MSG_OUTPUT_MAX},
     {.key = "stderr", .kind = K_BIN, .off = OFF(msg_result, stderr_buf), .hi = MSG_OUTPUT_MAX},
     F_BOOL(msg_result, stdout_truncated),
     F_BOOL(msg_result, stderr_truncated),
     F_UINT(msg_result, wall_ms, 8, 0, UINT64_MAX),
     F_BOOL(msg_result, timed_out),
-    {.key = "oom_killed", .kind = K_BOOL, .presence = P_NULLABLE,
-     .off = OFF(msg_result, oom_killed), .aux = OFF(msg_result, has_oom_killed)},
+    {.key = "oom_killed",
+     .kind = K_BOOL,
+     .presence = P_NULLABLE,
+     .off = OFF(msg_result, oom_killed),
+     .aux = OFF(msg_result, has_oom_killed)},
     F_UINT(msg_result, orphans_killed, 4, 0, UINT32_MAX),
     {.key = "sandbox", .kind = K_MAP, .off = OFF(msg_result, sandbox), .sub = &sandbox_schema},
-    {.key = "error", .kind = K_MAP, .presence = P_NULLABLE, .off = OFF(msg_result, error),
-     .aux = OFF(msg_result, has_error), .sub = &fault_schema},
+    {.key = "error",
+     .kind = K_MAP,
+     .presence = P_NULLABLE,
+     .off = OFF(msg_result, error),
+     .aux = OFF(msg_result, has_error),
+     .sub = &fault_schema},
 };
 
 static const struct field pair_proof_fields[] = {
@@ -198,31 +259,42 @@ static const struct field pair_done_fields[] = {
     F_STR(msg_pair_done, name, FMT_NAME, 1, MSG_NAME_MAX),
     F_STR(msg_pair_done, platform, FMT_TOKEN, 1, MSG_PLATFORM_MAX),
     F_FIX(msg_pair_done, ticket_key, MSG_KEY_LEN),
-    {.key = "publisher_keys", .kind = K_KEYS, .off = OFF(msg_pair_done, publisher_keys),
-     .aux = OFF(msg_pair_done, n_publisher_keys), .lo = 1, .hi = MSG_PUBLISHER_KEYS_MAX},
+    {.key = "publisher_keys",
+     .kind = K_KEYS,
+     .off = OFF(msg_pair_done, publisher_keys),
+     .aux = OFF(msg_pair_done, n_publisher_keys),
+     .lo = 1,
+     .hi = MSG_PUBLISHER_KEYS_MAX},
 };
 
 static const struct field keys_fields[] = {
-    F_UINT(msg_keys, serial, 8, 1, UINT64_MAX),
-    F_FIX(msg_keys, ticket_key, MSG_KEY_LEN),
-    F_FIX(msg_keys, publisher_key, MSG_KEY_LEN),
-    F_FIX(msg_keys, ticket_sig, MSG_SIG_LEN),
+    F_UINT(msg_keys, serial, 8, 1, UINT64_MAX),  F_FIX(msg_keys, ticket_key, MSG_KEY_LEN),
+    F_FIX(msg_keys, publisher_key, MSG_KEY_LEN), F_FIX(msg_keys, ticket_sig, MSG_SIG_LEN),
     F_FIX(msg_keys, publisher_sig, MSG_SIG_LEN),
 };
 
 static const struct field goaway_fields[] = {
     F_STR(msg_goaway, code, FMT_TOKEN, 1, MSG_CODE_MAX),
     F_STR(msg_goaway, message, FMT_TEXT, 0, MSG_TEXT_MAX),
-    {.key = "retry_ms", .kind = K_UINT, .presence = P_OPTIONAL, .width = 4,
-     .off = OFF(msg_goaway, retry_ms), .aux = OFF(msg_goaway, has_retry_ms), .lo = 0,
+    {.key = "retry_ms",
+     .kind = K_UINT,
+     .presence = P_OPTIONAL,
+     .width = 4,
+     .off = OFF(msg_goaway, retry_ms),
+     .aux = OFF(msg_goaway, has_retry_ms),
+     .lo = 0,
      .hi = 86400000},
 };
 
 static const struct field error_fields[] = {
     F_STR(msg_error, code, FMT_TOKEN, 1, MSG_CODE_MAX),
     F_STR(msg_error, message, FMT_TEXT, 0, MSG_TEXT_MAX),
-    {.key = "job_id", .kind = K_BINFIX, .presence = P_OPTIONAL, .off = OFF(msg_error, job_id),
-     .aux = OFF(msg_error, has_job_id), .hi = MSG_ID_LEN},
+    {.key = "job_id",
+     .kind = K_BINFIX,
+     .presence = P_OPTIONAL,
+     .off = OFF(msg_error, job_id),
+     .aux = OFF(msg_error, has_job_id),
+     .hi = MSG_ID_LEN},
 };
 
 struct type_desc {
@@ -263,8 +335,8 @@ struct path {
   const char *map; /* nested map key or NULL */
 };
 
-#define DIAG(diag, rc, p, key, what)                                                              \
-  cordon_diag_set((diag), (rc), "msg %s%s%s.%s: %s", (p)->type, (p)->map ? "." : "",              \
+#define DIAG(diag, rc, p, key, what)                                                               \
+  cordon_diag_set((diag), (rc), "msg %s%s%s.%s: %s", (p)->type, (p)->map ? "." : "",               \
                   (p)->map ? (p)->map : "", (key), (what))
 
 /* ---- value checks, shared by decoding and encoding ------------------- */
@@ -535,8 +607,7 @@ static int check_rules(const struct msg *m, struct cordon_diag *diag) {
       return cordon_diag_set(diag, CORDON_E_PROTOCOL,
                              "msg result: both exit_code and signal are set");
     if (!r->has_exit_code && !r->has_signal && !r->has_error)
-      return cordon_diag_set(diag, CORDON_E_PROTOCOL,
-                             "msg result: no exit_code, signal or error");
+      return cordon_diag_set(diag, CORDON_E_PROTOCOL, "msg result: no exit_code, signal or error");
     if (r->sandbox.has_level &&
         (r->sandbox.level == MSG_LEVEL_ISOLATED) != (r->sandbox.downgrade_reason == NULL))
       return cordon_diag_set(diag, CORDON_E_PROTOCOL,
@@ -561,8 +632,8 @@ static bool key_is(const msgpack_object *k, const char *name) {
 static int dec_map(const struct schema *s, const msgpack_object *o, uint8_t *base, bool top,
                    const struct path *p, struct cordon_diag *diag);
 
-static int dec_str(const struct field *f, const msgpack_object *o, char **out,
-                   const struct path *p, struct cordon_diag *diag) {
+static int dec_str(const struct field *f, const msgpack_object *o, char **out, const struct path *p,
+                   struct cordon_diag *diag) {
   if (o->type != MSGPACK_OBJECT_STR)
     return DIAG(diag, CORDON_E_PROTOCOL, p, f->key, "not a str");
   int rc = check_str(f, o->via.str.ptr, o->via.str.size, p, diag);

@@ -56,14 +56,14 @@
 #define MSG_MAC_LEN 32  /* pairing proof MAC */
 
 /* Caps (bytes unless stated). */
-#define MSG_NAME_MAX 128     /* device and user names */
-#define MSG_VERSION_MAX 64   /* agent_version */
-#define MSG_PLATFORM_MAX 32  /* platform token */
-#define MSG_CODE_MAX 64      /* error/goaway/downgrade codes */
+#define MSG_NAME_MAX 128    /* device and user names */
+#define MSG_VERSION_MAX 64  /* agent_version */
+#define MSG_PLATFORM_MAX 32 /* platform token */
+#define MSG_CODE_MAX 64     /* error/goaway/downgrade codes */
 #define MSG_MECHANISM_MAX 128
-#define MSG_TEXT_MAX 1024    /* human-readable messages */
-#define MSG_ARGS_MAX 256     /* arguments per job (count) */
-#define MSG_ARG_MAX 4096     /* bytes per argument */
+#define MSG_TEXT_MAX 1024 /* human-readable messages */
+#define MSG_ARGS_MAX 256  /* arguments per job (count) */
+#define MSG_ARG_MAX 4096  /* bytes per argument */
 #define MSG_CHUNK_MAX (64u << 10)
 #define MSG_OUTPUT_MAX (1u << 20) /* stdout, stderr: each */
 #define MSG_TICKET_MAX ((1u << 20) + (16u << 10))
@@ -76,22 +76,22 @@
 #define MSG_ENCODED_MAX ((2u << 20) + (48u << 10))
 
 enum msg_type {
-  MSG_HELLO = 1,   /* agent -> server */
-  MSG_WELCOME,     /* server -> agent */
-  MSG_PING,        /* either */
-  MSG_PONG,        /* either */
-  MSG_JOB,         /* server -> agent */
-  MSG_CHUNK,       /* server -> agent */
-  MSG_RUNNING,     /* agent -> server */
-  MSG_RESULT,      /* agent -> server */
-  MSG_ACK,         /* server -> agent */
-  MSG_CANCEL,      /* server -> agent */
-  MSG_PAIR_PROOF,  /* either (role says which) */
-  MSG_PAIR_DONE,   /* server -> agent */
-  MSG_KEYS,        /* server -> agent */
-  MSG_UNPAIR,      /* agent -> server */
-  MSG_GOAWAY,      /* either */
-  MSG_ERROR,       /* either */
+  MSG_HELLO = 1,  /* agent -> server */
+  MSG_WELCOME,    /* server -> agent */
+  MSG_PING,       /* either */
+  MSG_PONG,       /* either */
+  MSG_JOB,        /* server -> agent */
+  MSG_CHUNK,      /* server -> agent */
+  MSG_RUNNING,    /* agent -> server */
+  MSG_RESULT,     /* agent -> server */
+  MSG_ACK,        /* server -> agent */
+  MSG_CANCEL,     /* server -> agent */
+  MSG_PAIR_PROOF, /* either (role says which) */
+  MSG_PAIR_DONE,  /* server -> agent */
+  MSG_KEYS,       /* server -> agent */
+  MSG_UNPAIR,     /* agent -> server */
+  MSG_GOAWAY,     /* either */
+  MSG_ERROR,      /* either */
 };
 
 /* Who may send a type: a bit set of these. */
@@ -133,27 +133,27 @@ struct msg_bytes {
 struct msg_hello {
   uint16_t proto_min; /* 1..65535, <= proto_max */
   uint16_t proto_max;
-  char *agent_version;     /* printable ASCII, 1..MSG_VERSION_MAX */
-  bool has_device_id;      /* optional: absent while pairing */
+  char *agent_version; /* printable ASCII, 1..MSG_VERSION_MAX */
+  bool has_device_id;  /* optional: absent while pairing */
   uint8_t device_id[MSG_ID_LEN];
-  char *name;              /* optional (NULL): device name offered when pairing */
-  char *platform;          /* token, e.g. "linux" */
+  char *name;     /* optional (NULL): device name offered when pairing */
+  char *platform; /* token, e.g. "linux" */
   enum msg_level best_level;
-  char *downgrade_reason;  /* nullable: NULL exactly when best_level is isolated */
-  char *mechanism;         /* optional (NULL): e.g. "bwrap+seccomp+cgroup" */
-  uint32_t max_jobs;       /* 1..1024 */
+  char *downgrade_reason; /* nullable: NULL exactly when best_level is isolated */
+  char *mechanism;        /* optional (NULL): e.g. "bwrap+seccomp+cgroup" */
+  uint32_t max_jobs;      /* 1..1024 */
 };
 
 struct msg_welcome {
-  uint16_t version;        /* the chosen protocol version, >= 1 */
-  uint64_t time_ms;        /* server clock, ms since the Unix epoch */
+  uint16_t version; /* the chosen protocol version, >= 1 */
+  uint64_t time_ms; /* server clock, ms since the Unix epoch */
   uint8_t server_id[MSG_ID_LEN];
   uint8_t session_id[MSG_ID_LEN];
-  uint32_t ping_ms;        /* ping interval the server expects, 10..3600000 */
+  uint32_t ping_ms; /* ping interval the server expects, 10..3600000 */
 };
 
-struct msg_ping {          /* ping and pong */
-  uint64_t nonce;          /* a pong echoes its ping's nonce */
+struct msg_ping { /* ping and pong */
+  uint64_t nonce; /* a pong echoes its ping's nonce */
 };
 
 struct msg_job {
@@ -161,18 +161,18 @@ struct msg_job {
   struct msg_bytes ticket; /* the signed ticket body, 1..MSG_TICKET_MAX */
   uint8_t ticket_sig[MSG_SIG_LEN];
   uint8_t pkg_hash[MSG_HASH_LEN];
-  uint64_t pkg_size;       /* >= 1: bytes the chunks will carry */
-  char **args;             /* n_args strings (UTF-8, no NUL, <= MSG_ARG_MAX) */
-  size_t n_args;           /* 0..MSG_ARGS_MAX */
+  uint64_t pkg_size; /* >= 1: bytes the chunks will carry */
+  char **args;       /* n_args strings (UTF-8, no NUL, <= MSG_ARG_MAX) */
+  size_t n_args;     /* 0..MSG_ARGS_MAX */
 };
 
 struct msg_chunk {
   uint8_t job_id[MSG_ID_LEN];
-  uint64_t offset;         /* offset + data.len <= UINT64_MAX */
-  struct msg_bytes data;   /* 1..MSG_CHUNK_MAX */
+  uint64_t offset;       /* offset + data.len <= UINT64_MAX */
+  struct msg_bytes data; /* 1..MSG_CHUNK_MAX */
 };
 
-struct msg_job_ref {       /* running, ack, cancel */
+struct msg_job_ref { /* running, ack, cancel */
   uint8_t job_id[MSG_ID_LEN];
 };
 
@@ -186,37 +186,37 @@ struct msg_limits_used {
 
 struct msg_sandbox {
   enum msg_level requested;
-  bool has_level;          /* nullable: null when refused before a level was chosen */
+  bool has_level; /* nullable: null when refused before a level was chosen */
   enum msg_level level;
-  char *mechanism;         /* nullable; names from the set, joined with '+' */
-  char *downgrade_reason;  /* nullable; when the level is known, NULL exactly when
-                              it is isolated */
+  char *mechanism;        /* nullable; names from the set, joined with '+' */
+  char *downgrade_reason; /* nullable; when the level is known, NULL exactly when
+                             it is isolated */
   struct msg_limits_used limits;
 };
 
 struct msg_fault {
-  char *code;              /* token, 1..MSG_CODE_MAX */
-  char *message;           /* UTF-8, 0..MSG_TEXT_MAX */
+  char *code;    /* token, 1..MSG_CODE_MAX */
+  char *message; /* UTF-8, 0..MSG_TEXT_MAX */
 };
 
 struct msg_result {
   uint8_t job_id[MSG_ID_LEN];
   uint8_t device_id[MSG_ID_LEN];
-  bool has_exit_code;      /* nullable */
-  int64_t exit_code;       /* INT32_MIN..UINT32_MAX (Windows codes are DWORDs) */
-  bool has_signal;         /* nullable; never both exit_code and signal */
-  int32_t signal;          /* 1..127 */
+  bool has_exit_code;          /* nullable */
+  int64_t exit_code;           /* INT32_MIN..UINT32_MAX (Windows codes are DWORDs) */
+  bool has_signal;             /* nullable; never both exit_code and signal */
+  int32_t signal;              /* 1..127 */
   struct msg_bytes stdout_buf; /* wire key "stdout", 0..MSG_OUTPUT_MAX */
   struct msg_bytes stderr_buf; /* wire key "stderr", 0..MSG_OUTPUT_MAX */
   bool stdout_truncated;
   bool stderr_truncated;
   uint64_t wall_ms;
   bool timed_out;
-  bool has_oom_killed;     /* nullable: null when the mechanism cannot tell */
+  bool has_oom_killed; /* nullable: null when the mechanism cannot tell */
   bool oom_killed;
   uint32_t orphans_killed;
   struct msg_sandbox sandbox;
-  bool has_error;          /* nullable; required when neither exit_code nor signal */
+  bool has_error; /* nullable; required when neither exit_code nor signal */
   struct msg_fault error;
 };
 
@@ -227,33 +227,33 @@ struct msg_pair_proof {
 
 struct msg_pair_done {
   uint8_t device_id[MSG_ID_LEN];
-  char *user;              /* name, the user the device now belongs to */
-  char *name;              /* name, the device name as recorded */
-  char *platform;          /* token, as recorded */
+  char *user;     /* name, the user the device now belongs to */
+  char *name;     /* name, the device name as recorded */
+  char *platform; /* token, as recorded */
   uint8_t ticket_key[MSG_KEY_LEN];
   uint8_t (*publisher_keys)[MSG_KEY_LEN];
   size_t n_publisher_keys; /* 1..MSG_PUBLISHER_KEYS_MAX */
 };
 
 struct msg_keys {
-  uint64_t serial;         /* increases with every rotation, >= 1 */
-  uint8_t ticket_key[MSG_KEY_LEN];    /* the new keys */
+  uint64_t serial;                 /* increases with every rotation, >= 1 */
+  uint8_t ticket_key[MSG_KEY_LEN]; /* the new keys */
   uint8_t publisher_key[MSG_KEY_LEN];
   uint8_t ticket_sig[MSG_SIG_LEN];    /* by the old ticket key */
   uint8_t publisher_sig[MSG_SIG_LEN]; /* by the old publisher key */
 };
 
 struct msg_goaway {
-  char *code;              /* token, e.g. MSG_GOAWAY_VERSION_UNSUPPORTED */
-  char *message;           /* UTF-8, 0..MSG_TEXT_MAX */
-  bool has_retry_ms;       /* optional */
+  char *code;        /* token, e.g. MSG_GOAWAY_VERSION_UNSUPPORTED */
+  char *message;     /* UTF-8, 0..MSG_TEXT_MAX */
+  bool has_retry_ms; /* optional */
   uint32_t retry_ms;
 };
 
 struct msg_error {
   char *code;
   char *message;
-  bool has_job_id;         /* optional */
+  bool has_job_id; /* optional */
   uint8_t job_id[MSG_ID_LEN];
 };
 

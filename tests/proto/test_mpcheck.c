@@ -82,14 +82,40 @@ static int check_hex(const char *hex, const struct mpcheck_limits *lim) {
 
 /* Valid encodings of every msgpack family except ext. */
 static const char *const valid_samples[] = {
-    "c0", "c2", "c3", "00", "7f", "e0", "ff",
-    "cc ff", "cd ff ff", "ce ff ff ff ff", "cf ff ff ff ff ff ff ff ff",
-    "d0 80", "d1 80 00", "d2 80 00 00 00", "d3 80 00 00 00 00 00 00 00",
-    "ca 3f 80 00 00", "cb 3f f0 00 00 00 00 00 00",
-    "a0", "a3 61 62 63", "d9 02 68 69", "da 00 01 7a", "db 00 00 00 01 7a",
-    "c4 00", "c4 02 00 01", "c5 00 01 ff", "c6 00 00 00 02 01 02",
-    "90", "93 01 02 03", "dc 00 02 c0 c3", "dd 00 00 00 01 a0",
-    "80", "81 a1 74 a5 68 65 6c 6c 6f", "de 00 01 01 02", "df 00 00 00 01 c0 c0",
+    "c0",
+    "c2",
+    "c3",
+    "00",
+    "7f",
+    "e0",
+    "ff",
+    "cc ff",
+    "cd ff ff",
+    "ce ff ff ff ff",
+    "cf ff ff ff ff ff ff ff ff",
+    "d0 80",
+    "d1 80 00",
+    "d2 80 00 00 00",
+    "d3 80 00 00 00 00 00 00 00",
+    "ca 3f 80 00 00",
+    "cb 3f f0 00 00 00 00 00 00",
+    "a0",
+    "a3 61 62 63",
+    "d9 02 68 69",
+    "da 00 01 7a",
+    "db 00 00 00 01 7a",
+    "c4 00",
+    "c4 02 00 01",
+    "c5 00 01 ff",
+    "c6 00 00 00 02 01 02",
+    "90",
+    "93 01 02 03",
+    "dc 00 02 c0 c3",
+    "dd 00 00 00 01 a0",
+    "80",
+    "81 a1 74 a5 68 65 6c 6c 6f",
+    "de 00 01 01 02",
+    "df 00 00 00 01 c0 c0",
     "82 a1 61 92 01 81 a1 62 c0 a1 63 c4 01 00",
 };
 
@@ -160,7 +186,7 @@ Test(mpcheck, rejects_huge_declared_counts_without_allocating) {
     const char *hex;
     int err;
   } cases[] = {
-      {"dd ff ff ff ff", CORDON_E_PROTOCOL},       /* array32 of 2^32-1 */
+      {"dd ff ff ff ff", CORDON_E_PROTOCOL}, /* array32 of 2^32-1 */
       {"dd ff ff ff ff c0 c0 c0", CORDON_E_PROTOCOL},
       {"dc ff ff", CORDON_E_PROTOCOL},             /* array16 */
       {"df ff ff ff ff", CORDON_E_PROTOCOL},       /* map32 */

@@ -73,9 +73,9 @@ static char *sample_args[] = {"world", "", "caf\xc3\xa9", "--flag=a b"};
 static uint8_t sample_pubkeys[2][MSG_KEY_LEN] = {{1, 2, 3}, {4, 5, 6}};
 
 static const enum msg_type all_types[] = {
-    MSG_HELLO,   MSG_WELCOME, MSG_PING,       MSG_PONG,      MSG_JOB,  MSG_CHUNK,
-    MSG_RUNNING, MSG_RESULT,  MSG_ACK,        MSG_CANCEL,    MSG_PAIR_PROOF,
-    MSG_PAIR_DONE, MSG_KEYS,  MSG_UNPAIR,     MSG_GOAWAY,    MSG_ERROR,
+    MSG_HELLO,   MSG_WELCOME, MSG_PING,   MSG_PONG,   MSG_JOB,        MSG_CHUNK,
+    MSG_RUNNING, MSG_RESULT,  MSG_ACK,    MSG_CANCEL, MSG_PAIR_PROOF, MSG_PAIR_DONE,
+    MSG_KEYS,    MSG_UNPAIR,  MSG_GOAWAY, MSG_ERROR,
 };
 #define N_TYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -293,8 +293,7 @@ static void mutated(const struct msg *m, const char *path, enum mut_op op, const
   msgpack_unpacked up;
   size_t off = 0;
   msgpack_unpacked_init(&up);
-  cr_assert_eq(msgpack_unpack_next(&up, (const char *)enc, enc_len, &off),
-               MSGPACK_UNPACK_SUCCESS);
+  cr_assert_eq(msgpack_unpack_next(&up, (const char *)enc, enc_len, &off), MSGPACK_UNPACK_SUCCESS);
   msgpack_sbuffer sb;
   msgpack_packer pk;
   msgpack_sbuffer_init(&sb);
@@ -355,8 +354,7 @@ static size_t sample_keys(enum msg_type t, char keys[][32], size_t cap) {
   encode_ok(&m, &enc, &enc_len);
   msgpack_unpacked up;
   msgpack_unpacked_init(&up);
-  cr_assert_eq(msgpack_unpack_next(&up, (const char *)enc, enc_len, &off),
-               MSGPACK_UNPACK_SUCCESS);
+  cr_assert_eq(msgpack_unpack_next(&up, (const char *)enc, enc_len, &off), MSGPACK_UNPACK_SUCCESS);
   for (uint32_t i = 0; i < up.data.via.map.size && n < cap; i++) {
     const msgpack_object *k = &up.data.via.map.ptr[i].key;
     cr_assert(k->via.str.size < 32);
@@ -565,8 +563,8 @@ Test(msg, rejects_huge_declared_counts_without_allocating) {
 Test(msg, rejects_1000_deep_nesting) {
   size_t n = 0;
   uint8_t *b = malloc(2000);
-  static const uint8_t head[] = {0x82, 0xa1, 't', 0xa4, 'p', 'i', 'n', 'g',
-                                 0xa5, 'n',  'o', 'n',  'c', 'e'};
+  static const uint8_t head[] = {0x82, 0xa1, 't', 0xa4, 'p', 'i', 'n',
+                                 'g',  0xa5, 'n', 'o',  'n', 'c', 'e'};
   memcpy(b, head, sizeof(head));
   n = sizeof(head);
   for (int i = 0; i < 1000; i++)
@@ -636,13 +634,13 @@ Test(msg, rejects_duplicate_keys) {
 Test(msg, rejects_unknown_and_missing_types) {
   cr_expect_eq(decode_hex("82 a1 74 a5 62 6f 67 75 73 a5 6e 6f 6e 63 65 01"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_hex("82 a1 74 a5 50 49 4e 47 a5 6e 6f 6e 63 65 01"), CORDON_E_PROTOCOL);
-  cr_expect_eq(decode_hex("81 a5 6e 6f 6e 63 65 01"), CORDON_E_PROTOCOL);   /* no t */
+  cr_expect_eq(decode_hex("81 a5 6e 6f 6e 63 65 01"), CORDON_E_PROTOCOL);          /* no t */
   cr_expect_eq(decode_hex("82 a1 74 01 a5 6e 6f 6e 63 65 01"), CORDON_E_PROTOCOL); /* t int */
   cr_expect_eq(decode_hex("82 a1 74 c4 04 70 69 6e 67 a5 6e 6f 6e 63 65 01"),
                CORDON_E_PROTOCOL); /* t bin */
   cr_expect_eq(decode_hex("82 a1 74 a5 70 69 6e 67 00 a5 6e 6f 6e 63 65 01"),
-               CORDON_E_PROTOCOL); /* "ping\0" */
-  cr_expect_eq(decode_hex("81 a1 74 a6 75 6e 70 61 69 72"), 0);                  /* unpair */
+               CORDON_E_PROTOCOL);                              /* "ping\0" */
+  cr_expect_eq(decode_hex("81 a1 74 a6 75 6e 70 61 69 72"), 0); /* unpair */
 }
 
 Test(msg, rejects_unknown_keys) {
@@ -657,8 +655,7 @@ Test(msg, rejects_unknown_keys) {
   cr_expect_eq(decode_mut(MSG_PING, "nonc", MUT_ADD, "01"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_PING, "nonce2", MUT_ADD, "01"), CORDON_E_PROTOCOL);
   /* non-string keys */
-  cr_expect_eq(decode_hex("83 a1 74 a4 70 69 6e 67 a5 6e 6f 6e 63 65 01 01 01"),
-               CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_hex("83 a1 74 a4 70 69 6e 67 a5 6e 6f 6e 63 65 01 01 01"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_hex("83 a1 74 a4 70 69 6e 67 a5 6e 6f 6e 63 65 01 c4 01 74 01"),
                CORDON_E_PROTOCOL);
 }
@@ -667,8 +664,11 @@ static bool is_optional(enum msg_type t, const char *key) {
   static const struct {
     enum msg_type t;
     const char *key;
-  } opt[] = {{MSG_HELLO, "device_id"}, {MSG_HELLO, "name"}, {MSG_HELLO, "mechanism"},
-             {MSG_GOAWAY, "retry_ms"}, {MSG_ERROR, "job_id"}};
+  } opt[] = {{MSG_HELLO, "device_id"},
+             {MSG_HELLO, "name"},
+             {MSG_HELLO, "mechanism"},
+             {MSG_GOAWAY, "retry_ms"},
+             {MSG_ERROR, "job_id"}};
   for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
     if (opt[i].t == t && strcmp(opt[i].key, key) == 0)
       return true;
@@ -686,10 +686,10 @@ Test(msg, rejects_missing_required_keys) {
     }
   }
   static const char *const nested[] = {
-      "sandbox.requested",      "sandbox.level",          "sandbox.mechanism",
-      "sandbox.downgrade_reason", "sandbox.limits",       "sandbox.limits.memory",
-      "sandbox.limits.processes", "sandbox.limits.cpu",   "sandbox.limits.time",
-      "sandbox.limits.disk",    "error.code",             "error.message",
+      "sandbox.requested",        "sandbox.level",      "sandbox.mechanism",
+      "sandbox.downgrade_reason", "sandbox.limits",     "sandbox.limits.memory",
+      "sandbox.limits.processes", "sandbox.limits.cpu", "sandbox.limits.time",
+      "sandbox.limits.disk",      "error.code",         "error.message",
   };
   for (size_t i = 0; i < sizeof(nested) / sizeof(nested[0]); i++)
     cr_expect_eq(decode_mut(MSG_RESULT, nested[i], MUT_DEL, NULL), CORDON_E_PROTOCOL, "%s",
@@ -712,15 +712,14 @@ Test(msg, rejects_wrong_types_everywhere) {
   cr_expect_eq(decode_mut(MSG_PING, "nonce", MUT_SET, "c3"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_HELLO, "platform", MUT_SET, "c4 05 6c 69 6e 75 78"),
                CORDON_E_PROTOCOL); /* bin where str is expected */
-  cr_expect_eq(decode_mut(MSG_ACK, "job_id", MUT_SET,
-                          "b0 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"),
-               CORDON_E_PROTOCOL); /* str where bin is expected */
+  cr_expect_eq(
+      decode_mut(MSG_ACK, "job_id", MUT_SET, "b0 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"),
+      CORDON_E_PROTOCOL); /* str where bin is expected */
   cr_expect_eq(decode_mut(MSG_RESULT, "timed_out", MUT_SET, "00"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_RESULT, "timed_out", MUT_SET, "c3"), 0);
   cr_expect_eq(decode_mut(MSG_JOB, "args", MUT_SET, "91 01"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_JOB, "args", MUT_SET, "a1 78"), CORDON_E_PROTOCOL);
-  cr_expect_eq(decode_mut(MSG_PAIR_DONE, "publisher_keys", MUT_SET,
-                          "91 a0"), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_mut(MSG_PAIR_DONE, "publisher_keys", MUT_SET, "91 a0"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_RESULT, "sandbox", MUT_SET, "90"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_RESULT, "sandbox.limits", MUT_SET, "c0"), CORDON_E_PROTOCOL);
 }
@@ -808,10 +807,18 @@ Test(msg, rejects_nul_in_strings) {
     enum msg_type t;
     const char *key;
   } cases[] = {
-      {MSG_HELLO, "agent_version"},  {MSG_HELLO, "name"},       {MSG_HELLO, "platform"},
-      {MSG_HELLO, "downgrade_reason"}, {MSG_HELLO, "mechanism"}, {MSG_PAIR_DONE, "user"},
-      {MSG_PAIR_DONE, "name"},       {MSG_GOAWAY, "code"},      {MSG_GOAWAY, "message"},
-      {MSG_ERROR, "code"},           {MSG_ERROR, "message"},    {MSG_RESULT, "error.message"},
+      {MSG_HELLO, "agent_version"},
+      {MSG_HELLO, "name"},
+      {MSG_HELLO, "platform"},
+      {MSG_HELLO, "downgrade_reason"},
+      {MSG_HELLO, "mechanism"},
+      {MSG_PAIR_DONE, "user"},
+      {MSG_PAIR_DONE, "name"},
+      {MSG_GOAWAY, "code"},
+      {MSG_GOAWAY, "message"},
+      {MSG_ERROR, "code"},
+      {MSG_ERROR, "message"},
+      {MSG_RESULT, "error.message"},
       {MSG_RESULT, "sandbox.mechanism"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -840,15 +847,15 @@ Test(msg, rejects_malformed_text) {
       {MSG_GOAWAY, "message", "a4 f0 9f 98 80", 0},                 /* emoji */
       {MSG_GOAWAY, "message", "a3 61 0a 62", 0},                    /* newline in text */
       {MSG_GOAWAY, "message", "a0", 0},
-      {MSG_PAIR_DONE, "name", "a3 61 0a 62", CORDON_E_PROTOCOL},    /* control in a name */
-      {MSG_PAIR_DONE, "name", "a3 61 1b 62", CORDON_E_PROTOCOL},    /* ESC */
-      {MSG_PAIR_DONE, "name", "a3 61 7f 62", CORDON_E_PROTOCOL},    /* DEL */
-      {MSG_PAIR_DONE, "name", "a2 c2 9b", CORDON_E_PROTOCOL},       /* C1 CSI */
-      {MSG_PAIR_DONE, "name", "a2 c2 a0", 0},                       /* NBSP is fine */
-      {MSG_PAIR_DONE, "name", "a0", CORDON_E_PROTOCOL},             /* empty */
+      {MSG_PAIR_DONE, "name", "a3 61 0a 62", CORDON_E_PROTOCOL}, /* control in a name */
+      {MSG_PAIR_DONE, "name", "a3 61 1b 62", CORDON_E_PROTOCOL}, /* ESC */
+      {MSG_PAIR_DONE, "name", "a3 61 7f 62", CORDON_E_PROTOCOL}, /* DEL */
+      {MSG_PAIR_DONE, "name", "a2 c2 9b", CORDON_E_PROTOCOL},    /* C1 CSI */
+      {MSG_PAIR_DONE, "name", "a2 c2 a0", 0},                    /* NBSP is fine */
+      {MSG_PAIR_DONE, "name", "a0", CORDON_E_PROTOCOL},          /* empty */
       {MSG_PAIR_DONE, "user", "a3 61 20 62", 0},
-      {MSG_GOAWAY, "code", "a3 41 42 43", CORDON_E_PROTOCOL},       /* upper case */
-      {MSG_GOAWAY, "code", "a3 61 2d 62", CORDON_E_PROTOCOL},       /* dash */
+      {MSG_GOAWAY, "code", "a3 41 42 43", CORDON_E_PROTOCOL}, /* upper case */
+      {MSG_GOAWAY, "code", "a3 61 2d 62", CORDON_E_PROTOCOL}, /* dash */
       {MSG_GOAWAY, "code", "a0", CORDON_E_PROTOCOL},
       {MSG_GOAWAY, "code", "a5 61 5f 62 5f 39", 0},
       {MSG_HELLO, "agent_version", "a3 31 20 32", CORDON_E_PROTOCOL}, /* space */
@@ -873,12 +880,12 @@ Test(msg, rejects_malformed_text) {
 
 Test(msg, rejects_wrong_fixed_lengths) {
   static const char *const fixed[][2] = {
-      {"ack", "job_id"},        {"hello", "device_id"},  {"welcome", "server_id"},
+      {"ack", "job_id"},         {"hello", "device_id"}, {"welcome", "server_id"},
       {"welcome", "session_id"}, {"job", "ticket_sig"},  {"job", "pkg_hash"},
-      {"pair_proof", "mac"},    {"keys", "ticket_key"},  {"keys", "publisher_sig"},
+      {"pair_proof", "mac"},     {"keys", "ticket_key"}, {"keys", "publisher_sig"},
   };
-  static const enum msg_type ft[] = {MSG_ACK, MSG_HELLO, MSG_WELCOME, MSG_WELCOME, MSG_JOB,
-                                     MSG_JOB, MSG_PAIR_PROOF, MSG_KEYS, MSG_KEYS};
+  static const enum msg_type ft[] = {MSG_ACK, MSG_HELLO,      MSG_WELCOME, MSG_WELCOME, MSG_JOB,
+                                     MSG_JOB, MSG_PAIR_PROOF, MSG_KEYS,    MSG_KEYS};
   for (size_t i = 0; i < sizeof(ft) / sizeof(ft[0]); i++) {
     cr_expect_eq(decode_mut(ft[i], fixed[i][1], MUT_SET, "c4 00"), CORDON_E_PROTOCOL);
     cr_expect_eq(decode_mut(ft[i], fixed[i][1], MUT_SET, "c4 01 00"), CORDON_E_PROTOCOL);
@@ -1242,4 +1249,54 @@ Test(msg, allocation_counting_sees_decoder_allocations) {
   msg_release(&d);
   cr_expect_eq(alloc_live, live, "msg_release frees everything");
   free(b);
+}
+
+/* The examples of docs/protocol/messages.md §8, byte for byte. */
+Test(msg, documented_examples_hold) {
+  struct msg m;
+  uint8_t buf[256], want[256];
+  size_t n, wn;
+
+  memset(&m, 0, sizeof(m));
+  m.type = MSG_ACK;
+  memcpy(m.ack.job_id, id_job, MSG_ID_LEN);
+  wn = unhex("82 a1 74 a3 61 63 6b a6 6a 6f 62 5f 69 64 c4 10 10 11 12 13 14 15 16 17 18 19 1a 1b "
+             "1c 1d 1e 1f",
+             want, sizeof(want));
+  cr_assert_eq(msg_encode(&m, buf, sizeof(buf), &n, NULL), 0);
+  cr_expect(n == wn && memcmp(buf, want, n) == 0, "ack");
+
+  memset(&m, 0, sizeof(m));
+  m.type = MSG_WELCOME;
+  m.welcome.version = 1;
+  m.welcome.time_ms = 1795000000123ull;
+  memset(m.welcome.server_id, 0x5e, MSG_ID_LEN);
+  memset(m.welcome.session_id, 0x55, MSG_ID_LEN);
+  m.welcome.ping_ms = 15000;
+  wn = unhex("86 a1 74 a7 77 65 6c 63 6f 6d 65 a7 76 65 72 73 69 6f 6e 01 a7 74 69 6d 65 5f 6d 73 "
+             "cf 00 00 01 a1 ee 56 5e 7b a9 73 65 72 76 65 72 5f 69 64 "
+             "c4 10 5e 5e 5e 5e 5e 5e 5e 5e 5e 5e 5e 5e 5e 5e 5e 5e "
+             "aa 73 65 73 73 69 6f 6e 5f 69 64 "
+             "c4 10 55 55 55 55 55 55 55 55 55 55 55 55 55 55 55 55 "
+             "a7 70 69 6e 67 5f 6d 73 cd 3a 98",
+             want, sizeof(want));
+  cr_assert_eq(msg_encode(&m, buf, sizeof(buf), &n, NULL), 0);
+  cr_expect(n == wn && memcmp(buf, want, n) == 0, "welcome");
+
+  memset(&m, 0, sizeof(m));
+  m.type = MSG_UNPAIR;
+  wn = unhex("81 a1 74 a6 75 6e 70 61 69 72", want, sizeof(want));
+  cr_assert_eq(msg_encode(&m, buf, sizeof(buf), &n, NULL), 0);
+  cr_expect(n == wn && memcmp(buf, want, n) == 0, "unpair");
+
+  cr_expect_eq(decode_hex("dd ff ff ff ff"), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_hex("db ff ff ff ff"), CORDON_E_LIMIT);
+  cr_expect_eq(decode_hex("91 91 91 91 91 91 91 91 91 01"), CORDON_E_LIMIT);
+  cr_expect_eq(decode_hex("82 a1 74 a4 70 69 6e 67 a5 6e 6f 6e 63 65 01 c0"), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_hex("82 a1 74 a4 70 69 6e 67 a5 6e 6f 6e 63 65 d4 00 00"), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_hex("83 a1 74 a4 70 69 6e 67 a5 6e 6f 6e 63 65 01 a5 6e 6f 6e 63 65 02"),
+               CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_hex("82 a1 74 a5 62 6f 67 75 73 a5 6e 6f 6e 63 65 01"), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_hex("83 a1 74 a4 70 69 6e 67 a5 6e 6f 6e 63 65 01 a1 78 01"),
+               CORDON_E_PROTOCOL);
 }
