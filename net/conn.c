@@ -1,0 +1,568 @@
+#include "net/conn.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/error.h"
+#include "proto/frame.h"
+
+enum conn_state {
+  CONN_CONNECTING,
+  CONN_HANDSHAKE,
+  CONN_READY,
+  CONN_CLOSING,
+};
+
+struct net_server {
+  uv_loop_t *loop;
+  uv_tcp_t listener;
+  uint8_t *static_priv; /* sodium_malloc */
+  unsigned modes;
+  struct net_limits limits;
+  const struct net_conn_ops *ops;
+  void *data;
+  struct net_conn *conns; /* linked list */
+  unsigned n_conns;
+  bool closing;
+  bool listener_closed;
+  int port;
+};
+
+struct net_conn {
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  uv_connect_t connect_req;
+  int handles_open;
+  enum conn_state state;
+  enum noise_role role;
+  enum noise_mode mode;
+  struct net_server *server; /* responder side */
+  struct net_conn *next, **pprev;
+  uv_loop_t *loop;
+  struct net_limits limits;
+  const struct net_conn_ops *ops;
+  void *data;
+  uint8_t *static_priv; /* initiator: sodium_malloc copy; responder: the server's */
+  struct noise_handshake *hs;
+  struct noise_session *session;
+  struct frame_reader reader;
+  uint64_t started, last_rx, frame_started;
+  bool quiet_signalled;
+  bool reading;
+  size_t queued;
+  int close_err;
+  char peer[64];
+};
+
+struct write_req {
+  uv_write_t req;
+  struct net_conn *conn;
+  size_t len;
+  uint8_t buf[];
+};
+
+void net_limits_default(struct net_limits *out_limits) {
+  *out_limits = (struct net_limits){
+      .handshake_ms = 10000,
+      .frame_ms = 30000,
+      .idle_ms = 90000,
+      .quiet_ms = 30000,
+      .wq_high = 4u << 20,
+      .wq_hard = 16u << 20,
+      .max_conns = 1024,
+      .max_per_addr = 16,
+      .tick_ms = 100,
+  };
+}
+
+static void conn_free(struct net_conn *c) {
+  noise_handshake_free(c->hs);
+  noise_session_free(c->session);
+  frame_reader_release(&c->reader);
+  if (c->role == NOISE_INITIATOR && c->static_priv)
+    sodium_free(c->static_priv);
+  free(c);
+}
+
+static void maybe_free_server(struct net_server *s) {
+  if (s->closing && s->listener_closed && s->n_conns == 0) {
+    sodium_free(s->static_priv);
+    free(s);
+  }
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  struct net_conn *c = h->data;
+  if (--c->handles_open > 0)
+    return;
+  struct net_server *s = c->server;
+  if (c->ops && c->ops->on_close)
+    c->ops->on_close(c, c->close_err);
+  if (s) {
+    if (c->next)
+      c->next->pprev = c->pprev;
+    *c->pprev = c->next;
+    s->n_conns--;
+  }
+  conn_free(c);
+  if (s)
+    maybe_free_server(s);
+}
+
+void net_conn_close(struct net_conn *c, int err) {
+  if (!c || c->state == CONN_CLOSING)
+    return;
+  c->state = CONN_CLOSING;
+  c->close_err = err;
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+  uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+}
+
+static void conn_resume(struct net_conn *c);
+
+static void on_write(uv_write_t *req, int status) {
+  struct write_req *w = (struct write_req *)req;
+  struct net_conn *c = w->conn;
+  c->queued -= w->len;
+  free(w);
+  if (status < 0) {
+    net_conn_close(c, status == UV_ECANCELED ? c->close_err : -EPIPE);
+    return;
+  }
+  /* drained enough: read again */
+  if (c->state != CONN_CLOSING && !c->reading && c->queued <= c->limits.wq_high / 2) {
+    conn_resume(c);
+  }
+}
+
+/* Queue one frame whose body is produced by fill (into buf of body_len). */
+static int queue_frame(struct net_conn *c, const uint8_t *body, size_t body_len, bool encrypt) {
+  size_t enc_len = encrypt ? body_len + NOISE_TAG_LEN : body_len;
+  uint32_t max = encrypt ? FRAME_MAX_SESSION : FRAME_MAX_HANDSHAKE;
+  if (enc_len > max)
+    return CORDON_E_LIMIT;
+  if (c->queued + enc_len + FRAME_HEADER_LEN > c->limits.wq_hard) {
+    net_conn_close(c, CORDON_E_LIMIT);
+    return CORDON_E_LIMIT;
+  }
+  struct write_req *w = malloc(sizeof(*w) + FRAME_HEADER_LEN + enc_len);
+  if (!w)
+    return -ENOMEM;
+  int r = frame_encode_header(enc_len, max, w->buf);
+  if (r == 0 && encrypt) {
+    size_t out_len;
+    r = noise_session_encrypt(c->session, body, body_len, w->buf + FRAME_HEADER_LEN, enc_len,
+                              &out_len);
+  } else if (r == 0) {
+    memcpy(w->buf + FRAME_HEADER_LEN, body, body_len);
+  }
+  if (r < 0) {
+    free(w);
+    net_conn_close(c, r);
+    return r;
+  }
+  w->conn = c;
+  w->len = FRAME_HEADER_LEN + enc_len;
+  uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)w->len);
+  r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+  if (r < 0) {
+    free(w);
+    net_conn_close(c, -EPIPE);
+    return -EPIPE;
+  }
+  c->queued += w->len;
+  if (c->queued > c->limits.wq_high && c->reading) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
+  }
+  return 0;
+}
+
+int net_conn_send(struct net_conn *c, const uint8_t *data, size_t len) {
+  if (c->state != CONN_READY)
+    return -EPIPE;
+  return queue_frame(c, data, len, true);
+}
+
+static int become_ready(struct net_conn *c) {
+  int r = noise_handshake_split(&c->hs, &c->session);
+  if (r < 0)
+    return r;
+  r = frame_reader_set_max(&c->reader, FRAME_MAX_SESSION);
+  if (r < 0)
+    return r;
+  c->state = CONN_READY;
+  if (c->ops->on_ready)
+    return c->ops->on_ready(c);
+  return 0;
+}
+
+static int write_hs(struct net_conn *c, const uint8_t *payload, size_t len) {
+  uint8_t msg[256];
+  size_t n;
+  int r = noise_handshake_write_message(c->hs, payload, len, msg, sizeof(msg), &n);
+  if (r < 0)
+    return r;
+  return queue_frame(c, msg, n, false);
+}
+
+static int handle_handshake(struct net_conn *c, const uint8_t *body, size_t len) {
+  int r;
+  if (c->role == NOISE_RESPONDER && !c->hs) {
+    /* message 1: e || mode byte (clear) */
+    if (len != NOISE_MSG1_LEN(1))
+      return CORDON_E_PROTOCOL;
+    uint8_t mode = body[NOISE_KEY_LEN];
+    if ((mode != NOISE_MODE_SESSION && mode != NOISE_MODE_PAIRING) ||
+        !(c->server->modes & (1u << mode)))
+      return CORDON_E_PROTOCOL;
+    c->mode = (enum noise_mode)mode;
+    uint8_t pro[NOISE_PROLOGUE_LEN];
+    size_t pl;
+    r = noise_prologue_build(NOISE_WIRE_VERSION, c->mode, pro, sizeof(pro), &pl);
+    if (r == 0)
+      r = noise_handshake_new(NOISE_RESPONDER, c->static_priv, pro, pl, &c->hs);
+    uint8_t payload[8];
+    size_t plen;
+    if (r == 0)
+      r = noise_handshake_read_message(c->hs, body, len, payload, sizeof(payload), &plen);
+    if (r == 0)
+      r = write_hs(c, NULL, 0);
+    return r;
+  }
+  if (noise_handshake_next(c->hs) != NOISE_ACTION_READ)
+    return CORDON_E_PROTOCOL;
+  uint8_t payload[64];
+  size_t plen;
+  r = noise_handshake_read_message(c->hs, body, len, payload, sizeof(payload), &plen);
+  if (r < 0)
+    return r;
+  if (plen != 0)
+    return CORDON_E_PROTOCOL;
+  if (c->role == NOISE_INITIATOR) {
+    /* message 2 read: check the server before saying anything more */
+    uint8_t key[NOISE_KEY_LEN];
+    r = noise_handshake_remote_static(c->hs, key);
+    if (r == 0 && c->ops->check_peer)
+      r = c->ops->check_peer(c, key);
+    if (r < 0)
+      return r;
+    r = write_hs(c, NULL, 0);
+    if (r < 0)
+      return r;
+  }
+  if (noise_handshake_next(c->hs) == NOISE_ACTION_SPLIT)
+    return become_ready(c);
+  return 0;
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+  struct net_conn *c = stream->data;
+  if (nread < 0) {
+    free(buf->base);
+    net_conn_close(c, nread == UV_EOF && c->state == CONN_READY ? 0 : -ECONNRESET);
+    return;
+  }
+  const uint8_t *p = (const uint8_t *)buf->base;
+  size_t left = (size_t)nread;
+  if (left)
+    c->last_rx = uv_now(c->loop);
+  c->quiet_signalled = false;
+  while (left > 0 && c->state != CONN_CLOSING) {
+    size_t used;
+    const uint8_t *body;
+    size_t blen;
+    bool was_in_frame = frame_reader_in_frame(&c->reader);
+    int r = frame_reader_feed(&c->reader, p, left, &used, &body, &blen);
+    p += used;
+    left -= used;
+    if (r < 0) {
+      net_conn_close(c, r);
+      break;
+    }
+    if (r == 0) {
+      if (!was_in_frame && frame_reader_in_frame(&c->reader))
+        c->frame_started = uv_now(c->loop);
+      continue;
+    }
+    if (c->state == CONN_HANDSHAKE) {
+      r = handle_handshake(c, body, blen);
+    } else {
+      /* decrypt in place: the reader's buffer is ours until the next feed */
+      size_t plen;
+      r = noise_session_decrypt(c->session, body, blen, (uint8_t *)body, blen, &plen);
+      if (r == 0 && c->ops->on_record)
+        c->ops->on_record(c, body, plen);
+    }
+    if (r < 0)
+      net_conn_close(c, r);
+    if (frame_reader_in_frame(&c->reader))
+      c->frame_started = uv_now(c->loop);
+  }
+  free(buf->base);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)h;
+  size_t n = suggested < 65536 ? suggested : 65536;
+  buf->base = malloc(n);
+  buf->len = buf->base ? n : 0;
+}
+
+static void conn_resume(struct net_conn *c) {
+  if (c->state == CONN_CLOSING || c->reading)
+    return;
+  if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+    c->reading = true;
+}
+
+static void on_tick(uv_timer_t *t) {
+  struct net_conn *c = t->data;
+  uint64_t now = uv_now(c->loop);
+  if (c->state == CONN_CONNECTING || c->state == CONN_HANDSHAKE) {
+    if (now - c->started >= c->limits.handshake_ms)
+      net_conn_close(c, -ETIMEDOUT);
+    return;
+  }
+  if (c->state != CONN_READY)
+    return;
+  if (frame_reader_in_frame(&c->reader) && now - c->frame_started >= c->limits.frame_ms) {
+    net_conn_close(c, -ETIMEDOUT);
+    return;
+  }
+  if (now - c->last_rx >= c->limits.idle_ms) {
+    net_conn_close(c, -ETIMEDOUT);
+    return;
+  }
+  if (!c->quiet_signalled && now - c->last_rx >= c->limits.quiet_ms && c->ops->on_quiet) {
+    c->quiet_signalled = true;
+    c->ops->on_quiet(c);
+  }
+}
+
+static struct net_conn *conn_new(uv_loop_t *loop, const struct net_limits *limits,
+                                 const struct net_conn_ops *ops, void *data) {
+  struct net_conn *c = calloc(1, sizeof(*c));
+  if (!c)
+    return NULL;
+  c->loop = loop;
+  c->limits = *limits;
+  c->ops = ops;
+  c->data = data;
+  if (frame_reader_init(&c->reader, FRAME_MAX_HANDSHAKE) < 0) {
+    free(c);
+    return NULL;
+  }
+  uv_tcp_init(loop, &c->tcp);
+  uv_timer_init(loop, &c->timer);
+  c->tcp.data = c;
+  c->timer.data = c;
+  c->handles_open = 2;
+  c->started = c->last_rx = uv_now(loop);
+  return c;
+}
+
+static void peer_name(struct net_conn *c) {
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+    if (ss.ss_family == AF_INET)
+      uv_ip4_name((struct sockaddr_in *)&ss, c->peer, sizeof(c->peer));
+    else if (ss.ss_family == AF_INET6)
+      uv_ip6_name((struct sockaddr_in6 *)&ss, c->peer, sizeof(c->peer));
+  }
+}
+
+static void on_connection(uv_stream_t *listener, int status) {
+  struct net_server *s = listener->data;
+  if (status < 0 || s->closing)
+    return;
+  struct net_conn *c = conn_new(s->loop, &s->limits, s->ops, s->data);
+  if (!c) {
+    /* accept into a throwaway handle is not possible without memory: let
+     * the kernel's backlog hold it */
+    return;
+  }
+  c->role = NOISE_RESPONDER;
+  c->server = s;
+  c->static_priv = s->static_priv;
+  c->next = s->conns;
+  if (s->conns)
+    s->conns->pprev = &c->next;
+  c->pprev = &s->conns;
+  s->conns = c;
+  s->n_conns++;
+  c->state = CONN_HANDSHAKE;
+  if (uv_accept(listener, (uv_stream_t *)&c->tcp) < 0) {
+    net_conn_close(c, -ECONNABORTED);
+    return;
+  }
+  peer_name(c);
+  unsigned same = 0;
+  for (struct net_conn *o = s->conns; o; o = o->next)
+    if (o->state != CONN_CLOSING && strcmp(o->peer, c->peer) == 0)
+      same++;
+  if (s->n_conns > s->limits.max_conns || same > s->limits.max_per_addr) {
+    c->ops = NULL; /* never seen by the application */
+    net_conn_close(c, CORDON_E_LIMIT);
+    return;
+  }
+  uv_tcp_nodelay(&c->tcp, 1);
+  uv_timer_start(&c->timer, on_tick, s->limits.tick_ms, s->limits.tick_ms);
+  conn_resume(c);
+}
+
+static void on_listener_closed(uv_handle_t *h) {
+  struct net_server *s = h->data;
+  s->listener_closed = true;
+  maybe_free_server(s);
+}
+
+int net_server_new(uv_loop_t *loop, const char *host, int port,
+                   const uint8_t static_priv[NOISE_KEY_LEN], unsigned modes,
+                   const struct net_limits *limits, const struct net_conn_ops *ops, void *data,
+                   struct net_server **out_server) {
+  struct sockaddr_storage addr;
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)&addr) != 0 &&
+      uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr) != 0)
+    return -EINVAL;
+  struct net_server *s = calloc(1, sizeof(*s));
+  if (!s)
+    return -ENOMEM;
+  s->static_priv = sodium_malloc(NOISE_KEY_LEN);
+  if (!s->static_priv) {
+    free(s);
+    return -ENOMEM;
+  }
+  memcpy(s->static_priv, static_priv, NOISE_KEY_LEN);
+  s->loop = loop;
+  s->modes = modes;
+  s->limits = *limits;
+  s->ops = ops;
+  s->data = data;
+  uv_tcp_init(loop, &s->listener);
+  s->listener.data = s;
+  int r = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0);
+  if (r == 0)
+    r = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
+  if (r < 0) {
+    s->closing = true;
+    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    return r == UV_EADDRINUSE ? -EADDRINUSE : r == UV_EACCES ? -EACCES : -EINVAL;
+  }
+  struct sockaddr_storage bound;
+  int blen = sizeof(bound);
+  uv_tcp_getsockname(&s->listener, (struct sockaddr *)&bound, &blen);
+  s->port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+                                             : ((struct sockaddr_in6 *)&bound)->sin6_port);
+  *out_server = s;
+  return 0;
+}
+
+int net_server_port(const struct net_server *s) {
+  return s->port;
+}
+void *net_server_data(const struct net_server *s) {
+  return s->data;
+}
+unsigned net_server_count(const struct net_server *s) {
+  return s->n_conns;
+}
+
+void net_server_close(struct net_server *s) {
+  if (!s || s->closing)
+    return;
+  s->closing = true;
+  uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+  for (struct net_conn *c = s->conns; c; c = c->next)
+    net_conn_close(c, 0);
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  struct net_conn *c = req->data;
+  if (c->state == CONN_CLOSING)
+    return;
+  if (status < 0) {
+    net_conn_close(c, -ECONNREFUSED);
+    return;
+  }
+  peer_name(c);
+  uv_tcp_nodelay(&c->tcp, 1);
+  c->state = CONN_HANDSHAKE;
+  uint8_t pro[NOISE_PROLOGUE_LEN];
+  size_t pl;
+  int r = noise_prologue_build(NOISE_WIRE_VERSION, c->mode, pro, sizeof(pro), &pl);
+  if (r == 0)
+    r = noise_handshake_new(NOISE_INITIATOR, c->static_priv, pro, pl, &c->hs);
+  uint8_t mode = (uint8_t)c->mode;
+  if (r == 0)
+    r = write_hs(c, &mode, 1);
+  if (r < 0) {
+    net_conn_close(c, r);
+    return;
+  }
+  conn_resume(c);
+}
+
+int net_connect(uv_loop_t *loop, const char *host, int port,
+                const uint8_t static_priv[NOISE_KEY_LEN], enum noise_mode mode,
+                const struct net_limits *limits, const struct net_conn_ops *ops, void *data,
+                struct net_conn **out_conn) {
+  struct sockaddr_storage addr;
+  if (uv_ip4_addr(host, port, (struct sockaddr_in *)&addr) != 0 &&
+      uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr) != 0)
+    return -EINVAL;
+  struct net_conn *c = conn_new(loop, limits, ops, data);
+  if (!c)
+    return -ENOMEM;
+  c->role = NOISE_INITIATOR;
+  c->mode = mode;
+  c->state = CONN_CONNECTING;
+  c->static_priv = sodium_malloc(NOISE_KEY_LEN);
+  if (!c->static_priv) {
+    net_conn_close(c, -ENOMEM);
+    return -ENOMEM;
+  }
+  memcpy(c->static_priv, static_priv, NOISE_KEY_LEN);
+  c->connect_req.data = c;
+  int r = uv_tcp_connect(&c->connect_req, &c->tcp, (struct sockaddr *)&addr, on_connect);
+  if (r < 0) {
+    c->ops = NULL;
+    net_conn_close(c, -ECONNREFUSED);
+    return -ECONNREFUSED;
+  }
+  uv_timer_start(&c->timer, on_tick, limits->tick_ms, limits->tick_ms);
+  *out_conn = c;
+  return 0;
+}
+
+void *net_conn_data(const struct net_conn *c) {
+  return c->data;
+}
+void net_conn_set_data(struct net_conn *c, void *data) {
+  c->data = data;
+}
+enum noise_mode net_conn_mode(const struct net_conn *c) {
+  return c->mode;
+}
+bool net_conn_ready(const struct net_conn *c) {
+  return c->state == CONN_READY;
+}
+void net_conn_remote_key(const struct net_conn *c, uint8_t out_key[NOISE_KEY_LEN]) {
+  noise_session_remote_static(c->session, out_key);
+}
+void net_conn_handshake_hash(const struct net_conn *c, uint8_t out_h[NOISE_HASH_LEN]) {
+  noise_session_hash(c->session, out_h);
+}
+const char *net_conn_peer(const struct net_conn *c) {
+  return c->peer;
+}
+size_t net_conn_queued(const struct net_conn *c) {
+  return c->queued;
+}
+struct net_server *net_conn_server(const struct net_conn *c) {
+  return c->server;
+}
