@@ -1,0 +1,364 @@
+/* cordon-server persistent state: one SQLite database, STATE/cordon.db.
+ *
+ * Invariants
+ * - Every function that changes something has committed it (WAL,
+ *   synchronous=FULL) before it returns 0: the caller may act on the change
+ *   (send a ticket, answer a pairing proof) at once.
+ * - Changes that must not be seen half-done are one transaction: pairing
+ *   completion (code consumed + device added), a job's result (result + final
+ *   state), each schema migration.
+ * - Races are settled by SQLite, not by the caller: consuming a pairing code,
+ *   a job transition and recording a result are single conditional UPDATEs;
+ *   of two racing callers (threads, processes) exactly one gets 0.
+ * - A handle is used by one thread at a time. Other processes (admin
+ *   commands while the daemon runs) open their own handles; WAL and a 5 s
+ *   busy timeout make that safe.
+ * - Pairing-code secrets are never stored: only a code id (the public lookup
+ *   part) and key = BLAKE2b-256("cordon-pair-code-v1" || code). The key is
+ *   dropped from the row once the code is used or burned. Nothing here logs.
+ *
+ * Errors: every function returns 0 or a negative value and, when `diag` is
+ * not NULL, fills it with a one-line detail (never a secret):
+ *   -ENOENT      no such user / device / job / code (or no database without
+ *                SERVER_DB_CREATE)
+ *   -EEXIST      a user name or device public key that is already there
+ *   -EINVAL      an argument out of range (name too long, bad level, JSON
+ *                that is not an object, unknown state value)
+ *   -EACCES      a pairing code that is not live: used, burned, expired or
+ *                out of attempts (consume, fail, pair_complete)
+ *   -EPERM       an illegal job transition (not an edge of the state graph)
+ *   -ESTALE      a job transition whose expected from-state no longer holds
+ *   -EALREADY    a job result already recorded (nothing changed); a device
+ *                already revoked
+ *   -EBUSY       the database stayed locked past the busy timeout
+ *   -ENOMEM, -EIO, -ENOSPC, -EROFS   from SQLite
+ *   CORDON_E_LIMIT            too many live pairing codes for the user
+ *   CORDON_E_CONFIG_INVALID   the database's schema is newer than this binary
+ *                             knows, or the file is not a cordon database,
+ *                             or it is accessible by group or others
+ *   CORDON_E_INTERNAL         anything else SQLite reports
+ *
+ * Output parameters (out_*) are written only on success. Structs with heap
+ * members are released with their _release function (NULL-safe; the struct
+ * may be released again afterwards). Times are Unix seconds, server clock.
+ */
+#ifndef CORDON_SERVER_DB_H
+#define CORDON_SERVER_DB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/error.h"
+#include "proto/manifest.h" /* enum sandbox_level */
+
+#define SERVER_DB_FILE "cordon.db"
+#define SERVER_DB_SCHEMA_VERSION 1 /* the newest schema this binary knows */
+#define SERVER_DB_BUSY_TIMEOUT_MS 5000
+
+#define SERVER_DB_ID_HEX 32                      /* device and job ids: 128 bits, lowercase hex */
+#define SERVER_DB_ID_SIZE (SERVER_DB_ID_HEX + 1) /* with the NUL */
+#define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
+#define SERVER_DB_PLATFORM_MAX 16                /* bytes of a platform name */
+#define SERVER_DB_CODE_MAX 64                    /* bytes of an error code string */
+#define SERVER_DB_FACTS_MAX (16 * 1024)          /* bytes of a device's facts JSON */
+#define SERVER_DB_ARGS_MAX (64 * 1024)           /* bytes of a job's args JSON */
+#define SERVER_DB_RESULT_MAX (4 * 1024 * 1024)   /* bytes of a job's result JSON */
+#define SERVER_DB_PUBKEY_SIZE 32                 /* X25519 static public key */
+#define SERVER_DB_HASH_SIZE 32                   /* package index hash (CPKG_HASH_SIZE) */
+
+/* Pairing codes (docs/OPERATIONS.md, "Server state"): 200 bits in Crockford
+ * base32 (0-9 a-z without i l o u), 8 groups of 5 joined by '-':
+ *   "k7m2q-9xa0c-....."  the first 2 groups (50 bits) are the code id,
+ *                        the other 6 (150 bits) the secret.
+ * Input is normalised: case folded, '-' and spaces dropped, i/l -> 1, o -> 0. */
+#define SERVER_DB_CODE_CHARS 40               /* base32 characters */
+#define SERVER_DB_CODE_TEXT_SIZE (40 + 7 + 1) /* with the dashes and NUL */
+#define SERVER_DB_CODE_ID_CHARS 10
+#define SERVER_DB_CODE_ID_SIZE (SERVER_DB_CODE_ID_CHARS + 1)
+#define SERVER_DB_CODE_KEY_SIZE 32
+#define SERVER_DB_CODE_DOMAIN "cordon-pair-code-v1"
+#define SERVER_DB_CODE_TTL_DEFAULT 600 /* seconds */
+#define SERVER_DB_CODE_TTL_MAX (7 * 24 * 3600)
+#define SERVER_DB_CODE_ATTEMPTS 5
+#define SERVER_DB_CODE_LIVE_MAX 3 /* live, unexpired codes per user */
+
+struct server_db;
+
+/* --- opening -------------------------------------------------------------- */
+
+enum server_db_open_flags {
+  SERVER_DB_CREATE = 1u << 0, /* create STATE/cordon.db (0600) when missing */
+};
+
+/* Open STATE/cordon.db: WAL, synchronous=FULL, foreign keys, busy timeout,
+ * then migrate the schema up to SERVER_DB_SCHEMA_VERSION (each step one
+ * transaction). The state directory must exist. Without SERVER_DB_CREATE a
+ * missing database is -ENOENT ("run cordon-server init"). */
+int server_db_open(const char *state_dir, unsigned flags, struct server_db **out_db,
+                   struct cordon_diag *diag);
+void server_db_close(struct server_db *db);
+
+/* The schema version of the open database. */
+int server_db_schema_version(struct server_db *db, int *out_version, struct cordon_diag *diag);
+
+/* Tests only: make the handle's clock read `now` (0 restores the real one). */
+void server_db_set_clock(struct server_db *db, int64_t now);
+int64_t server_db_now(const struct server_db *db);
+
+/* --- users ---------------------------------------------------------------- */
+
+struct server_db_user {
+  int64_t id;
+  char name[SERVER_DB_NAME_MAX + 1];
+  int64_t created;
+};
+
+struct server_db_user_list {
+  struct server_db_user *items;
+  size_t count;
+};
+
+/* name: 1..64 bytes of [A-Za-z0-9._-], starting with a letter or digit. */
+int server_db_user_add(struct server_db *db, const char *name, int64_t *out_id,
+                       struct cordon_diag *diag);
+int server_db_user_get(struct server_db *db, int64_t id, struct server_db_user *out_user,
+                       struct cordon_diag *diag);
+int server_db_user_get_by_name(struct server_db *db, const char *name,
+                               struct server_db_user *out_user, struct cordon_diag *diag);
+/* All users, by id. */
+int server_db_user_list(struct server_db *db, struct server_db_user_list *out_list,
+                        struct cordon_diag *diag);
+void server_db_user_list_release(struct server_db_user_list *list);
+
+/* --- pairing codes -------------------------------------------------------- */
+
+enum server_db_code_state {
+  SERVER_DB_CODE_LIVE = 0,
+  SERVER_DB_CODE_USED = 1,
+  SERVER_DB_CODE_BURNED = 2,
+};
+
+struct server_db_code {
+  char id[SERVER_DB_CODE_ID_SIZE];
+  int64_t user_id;
+  uint8_t key[SERVER_DB_CODE_KEY_SIZE]; /* SECRET: all zero unless live; wipe after use */
+  int attempts_left;
+  enum server_db_code_state state;
+  bool expired; /* expires <= now */
+  bool usable;  /* live && attempts_left > 0 && !expired */
+  int64_t created, expires;
+};
+
+/* Mint a code for user_id, valid ttl_s seconds (1..SERVER_DB_CODE_TTL_MAX):
+ * writes the code text (the only time it exists outside the caller) and its
+ * expiry. CORDON_E_LIMIT when the user already has SERVER_DB_CODE_LIVE_MAX
+ * usable codes. */
+int server_db_code_mint(struct server_db *db, int64_t user_id, int64_t ttl_s,
+                        char out_code[SERVER_DB_CODE_TEXT_SIZE], int64_t *out_expires,
+                        struct cordon_diag *diag);
+
+/* Pure: normalise typed code text and derive its id and proof key. -EINVAL
+ * when it is not 40 base32 characters after normalisation. The same function
+ * the agent needs to build its proof (a candidate for proto/). */
+int server_db_code_derive(const char *code, char out_id[SERVER_DB_CODE_ID_SIZE],
+                          uint8_t out_key[SERVER_DB_CODE_KEY_SIZE]);
+
+/* Look a code up by id, whatever its state. Wipe out_code->key after use
+ * (server_db_code_wipe). */
+int server_db_code_lookup(struct server_db *db, const char *code_id,
+                          struct server_db_code *out_code, struct cordon_diag *diag);
+void server_db_code_wipe(struct server_db_code *code);
+
+/* A failed proof: one attempt less, burned at 0 (one UPDATE). -EACCES when
+ * the code is not live. out_attempts_left may be NULL. */
+int server_db_code_fail(struct server_db *db, const char *code_id, int *out_attempts_left,
+                        struct cordon_diag *diag);
+
+/* Consume a usable code (state live, attempts left, not expired) in one
+ * conditional UPDATE: of racing consumers exactly one gets 0, the others
+ * -EACCES. Writes the minting user. Prefer server_db_pair_complete, which
+ * also adds the device in the same transaction. */
+int server_db_code_consume(struct server_db *db, const char *code_id, int64_t *out_user_id,
+                           struct cordon_diag *diag);
+
+/* --- devices -------------------------------------------------------------- */
+
+enum server_db_device_state {
+  SERVER_DB_DEVICE_ACTIVE = 0,
+  SERVER_DB_DEVICE_REVOKED = 1, /* terminal */
+};
+
+/* What a device says about itself (pairing, then every hello). NULL strings
+ * are stored as NULL; facts_json, when given, must be a JSON object. */
+struct server_db_device_info {
+  const char *name;     /* required for add: 1..64 bytes UTF-8, no controls */
+  const char *platform; /* [a-z0-9_-]{1,16} or NULL */
+  bool has_level;       /* best_level valid */
+  enum sandbox_level best_level;
+  const char *downgrade_reason; /* stable code string or NULL */
+  const char *facts_json;       /* <= SERVER_DB_FACTS_MAX, or NULL */
+  int max_jobs;                 /* 0 = unknown, else 1..1024 */
+};
+
+struct server_db_device {
+  char id[SERVER_DB_ID_SIZE];
+  int64_t user_id;
+  char owner[SERVER_DB_NAME_MAX + 1]; /* the user's name */
+  char name[SERVER_DB_NAME_MAX + 1];
+  char platform[SERVER_DB_PLATFORM_MAX + 1]; /* "" when unknown */
+  uint8_t public_key[SERVER_DB_PUBKEY_SIZE];
+  bool has_level;
+  enum sandbox_level best_level;
+  char downgrade_reason[SERVER_DB_CODE_MAX + 1]; /* "" when none */
+  char *facts_json;                              /* heap, NULL when none */
+  int max_jobs;
+  enum server_db_device_state state;
+  bool online;
+  int64_t last_seen; /* 0 = never */
+  int64_t created;
+};
+
+struct server_db_device_list {
+  struct server_db_device *items;
+  size_t count;
+};
+
+void server_db_device_release(struct server_db_device *dev);
+void server_db_device_list_release(struct server_db_device_list *list);
+
+/* Add an active device owned by user_id with a new random id. -EEXIST if the
+ * public key is already known (whatever that device's state). */
+int server_db_device_add(struct server_db *db, int64_t user_id,
+                         const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
+                         const struct server_db_device_info *info, char out_id[SERVER_DB_ID_SIZE],
+                         struct cordon_diag *diag);
+
+/* Pairing completion in one transaction: consume the code (as
+ * server_db_code_consume) and add the device owned by the code's user. If
+ * anything fails nothing changed: the code is still live (or -EACCES: it was
+ * not usable). out_user_id may be NULL. */
+int server_db_pair_complete(struct server_db *db, const char *code_id,
+                            const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
+                            const struct server_db_device_info *info,
+                            char out_device_id[SERVER_DB_ID_SIZE], int64_t *out_user_id,
+                            struct cordon_diag *diag);
+
+int server_db_device_get(struct server_db *db, const char *id, struct server_db_device *out_dev,
+                         struct cordon_diag *diag);
+int server_db_device_get_by_key(struct server_db *db,
+                                const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
+                                struct server_db_device *out_dev, struct cordon_diag *diag);
+
+/* Online flag and last_seen = now (either way). Works on revoked devices
+ * only to set them offline. */
+int server_db_device_set_online(struct server_db *db, const char *id, bool online,
+                                struct cordon_diag *diag);
+/* last_seen = now (a ping, any message). */
+int server_db_device_touch(struct server_db *db, const char *id, struct cordon_diag *diag);
+/* Replace what the device reported (platform, level, reason, facts,
+ * max_jobs) from a hello; info->name NULL keeps the name. */
+int server_db_device_update_info(struct server_db *db, const char *id,
+                                 const struct server_db_device_info *info,
+                                 struct cordon_diag *diag);
+/* Every device offline (daemon start). */
+int server_db_device_set_all_offline(struct server_db *db, struct cordon_diag *diag);
+/* Mark revoked and offline. Terminal: nothing here makes it active again.
+ * -EALREADY when it already was revoked, -ENOENT when unknown. The daemon
+ * must also close the device's live session (the database alone cannot). */
+int server_db_device_revoke(struct server_db *db, const char *id, struct cordon_diag *diag);
+
+/* user_id 0 = all users; ordered by owner, then name. */
+int server_db_device_list(struct server_db *db, int64_t user_id,
+                          struct server_db_device_list *out_list, struct cordon_diag *diag);
+
+/* --- jobs ----------------------------------------------------------------- */
+
+/* Graph: queued -> sent -> running -> done | failed; any non-final state ->
+ * expired | cancelled | failed. done, failed, expired, cancelled are final. */
+enum server_db_job_state {
+  SERVER_DB_JOB_QUEUED = 0,
+  SERVER_DB_JOB_SENT,
+  SERVER_DB_JOB_RUNNING,
+  SERVER_DB_JOB_DONE,
+  SERVER_DB_JOB_FAILED,
+  SERVER_DB_JOB_EXPIRED,
+  SERVER_DB_JOB_CANCELLED,
+};
+
+const char *server_db_job_state_name(enum server_db_job_state s); /* "queued"...; NULL if bad */
+int server_db_job_state_parse(const char *name, enum server_db_job_state *out_state);
+bool server_db_job_state_is_final(enum server_db_job_state s);
+/* Whether from -> to is an edge of the graph above. */
+bool server_db_job_transition_is_legal(enum server_db_job_state from, enum server_db_job_state to);
+
+struct server_db_job_new {
+  int64_t user_id;
+  const char *device_id;       /* NULL when no device was chosen */
+  const uint8_t *package_hash; /* SERVER_DB_HASH_SIZE bytes */
+  const char *args_json;       /* a JSON array; NULL = [] */
+  int64_t deadline;            /* absolute; 0 = none */
+};
+
+struct server_db_job {
+  char id[SERVER_DB_ID_SIZE];
+  int64_t user_id;
+  char user[SERVER_DB_NAME_MAX + 1];
+  char device_id[SERVER_DB_ID_SIZE]; /* "" when none */
+  uint8_t package_hash[SERVER_DB_HASH_SIZE];
+  char *args_json; /* heap, never NULL after a successful get */
+  enum server_db_job_state state;
+  char error[SERVER_DB_CODE_MAX + 1]; /* stable error code, "" when none */
+  char *result_json;                  /* heap, NULL until a result was recorded */
+  int64_t created, updated, deadline;
+};
+
+struct server_db_job_list {
+  struct server_db_job *items;
+  size_t count;
+};
+
+void server_db_job_release(struct server_db_job *job);
+void server_db_job_list_release(struct server_db_job_list *list);
+
+/* Add a queued job with a new random 128-bit id. */
+int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
+                      char out_id[SERVER_DB_ID_SIZE], struct cordon_diag *diag);
+
+/* from -> to in one conditional UPDATE. error_code (a stable code string,
+ * may be NULL) is stored when given. -EPERM if not an edge, -ESTALE if the
+ * job is no longer in `from`, -ENOENT if unknown. */
+int server_db_job_transition(struct server_db *db, const char *id, enum server_db_job_state from,
+                             enum server_db_job_state to, const char *error_code,
+                             struct cordon_diag *diag);
+
+/* Record the §5 result of a job, once per job id, from device_id (the job's
+ * device; another device gets -ENOENT). result_json must be a JSON object.
+ * One UPDATE: the result is stored and, if the job is sent or running, it
+ * becomes `final` (SERVER_DB_JOB_DONE or SERVER_DB_JOB_FAILED, error_code
+ * stored with it); a job that already reached a final state (cancelled,
+ * expired) keeps its state and gets the result. A queued job is -ESTALE. A
+ * second result for the same job: -EALREADY, nothing changed. out_state (may
+ * be NULL) is the job's state afterwards. */
+int server_db_job_record_result(struct server_db *db, const char *id, const char *device_id,
+                                enum server_db_job_state final, const char *error_code,
+                                const char *result_json, enum server_db_job_state *out_state,
+                                struct cordon_diag *diag);
+
+int server_db_job_get(struct server_db *db, const char *id, struct server_db_job *out_job,
+                      struct cordon_diag *diag);
+/* user_id 0 = all; newest first; at most `limit` (0 = no limit). */
+int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
+                       struct server_db_job_list *out_list, struct cordon_diag *diag);
+/* Non-final jobs of a device, oldest first (agent_restarted / device_lost). */
+int server_db_job_list_active_on_device(struct server_db *db, const char *device_id,
+                                        struct server_db_job_list *out_list,
+                                        struct cordon_diag *diag);
+/* Non-final jobs whose deadline (non-zero) is <= now, oldest first. */
+int server_db_job_list_overdue(struct server_db *db, struct server_db_job_list *out_list,
+                               struct cordon_diag *diag);
+/* Number of sent or running jobs on a device (its concurrency in use). */
+int server_db_job_count_in_flight(struct server_db *db, const char *device_id, size_t *out_count,
+                                  struct cordon_diag *diag);
+
+#endif
