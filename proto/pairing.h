@@ -1,0 +1,34 @@
+/* Pairing proofs and the short authentication string (docs/protocol/pairing.md).
+ *
+ * A pairing code is shown once by `cordon-server pair-code`. Both sides
+ * derive from it a 32-byte proof key; the server stores only that key
+ * (looked up by the code's public id). Each side proves knowledge of the key
+ * bound to the Noise handshake hash h of this connection:
+ *   mac = BLAKE2b-256(key = proof key, "cordon-pair-v1 " || role || h)
+ * with role "server" or "agent"; the server proves first. The short
+ * authentication string both sides print is derived from h alone.
+ */
+#ifndef CORDON_PROTO_PAIRING_H
+#define CORDON_PROTO_PAIRING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/error.h"
+
+#define PAIRING_KEY_LEN 32
+#define PAIRING_MAC_LEN 32
+#define PAIRING_SAS_LEN 16 /* "123-456-789" plus NUL fits */
+
+enum pairing_role { PAIRING_ROLE_SERVER = 0, PAIRING_ROLE_AGENT = 1 };
+
+/* The proof MAC of role over handshake hash h (64 bytes). */
+void pairing_mac(const uint8_t key[PAIRING_KEY_LEN], enum pairing_role role, const uint8_t h[64],
+                 uint8_t out_mac[PAIRING_MAC_LEN]);
+/* Constant-time check; 0 or CORDON_E_CRYPTO. */
+int pairing_mac_verify(const uint8_t key[PAIRING_KEY_LEN], enum pairing_role role,
+                       const uint8_t h[64], const uint8_t mac[PAIRING_MAC_LEN]);
+/* Nine decimal digits in three groups, from h. */
+void pairing_sas(const uint8_t h[64], char out_sas[PAIRING_SAS_LEN]);
+
+#endif
