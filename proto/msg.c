@@ -32,7 +32,7 @@ enum field_presence {
 
 enum str_format {
   FMT_TEXT,    /* UTF-8 */
-  FMT_NAME,    /* UTF-8 without control characters (C0, DEL, C1) */
+  FMT_NAME,    /* UTF-8 without control characters (C0, DEL, C1, bidi) */
   FMT_TOKEN,   /* [a-z0-9_]+ */
   FMT_VERSION, /* printable ASCII without space */
   FMT_MECH,    /* mechanism names joined with '+' */
@@ -353,8 +353,22 @@ static bool in_set(const char *s, size_t len, const char *const *names, unsigned
   return false;
 }
 
+/* Bidirectional formatting characters, which can make a printed name look
+ * like another: U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069.
+ * p is one complete, well-formed sequence of n bytes. */
+static bool bidi_control(const uint8_t *p, unsigned n) {
+  if (n == 2)
+    return p[0] == 0xd8 && p[1] == 0x9c;
+  if (n != 3 || p[0] != 0xe2)
+    return false;
+  if (p[1] == 0x80)
+    return p[2] == 0x8e || p[2] == 0x8f || (p[2] >= 0xaa && p[2] <= 0xae);
+  return p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9;
+}
+
 /* Well-formed UTF-8 (no overlongs, surrogates or code points above
- * U+10FFFF), no NUL; with no_ctrl also no C0, DEL or C1 controls. */
+ * U+10FFFF), no NUL; with no_ctrl also no C0, DEL or C1 controls and no
+ * bidirectional formatting characters. */
 static bool utf8_ok(const uint8_t *s, size_t n, bool no_ctrl) {
   size_t i = 0;
   while (i < n) {
@@ -393,6 +407,8 @@ static bool utf8_ok(const uint8_t *s, size_t n, bool no_ctrl) {
     for (unsigned k = 2; k <= need; k++)
       if (s[i + k] < 0x80 || s[i + k] > 0xbf)
         return false;
+    if (no_ctrl && bidi_control(s + i, need + 1))
+      return false;
     i += need + 1;
   }
   return true;
@@ -763,7 +779,7 @@ static int dec_value(const struct field *f, const msgpack_object *o, uint8_t *ba
       if (e->type != MSGPACK_OBJECT_BIN || e->via.bin.size != MSG_KEY_LEN)
         return DIAG(diag, CORDON_E_PROTOCOL, p, f->key, "element is not a 32-byte bin");
     }
-    uint8_t(*k)[MSG_KEY_LEN] = malloc(n * MSG_KEY_LEN);
+    uint8_t(*k)[MSG_KEY_LEN] = malloc(n ? n * MSG_KEY_LEN : 1);
     if (!k)
       return -ENOMEM;
     for (size_t i = 0; i < n; i++)

@@ -847,12 +847,18 @@ Test(msg, rejects_malformed_text) {
       {MSG_GOAWAY, "message", "a4 f0 9f 98 80", 0},                 /* emoji */
       {MSG_GOAWAY, "message", "a3 61 0a 62", 0},                    /* newline in text */
       {MSG_GOAWAY, "message", "a0", 0},
-      {MSG_PAIR_DONE, "name", "a3 61 0a 62", CORDON_E_PROTOCOL}, /* control in a name */
-      {MSG_PAIR_DONE, "name", "a3 61 1b 62", CORDON_E_PROTOCOL}, /* ESC */
-      {MSG_PAIR_DONE, "name", "a3 61 7f 62", CORDON_E_PROTOCOL}, /* DEL */
-      {MSG_PAIR_DONE, "name", "a2 c2 9b", CORDON_E_PROTOCOL},    /* C1 CSI */
-      {MSG_PAIR_DONE, "name", "a2 c2 a0", 0},                    /* NBSP is fine */
-      {MSG_PAIR_DONE, "name", "a0", CORDON_E_PROTOCOL},          /* empty */
+      {MSG_PAIR_DONE, "name", "a3 61 0a 62", CORDON_E_PROTOCOL},       /* control in a name */
+      {MSG_PAIR_DONE, "name", "a3 61 1b 62", CORDON_E_PROTOCOL},       /* ESC */
+      {MSG_PAIR_DONE, "name", "a3 61 7f 62", CORDON_E_PROTOCOL},       /* DEL */
+      {MSG_PAIR_DONE, "name", "a2 c2 9b", CORDON_E_PROTOCOL},          /* C1 CSI */
+      {MSG_PAIR_DONE, "name", "a2 c2 a0", 0},                          /* NBSP is fine */
+      {MSG_PAIR_DONE, "name", "a5 61 e2 80 ae 62", CORDON_E_PROTOCOL}, /* U+202E RLO */
+      {MSG_PAIR_DONE, "name", "a5 61 e2 81 a6 62", CORDON_E_PROTOCOL}, /* U+2066 LRI */
+      {MSG_PAIR_DONE, "name", "a5 61 e2 80 8f 62", CORDON_E_PROTOCOL}, /* U+200F RLM */
+      {MSG_PAIR_DONE, "name", "a4 61 d8 9c 62", CORDON_E_PROTOCOL},    /* U+061C ALM */
+      {MSG_PAIR_DONE, "name", "a5 61 e2 80 94 62", 0},                 /* em dash */
+      {MSG_GOAWAY, "message", "a5 61 e2 80 ae 62", 0},                 /* allowed in text */
+      {MSG_PAIR_DONE, "name", "a0", CORDON_E_PROTOCOL},                /* empty */
       {MSG_PAIR_DONE, "user", "a3 61 20 62", 0},
       {MSG_GOAWAY, "code", "a3 41 42 43", CORDON_E_PROTOCOL}, /* upper case */
       {MSG_GOAWAY, "code", "a3 61 2d 62", CORDON_E_PROTOCOL}, /* dash */
@@ -1228,6 +1234,40 @@ Test(msg, write_seed_corpus) {
     encode_ok(&m, &b, &n);
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s.bin", dir, msg_type_name(all_types[i]));
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fwrite(b, 1, n, f), n);
+    fclose(f);
+    free(b);
+  }
+  /* Variants: optional keys absent, nulls, the other branches of rules. */
+  struct msg v[5];
+  const char *names[5] = {"hello_min", "result_refused", "result_signal", "goaway_min",
+                          "error_min"};
+  v[0] = sample(MSG_HELLO);
+  v[0].hello.has_device_id = false;
+  v[0].hello.name = v[0].hello.mechanism = v[0].hello.downgrade_reason = NULL;
+  v[0].hello.best_level = MSG_LEVEL_ISOLATED;
+  v[1] = sample(MSG_RESULT);
+  v[1].result.has_exit_code = v[1].result.has_oom_killed = false;
+  v[1].result.sandbox.has_level = false;
+  v[1].result.sandbox.mechanism = NULL;
+  v[1].result.error.code = "job_user_missing";
+  v[2] = sample(MSG_RESULT);
+  v[2].result.has_exit_code = v[2].result.has_error = false;
+  v[2].result.has_signal = true;
+  v[2].result.signal = 9;
+  v[2].result.timed_out = true;
+  v[3] = sample(MSG_GOAWAY);
+  v[3].goaway.has_retry_ms = false;
+  v[4] = sample(MSG_ERROR);
+  v[4].error.has_job_id = false;
+  for (size_t i = 0; i < 5; i++) {
+    uint8_t *b;
+    size_t n;
+    encode_ok(&v[i], &b, &n);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s.bin", dir, names[i]);
     FILE *f = fopen(path, "wb");
     cr_assert_not_null(f, "%s", path);
     cr_assert_eq(fwrite(b, 1, n, f), n);
