@@ -48,7 +48,8 @@ struct job_result {
   enum sandbox_level level;
   bool level_known;  /* false when refused before a level was chosen */
   char mechanism[96];
-  const char *downgrade_reason; /* static string or NULL */
+  const char *downgrade_reason; /* static string, reason_store, or NULL */
+  char reason_store[64];        /* a received reason (result_from_msg) */
   enum limit_mech lim_memory, lim_processes, lim_cpu, lim_time, lim_disk;
   int error;         /* 0 or a CORDON_E_* code */
   char error_message[512];
