@@ -102,6 +102,13 @@ static const struct field hello_fields[] = {
      .off = OFF(msg_hello, device_id),
      .aux = OFF(msg_hello, has_device_id),
      .hi = MSG_ID_LEN},
+    {.key = "pair_code",
+     .kind = K_STR,
+     .presence = P_OPTIONAL,
+     .fmt = FMT_TOKEN,
+     .off = OFF(msg_hello, pair_code),
+     .lo = 1,
+     .hi = MSG_PAIR_CODE_MAX},
     {.key = "name",
      .kind = K_STR,
      .presence = P_OPTIONAL,
@@ -606,6 +613,9 @@ static bool field_present(const struct field *f, const uint8_t *base) {
 static int check_rules(const struct msg *m, struct cordon_diag *diag) {
   switch (m->type) {
   case MSG_HELLO:
+    if (m->hello.has_device_id && m->hello.pair_code)
+      return cordon_diag_set(diag, CORDON_E_PROTOCOL,
+                             "msg hello: device_id and pair_code are exclusive");
     if (m->hello.proto_min > m->hello.proto_max)
       return cordon_diag_set(diag, CORDON_E_PROTOCOL, "msg hello: proto_min above proto_max");
     if ((m->hello.best_level == MSG_LEVEL_ISOLATED) != (m->hello.downgrade_reason == NULL))
@@ -850,10 +860,17 @@ static int dec_map(const struct schema *s, const msgpack_object *o, uint8_t *bas
 /* Every schema fits the `seen` bit set. */
 _Static_assert(COUNT(result_fields) <= 32, "too many fields for the seen mask");
 
+/* The validator's caps are the largest of any field's. */
+_Static_assert(MSG_TICKET_MAX <= MSG_OUTPUT_MAX && MSG_CHUNK_MAX <= MSG_OUTPUT_MAX,
+               "max_bin must cover every bin field");
+_Static_assert(MSG_TEXT_MAX <= MSG_ARG_MAX && MSG_NAME_MAX <= MSG_ARG_MAX &&
+                   MSG_MECHANISM_MAX <= MSG_ARG_MAX,
+               "max_str must cover every str field");
+
 static const struct mpcheck_limits msg_mp_limits = {
     .max_depth = MPCHECK_DEPTH_MAX,
     .max_str = MSG_ARG_MAX,
-    .max_bin = MSG_TICKET_MAX,
+    .max_bin = MSG_OUTPUT_MAX,
     .max_items = MSG_ITEMS_MAX,
 };
 

@@ -7,7 +7,7 @@
  * Decoding (msg_decode) is strict, and in this order:
  *   1. the record is at most MSG_ENCODED_MAX bytes;
  *   2. mpcheck_validate() with depth 8, str <= MSG_ARG_MAX, bin <=
- *      MSG_TICKET_MAX and at most MSG_ITEMS_MAX objects, so that msgpack-c
+ *      MSG_OUTPUT_MAX and at most MSG_ITEMS_MAX objects, so that msgpack-c
  *      never sees malformed input and allocates a bounded amount;
  *   3. msgpack-c unpacks it; the top is a map whose keys are all str;
  *   4. "t" must name a known type; every other key must belong to that type;
@@ -56,17 +56,18 @@
 #define MSG_MAC_LEN 32  /* pairing proof MAC */
 
 /* Caps (bytes unless stated). */
-#define MSG_NAME_MAX 128    /* device and user names */
-#define MSG_VERSION_MAX 64  /* agent_version */
-#define MSG_PLATFORM_MAX 32 /* platform token */
-#define MSG_CODE_MAX 64     /* error/goaway/downgrade codes */
+#define MSG_NAME_MAX 128     /* device and user names */
+#define MSG_VERSION_MAX 64   /* agent_version */
+#define MSG_PLATFORM_MAX 32  /* platform token */
+#define MSG_CODE_MAX 64      /* error/goaway/downgrade codes */
+#define MSG_PAIR_CODE_MAX 16 /* the public id part of a pairing code */
 #define MSG_MECHANISM_MAX 128
 #define MSG_TEXT_MAX 1024 /* human-readable messages */
 #define MSG_ARGS_MAX 256  /* arguments per job (count) */
 #define MSG_ARG_MAX 4096  /* bytes per argument */
 #define MSG_CHUNK_MAX (64u << 10)
 #define MSG_OUTPUT_MAX (1u << 20) /* stdout, stderr: each */
-#define MSG_TICKET_MAX ((1u << 20) + (16u << 10))
+#define MSG_TICKET_MAX 4096u      /* a version-1 ticket body is 161 bytes */
 #define MSG_PUBLISHER_KEYS_MAX 16
 /* Objects per record (keys, values, containers), for the validator. */
 #define MSG_ITEMS_MAX 1024
@@ -136,6 +137,10 @@ struct msg_hello {
   char *agent_version; /* printable ASCII, 1..MSG_VERSION_MAX */
   bool has_device_id;  /* optional: absent while pairing */
   uint8_t device_id[MSG_ID_LEN];
+  /* optional (NULL), pairing only: the public id part of the pairing code,
+   * never its secret part (the server is not yet authenticated). Token of
+   * 1..MSG_PAIR_CODE_MAX bytes, so a whole code does not fit. */
+  char *pair_code;
   char *name;     /* optional (NULL): device name offered when pairing */
   char *platform; /* token, e.g. "linux" */
   enum msg_level best_level;
@@ -158,7 +163,7 @@ struct msg_ping { /* ping and pong */
 
 struct msg_job {
   uint8_t job_id[MSG_ID_LEN];
-  struct msg_bytes ticket; /* the signed ticket body, 1..MSG_TICKET_MAX */
+  struct msg_bytes ticket; /* the signed ticket body (proto/ticket.h), 1..MSG_TICKET_MAX */
   uint8_t ticket_sig[MSG_SIG_LEN];
   uint8_t pkg_hash[MSG_HASH_LEN];
   uint64_t pkg_size; /* >= 1: bytes the chunks will carry */

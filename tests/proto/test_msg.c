@@ -1340,3 +1340,31 @@ Test(msg, documented_examples_hold) {
   cr_expect_eq(decode_hex("83 a1 74 a4 70 69 6e 67 a5 6e 6f 6e 63 65 01 a1 78 01"),
                CORDON_E_PROTOCOL);
 }
+
+Test(msg, pairing_hello_carries_only_the_code_id) {
+  struct msg m = sample(MSG_HELLO), d;
+  m.hello.has_device_id = false;
+  m.hello.pair_code = "k7m2q9xa0c";
+  uint8_t *b;
+  size_t n;
+  encode_ok(&m, &b, &n);
+  cr_assert_eq(msg_decode(b, n, &d, NULL), 0);
+  cr_expect_str_eq(d.hello.pair_code, "k7m2q9xa0c");
+  cr_expect(!d.hello.has_device_id);
+  msg_release(&d);
+  free(b);
+
+  /* a whole code (40 base32 characters) does not fit */
+  m.hello.pair_code = "k7m2q9xa0cabcdefghjkmnpqrstvwxyz01234567";
+  cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_LIMIT);
+  m.hello.pair_code = "k7m2q-9xa0c";
+  cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_PROTOCOL);
+  m.hello.pair_code = "";
+  cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_PROTOCOL);
+  /* never together with a device id */
+  m.hello.pair_code = "k7m2q9xa0c";
+  m.hello.has_device_id = true;
+  cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_mut(MSG_HELLO, "pair_code", MUT_ADD, "a5 61 62 63 64 65"), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_mut(MSG_HELLO, "device_id", MUT_DEL, NULL), 0);
+}
