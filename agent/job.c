@@ -15,11 +15,15 @@
 #include "platform/fs.h"
 #include "platform/paths.h"
 
-static int make_job_dir(struct agent_job *job, const struct agent_config *cfg,
+/* id: the job id (32 hex) from a ticket, or NULL for a new random one. */
+static int make_job_dir(struct agent_job *job, const struct agent_config *cfg, const char *id,
                         struct cordon_diag *diag) {
   uint8_t raw[16];
   randombytes_buf(raw, sizeof(raw));
-  sodium_bin2hex(job->id, sizeof(job->id), raw, sizeof(raw));
+  if (id)
+    snprintf(job->id, sizeof(job->id), "%s", id);
+  else
+    sodium_bin2hex(job->id, sizeof(job->id), raw, sizeof(raw));
   memcpy(job->result.job_id, job->id, sizeof(job->id));
   /* A root agent's contained jobs reach their package by path as the job
    * user: the state and jobs dirs are then searchable (0711), never
@@ -65,7 +69,7 @@ static int stage_source_dir(struct agent_job *job, const struct agent_config *cf
   int r = manifest_load_file(mpath, &job->manifest, diag);
   if (r < 0)
     return r == CORDON_E_MANIFEST_INVALID ? r : CORDON_E_USAGE;
-  r = make_job_dir(job, cfg, diag);
+  r = make_job_dir(job, cfg, NULL, diag);
   if (r < 0)
     return r;
   int src = open(source, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -118,7 +122,7 @@ static int stage_cpkg(struct agent_job *job, const struct agent_config *cfg, con
   int r = load_trust(cfg, trust_file, &trust, diag);
   if (r < 0)
     return r == CORDON_E_CONFIG_INVALID || r == CORDON_E_LIMIT ? CORDON_E_USAGE : r;
-  r = make_job_dir(job, cfg, diag);
+  r = make_job_dir(job, cfg, NULL, diag);
   if (r < 0)
     goto out_trust;
   int dst = open(job->package_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -164,6 +168,32 @@ int agent_job_prepare(struct agent_job *job, const struct agent_config *cfg, con
   }
   if (r < 0)
     return r;
+  job->package_fd = open(job->package_path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (job->package_fd < 0)
+    return cordon_diag_set(diag, -errno, "staging: %s", strerror(errno));
+  return 0;
+}
+
+int agent_job_begin_stream(struct agent_job *job, const struct agent_config *cfg, const char *id,
+                           int *out_stage_fd, struct cordon_diag *diag) {
+  memset(job, 0, sizeof(*job));
+  job->package_fd = -1;
+  job_result_init(&job->result);
+  agent_config_policy(cfg, &job->policy);
+  int r = make_job_dir(job, cfg, id, diag);
+  if (r < 0)
+    return r;
+  int fd = open(job->package_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return cordon_diag_set(diag, -errno, "staging: %s", strerror(errno));
+  *out_stage_fd = fd;
+  return 0;
+}
+
+int agent_job_end_stream(struct agent_job *job, struct manifest *m, struct cordon_diag *diag) {
+  job->manifest = m;
+  if (chmod(job->package_path, 0755) < 0)
+    return cordon_diag_set(diag, -errno, "staging: %s", strerror(errno));
   job->package_fd = open(job->package_path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (job->package_fd < 0)
     return cordon_diag_set(diag, -errno, "staging: %s", strerror(errno));

@@ -30,6 +30,12 @@ struct agent_job {
  * with diag; a refused .cpkg fills job->result.error and returns its code. */
 int agent_job_prepare(struct agent_job *job, const struct agent_config *cfg, const char *source,
                       const char *trust_file, struct cordon_diag *diag);
+/* A dispatched job (id from its ticket): make its directory and return an
+ * O_RDONLY fd of the empty staging directory for the streaming stager. */
+int agent_job_begin_stream(struct agent_job *job, const struct agent_config *cfg, const char *id,
+                           int *out_stage_fd, struct cordon_diag *diag);
+/* The package verified: take the manifest, make the package readable. */
+int agent_job_end_stream(struct agent_job *job, struct manifest *m, struct cordon_diag *diag);
 /* Probe and plan; refusals are recorded in job->result. */
 int agent_job_plan(struct agent_job *job, char *const *args, size_t n_args, bool thorough_probe);
 /* Remove the job directory, free everything. */
