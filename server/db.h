@@ -26,7 +26,8 @@
  *                that is not an object, unknown state value)
  *   -EACCES      a pairing code that is not live: used, burned, expired or
  *                out of attempts (consume, fail, pair_complete)
- *   -EPERM       an illegal job transition (not an edge of the state graph)
+ *   -EPERM       an illegal job transition (not an edge of the state graph);
+ *                setting a revoked device online
  *   -ESTALE      a job transition whose expected from-state no longer holds
  *   -EALREADY    a job result already recorded (nothing changed); a device
  *                already revoked

@@ -1,0 +1,925 @@
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "server/db.h"
+
+static char state_dir[256];
+
+static void setup(void) {
+  cr_assert(sodium_init() >= 0);
+  snprintf(state_dir, sizeof(state_dir), "/tmp/cordon-test-db-XXXXXX");
+  cr_assert_not_null(mkdtemp(state_dir));
+}
+
+static void teardown(void) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state_dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(db, .init = setup, .fini = teardown);
+
+static struct server_db *open_db(void) {
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  int err = server_db_open(state_dir, SERVER_DB_CREATE, &db, &d);
+  cr_assert_eq(err, 0, "open: %d %s", err, d.msg);
+  cr_assert_not_null(db);
+  return db;
+}
+
+static int64_t add_user(struct server_db *db, const char *name) {
+  int64_t id = 0;
+  struct cordon_diag d = {{0}};
+  int err = server_db_user_add(db, name, &id, &d);
+  cr_assert_eq(err, 0, "user add %s: %d %s", name, err, d.msg);
+  cr_assert_gt(id, 0);
+  return id;
+}
+
+static void mint(struct server_db *db, int64_t user, char code[SERVER_DB_CODE_TEXT_SIZE],
+                 char id[SERVER_DB_CODE_ID_SIZE]) {
+  struct cordon_diag d = {{0}};
+  int64_t expires = 0;
+  int err = server_db_code_mint(db, user, SERVER_DB_CODE_TTL_DEFAULT, code, &expires, &d);
+  cr_assert_eq(err, 0, "mint: %d %s", err, d.msg);
+  uint8_t key[SERVER_DB_CODE_KEY_SIZE];
+  cr_assert_eq(server_db_code_derive(code, id, key), 0);
+}
+
+static const struct server_db_device_info laptop = {
+    .name = "laptop",
+    .platform = "linux",
+    .has_level = true,
+    .best_level = SANDBOX_LEVEL_ISOLATED,
+    .facts_json = "{\"bwrap\":\"0.8.0\"}",
+    .max_jobs = 4,
+};
+
+static void add_device(struct server_db *db, int64_t user, uint8_t key_byte,
+                       char out_id[SERVER_DB_ID_SIZE]) {
+  uint8_t pk[32];
+  memset(pk, key_byte, sizeof(pk));
+  struct cordon_diag d = {{0}};
+  int err = server_db_device_add(db, user, pk, &laptop, out_id, &d);
+  cr_assert_eq(err, 0, "device add: %d %s", err, d.msg);
+}
+
+static void add_job(struct server_db *db, int64_t user, const char *device,
+                    char out_id[SERVER_DB_ID_SIZE]) {
+  uint8_t hash[32] = {7};
+  struct server_db_job_new j = {
+      .user_id = user, .device_id = device, .package_hash = hash, .args_json = "[\"world\"]"};
+  struct cordon_diag d = {{0}};
+  int err = server_db_job_add(db, &j, out_id, &d);
+  cr_assert_eq(err, 0, "job add: %d %s", err, d.msg);
+}
+
+/* --- open and migrations --- */
+
+Test(db, fresh_dir_migrates_to_current_and_reopens) {
+  struct server_db *db = open_db();
+  int v = -1;
+  cr_assert_eq(server_db_schema_version(db, &v, NULL), 0);
+  cr_assert_eq(v, SERVER_DB_SCHEMA_VERSION);
+  add_user(db, "alice");
+  server_db_close(db);
+
+  struct server_db *again = NULL;
+  cr_assert_eq(server_db_open(state_dir, 0, &again, NULL), 0);
+  cr_assert_eq(server_db_schema_version(again, &v, NULL), 0);
+  cr_assert_eq(v, SERVER_DB_SCHEMA_VERSION);
+  struct server_db_user u;
+  cr_assert_eq(server_db_user_get_by_name(again, "alice", &u, NULL), 0);
+  cr_assert_str_eq(u.name, "alice");
+  server_db_close(again);
+}
+
+Test(db, opens_in_wal_mode) {
+  server_db_close(open_db());
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(h, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+  cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+}
+
+Test(db, missing_database_without_create_is_enoent) {
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_open(state_dir, 0, &db, &d), -ENOENT);
+  cr_assert_null(db);
+  cr_assert(strstr(d.msg, "init"), "%s", d.msg);
+  char missing[512];
+  snprintf(missing, sizeof(missing), "%s/nope", state_dir);
+  cr_assert_eq(server_db_open(missing, SERVER_DB_CREATE, &db, &d), -ENOENT);
+  cr_assert(strstr(d.msg, "does not exist"), "%s", d.msg);
+}
+
+Test(db, refuses_a_newer_schema) {
+  server_db_close(open_db());
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open(path, &h), SQLITE_OK);
+  cr_assert_eq(sqlite3_exec(h, "UPDATE schema_version SET version = 99", NULL, NULL, NULL),
+               SQLITE_OK);
+  sqlite3_close(h);
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_open(state_dir, 0, &db, &d), CORDON_E_CONFIG_INVALID);
+  cr_assert_null(db);
+  cr_assert(strstr(d.msg, "99") && strstr(d.msg, "newer"), "%s", d.msg);
+}
+
+Test(db, refuses_a_foreign_database) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open(path, &h), SQLITE_OK);
+  cr_assert_eq(sqlite3_exec(h, "CREATE TABLE t (x)", NULL, NULL, NULL), SQLITE_OK);
+  sqlite3_close(h);
+  chmod(path, 0600);
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_open(state_dir, 0, &db, &d), CORDON_E_CONFIG_INVALID);
+  cr_assert(strstr(d.msg, "not a cordon database"), "%s", d.msg);
+}
+
+Test(db, database_file_is_0600_whatever_the_umask) {
+  mode_t old = umask(0);
+  struct server_db *db = open_db();
+  umask(old);
+  add_user(db, "alice"); /* makes the -wal file exist too */
+  char path[512];
+  struct stat st;
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  cr_assert_eq(stat(path, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+  snprintf(path, sizeof(path), "%s/%s-wal", state_dir, SERVER_DB_FILE);
+  cr_assert_eq(stat(path, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0600, "wal mode %o", st.st_mode & 0777);
+  server_db_close(db);
+}
+
+Test(db, refuses_a_database_readable_by_others) {
+  server_db_close(open_db());
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  cr_assert_eq(chmod(path, 0644), 0);
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_open(state_dir, 0, &db, &d), CORDON_E_CONFIG_INVALID);
+  cr_assert(strstr(d.msg, "chmod 600"), "%s", d.msg);
+}
+
+Test(db, close_accepts_null) {
+  server_db_close(NULL);
+  server_db_user_list_release(NULL);
+  server_db_device_release(NULL);
+  server_db_device_list_release(NULL);
+  server_db_job_release(NULL);
+  server_db_job_list_release(NULL);
+  server_db_code_wipe(NULL);
+}
+
+/* --- users --- */
+
+Test(db, user_add_refuses_a_duplicate_name) {
+  struct server_db *db = open_db();
+  add_user(db, "alice");
+  int64_t id = 42;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_user_add(db, "alice", &id, &d), -EEXIST);
+  cr_assert_eq(id, 42, "out param written on failure");
+  cr_assert(strstr(d.msg, "alice"), "%s", d.msg);
+  server_db_close(db);
+}
+
+Test(db, user_add_refuses_bad_names) {
+  struct server_db *db = open_db();
+  static const char *const bad[] = {"",
+                                    "-alice",
+                                    "a b",
+                                    "al'ice",
+                                    "a;DROP TABLE users",
+                                    "\x1b[31m",
+                                    "0123456789012345678901234567890123456789"
+                                    "012345678901234567890123456"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    cr_assert_eq(server_db_user_add(db, bad[i], NULL, NULL), -EINVAL, "%s", bad[i]);
+  add_user(db, "a.b_c-9");
+  server_db_close(db);
+}
+
+Test(db, user_list_and_get) {
+  struct server_db *db = open_db();
+  int64_t a = add_user(db, "alice"), b = add_user(db, "bob");
+  struct server_db_user_list l = {0};
+  cr_assert_eq(server_db_user_list(db, &l, NULL), 0);
+  cr_assert_eq(l.count, 2);
+  cr_assert_eq(l.items[0].id, a);
+  cr_assert_str_eq(l.items[1].name, "bob");
+  server_db_user_list_release(&l);
+  server_db_user_list_release(&l);
+  struct server_db_user u;
+  cr_assert_eq(server_db_user_get(db, b, &u, NULL), 0);
+  cr_assert_str_eq(u.name, "bob");
+  cr_assert_eq(server_db_user_get(db, 999, &u, NULL), -ENOENT);
+  cr_assert_eq(server_db_user_get_by_name(db, "carol", &u, NULL), -ENOENT);
+  server_db_close(db);
+}
+
+/* --- pairing codes --- */
+
+Test(db, code_format_and_derive) {
+  struct server_db *db = open_db();
+  int64_t u = add_user(db, "alice");
+  char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+  mint(db, u, code, id);
+  cr_assert_eq(strlen(code), 47, "%s", code);
+  for (size_t i = 0; i < strlen(code); i++) {
+    if (i % 6 == 5)
+      cr_assert_eq(code[i], '-', "%s", code);
+    else
+      cr_assert(strchr("0123456789abcdefghjkmnpqrstvwxyz", code[i]), "%s", code);
+  }
+  uint8_t k1[32], k2[32];
+  char id1[SERVER_DB_CODE_ID_SIZE], id2[SERVER_DB_CODE_ID_SIZE];
+  cr_assert_eq(server_db_code_derive(code, id1, k1), 0);
+  /* typed in capitals, without dashes, with spaces: the same code */
+  char typed[64];
+  size_t n = 0;
+  for (size_t i = 0; code[i]; i++)
+    if (code[i] != '-')
+      typed[n++] = (char)(code[i] >= 'a' && code[i] <= 'z' ? code[i] - 32 : code[i]);
+  typed[n] = '\0';
+  cr_assert_eq(server_db_code_derive(typed, id2, k2), 0);
+  cr_assert_str_eq(id1, id2);
+  cr_assert_eq(memcmp(k1, k2, 32), 0);
+  cr_assert_eq(strncmp(id1, code, 5), 0);
+  cr_assert_eq(strncmp(id1 + 5, code + 6, 5), 0);
+
+  struct server_db_code c;
+  cr_assert_eq(server_db_code_lookup(db, id1, &c, NULL), 0);
+  cr_assert_eq(c.user_id, u);
+  cr_assert_eq(memcmp(c.key, k1, 32), 0);
+  cr_assert_eq(c.attempts_left, SERVER_DB_CODE_ATTEMPTS);
+  cr_assert_eq(c.state, SERVER_DB_CODE_LIVE);
+  cr_assert(c.usable);
+  cr_assert_not(c.expired);
+  cr_assert_eq(c.expires - c.created, SERVER_DB_CODE_TTL_DEFAULT);
+  server_db_code_wipe(&c);
+
+  cr_assert_eq(server_db_code_derive("short", id2, k2), -EINVAL);
+  cr_assert_eq(server_db_code_derive(NULL, id2, k2), -EINVAL);
+  char bad[64];
+  snprintf(bad, sizeof(bad), "%su", code); /* 'u' is not in the alphabet */
+  cr_assert_eq(server_db_code_derive(bad, id2, k2), -EINVAL);
+  server_db_close(db);
+}
+
+Test(db, code_secret_is_not_stored) {
+  struct server_db *db = open_db();
+  int64_t u = add_user(db, "alice");
+  char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+  mint(db, u, code, id);
+  server_db_close(db);
+  char norm[64];
+  size_t n = 0;
+  for (size_t i = 0; code[i]; i++)
+    if (code[i] != '-')
+      norm[n++] = code[i];
+  norm[n] = '\0';
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open(path, &h), SQLITE_OK);
+  sqlite3_stmt *st = NULL;
+  cr_assert_eq(sqlite3_prepare_v2(h, "SELECT * FROM pair_codes", -1, &st, NULL), SQLITE_OK);
+  cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+  for (int i = 0; i < sqlite3_column_count(st); i++) {
+    const void *b = sqlite3_column_blob(st, i);
+    int len = sqlite3_column_bytes(st, i);
+    cr_assert(!b || !memmem(b, (size_t)len, norm + SERVER_DB_CODE_ID_CHARS, 10),
+              "column %d holds the secret", i);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(h);
+}
+
+Test(db, code_expires) {
+  struct server_db *db = open_db();
+  int64_t u = add_user(db, "alice");
+  server_db_set_clock(db, 1000000);
+  char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+  int64_t expires = 0;
+  cr_assert_eq(server_db_code_mint(db, u, 60, code, &expires, NULL), 0);
+  cr_assert_eq(expires, 1000060);
+  uint8_t key[32];
+  cr_assert_eq(server_db_code_derive(code, id, key), 0);
+  server_db_set_clock(db, 1000060);
+  struct server_db_code c;
+  cr_assert_eq(server_db_code_lookup(db, id, &c, NULL), 0);
+  cr_assert(c.expired);
+  cr_assert_not(c.usable);
+  int64_t who = 0;
+  cr_assert_eq(server_db_code_consume(db, id, &who, NULL), -EACCES);
+  cr_assert_eq(who, 0);
+  server_db_set_clock(db, 1000059);
+  cr_assert_eq(server_db_code_consume(db, id, &who, NULL), 0);
+  cr_assert_eq(who, u);
+  cr_assert_eq(server_db_code_consume(db, id, &who, NULL), -EACCES, "single use");
+  cr_assert_eq(server_db_code_lookup(db, id, &c, NULL), 0);
+  cr_assert_eq(c.state, SERVER_DB_CODE_USED);
+  static const uint8_t zero[32];
+  cr_assert_eq(memcmp(c.key, zero, 32), 0, "key dropped once used");
+  cr_assert_eq(server_db_code_mint(db, u, 0, code, NULL, NULL), -EINVAL);
+  cr_assert_eq(server_db_code_mint(db, u, SERVER_DB_CODE_TTL_MAX + 1, code, NULL, NULL), -EINVAL);
+  server_db_close(db);
+}
+
+Test(db, code_burns_after_five_failed_attempts) {
+  struct server_db *db = open_db();
+  int64_t u = add_user(db, "alice");
+  char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+  mint(db, u, code, id);
+  for (int i = SERVER_DB_CODE_ATTEMPTS - 1; i >= 0; i--) {
+    int left = -1;
+    cr_assert_eq(server_db_code_fail(db, id, &left, NULL), 0);
+    cr_assert_eq(left, i);
+  }
+  struct server_db_code c;
+  cr_assert_eq(server_db_code_lookup(db, id, &c, NULL), 0);
+  cr_assert_eq(c.state, SERVER_DB_CODE_BURNED);
+  cr_assert_eq(c.attempts_left, 0);
+  cr_assert_not(c.usable);
+  int left = 99;
+  cr_assert_eq(server_db_code_fail(db, id, &left, NULL), -EACCES);
+  cr_assert_eq(left, 99);
+  cr_assert_eq(server_db_code_consume(db, id, NULL, NULL), -EACCES);
+  cr_assert_eq(server_db_code_lookup(db, "0000000000", &c, NULL), -ENOENT);
+  cr_assert_eq(server_db_code_lookup(db, "x'; --", &c, NULL), -ENOENT);
+  server_db_close(db);
+}
+
+Test(db, live_code_cap_per_user) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice"), bob = add_user(db, "bob");
+  char code[SERVER_DB_CODE_TEXT_SIZE], ids[SERVER_DB_CODE_LIVE_MAX][SERVER_DB_CODE_ID_SIZE];
+  server_db_set_clock(db, 5000);
+  for (int i = 0; i < SERVER_DB_CODE_LIVE_MAX; i++)
+    mint(db, alice, code, ids[i]);
+  struct cordon_diag d = {{0}};
+  char untouched[SERVER_DB_CODE_TEXT_SIZE] = "untouched";
+  cr_assert_eq(server_db_code_mint(db, alice, 600, untouched, NULL, &d), CORDON_E_LIMIT);
+  cr_assert_str_eq(untouched, "untouched");
+  cr_assert(strstr(d.msg, "alice"), "%s", d.msg);
+  char bob_id[SERVER_DB_CODE_ID_SIZE];
+  mint(db, bob, code, bob_id); /* the cap is per user */
+  /* a used code frees a slot */
+  cr_assert_eq(server_db_code_consume(db, ids[0], NULL, NULL), 0);
+  mint(db, alice, code, ids[0]);
+  cr_assert_eq(server_db_code_mint(db, alice, 600, code, NULL, NULL), CORDON_E_LIMIT);
+  /* so does a burned one */
+  for (int i = 0; i < SERVER_DB_CODE_ATTEMPTS; i++)
+    cr_assert_eq(server_db_code_fail(db, ids[1], NULL, NULL), 0);
+  mint(db, alice, code, ids[1]);
+  cr_assert_eq(server_db_code_mint(db, alice, 600, code, NULL, NULL), CORDON_E_LIMIT);
+  /* and expired ones */
+  server_db_set_clock(db, 5000 + 601);
+  for (int i = 0; i < SERVER_DB_CODE_LIVE_MAX; i++)
+    mint(db, alice, code, ids[i]);
+  cr_assert_eq(server_db_code_mint(db, 999, 600, code, NULL, NULL), -ENOENT);
+  server_db_close(db);
+}
+
+struct race {
+  const char *code_id;
+  pthread_barrier_t *barrier;
+  bool pair; /* pair_complete instead of consume */
+  uint8_t key_byte;
+  int result;
+};
+
+static void *race_consume(void *arg) {
+  struct race *r = arg;
+  struct server_db *db = NULL;
+  if (server_db_open(state_dir, 0, &db, NULL) != 0) {
+    r->result = -9999;
+    pthread_barrier_wait(r->barrier);
+    return NULL;
+  }
+  pthread_barrier_wait(r->barrier);
+  if (r->pair) {
+    uint8_t pk[32];
+    memset(pk, r->key_byte, sizeof(pk));
+    char dev[SERVER_DB_ID_SIZE];
+    r->result = server_db_pair_complete(db, r->code_id, pk, &laptop, dev, NULL, NULL);
+  } else {
+    int64_t who;
+    r->result = server_db_code_consume(db, r->code_id, &who, NULL);
+  }
+  server_db_close(db);
+  return NULL;
+}
+
+static void run_race(bool pair) {
+  enum { THREADS = 6, ROUNDS = 10 };
+  struct server_db *db = open_db();
+  for (int round = 0; round < ROUNDS; round++) {
+    char name[32], code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+    snprintf(name, sizeof(name), "user%d", round);
+    int64_t u = add_user(db, name);
+    mint(db, u, code, id);
+    pthread_barrier_t barrier;
+    pthread_barrier_init(&barrier, NULL, THREADS);
+    pthread_t t[THREADS];
+    struct race r[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+      r[i] = (struct race){.code_id = id,
+                           .barrier = &barrier,
+                           .pair = pair,
+                           .key_byte = (uint8_t)(round * THREADS + i + 1)};
+      cr_assert_eq(pthread_create(&t[i], NULL, race_consume, &r[i]), 0);
+    }
+    int winners = 0;
+    for (int i = 0; i < THREADS; i++) {
+      pthread_join(t[i], NULL);
+      if (r[i].result == 0)
+        winners++;
+      else
+        cr_assert_eq(r[i].result, -EACCES, "loser got %d", r[i].result);
+    }
+    pthread_barrier_destroy(&barrier);
+    cr_assert_eq(winners, 1, "round %d: %d winners", round, winners);
+    if (pair) {
+      struct server_db_device_list l = {0};
+      cr_assert_eq(server_db_device_list(db, u, &l, NULL), 0);
+      cr_assert_eq(l.count, 1, "exactly one device paired");
+      server_db_device_list_release(&l);
+    }
+  }
+  server_db_close(db);
+}
+
+Test(db, racing_consumers_exactly_one_wins) {
+  run_race(false);
+}
+
+Test(db, racing_pairings_exactly_one_device) {
+  run_race(true);
+}
+
+Test(db, pair_complete_binds_the_device_to_the_code_minter) {
+  struct server_db *db = open_db();
+  add_user(db, "mallory");
+  int64_t alice = add_user(db, "alice");
+  char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+  mint(db, alice, code, id);
+  uint8_t pk[32] = {1};
+  char dev[SERVER_DB_ID_SIZE];
+  int64_t owner = 0;
+  cr_assert_eq(server_db_pair_complete(db, id, pk, &laptop, dev, &owner, NULL), 0);
+  cr_assert_eq(owner, alice);
+  struct server_db_device d;
+  cr_assert_eq(server_db_device_get(db, dev, &d, NULL), 0);
+  cr_assert_eq(d.user_id, alice);
+  cr_assert_str_eq(d.owner, "alice");
+  server_db_device_release(&d);
+  server_db_close(db);
+}
+
+Test(db, failed_pair_complete_leaves_the_code_live) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 0x11, dev);
+  char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+  mint(db, alice, code, id);
+  uint8_t pk[32];
+  memset(pk, 0x11, sizeof(pk)); /* already paired key */
+  char dev2[SERVER_DB_ID_SIZE] = "untouched";
+  cr_assert_eq(server_db_pair_complete(db, id, pk, &laptop, dev2, NULL, NULL), -EEXIST);
+  cr_assert_str_eq(dev2, "untouched");
+  struct server_db_code c;
+  cr_assert_eq(server_db_code_lookup(db, id, &c, NULL), 0);
+  cr_assert(c.usable, "rolled back: still usable");
+  struct server_db_device_info bad = laptop;
+  bad.name = "evil\x1b]0;title\x07";
+  pk[0] = 0x22;
+  cr_assert_eq(server_db_pair_complete(db, id, pk, &bad, dev2, NULL, NULL), -EINVAL);
+  cr_assert_eq(server_db_code_lookup(db, id, &c, NULL), 0);
+  cr_assert(c.usable);
+  server_db_close(db);
+}
+
+/* --- devices --- */
+
+Test(db, device_add_get_and_fields) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  server_db_set_clock(db, 777);
+  char id[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 0x33, id);
+  cr_assert_eq(strlen(id), 32);
+  struct server_db_device d;
+  cr_assert_eq(server_db_device_get(db, id, &d, NULL), 0);
+  cr_assert_str_eq(d.id, id);
+  cr_assert_str_eq(d.name, "laptop");
+  cr_assert_str_eq(d.platform, "linux");
+  cr_assert(d.has_level);
+  cr_assert_eq(d.best_level, SANDBOX_LEVEL_ISOLATED);
+  cr_assert_str_eq(d.downgrade_reason, "");
+  cr_assert_str_eq(d.facts_json, "{\"bwrap\":\"0.8.0\"}");
+  cr_assert_eq(d.max_jobs, 4);
+  cr_assert_eq(d.state, SERVER_DB_DEVICE_ACTIVE);
+  cr_assert_not(d.online);
+  cr_assert_eq(d.last_seen, 0);
+  cr_assert_eq(d.created, 777);
+  server_db_device_release(&d);
+  server_db_device_release(&d);
+
+  uint8_t pk[32];
+  memset(pk, 0x33, sizeof(pk));
+  cr_assert_eq(server_db_device_get_by_key(db, pk, &d, NULL), 0);
+  cr_assert_str_eq(d.id, id);
+  server_db_device_release(&d);
+  char other[SERVER_DB_ID_SIZE];
+  cr_assert_eq(server_db_device_add(db, alice, pk, &laptop, other, NULL), -EEXIST);
+  pk[0] = 0;
+  cr_assert_eq(server_db_device_get_by_key(db, pk, &d, NULL), -ENOENT);
+  cr_assert_eq(server_db_device_get(db, "00000000000000000000000000000000", &d, NULL), -ENOENT);
+  cr_assert_eq(server_db_device_get(db, "nope", &d, NULL), -ENOENT);
+  cr_assert_eq(server_db_device_add(db, 999, pk, &laptop, other, NULL), -ENOENT);
+  server_db_close(db);
+}
+
+Test(db, device_info_is_validated) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  uint8_t pk[32] = {9};
+  char id[SERVER_DB_ID_SIZE];
+  struct server_db_device_info i = laptop;
+  i.name = "";
+  cr_assert_eq(server_db_device_add(db, alice, pk, &i, id, NULL), -EINVAL);
+  i.name = "\xc2\x9b"; /* C1 CSI */
+  cr_assert_eq(server_db_device_add(db, alice, pk, &i, id, NULL), -EINVAL);
+  i.name = "\xff";
+  cr_assert_eq(server_db_device_add(db, alice, pk, &i, id, NULL), -EINVAL);
+  i.name = "caf\xc3\xa9 laptop";
+  cr_assert_eq(server_db_device_add(db, alice, pk, &i, id, NULL), 0);
+  i.platform = "Linux!";
+  cr_assert_eq(server_db_device_update_info(db, id, &i, NULL), -EINVAL);
+  i.platform = "linux";
+  i.facts_json = "[1]";
+  cr_assert_eq(server_db_device_update_info(db, id, &i, NULL), -EINVAL);
+  i.facts_json = NULL;
+  i.max_jobs = 5000;
+  cr_assert_eq(server_db_device_update_info(db, id, &i, NULL), -EINVAL);
+  server_db_close(db);
+}
+
+Test(db, device_online_seen_and_info) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char id[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 0x44, id);
+  server_db_set_clock(db, 1234);
+  cr_assert_eq(server_db_device_set_online(db, id, true, NULL), 0);
+  server_db_set_clock(db, 1300);
+  cr_assert_eq(server_db_device_touch(db, id, NULL), 0);
+  struct server_db_device_info i = {.platform = "windows",
+                                    .has_level = true,
+                                    .best_level = SANDBOX_LEVEL_CONTAINED,
+                                    .downgrade_reason = "appcontainer_unavailable",
+                                    .facts_json = "{}",
+                                    .max_jobs = 2};
+  cr_assert_eq(server_db_device_update_info(db, id, &i, NULL), 0);
+  struct server_db_device d;
+  cr_assert_eq(server_db_device_get(db, id, &d, NULL), 0);
+  cr_assert(d.online);
+  cr_assert_eq(d.last_seen, 1300);
+  cr_assert_str_eq(d.name, "laptop", "NULL name keeps the name");
+  cr_assert_str_eq(d.platform, "windows");
+  cr_assert_eq(d.best_level, SANDBOX_LEVEL_CONTAINED);
+  cr_assert_str_eq(d.downgrade_reason, "appcontainer_unavailable");
+  cr_assert_eq(d.max_jobs, 2);
+  server_db_device_release(&d);
+  cr_assert_eq(server_db_device_set_all_offline(db, NULL), 0);
+  cr_assert_eq(server_db_device_get(db, id, &d, NULL), 0);
+  cr_assert_not(d.online);
+  server_db_device_release(&d);
+  cr_assert_eq(server_db_device_touch(db, "00000000000000000000000000000000", NULL), -ENOENT);
+  server_db_close(db);
+}
+
+Test(db, revoke_is_terminal) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char id[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 0x55, id);
+  cr_assert_eq(server_db_device_set_online(db, id, true, NULL), 0);
+  cr_assert_eq(server_db_device_revoke(db, id, NULL), 0);
+  struct server_db_device d;
+  cr_assert_eq(server_db_device_get(db, id, &d, NULL), 0);
+  cr_assert_eq(d.state, SERVER_DB_DEVICE_REVOKED);
+  cr_assert_not(d.online);
+  server_db_device_release(&d);
+  cr_assert_eq(server_db_device_revoke(db, id, NULL), -EALREADY);
+  cr_assert_eq(server_db_device_set_online(db, id, true, NULL), -EPERM);
+  cr_assert_eq(server_db_device_set_online(db, id, false, NULL), 0);
+  cr_assert_eq(server_db_device_revoke(db, "ffffffffffffffffffffffffffffffff", NULL), -ENOENT);
+  /* its key stays known: pairing it again is refused */
+  uint8_t pk[32];
+  memset(pk, 0x55, sizeof(pk));
+  char again[SERVER_DB_ID_SIZE];
+  cr_assert_eq(server_db_device_add(db, alice, pk, &laptop, again, NULL), -EEXIST);
+  server_db_close(db);
+
+  /* even raw SQL cannot bring it back */
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open(path, &h), SQLITE_OK);
+  cr_assert_neq(sqlite3_exec(h, "UPDATE devices SET state = 'active'", NULL, NULL, NULL),
+                SQLITE_OK);
+  sqlite3_close(h);
+}
+
+Test(db, device_list_all_and_by_user) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice"), bob = add_user(db, "bob");
+  char id[SERVER_DB_ID_SIZE];
+  add_device(db, bob, 1, id);
+  add_device(db, alice, 2, id);
+  add_device(db, alice, 3, id);
+  struct server_db_device_list l = {0};
+  cr_assert_eq(server_db_device_list(db, 0, &l, NULL), 0);
+  cr_assert_eq(l.count, 3);
+  cr_assert_str_eq(l.items[0].owner, "alice");
+  cr_assert_str_eq(l.items[2].owner, "bob");
+  server_db_device_list_release(&l);
+  cr_assert_eq(server_db_device_list(db, bob, &l, NULL), 0);
+  cr_assert_eq(l.count, 1);
+  server_db_device_list_release(&l);
+  cr_assert_eq(server_db_device_list(db, alice, &l, NULL), 0);
+  cr_assert_eq(l.count, 2);
+  server_db_device_list_release(&l);
+  server_db_close(db);
+}
+
+/* --- jobs --- */
+
+Test(db, job_add_and_get) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 1, dev);
+  add_job(db, alice, dev, job);
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, job, &j, NULL), 0);
+  cr_assert_str_eq(j.id, job);
+  cr_assert_str_eq(j.user, "alice");
+  cr_assert_str_eq(j.device_id, dev);
+  cr_assert_eq(j.package_hash[0], 7);
+  cr_assert_str_eq(j.args_json, "[\"world\"]");
+  cr_assert_eq(j.state, SERVER_DB_JOB_QUEUED);
+  cr_assert_null(j.result_json);
+  cr_assert_str_eq(j.error, "");
+  server_db_job_release(&j);
+  uint8_t hash[32] = {0};
+  struct server_db_job_new bad = {.user_id = alice, .package_hash = hash, .args_json = "{}"};
+  char out[SERVER_DB_ID_SIZE];
+  cr_assert_eq(server_db_job_add(db, &bad, out, NULL), -EINVAL);
+  bad.args_json = NULL;
+  bad.device_id = "ffffffffffffffffffffffffffffffff";
+  cr_assert_eq(server_db_job_add(db, &bad, out, NULL), -ENOENT);
+  bad.device_id = NULL; /* no device chosen */
+  cr_assert_eq(server_db_job_add(db, &bad, out, NULL), 0);
+  cr_assert_eq(server_db_job_get(db, out, &j, NULL), 0);
+  cr_assert_str_eq(j.device_id, "");
+  cr_assert_str_eq(j.args_json, "[]");
+  server_db_job_release(&j);
+  cr_assert_eq(server_db_job_get(db, "0123456789abcdef0123456789abcdef", &j, NULL), -ENOENT);
+  server_db_close(db);
+}
+
+Test(db, job_transition_table) {
+  for (int f = 0; f <= SERVER_DB_JOB_CANCELLED; f++)
+    for (int t = 0; t <= SERVER_DB_JOB_CANCELLED; t++) {
+      bool final = f >= SERVER_DB_JOB_DONE;
+      bool want = !final && ((f == SERVER_DB_JOB_QUEUED && t == SERVER_DB_JOB_SENT) ||
+                             (f == SERVER_DB_JOB_SENT && t == SERVER_DB_JOB_RUNNING) ||
+                             (f == SERVER_DB_JOB_RUNNING && t == SERVER_DB_JOB_DONE) ||
+                             t == SERVER_DB_JOB_FAILED || t == SERVER_DB_JOB_EXPIRED ||
+                             t == SERVER_DB_JOB_CANCELLED);
+      cr_assert_eq(server_db_job_transition_is_legal(f, t), want, "%d -> %d", f, t);
+    }
+  for (int s = 0; s <= SERVER_DB_JOB_CANCELLED; s++) {
+    enum server_db_job_state back;
+    cr_assert_eq(server_db_job_state_parse(server_db_job_state_name(s), &back), 0);
+    cr_assert_eq((int)back, s);
+  }
+  cr_assert_null(server_db_job_state_name(99));
+}
+
+Test(db, job_transitions_legal_and_illegal) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 1, dev);
+  add_job(db, alice, dev, job);
+  cr_assert_eq(
+      server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_RUNNING, NULL, NULL),
+      -EPERM);
+  cr_assert_eq(
+      server_db_job_transition(db, job, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL),
+      -ESTALE, "expected from-state does not hold");
+  cr_assert_eq(
+      server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL), 0);
+  cr_assert_eq(
+      server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL),
+      -ESTALE, "only once");
+  cr_assert_eq(
+      server_db_job_transition(db, job, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL), 0);
+  cr_assert_eq(server_db_job_transition(db, job, SERVER_DB_JOB_RUNNING, SERVER_DB_JOB_CANCELLED,
+                                        "cancelled", NULL),
+               0);
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, job, &j, NULL), 0);
+  cr_assert_eq(j.state, SERVER_DB_JOB_CANCELLED);
+  cr_assert_str_eq(j.error, "cancelled");
+  server_db_job_release(&j);
+  cr_assert_eq(
+      server_db_job_transition(db, job, SERVER_DB_JOB_CANCELLED, SERVER_DB_JOB_FAILED, NULL, NULL),
+      -EPERM, "final is final");
+  cr_assert_eq(server_db_job_transition(db, "ffffffffffffffffffffffffffffffff",
+                                        SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL),
+               -ENOENT);
+  server_db_close(db);
+}
+
+Test(db, result_is_recorded_exactly_once) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[SERVER_DB_ID_SIZE], other[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 1, dev);
+  add_device(db, alice, 2, other);
+  add_job(db, alice, dev, job);
+  const char *res = "{\"exit_code\":0,\"error\":null}";
+  cr_assert_eq(server_db_job_record_result(db, job, dev, SERVER_DB_JOB_DONE, NULL, res, NULL, NULL),
+               -ESTALE, "queued: never sent");
+  server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL);
+  server_db_job_transition(db, job, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL);
+  cr_assert_eq(
+      server_db_job_record_result(db, job, other, SERVER_DB_JOB_DONE, NULL, res, NULL, NULL),
+      -ENOENT, "another device's result");
+  cr_assert_eq(
+      server_db_job_record_result(db, job, dev, SERVER_DB_JOB_DONE, NULL, "[]", NULL, NULL),
+      -EINVAL);
+  enum server_db_job_state after = SERVER_DB_JOB_QUEUED;
+  cr_assert_eq(
+      server_db_job_record_result(db, job, dev, SERVER_DB_JOB_DONE, NULL, res, &after, NULL), 0);
+  cr_assert_eq(after, SERVER_DB_JOB_DONE);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_job_record_result(db, job, dev, SERVER_DB_JOB_FAILED, "spawn_failed",
+                                           "{\"exit_code\":1}", NULL, &d),
+               -EALREADY);
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, job, &j, NULL), 0);
+  cr_assert_eq(j.state, SERVER_DB_JOB_DONE);
+  cr_assert_str_eq(j.result_json, res);
+  cr_assert_str_eq(j.error, "");
+  server_db_job_release(&j);
+  server_db_close(db);
+}
+
+Test(db, result_after_cancel_keeps_the_final_state) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 1, dev);
+  add_job(db, alice, dev, job);
+  server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL);
+  server_db_job_transition(db, job, SERVER_DB_JOB_SENT, SERVER_DB_JOB_CANCELLED, "cancelled", NULL);
+  enum server_db_job_state after;
+  cr_assert_eq(server_db_job_record_result(db, job, dev, SERVER_DB_JOB_FAILED, "cancelled",
+                                           "{\"error\":{\"code\":\"cancelled\"}}", &after, NULL),
+               0);
+  cr_assert_eq(after, SERVER_DB_JOB_CANCELLED);
+  server_db_close(db);
+}
+
+struct result_race {
+  const char *job, *dev;
+  pthread_barrier_t *barrier;
+  int result;
+};
+
+static void *race_result(void *arg) {
+  struct result_race *r = arg;
+  struct server_db *db = NULL;
+  int err = server_db_open(state_dir, 0, &db, NULL);
+  pthread_barrier_wait(r->barrier);
+  r->result = err ? err
+                  : server_db_job_record_result(db, r->job, r->dev, SERVER_DB_JOB_DONE, NULL,
+                                                "{\"exit_code\":0}", NULL, NULL);
+  server_db_close(db);
+  return NULL;
+}
+
+Test(db, racing_results_exactly_one_recorded) {
+  enum { THREADS = 6 };
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 1, dev);
+  add_job(db, alice, dev, job);
+  server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL);
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, THREADS);
+  pthread_t t[THREADS];
+  struct result_race r[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    r[i] = (struct result_race){.job = job, .dev = dev, .barrier = &barrier};
+    pthread_create(&t[i], NULL, race_result, &r[i]);
+  }
+  int ok = 0;
+  for (int i = 0; i < THREADS; i++) {
+    pthread_join(t[i], NULL);
+    if (r[i].result == 0)
+      ok++;
+    else
+      cr_assert_eq(r[i].result, -EALREADY, "%d", r[i].result);
+  }
+  pthread_barrier_destroy(&barrier);
+  cr_assert_eq(ok, 1);
+  server_db_close(db);
+}
+
+Test(db, job_lists) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice"), bob = add_user(db, "bob");
+  char dev[SERVER_DB_ID_SIZE], j1[SERVER_DB_ID_SIZE], j2[SERVER_DB_ID_SIZE], j3[SERVER_DB_ID_SIZE];
+  add_device(db, alice, 1, dev);
+  server_db_set_clock(db, 100);
+  add_job(db, alice, dev, j1);
+  server_db_set_clock(db, 200);
+  add_job(db, alice, dev, j2);
+  uint8_t hash[32] = {0};
+  struct server_db_job_new b = {.user_id = bob, .package_hash = hash, .deadline = 250};
+  server_db_set_clock(db, 300);
+  cr_assert_eq(server_db_job_add(db, &b, j3, NULL), 0);
+  server_db_job_transition(db, j1, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL);
+  server_db_job_transition(db, j2, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_FAILED, "device_lost", NULL);
+
+  struct server_db_job_list l = {0};
+  cr_assert_eq(server_db_job_list(db, 0, 0, &l, NULL), 0);
+  cr_assert_eq(l.count, 3);
+  cr_assert_str_eq(l.items[0].id, j3, "newest first");
+  server_db_job_list_release(&l);
+  cr_assert_eq(server_db_job_list(db, alice, 1, &l, NULL), 0);
+  cr_assert_eq(l.count, 1);
+  cr_assert_str_eq(l.items[0].id, j2);
+  server_db_job_list_release(&l);
+  cr_assert_eq(server_db_job_list_active_on_device(db, dev, &l, NULL), 0);
+  cr_assert_eq(l.count, 1);
+  cr_assert_str_eq(l.items[0].id, j1);
+  server_db_job_list_release(&l);
+  size_t n = 99;
+  cr_assert_eq(server_db_job_count_in_flight(db, dev, &n, NULL), 0);
+  cr_assert_eq(n, 1);
+  cr_assert_eq(server_db_job_list_overdue(db, &l, NULL), 0);
+  cr_assert_eq(l.count, 1);
+  cr_assert_str_eq(l.items[0].id, j3);
+  server_db_job_list_release(&l);
+  server_db_close(db);
+}
+
+Test(db, two_handles_see_each_others_commits) {
+  struct server_db *a = open_db(), *b = NULL;
+  cr_assert_eq(server_db_open(state_dir, 0, &b, NULL), 0);
+  int64_t alice = add_user(a, "alice");
+  struct server_db_user u;
+  cr_assert_eq(server_db_user_get(b, alice, &u, NULL), 0);
+  char dev[SERVER_DB_ID_SIZE];
+  add_device(b, alice, 1, dev);
+  cr_assert_eq(server_db_device_revoke(a, dev, NULL), 0);
+  cr_assert_eq(server_db_device_set_online(b, dev, true, NULL), -EPERM);
+  server_db_close(a);
+  server_db_close(b);
+}
