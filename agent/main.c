@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/commands.h"
 #include "agent/config.h"
+#include "agent/state.h"
 #include "agent/job.h"
 #include "platform/paths.h"
 #include "platform/sandbox.h"
@@ -21,6 +23,16 @@ static void say_error(int err, const char *detail) {
           detail && detail[0] ? detail : cordon_err_message(err));
 }
 
+int agent_fail(int err, const char *message) {
+  say_error(err, message);
+  return err == CORDON_E_USAGE ? 2 : 1;
+}
+
+int agent_usage(const char *message) {
+  say_error(CORDON_E_USAGE, message);
+  return 2;
+}
+
 static int usage(const char *msg) {
   if (msg)
     fprintf(stderr, PROG ": usage: %s\n", msg);
@@ -28,7 +40,10 @@ static int usage(const char *msg) {
           "usage: " PROG " [--config DIR] COMMAND\n"
           "  status [--json]                         sandbox diagnostics for this device\n"
           "  explain DIR|FILE.cpkg [--json]          the sandbox plan, without running\n"
-          "  exec DIR|FILE.cpkg [--trust KEY] [-- ARGS...]  run a package locally\n");
+          "  exec DIR|FILE.cpkg [--trust KEY] [-- ARGS...]  run a package locally\n"
+          "  pair --server HOST:PORT [--code CODE] [--name NAME]  enrol (the code may come on stdin)\n"
+          "  run                                     stay connected and run dispatched jobs\n"
+          "  unpair                                  forget the pairing\n");
   return 2;
 }
 
@@ -47,6 +62,7 @@ struct cli {
   const char *cmd;
   const char *target;
   const char *trust;
+  const char *server, *code, *name;
   bool json;
   char **args;
   size_t n_args;
@@ -60,13 +76,24 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
       c->args = argv + i + 1;
       c->n_args = (size_t)(argc - i - 1);
       break;
-    } else if (strcmp(a, "--config") == 0 || strcmp(a, "--trust") == 0) {
-      if (i + 1 >= argc)
-        return usage(a[2] == 'c' ? "--config needs a directory" : "--trust needs a key file");
-      if (a[2] == 'c')
-        c->config_dir = argv[++i];
+    } else if (strcmp(a, "--config") == 0 || strcmp(a, "--trust") == 0 ||
+               strcmp(a, "--server") == 0 || strcmp(a, "--code") == 0 ||
+               strcmp(a, "--name") == 0) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, PROG ": usage: %s needs a value\n", a);
+        return 2;
+      }
+      const char *v = argv[++i];
+      if (strcmp(a, "--config") == 0)
+        c->config_dir = v;
+      else if (strcmp(a, "--trust") == 0)
+        c->trust = v;
+      else if (strcmp(a, "--server") == 0)
+        c->server = v;
+      else if (strcmp(a, "--code") == 0)
+        c->code = v;
       else
-        c->trust = argv[++i];
+        c->name = v;
     } else if (strcmp(a, "--json") == 0) {
       c->json = true;
     } else if (a[0] == '-' && a[1] == '-') {
@@ -104,8 +131,27 @@ static int cmd_status(const struct cli *c, const struct agent_config *cfg) {
   json_object_set_new(o, "probes", sandbox_probe_json(probe));
   json_object_set_new(o, "config_dir", json_string(cfg->dir));
   json_object_set_new(o, "lowest_level", json_string(sandbox_level_name(cfg->lowest_level)));
-  json_object_set_new(o, "paired", json_false());
-  json_object_set_new(o, "connected", json_false());
+  struct agent_pairing pairing;
+  bool paired = agent_pairing_load(cfg->dir, &pairing, NULL) == 0;
+  json_object_set_new(o, "paired", json_boolean(paired));
+  if (paired) {
+    char dev[33], server[300];
+    sodium_bin2hex(dev, sizeof(dev), pairing.device_id, 16);
+    snprintf(server, sizeof(server), "%s:%d", pairing.host, pairing.port);
+    json_object_set_new(o, "device_id", json_string(dev));
+    json_object_set_new(o, "server", json_string(server));
+    json_object_set_new(o, "user", json_string(pairing.user));
+  }
+  /* written by `run` as it connects and disconnects */
+  char cpath[4200], cstate[32] = "";
+  snprintf(cpath, sizeof(cpath), "%s/connection", cfg->dir);
+  FILE *cf = fopen(cpath, "re");
+  if (cf) {
+    if (!fgets(cstate, sizeof(cstate), cf))
+      cstate[0] = '\0';
+    fclose(cf);
+  }
+  json_object_set_new(o, "connected", json_boolean(paired && strncmp(cstate, "connected", 9) == 0));
   if (c->json) {
     print_json(o);
   } else {
@@ -202,6 +248,12 @@ int main(int argc, char **argv) {
     rc = cmd_exec(&c, cfg, false);
   else if (strcmp(c.cmd, "explain") == 0)
     rc = cmd_exec(&c, cfg, true);
+  else if (strcmp(c.cmd, "pair") == 0)
+    rc = agent_cmd_pair(cfg, c.server, c.code, c.name);
+  else if (strcmp(c.cmd, "run") == 0)
+    rc = agent_cmd_run(cfg);
+  else if (strcmp(c.cmd, "unpair") == 0)
+    rc = agent_cmd_unpair(cfg);
   else {
     fprintf(stderr, PROG ": usage: unknown command %s\n", c.cmd);
     rc = 2;

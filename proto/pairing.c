@@ -1,5 +1,6 @@
 #include "proto/pairing.h"
 
+#include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,4 +36,49 @@ void pairing_sas(const uint8_t h[64], char out_sas[PAIRING_SAS_LEN]) {
   v %= 1000000000ull;
   snprintf(out_sas, PAIRING_SAS_LEN, "%03u-%03u-%03u", (unsigned)(v / 1000000),
            (unsigned)(v / 1000 % 1000), (unsigned)(v % 1000));
+}
+
+static const char code_alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
+
+static int code_normalise(const char *text, char out[PAIRING_CODE_CHARS + 1]) {
+  size_t n = 0;
+  if (!text)
+    return -EINVAL;
+  for (const char *p = text; *p; p++) {
+    char c = *p;
+    if (c == '-' || c == ' ')
+      continue;
+    if (c >= 'A' && c <= 'Z')
+      c = (char)(c - 'A' + 'a');
+    if (c == 'i' || c == 'l')
+      c = '1';
+    else if (c == 'o')
+      c = '0';
+    if (!memchr(code_alphabet, c, sizeof(code_alphabet) - 1) || n == PAIRING_CODE_CHARS)
+      return -EINVAL;
+    out[n++] = c;
+  }
+  if (n != PAIRING_CODE_CHARS)
+    return -EINVAL;
+  out[n] = '\0';
+  return 0;
+}
+
+int pairing_code_derive(const char *code, char out_id[PAIRING_CODE_ID_CHARS + 1],
+                        uint8_t out_key[PAIRING_KEY_LEN]) {
+  char norm[PAIRING_CODE_CHARS + 1];
+  int r = code_normalise(code, norm);
+  if (r == 0) {
+    crypto_generichash_state h;
+    crypto_generichash_init(&h, NULL, 0, PAIRING_KEY_LEN);
+    crypto_generichash_update(&h, (const uint8_t *)PAIRING_CODE_DOMAIN,
+                              strlen(PAIRING_CODE_DOMAIN));
+    crypto_generichash_update(&h, (const uint8_t *)norm, PAIRING_CODE_CHARS);
+    crypto_generichash_final(&h, out_key, PAIRING_KEY_LEN);
+    sodium_memzero(&h, sizeof(h));
+    memcpy(out_id, norm, PAIRING_CODE_ID_CHARS);
+    out_id[PAIRING_CODE_ID_CHARS] = '\0';
+  }
+  sodium_memzero(norm, sizeof(norm));
+  return r;
 }

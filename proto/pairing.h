@@ -22,6 +22,19 @@
 
 enum pairing_role { PAIRING_ROLE_SERVER = 0, PAIRING_ROLE_AGENT = 1 };
 
+/* Pairing codes: 40 characters of Crockford-like base32 (25 random bytes),
+ * shown in groups of five. Typed text is normalised: dashes and spaces
+ * dropped, letters lowered, i/l read as 1 and o as 0. */
+#define PAIRING_CODE_CHARS 40
+#define PAIRING_CODE_ID_CHARS 10 /* the public lookup part: the first 10 */
+#define PAIRING_CODE_DOMAIN "cordon-pair-code-v1"
+
+/* Normalise code text, then id = its first 10 characters and key =
+ * BLAKE2b-256(PAIRING_CODE_DOMAIN || all 40 characters). -EINVAL when the
+ * text is not 40 alphabet characters. */
+int pairing_code_derive(const char *code, char out_id[PAIRING_CODE_ID_CHARS + 1],
+                        uint8_t out_key[PAIRING_KEY_LEN]);
+
 /* The proof MAC of role over handshake hash h (64 bytes). */
 void pairing_mac(const uint8_t key[PAIRING_KEY_LEN], enum pairing_role role, const uint8_t h[64],
                  uint8_t out_mac[PAIRING_MAC_LEN]);

@@ -1,0 +1,191 @@
+#include "agent/state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent/trust.h"
+#include "platform/fs.h"
+#include "proto/keyfile.h"
+
+int agent_write_file_atomic(const char *dir, const char *name, const void *data, size_t len,
+                            unsigned mode) {
+  char tmp[PATH_MAX], dst[PATH_MAX];
+  if (snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name) >= (int)sizeof(tmp) ||
+      snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= (int)sizeof(dst))
+    return -ENAMETOOLONG;
+  unlink(tmp);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0)
+    return -errno;
+  int r = 0;
+  const uint8_t *p = data;
+  for (size_t off = 0; off < len;) {
+    ssize_t w = write(fd, p + off, len - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w < 0) {
+      r = -errno;
+      break;
+    }
+    off += (size_t)w;
+  }
+  if (r == 0 && fsync(fd) < 0)
+    r = -errno;
+  close(fd);
+  if (r == 0 && rename(tmp, dst) < 0)
+    r = -errno;
+  if (r < 0) {
+    unlink(tmp);
+    return r;
+  }
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return 0;
+}
+
+static int hex_field(json_t *o, const char *key, uint8_t *out, size_t n) {
+  const char *s = json_string_value(json_object_get(o, key));
+  size_t got;
+  if (!s || sodium_hex2bin(out, n, s, strlen(s), NULL, &got, NULL) != 0 || got != n)
+    return -1;
+  return 0;
+}
+
+static int str_field(json_t *o, const char *key, char *out, size_t n) {
+  const char *s = json_string_value(json_object_get(o, key));
+  if (!s || strlen(s) >= n)
+    return -1;
+  snprintf(out, n, "%s", s);
+  return 0;
+}
+
+int agent_pairing_load(const char *dir, struct agent_pairing *out_pairing,
+                       struct cordon_diag *diag) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/%s", dir, AGENT_PAIRING_FILE);
+  struct stat st;
+  if (stat(path, &st) < 0)
+    return cordon_diag_set(diag, -ENOENT, "not paired (no %s); run `cordon-agent pair`", path);
+  if (st.st_size > 16384)
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s is too large", path);
+  json_error_t je;
+  json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  struct agent_pairing p;
+  memset(&p, 0, sizeof(p));
+  json_t *port = o ? json_object_get(o, "port") : NULL;
+  if (!o || str_field(o, "host", p.host, sizeof(p.host)) < 0 || !json_is_integer(port) ||
+      hex_field(o, "server_key", p.server_key, 32) < 0 ||
+      hex_field(o, "device_id", p.device_id, 16) < 0 ||
+      str_field(o, "user", p.user, sizeof(p.user)) < 0 ||
+      str_field(o, "name", p.name, sizeof(p.name)) < 0 ||
+      hex_field(o, "ticket_key", p.ticket_key, 32) < 0) {
+    json_decref(o);
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s is damaged", path);
+  }
+  p.port = (int)json_integer_value(port);
+  json_decref(o);
+  *out_pairing = p;
+  return 0;
+}
+
+int agent_identity_load(const char *dir, uint8_t **out_priv, struct cordon_diag *diag) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/%s", dir, AGENT_IDENTITY_FILE);
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return cordon_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+  struct stat st;
+  char buf[KEYFILE_MAX_BYTES];
+  ssize_t n = -1;
+  if (fstat(fd, &st) == 0 && (st.st_mode & 077) == 0)
+    n = read(fd, buf, sizeof(buf));
+  close(fd);
+  if (n <= 0)
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                           "%s: unreadable, or readable by group or others", path);
+  uint8_t *priv = sodium_malloc(32);
+  if (!priv)
+    return -ENOMEM;
+  int r = keyfile_parse(KEYFILE_NOISE_SECRET, buf, (size_t)n, priv, diag);
+  sodium_memzero(buf, sizeof(buf));
+  if (r < 0) {
+    sodium_free(priv);
+    return r;
+  }
+  *out_priv = priv;
+  return 0;
+}
+
+int agent_pairing_save(const char *dir, const uint8_t *identity_priv,
+                       const struct agent_pairing *p, const uint8_t (*publisher_keys)[32],
+                       size_t n_publisher_keys, struct cordon_diag *diag) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/%s", dir, AGENT_PAIRING_FILE);
+  if (access(path, F_OK) == 0)
+    return cordon_diag_set(diag, -EEXIST, "already paired (%s); run `cordon-agent unpair` first",
+                           path);
+  int r = fs_mkdir_p(dir, 0700);
+  if (r < 0)
+    return cordon_diag_set(diag, r, "%s: %s", dir, strerror(-r));
+  char text[KEYFILE_MAX_BYTES];
+  size_t len;
+  r = keyfile_format(KEYFILE_NOISE_SECRET, identity_priv, "cordon-agent identity", text,
+                     sizeof(text), &len);
+  if (r == 0)
+    r = agent_write_file_atomic(dir, AGENT_IDENTITY_FILE, text, len, 0600);
+  sodium_memzero(text, sizeof(text));
+  if (r < 0)
+    return cordon_diag_set(diag, r, "cannot write the identity key: %s", strerror(-r));
+  char trusted[PATH_MAX];
+  snprintf(trusted, sizeof(trusted), "%s/%s", dir, AGENT_TRUSTED_DIR);
+  fs_mkdir_p(trusted, 0700);
+  for (size_t i = 0; i < n_publisher_keys && i < 1; i++) {
+    r = keyfile_format(KEYFILE_PUBLISHER_PUBLIC, publisher_keys[i], "the paired server", text,
+                       sizeof(text), &len);
+    if (r == 0)
+      r = agent_write_file_atomic(trusted, AGENT_SERVER_PUBLISHER_FILE, text, len, 0644);
+    if (r < 0)
+      return cordon_diag_set(diag, r, "cannot write the publisher key");
+  }
+  char sk[65], dev[33], tk[65];
+  sodium_bin2hex(sk, sizeof(sk), p->server_key, 32);
+  sodium_bin2hex(dev, sizeof(dev), p->device_id, 16);
+  sodium_bin2hex(tk, sizeof(tk), p->ticket_key, 32);
+  json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:s}", "host", p->host, "port", p->port,
+                        "server_key", sk, "device_id", dev, "user", p->user, "name", p->name,
+                        "ticket_key", tk);
+  char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+  json_decref(o);
+  if (!s)
+    return -ENOMEM;
+  r = agent_write_file_atomic(dir, AGENT_PAIRING_FILE, s, strlen(s), 0600);
+  free(s);
+  if (r < 0)
+    return cordon_diag_set(diag, r, "cannot write %s: %s", AGENT_PAIRING_FILE, strerror(-r));
+  return 0;
+}
+
+int agent_pairing_remove(const char *dir, struct cordon_diag *diag) {
+  char path[PATH_MAX];
+  const char *names[] = {AGENT_PAIRING_FILE, AGENT_IDENTITY_FILE};
+  bool any = false;
+  for (size_t i = 0; i < 2; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+    if (unlink(path) == 0)
+      any = true;
+  }
+  snprintf(path, sizeof(path), "%s/%s/%s", dir, AGENT_TRUSTED_DIR, AGENT_SERVER_PUBLISHER_FILE);
+  unlink(path);
+  return any ? 0 : cordon_diag_set(diag, -ENOENT, "not paired");
+}

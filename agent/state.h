@@ -1,0 +1,46 @@
+/* What the agent keeps once paired (DESIGN.md section 7), in its config dir:
+ *   identity.key   the agent's Noise static key (X25519), 0600
+ *   pairing.json   server address, the server's pinned Noise key, device
+ *                  id, user, device name, the server's ticket key; 0600
+ *   trusted/server-publisher.pub   the server's publisher key (--trust format)
+ * Files are written to a temporary name, fsynced and renamed. */
+#ifndef CORDON_AGENT_STATE_H
+#define CORDON_AGENT_STATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "proto/error.h"
+
+#define AGENT_IDENTITY_FILE "identity.key"
+#define AGENT_PAIRING_FILE "pairing.json"
+#define AGENT_SERVER_PUBLISHER_FILE "server-publisher.pub"
+
+struct agent_pairing {
+  char host[256];
+  int port;
+  uint8_t server_key[32];
+  uint8_t device_id[16];
+  char user[129];
+  char name[129];
+  uint8_t ticket_key[32];
+};
+
+/* -ENOENT when the agent is not paired. */
+int agent_pairing_load(const char *dir, struct agent_pairing *out_pairing,
+                       struct cordon_diag *diag);
+/* The identity key, sodium_malloc'ed (sodium_free it). */
+int agent_identity_load(const char *dir, uint8_t **out_priv, struct cordon_diag *diag);
+/* Store a completed pairing: identity, pairing record, publisher keys.
+ * Refuses when already paired (-EEXIST). */
+int agent_pairing_save(const char *dir, const uint8_t *identity_priv,
+                       const struct agent_pairing *p, const uint8_t (*publisher_keys)[32],
+                       size_t n_publisher_keys, struct cordon_diag *diag);
+/* Forget the pairing (identity, record, the server's publisher keys). */
+int agent_pairing_remove(const char *dir, struct cordon_diag *diag);
+
+/* Write data to dir/name atomically (tmp, fsync, rename, fsync dir). */
+int agent_write_file_atomic(const char *dir, const char *name, const void *data, size_t len,
+                            unsigned mode);
+
+#endif

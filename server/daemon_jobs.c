@@ -1,0 +1,521 @@
+/* Jobs in the daemon: choosing a device, tickets, streaming the package in
+ * chunks, results recorded exactly once, cancel, revoke, expiry. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proto/cpkg.h"
+#include "proto/manifest.h"
+#include "proto/result_msg.h"
+#include "proto/ticket.h"
+#include "server/daemon_internal.h"
+
+#define JOB_CHUNK (60u << 10)
+#define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
+#define JOB_GRACE_S 120            /* deadline = timeout + grace */
+#define JOB_TICKET_TTL_S 600
+
+struct waiter {
+  struct admin_client *client;
+  struct waiter *next;
+};
+
+/* A job the daemon is sending or waiting for. */
+struct daemon_job {
+  struct daemon *d;
+  char id[SERVER_DB_ID_SIZE];
+  uint8_t raw_id[16];
+  char device_id[SERVER_DB_ID_SIZE];
+  struct session *session; /* while it is being sent */
+  int fd;                  /* the package, while sending */
+  uint64_t size, sent;
+  uv_timer_t pump;
+  bool pumping;
+  struct waiter *waiters;
+  struct daemon_job *next;
+};
+
+static void job_unlink(struct daemon_job *j) {
+  for (struct daemon_job **pp = &j->d->jobs; *pp; pp = &(*pp)->next)
+    if (*pp == j) {
+      *pp = j->next;
+      break;
+    }
+}
+
+static void job_pump_closed(uv_handle_t *h) {
+  free(h->data);
+}
+
+static void job_free(struct daemon_job *j) {
+  job_unlink(j);
+  if (j->fd >= 0)
+    close(j->fd);
+  for (struct waiter *w = j->waiters, *n; w; w = n) {
+    n = w->next;
+    admin_reply(w->client, admin_error(CORDON_E_INTERNAL, "the server is shutting down"));
+    free(w);
+  }
+  uv_close((uv_handle_t *)&j->pump, job_pump_closed);
+}
+
+static struct daemon_job *job_find(struct daemon *d, const char *id) {
+  for (struct daemon_job *j = d->jobs; j; j = j->next)
+    if (strcmp(j->id, id) == 0)
+      return j;
+  return NULL;
+}
+
+static json_t *job_json(struct daemon *d, const char *id) {
+  struct server_db_job job;
+  if (server_db_job_get(d->db, id, &job, NULL) < 0)
+    return NULL;
+  json_t *result = json_null();
+  if (job.result_json) {
+    json_t *parsed = json_loads(job.result_json, 0, NULL);
+    if (parsed)
+      result = parsed;
+  }
+  json_t *o = json_pack("{s:s, s:s, s:s?, s:s, s:o}", "id", job.id, "user", job.user, "device",
+                        job.device_id[0] ? job.device_id : NULL, "state",
+                        server_db_job_state_name(job.state), "result", result);
+  server_db_job_release(&job);
+  return o;
+}
+
+/* Tell everyone waiting for j that it is over, then forget it. */
+static void job_finished(struct daemon_job *j) {
+  json_t *o = job_json(j->d, j->id);
+  for (struct waiter *w = j->waiters, *n; w; w = n) {
+    n = w->next;
+    admin_reply(w->client, o ? json_pack("{s:b, s:O}", "ok", 1, "job", o)
+                             : admin_error(CORDON_E_INTERNAL, "job lost"));
+    free(w);
+  }
+  j->waiters = NULL;
+  json_decref(o);
+  job_free(j);
+}
+
+static void pump(uv_timer_t *t) {
+  struct daemon_job *j = t->data;
+  struct session *s = j->session;
+  if (!s || s->state != SESSION_ACTIVE) {
+    uv_timer_stop(t);
+    return;
+  }
+  uint8_t buf[JOB_CHUNK];
+  while (j->sent < j->size && net_conn_queued(s->conn) < JOB_SEND_WINDOW) {
+    size_t want = j->size - j->sent < sizeof(buf) ? (size_t)(j->size - j->sent) : sizeof(buf);
+    ssize_t n = pread(j->fd, buf, want, (off_t)j->sent);
+    if (n <= 0) {
+      daemon_log("job %s: cannot read the package: %s", j->id, n < 0 ? strerror(errno) : "EOF");
+      session_goaway(s, MSG_GOAWAY_PROTOCOL, "package unreadable on the server");
+      uv_timer_stop(t);
+      return;
+    }
+    struct msg m = {.type = MSG_CHUNK};
+    memcpy(m.chunk.job_id, j->raw_id, 16);
+    m.chunk.offset = j->sent;
+    m.chunk.data.data = buf;
+    m.chunk.data.len = (size_t)n;
+    if (session_send(s, &m) < 0) {
+      uv_timer_stop(t);
+      return;
+    }
+    j->sent += (uint64_t)n;
+  }
+  if (j->sent >= j->size) {
+    uv_timer_stop(t);
+    close(j->fd);
+    j->fd = -1;
+    j->session = NULL;
+  }
+}
+
+/* Read the package's signed index with the server's own publisher key. */
+static int read_package(struct daemon *d, int fd, struct manifest **out_m, uint8_t hash[32],
+                        uint64_t *out_size, struct cordon_diag *diag) {
+  struct cpkg_trust *trust;
+  struct cpkg_stream *st = NULL;
+  int r = cpkg_trust_new(&trust);
+  if (r < 0)
+    return r;
+  r = cpkg_trust_add(trust, d->publisher_pk);
+  if (r == 0)
+    r = cpkg_stream_new(trust, &st);
+  uint8_t buf[65536];
+  bool have_index = false;
+  off_t off = 0;
+  while (r == 0 && !have_index) {
+    ssize_t n = pread(fd, buf, sizeof(buf), off);
+    if (n <= 0) {
+      r = cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "the package ends before its index");
+      break;
+    }
+    off += n;
+    size_t pos = 0;
+    while (r == 0 && !have_index) {
+      size_t used;
+      struct cpkg_event ev;
+      r = cpkg_stream_next(st, buf + pos, (size_t)n - pos, &used, &ev, diag);
+      pos += used;
+      if (r == 0 && ev.type == CPKG_EVENT_INDEX)
+        have_index = true;
+      else if (r == 0 && ev.type == CPKG_EVENT_NEED_MORE)
+        break;
+    }
+  }
+  if (r == 0) {
+    const struct cpkg_index *ix = cpkg_stream_index(st);
+    r = manifest_parse((const char *)ix->manifest_json, ix->manifest_len, out_m, diag);
+    if (r == 0) {
+      cpkg_stream_index_hash(st, hash);
+      *out_size = cpkg_stream_package_size(st);
+    }
+  }
+  cpkg_stream_free(st);
+  cpkg_trust_free(trust);
+  return r;
+}
+
+static unsigned platform_bit(const char *p) {
+  return manifest_platform_from_name(p);
+}
+
+/* Choose a device; on failure, reasons names why each candidate was not. */
+static int choose_device(struct daemon *d, int64_t user_id, const char *want,
+                         const struct manifest *m, char out_id[SERVER_DB_ID_SIZE],
+                         json_t *reasons) {
+  struct server_db_device_list list;
+  int r = server_db_device_list(d->db, user_id, &list, NULL);
+  if (r < 0)
+    return r;
+  bool found = false, named = false;
+  for (size_t i = 0; i < list.count && !found; i++) {
+    struct server_db_device *dev = &list.items[i];
+    if (want && strcmp(want, dev->id) != 0)
+      continue;
+    named = true;
+    const char *why = NULL;
+    size_t in_flight = 0;
+    server_db_job_count_in_flight(d->db, dev->id, &in_flight, NULL);
+    if (dev->state != SERVER_DB_DEVICE_ACTIVE)
+      why = "revoked";
+    else if (!daemon_find_session(d, dev->id))
+      why = "offline";
+    else if (!(m->platforms & platform_bit(dev->platform)))
+      why = "platform not in the package's platforms";
+    else if (!dev->has_level || dev->best_level < m->min_sandbox)
+      why = "best sandbox level below min_sandbox";
+    else if (dev->max_jobs > 0 && in_flight >= (size_t)dev->max_jobs)
+      why = "at its concurrency limit";
+    if (why) {
+      json_array_append_new(reasons, json_pack("{s:s, s:s, s:s}", "device", dev->id, "name",
+                                               dev->name, "reason", why));
+    } else {
+      snprintf(out_id, SERVER_DB_ID_SIZE, "%s", dev->id);
+      found = true;
+    }
+  }
+  if (want && !named) /* another user's device is never named back */
+    json_array_append_new(reasons, json_pack("{s:s, s:s}", "device", want, "reason",
+                                             "no such device for this user"));
+  server_db_device_list_release(&list);
+  return found ? 0 : CORDON_E_NO_ELIGIBLE_DEVICE;
+}
+
+static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req) {
+  const char *user = json_string_value(json_object_get(req, "user"));
+  const char *device = json_string_value(json_object_get(req, "device"));
+  const char *path = json_string_value(json_object_get(req, "package"));
+  json_t *args = json_object_get(req, "args");
+  bool wait = json_is_true(json_object_get(req, "wait"));
+  if (!user || !path || (args && !json_is_array(args))) {
+    admin_reply(a, admin_error(CORDON_E_USAGE, "dispatch needs user, package and args"));
+    return;
+  }
+  size_t n_args = args ? json_array_size(args) : 0;
+  if (n_args > MSG_ARGS_MAX) {
+    admin_reply(a, admin_error(CORDON_E_USAGE, "too many arguments"));
+    return;
+  }
+  char **argv = calloc(n_args + 1, sizeof(char *));
+  for (size_t i = 0; argv && i < n_args; i++) {
+    const char *s = json_string_value(json_array_get(args, i));
+    if (!s || strlen(s) > MSG_ARG_MAX) {
+      free(argv);
+      admin_reply(a, admin_error(CORDON_E_USAGE, "arguments must be strings of at most 4096 bytes"));
+      return;
+    }
+    argv[i] = (char *)s;
+  }
+  struct server_db_user u;
+  struct cordon_diag diag = {{0}};
+  struct manifest *m = NULL;
+  int fd = -1;
+  char msgbuf[600];
+  if (server_db_user_get_by_name(d->db, user, &u, NULL) < 0) {
+    snprintf(msgbuf, sizeof(msgbuf), "no user '%s'", user);
+    admin_reply(a, admin_error(CORDON_E_USAGE, msgbuf));
+    goto out;
+  }
+  fd = open(path, O_RDONLY | O_CLOEXEC);
+  uint8_t hash[32];
+  uint64_t size;
+  int r = fd < 0 ? cordon_diag_set(&diag, CORDON_E_USAGE, "%s: %s", path, strerror(errno))
+                 : read_package(d, fd, &m, hash, &size, &diag);
+  if (r < 0) {
+    admin_reply(a, admin_error(r, diag.msg[0] ? diag.msg : cordon_err_message(r)));
+    goto out;
+  }
+  json_t *reasons = json_array();
+  char dev_id[SERVER_DB_ID_SIZE];
+  r = choose_device(d, u.id, device, m, dev_id, reasons);
+  if (r < 0) {
+    json_t *e = admin_error(CORDON_E_NO_ELIGIBLE_DEVICE, "no device can run this job");
+    json_object_set_new(e, "candidates", reasons);
+    admin_reply(a, e);
+    goto out;
+  }
+  json_decref(reasons);
+  /* the job, committed before anything is sent */
+  char *args_json = json_dumps(args ? args : json_array(), JSON_COMPACT);
+  struct server_db_job_new nj = {
+      .user_id = u.id,
+      .device_id = dev_id,
+      .package_hash = hash,
+      .args_json = args_json,
+      .deadline = (int64_t)(daemon_now_ms() / 1000) + m->timeout_s + JOB_GRACE_S,
+  };
+  char job_id[SERVER_DB_ID_SIZE];
+  r = server_db_job_add(d->db, &nj, job_id, &diag);
+  free(args_json);
+  if (r == 0)
+    r = server_db_job_transition(d->db, job_id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL,
+                                 &diag);
+  if (r < 0) {
+    admin_reply(a, admin_error(r, diag.msg));
+    goto out;
+  }
+  struct session *s = daemon_find_session(d, dev_id);
+  struct daemon_job *j = calloc(1, sizeof(*j));
+  j->d = d;
+  j->fd = fd;
+  fd = -1;
+  j->size = size;
+  j->session = s;
+  snprintf(j->id, sizeof(j->id), "%s", job_id);
+  snprintf(j->device_id, sizeof(j->device_id), "%s", dev_id);
+  sodium_hex2bin(j->raw_id, 16, job_id, strlen(job_id), NULL, NULL, NULL);
+  uv_timer_init(d->loop, &j->pump);
+  j->pump.data = j;
+  j->next = d->jobs;
+  d->jobs = j;
+
+  struct ticket t = {0};
+  memcpy(t.job_id, j->raw_id, 16);
+  sodium_hex2bin(t.device_id, 16, dev_id, strlen(dev_id), NULL, NULL, NULL);
+  ticket_user_tag(user, t.user_tag);
+  memcpy(t.session_id, s->session_id, 16);
+  memcpy(t.index_hash, hash, 32);
+  ticket_args_hash(argv, n_args, t.args_hash);
+  t.issued_ms = daemon_now_ms();
+  t.expires_ms = t.issued_ms + JOB_TICKET_TTL_S * 1000ull;
+  uint8_t body[TICKET_BODY_LEN];
+  ticket_encode(&t, body);
+  struct msg jm = {.type = MSG_JOB};
+  memcpy(jm.job.job_id, j->raw_id, 16);
+  jm.job.ticket.data = body;
+  jm.job.ticket.len = sizeof(body);
+  ticket_sign(body, d->ticket_sk, jm.job.ticket_sig);
+  memcpy(jm.job.pkg_hash, hash, 32);
+  jm.job.pkg_size = size;
+  jm.job.args = argv;
+  jm.job.n_args = n_args;
+  session_send(s, &jm);
+  uv_timer_start(&j->pump, pump, 0, 2);
+  daemon_log("job %s sent to device %s (%s)", job_id, dev_id, user);
+  if (wait) {
+    struct waiter *w = calloc(1, sizeof(*w));
+    w->client = a;
+    j->waiters = w;
+  } else {
+    admin_reply(a, json_pack("{s:b, s:s, s:s}", "ok", 1, "job_id", job_id, "device", dev_id));
+  }
+out:
+  if (fd >= 0)
+    close(fd);
+  manifest_free(m);
+  free(argv);
+}
+
+static void admin_cancel(struct daemon *d, struct admin_client *a, json_t *req) {
+  const char *id = json_string_value(json_object_get(req, "job"));
+  struct server_db_job job;
+  if (!id || server_db_job_get(d->db, id, &job, NULL) < 0) {
+    admin_reply(a, admin_error(CORDON_E_USAGE, "no such job"));
+    return;
+  }
+  enum server_db_job_state st = job.state;
+  char dev[SERVER_DB_ID_SIZE];
+  snprintf(dev, sizeof(dev), "%s", job.device_id);
+  server_db_job_release(&job);
+  if (server_db_job_state_is_final(st)) {
+    admin_reply(a, admin_error(CORDON_E_USAGE, "the job has already finished"));
+    return;
+  }
+  struct session *s = dev[0] ? daemon_find_session(d, dev) : NULL;
+  /* recorded first; the device's late result is still stored, state stays */
+  int r = server_db_job_transition(d->db, id, st, SERVER_DB_JOB_CANCELLED, "cancelled", NULL);
+  if (r < 0) {
+    admin_reply(a, admin_error(r, "the job changed state meanwhile; try again"));
+    return;
+  }
+  if (s) {
+    struct msg m = {.type = MSG_CANCEL};
+    sodium_hex2bin(m.cancel.job_id, 16, id, strlen(id), NULL, NULL, NULL);
+    session_send(s, &m);
+  }
+  struct daemon_job *j = job_find(d, id);
+  if (j && j->pumping == false && j->session == NULL && !j->waiters)
+    job_free(j);
+  admin_reply(a, json_pack("{s:b, s:s}", "ok", 1, "state", "cancelled"));
+}
+
+static void admin_revoke(struct daemon *d, struct admin_client *a, json_t *req) {
+  const char *id = json_string_value(json_object_get(req, "device"));
+  if (!id) {
+    admin_reply(a, admin_error(CORDON_E_USAGE, "revoke needs a device"));
+    return;
+  }
+  struct session *s = daemon_find_session(d, id);
+  if (s)
+    session_goaway(s, MSG_GOAWAY_REVOKED, "this device was revoked");
+  admin_reply(a, json_pack("{s:b, s:b}", "ok", 1, "disconnected", s != NULL));
+}
+
+void daemon_admin_request(struct daemon *d, struct admin_client *a, json_t *req) {
+  const char *op = json_string_value(json_object_get(req, "op"));
+  if (!op)
+    admin_reply(a, admin_error(CORDON_E_USAGE, "missing op"));
+  else if (strcmp(op, "dispatch") == 0)
+    admin_dispatch(d, a, req);
+  else if (strcmp(op, "cancel") == 0)
+    admin_cancel(d, a, req);
+  else if (strcmp(op, "revoke") == 0)
+    admin_revoke(d, a, req);
+  else if (strcmp(op, "ping") == 0)
+    admin_reply(a, json_pack("{s:b}", "ok", 1));
+  else
+    admin_reply(a, admin_error(CORDON_E_USAGE, "unknown op"));
+}
+
+/* ---- from the agent ---- */
+
+static void on_result(struct session *s, struct msg_result *mr) {
+  struct daemon *d = s->d;
+  char id[SERVER_DB_ID_SIZE];
+  sodium_bin2hex(id, sizeof(id), mr->job_id, 16);
+  struct job_result r;
+  job_result_init(&r);
+  int rc = result_from_msg(mr, &r);
+  json_t *j = rc == 0 ? job_result_to_json(&r) : NULL;
+  char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+  json_decref(j);
+  bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
+  enum server_db_job_state after;
+  struct cordon_diag diag = {{0}};
+  rc = text ? server_db_job_record_result(d->db, id, s->device_id,
+                                          ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
+                                          r.error ? cordon_err_name(r.error) : NULL, text, &after,
+                                          &diag)
+            : -ENOMEM;
+  free(text);
+  job_result_release(&r);
+  if (rc == 0 || rc == -EALREADY) {
+    /* recorded (now or before): the agent may forget it */
+    struct msg ack = {.type = MSG_ACK};
+    memcpy(ack.ack.job_id, mr->job_id, 16);
+    session_send(s, &ack);
+    daemon_log("job %s: result from %s recorded%s", id, s->device_id,
+               rc == -EALREADY ? " already" : "");
+  } else {
+    daemon_log("job %s: result from %s not recorded: %s", id, s->device_id, diag.msg);
+    if (rc == -ENOENT) { /* not this device's job: never ack, never store */
+      return;
+    }
+  }
+  struct daemon_job *dj = job_find(d, id);
+  if (dj)
+    job_finished(dj);
+}
+
+void daemon_session_message(struct session *s, struct msg *m) {
+  char id[SERVER_DB_ID_SIZE];
+  switch (m->type) {
+  case MSG_RUNNING:
+    sodium_bin2hex(id, sizeof(id), m->running.job_id, 16);
+    server_db_job_transition(s->d->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL);
+    break;
+  case MSG_RESULT:
+    on_result(s, &m->result);
+    break;
+  case MSG_UNPAIR:
+    server_db_device_revoke(s->d->db, s->device_id, NULL);
+    session_goaway(s, MSG_GOAWAY_UNPAIRED, "unpaired");
+    break;
+  default:
+    session_goaway(s, MSG_GOAWAY_PROTOCOL, "unexpected message");
+  }
+}
+
+void daemon_session_ready(struct session *s) {
+  (void)s;
+}
+
+void daemon_session_closed(struct session *s) {
+  /* jobs still being sent to this session stop; their deadline decides */
+  for (struct daemon_job *j = s->d->jobs; j; j = j->next)
+    if (j->session == s) {
+      j->session = NULL;
+      uv_timer_stop(&j->pump);
+    }
+}
+
+/* Every second: jobs past their deadline expire with device_lost. */
+static void expire_tick(uv_timer_t *t) {
+  struct daemon *d = t->data;
+  struct server_db_job_list list;
+  if (server_db_job_list_overdue(d->db, &list, NULL) < 0)
+    return;
+  for (size_t i = 0; i < list.count; i++) {
+    struct server_db_job *job = &list.items[i];
+    if (server_db_job_transition(d->db, job->id, job->state, SERVER_DB_JOB_EXPIRED, "device_lost",
+                                 NULL) == 0) {
+      daemon_log("job %s expired: device_lost", job->id);
+      struct daemon_job *dj = job_find(d, job->id);
+      if (dj)
+        job_finished(dj);
+    }
+  }
+  server_db_job_list_release(&list);
+}
+
+void daemon_jobs_start(struct daemon *d) {
+  uv_timer_init(d->loop, &d->jobs_timer);
+  d->jobs_timer.data = d;
+  uv_timer_start(&d->jobs_timer, expire_tick, 1000, 1000);
+}
+
+void daemon_jobs_shutdown(struct daemon *d) {
+  uv_close((uv_handle_t *)&d->jobs_timer, NULL);
+  while (d->jobs)
+    job_free(d->jobs);
+}
