@@ -64,8 +64,8 @@ static void expect_invalid_in(const char *needle, const char *what) {
   struct agent_config *c = UNTOUCHED;
   struct cordon_diag d = {{0}};
   int r = agent_config_load(tmpdir, &c, &d);
-  cr_expect_eq(r, CORDON_E_CONFIG_INVALID, "expected config_invalid, got %d (%s)\n  input: %.300s", r,
-               cordon_err_name(r), what);
+  cr_expect_eq(r, CORDON_E_CONFIG_INVALID, "expected config_invalid, got %d (%s)\n  input: %.300s",
+               r, cordon_err_name(r), what);
   cr_expect_eq(c, UNTOUCHED, "out_config written on failure\n  input: %.300s", what);
   if (r == 0 && c != UNTOUCHED)
     agent_config_free(c);
@@ -130,7 +130,8 @@ Test(config, empty_object_means_defaults) {
 Test(config, parses_every_key) {
   struct agent_config *c = load_json_ok(
       "{\"net\":false,\"grant_roots\":[\"~/work\",\"/srv/data\",\"~\"],"
-      "\"lowest_level\":\"contained\",\"job_user\":\"alice\",\"bwrap_path\":\"/opt/bwrap/bin/bwrap\","
+      "\"lowest_level\":\"contained\",\"job_user\":\"alice\",\"bwrap_path\":\"/opt/bwrap/bin/"
+      "bwrap\","
       "\"trusted_publishers\":[\"/etc/cordon/pub.key\",\"~/keys/p.pub\"],\"max_jobs\":7}");
   cr_assert_eq(c->net, false);
   cr_assert_eq(c->n_grant_roots, 3);
@@ -319,7 +320,8 @@ Test(config, rejects_an_overlong_job_user) {
 }
 
 Test(config, rejects_nul_bytes_in_strings) {
-  static const char *const docs[] = {"{\"job_user\":\"a\\u0000b\"}", "{\"bwrap_path\":\"/x\\u0000y\"}",
+  static const char *const docs[] = {"{\"job_user\":\"a\\u0000b\"}",
+                                     "{\"bwrap_path\":\"/x\\u0000y\"}",
                                      "{\"grant_roots\":[\"/a\\u0000\"]}"};
   for (size_t i = 0; i < 3; i++) {
     write_config(docs[i]);
@@ -335,7 +337,8 @@ Test(config, rejects_duplicate_keys) {
 }
 
 Test(config, rejects_malformed_json_and_non_objects) {
-  static const char *const docs[] = {"", "{", "[]", "\"~\"", "null", "{\"net\":true} x", "{net:true}"};
+  static const char *const docs[] = {"",          "{", "[]", "\"~\"", "null", "{\"net\":true} x",
+                                     "{net:true}"};
   for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++) {
     write_config(docs[i]);
     expect_invalid_in("config.json", docs[i]);

@@ -21,8 +21,8 @@
 #define SECCOMP_FD 9
 
 static const struct bwrap_base host_base[] = {
-    {"/usr", NULL},          {"/bin", "usr/bin"}, {"/sbin", "usr/sbin"},
-    {"/lib", "usr/lib"},     {"/lib64", "usr/lib64"}, {"/etc", NULL},
+    {"/usr", NULL},      {"/bin", "usr/bin"},     {"/sbin", "usr/sbin"},
+    {"/lib", "usr/lib"}, {"/lib64", "usr/lib64"}, {"/etc", NULL},
 };
 static const char *const host_blind_files[] = {"/etc/shadow", "/etc/ssh/ssh_host_ed25519_key"};
 static const char *const host_blind_dirs[] = {"/etc/cordon-agent", "/etc/ssl/private"};
@@ -151,12 +151,12 @@ static size_t count_pair(const struct fx *f, const char *a, const char *b) {
 }
 
 static bool is_mount_flag(const char *s) {
-  static const char *const flags[] = {"--bind",       "--ro-bind",     "--dev-bind",   "--bind-try",
-                                      "--ro-bind-try", "--dev-bind-try", "--bind-fd",   "--ro-bind-fd",
-                                      "--tmpfs",      "--symlink",     "--proc",       "--dev",
-                                      "--mqueue",     "--dir",         "--file",       "--bind-data",
-                                      "--ro-bind-data", "--overlay-src", "--overlay",  "--tmp-overlay",
-                                      "--ro-overlay"};
+  static const char *const flags[] = {
+      "--bind",         "--ro-bind",      "--dev-bind",    "--bind-try", "--ro-bind-try",
+      "--dev-bind-try", "--bind-fd",      "--ro-bind-fd",  "--tmpfs",    "--symlink",
+      "--proc",         "--dev",          "--mqueue",      "--dir",      "--file",
+      "--bind-data",    "--ro-bind-data", "--overlay-src", "--overlay",  "--tmp-overlay",
+      "--ro-overlay"};
   for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
     if (strcmp(s, flags[i]) == 0)
       return true;
@@ -178,8 +178,8 @@ Test(bwrap, starts_with_the_configured_bwrap_path) {
   cr_assert_eq(manifest_parse(json, strlen(json), &m, &d), 0);
   struct bwrap_host h = test_host;
   h.bwrap_path = "/opt/bwrap/bin/bwrap";
-  struct bwrap_input in = {.m = m, .entry = &m->entry[0], .home = "/h", .user = "u",
-                           .package_fd = 3, .seccomp_fd = 4};
+  struct bwrap_input in = {
+      .m = m, .entry = &m->entry[0], .home = "/h", .user = "u", .package_fd = 3, .seccomp_fd = 4};
   struct strv v;
   strv_init(&v);
   cr_assert_eq(bwrap_argv_build(&h, &in, &v), 0);
@@ -191,8 +191,8 @@ Test(bwrap, starts_with_the_configured_bwrap_path) {
 Test(bwrap, unshares_every_namespace_and_the_network_without_net) {
   struct fx f;
   fx_build(&f, "{" BASE "}");
-  static const char *const ns[] = {"--unshare-user", "--unshare-ipc", "--unshare-pid",
-                                   "--unshare-uts", "--unshare-cgroup", "--unshare-net"};
+  static const char *const ns[] = {"--unshare-user", "--unshare-ipc",    "--unshare-pid",
+                                   "--unshare-uts",  "--unshare-cgroup", "--unshare-net"};
   for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++)
     cr_expect_eq(count_flag(&f, ns[i]), 1, "%s once", ns[i]);
   cr_expect_lt(find_flag(&f, "--share-net"), 0);
@@ -280,8 +280,12 @@ Test(bwrap, real_host_blinds_include_etc_shadow) {
   const char *json = "{" BASE "}";
   struct cordon_diag d = {{0}};
   cr_assert_eq(manifest_parse(json, strlen(json), &f.m, &d), 0);
-  struct bwrap_input in = {.m = f.m, .entry = &f.m->entry[0], .home = "/h", .user = "u",
-                           .package_fd = 3, .seccomp_fd = 4};
+  struct bwrap_input in = {.m = f.m,
+                           .entry = &f.m->entry[0],
+                           .home = "/h",
+                           .user = "u",
+                           .package_fd = 3,
+                           .seccomp_fd = 4};
   strv_init(&f.argv);
   cr_assert_eq(bwrap_argv_build(&h, &in, &f.argv), 0);
   f.a = f.argv.v;
@@ -418,8 +422,8 @@ Test(bwrap, no_mount_without_grants_but_the_fixed_ones) {
 Test(bwrap, names_no_private_host_tree_as_a_bind_source) {
   struct fx f;
   fx_build(&f, "{" BASE ",\"capabilities\":{\"net\":true}}");
-  static const char *const src_flags[] = {"--bind", "--ro-bind", "--dev-bind", "--bind-try",
-                                          "--ro-bind-try", "--dev-bind-try"};
+  static const char *const src_flags[] = {"--bind",     "--ro-bind",     "--dev-bind",
+                                          "--bind-try", "--ro-bind-try", "--dev-bind-try"};
   static const char *const private[] = {"/home", "/root", "/run", "/var"};
   size_t end = end_of_options(&f);
   for (size_t i = 1; i + 1 < end; i++) {
@@ -496,7 +500,8 @@ Test(bwrap, sets_the_safe_environment) {
 
 Test(bwrap, manifest_env_is_appended_after_the_safe_set) {
   struct fx f;
-  fx_build(&f, "{" BASE ",\"env\":{\"GREETING\":\"hello\",\"EMPTY\":\"\",\"LANG\":\"de_DE.UTF-8\"}}");
+  fx_build(&f,
+           "{" BASE ",\"env\":{\"GREETING\":\"hello\",\"EMPTY\":\"\",\"LANG\":\"de_DE.UTF-8\"}}");
   long g = find_triple(&f, "--setenv", "GREETING", "hello");
   long e = find_triple(&f, "--setenv", "EMPTY", "");
   long lang = find_triple(&f, "--setenv", "LANG", "de_DE.UTF-8");
@@ -524,7 +529,8 @@ Test(bwrap, manifest_env_is_appended_after_the_safe_set) {
 Test(bwrap, relative_entry_runs_from_the_package) {
   struct fx f;
   char *args[] = {"a1", "a2"};
-  fx_build_with(&f, "{" NV ",\"entry\":[\"bin/tool\",\"-v\"]}", test_mounts, N_TEST_MOUNTS, args, 2);
+  fx_build_with(&f, "{" NV ",\"entry\":[\"bin/tool\",\"-v\"]}", test_mounts, N_TEST_MOUNTS, args,
+                2);
   size_t end = end_of_options(&f);
   cr_assert_eq(f.n, end + 5, "tool, -v, a1, a2 after --");
   cr_assert_str_eq(f.a[end + 1], SANDBOX_PACKAGE_DIR "/bin/tool");
@@ -574,27 +580,42 @@ Test(bwrap, entry_object_uses_the_linux_argv) {
 
 Test(bwrap, the_whole_argv_for_the_hello_example) {
   /* a golden argv: any change to the builder shows up here */
-  const char *json = "{\"name\":\"hello\",\"version\":\"1.0.0\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
-                     "\"platforms\":[\"linux\",\"macos\"],\"timeout_s\":10,"
-                     "\"limits\":{\"memory_mb\":128,\"processes\":16,\"output_kb\":64,\"disk_mb\":16},"
-                     "\"env\":{\"GREETING\":\"hello\"}}";
+  const char *json =
+      "{\"name\":\"hello\",\"version\":\"1.0.0\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+      "\"platforms\":[\"linux\",\"macos\"],\"timeout_s\":10,"
+      "\"limits\":{\"memory_mb\":128,\"processes\":16,\"output_kb\":64,\"disk_mb\":16},"
+      "\"env\":{\"GREETING\":\"hello\"}}";
   static const struct bwrap_base base[] = {{"/usr", NULL}, {"/bin", "usr/bin"}};
   static const char *const bf[] = {"/etc/shadow"};
   static const char *const bd[] = {"/etc/cordon-agent"};
-  static const struct bwrap_mount mounts[] = {{BWRAP_MOUNT_RO_FD, 5, "/home/j/Documents"},
-                                              {BWRAP_MOUNT_BLIND_DIR, -1, "/home/j/Documents/.ssh"}};
-  struct bwrap_host h = {.bwrap_path = "/usr/bin/bwrap", .base = base, .n_base = 2,
-                         .blind_files = bf, .n_blind_files = 1, .blind_dirs = bd, .n_blind_dirs = 1};
+  static const struct bwrap_mount mounts[] = {
+      {BWRAP_MOUNT_RO_FD, 5, "/home/j/Documents"},
+      {BWRAP_MOUNT_BLIND_DIR, -1, "/home/j/Documents/.ssh"}};
+  struct bwrap_host h = {.bwrap_path = "/usr/bin/bwrap",
+                         .base = base,
+                         .n_base = 2,
+                         .blind_files = bf,
+                         .n_blind_files = 1,
+                         .blind_dirs = bd,
+                         .n_blind_dirs = 1};
   struct manifest *m = NULL;
   struct cordon_diag d = {{0}};
   cr_assert_eq(manifest_parse(json, strlen(json), &m, &d), 0, "%s", d.msg);
   char *args[] = {"world"};
-  struct bwrap_input in = {.m = m, .entry = manifest_entry_for(m, MANIFEST_PLATFORM_LINUX),
-                           .args = args, .n_args = 1, .home = "/home/j", .user = "j",
-                           .package_fd = 3, .seccomp_fd = 4, .mounts = mounts, .n_mounts = 2};
+  struct bwrap_input in = {.m = m,
+                           .entry = manifest_entry_for(m, MANIFEST_PLATFORM_LINUX),
+                           .args = args,
+                           .n_args = 1,
+                           .home = "/home/j",
+                           .user = "j",
+                           .package_fd = 3,
+                           .seccomp_fd = 4,
+                           .mounts = mounts,
+                           .n_mounts = 2};
   struct strv v;
   strv_init(&v);
   cr_assert_eq(bwrap_argv_build(&h, &in, &v), 0);
+  /* clang-format off */
   static const char *const want[] = {
       "/usr/bin/bwrap", "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts",
       "--unshare-cgroup", "--unshare-net", "--disable-userns", "--die-with-parent",
@@ -617,6 +638,7 @@ Test(bwrap, the_whole_argv_for_the_hello_example) {
       "--setenv", "GREETING", "hello",
       "--seccomp", "4", "--",
       "/bin/sh", "run.sh", "world"};
+  /* clang-format on */
   size_t nwant = sizeof(want) / sizeof(want[0]);
   for (size_t i = 0; i < v.n && i < nwant; i++)
     cr_expect_str_eq(v.v[i], want[i], "argv[%zu]", i);

@@ -84,8 +84,9 @@ Test(error, design_codes_have_their_stable_names) {
 }
 
 Test(error, unknown_names_map_to_zero) {
-  static const char *const names[] = {"", "io_error", "MANIFEST_INVALID", "manifest_invalid ",
-                                      "manifest", "sandbox_unavailable_", "ok"};
+  static const char *const names[] = {
+      "",  "io_error", "MANIFEST_INVALID", "manifest_invalid ", "manifest", "sandbox_unavailable_",
+      "ok"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     cr_expect_eq(cordon_err_from_name(names[i]), 0, "\"%s\"", names[i]);
 }

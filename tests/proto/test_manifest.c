@@ -47,8 +47,9 @@ static void expect_invalid_len(const char *json, size_t len, const char *needle)
   struct manifest *m = UNTOUCHED;
   struct cordon_diag d = {{0}};
   int r = manifest_parse(json, len, &m, &d);
-  cr_expect_eq(r, CORDON_E_MANIFEST_INVALID, "expected manifest_invalid, got %d (%s)\n  input: %.300s",
-               r, cordon_err_name(r), json);
+  cr_expect_eq(r, CORDON_E_MANIFEST_INVALID,
+               "expected manifest_invalid, got %d (%s)\n  input: %.300s", r, cordon_err_name(r),
+               json);
   cr_expect_eq(m, UNTOUCHED, "out_manifest written on failure\n  input: %.300s", json);
   if (r == 0 && m != UNTOUCHED)
     manifest_free(m);
@@ -146,7 +147,8 @@ Test(manifest, design_example_parses_with_its_values) {
   const char *json =
       "{\"name\":\"disk-report\",\"version\":\"1.2.0\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
       "\"platforms\":[\"linux\",\"macos\"],\"min_sandbox\":\"isolated\",\"timeout_s\":30,"
-      "\"limits\":{\"memory_mb\":256,\"processes\":32,\"cpu_s\":30,\"output_kb\":256,\"disk_mb\":64},"
+      "\"limits\":{\"memory_mb\":256,\"processes\":32,\"cpu_s\":30,\"output_kb\":256,\"disk_mb\":"
+      "64},"
       "\"capabilities\":{\"net\":false,\"fs\":[{\"path\":\"~/Documents\",\"access\":\"ro\"},"
       "{\"path\":\"$WORKSPACE\",\"access\":\"rw\"}]},\"env\":{\"LANG\":\"C.UTF-8\"}}";
   struct manifest *m = parse_ok(json);
@@ -255,10 +257,11 @@ Test(manifest, rejects_unknown_keys_at_every_level) {
       {"{" BASE ",\"limits\":{\"memory_mb\":64,\"swap_mb\":1}}", "limits.swap_mb"},
       {"{" BASE ",\"capabilities\":{\"network\":true}}", "capabilities.network"},
       {"{" BASE ",\"capabilities\":{\"net\":false,\"fs\":[],\"gpu\":true}}", "capabilities.gpu"},
-      {"{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/tmp\",\"access\":\"ro\",\"mode\":\"x\"}]}}",
+      {"{" BASE
+       ",\"capabilities\":{\"fs\":[{\"path\":\"/tmp\",\"access\":\"ro\",\"mode\":\"x\"}]}}",
        "capabilities.fs[0].mode"},
       {"{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/a\",\"access\":\"ro\"},"
-                "{\"path\":\"/b\",\"access\":\"rw\",\"follow\":true}]}}",
+       "{\"path\":\"/b\",\"access\":\"rw\",\"follow\":true}]}}",
        "capabilities.fs[1].follow"},
       {"{" NV ",\"entry\":{\"beos\":[\"/bin/true\"]}}", "entry.beos"},
       {"{" NV ",\"entry\":{\"Linux\":[\"/bin/true\"]}}", "entry.Linux"},
@@ -339,8 +342,8 @@ Test(manifest, rejects_bad_types_naming_the_field) {
 }
 
 Test(manifest, rejects_a_top_level_that_is_not_an_object) {
-  static const char *const docs[] = {"[]", "[1,2]", "\"x\"", "42", "null", "", "{", "{}}",
-                                     "{" BASE "} x", "{" BASE ",}"};
+  static const char *const docs[] = {"[]", "[1,2]", "\"x\"", "42",           "null",
+                                     "",   "{",     "{}}",   "{" BASE "} x", "{" BASE ",}"};
   for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++)
     expect_invalid_len(docs[i], strlen(docs[i]), "manifest");
 }
@@ -389,6 +392,20 @@ Test(manifest, name_length_is_capped_at_128) {
   free(bad);
 }
 
+Test(manifest, version_length_is_capped_at_64) {
+  char *v64 = repeat('1', 64), *v65 = repeat('1', 65);
+  char *ok = fmt("{\"name\":\"t\",\"version\":\"%s\",\"entry\":[\"/bin/true\"]}", v64);
+  char *bad = fmt("{\"name\":\"t\",\"version\":\"%s\",\"entry\":[\"/bin/true\"]}", v65);
+  struct manifest *m = parse_ok(ok);
+  cr_assert_eq(strlen(m->version), 64);
+  manifest_free(m);
+  expect_invalid(bad, "version");
+  free(v64);
+  free(v65);
+  free(ok);
+  free(bad);
+}
+
 Test(manifest, min_sandbox_accepts_each_level) {
   static const struct {
     const char *name;
@@ -429,7 +446,8 @@ Test(manifest, rejects_duplicate_keys_naming_the_key) {
       {"{" NV ",\"entry\":[\"/bin/true\"],\"entry\":[\"/bin/false\"]}", "\"entry\""},
       {"{" BASE ",\"limits\":{\"memory_mb\":64,\"memory_mb\":65536}}", "\"memory_mb\""},
       {"{" BASE ",\"capabilities\":{\"net\":false,\"net\":true}}", "\"net\""},
-      {"{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/a\",\"access\":\"ro\",\"access\":\"rw\"}]}}",
+      {"{" BASE
+       ",\"capabilities\":{\"fs\":[{\"path\":\"/a\",\"access\":\"ro\",\"access\":\"rw\"}]}}",
        "\"access\""},
       {"{" BASE ",\"env\":{\"A\":\"1\",\"A\":\"2\"}}", "\"A\""},
       {"{" NV ",\"entry\":{\"linux\":[\"/a\"],\"linux\":[\"/b\"]},\"platforms\":[\"linux\"]}",
@@ -473,8 +491,9 @@ Test(manifest, entry_object_sets_one_argv_per_platform) {
 
 Test(manifest, entry_object_may_hold_unlisted_platforms) {
   /* an entry for a platform the package does not list is parsed but unused */
-  struct manifest *m = parse_ok("{" NV ",\"platforms\":[\"linux\"],"
-                                "\"entry\":{\"linux\":[\"/bin/true\"],\"macos\":[\"/usr/bin/true\"]}}");
+  struct manifest *m =
+      parse_ok("{" NV ",\"platforms\":[\"linux\"],"
+               "\"entry\":{\"linux\":[\"/bin/true\"],\"macos\":[\"/usr/bin/true\"]}}");
   cr_assert_not_null(manifest_entry_for(m, MANIFEST_PLATFORM_LINUX));
   cr_assert_null(manifest_entry_for(m, MANIFEST_PLATFORM_MACOS));
   manifest_free(m);
@@ -488,7 +507,8 @@ Test(manifest, rejects_entry_object_missing_a_listed_platform) {
       /* platforms defaults to all three */
       {"{" NV ",\"entry\":{\"linux\":[\"/bin/true\"]}}", "windows"},
       {"{" NV ",\"entry\":{\"linux\":[\"/bin/true\"],\"windows\":[\"x.exe\"]}}", "macos"},
-      {"{" NV ",\"platforms\":[\"linux\",\"macos\"],\"entry\":{\"linux\":[\"/bin/true\"]}}", "macos"},
+      {"{" NV ",\"platforms\":[\"linux\",\"macos\"],\"entry\":{\"linux\":[\"/bin/true\"]}}",
+       "macos"},
       {"{" NV ",\"entry\":{\"macos\":[\"/bin/true\"]},\"platforms\":[\"linux\"]}", "linux"},
   };
   for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
@@ -510,8 +530,8 @@ Test(manifest, rejects_an_empty_entry) {
 }
 
 Test(manifest, entry0_may_be_absolute_or_a_package_file) {
-  static const char *const ok[] = {"/bin/sh", "run.sh", "bin/run", "a/b/c.py", ".hidden", "..x",
-                                   "x..", "a/.b"};
+  static const char *const ok[] = {"/bin/sh", "run.sh", "bin/run", "a/b/c.py",
+                                   ".hidden", "..x",    "x..",     "a/.b"};
   for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
     char *json = fmt("{" NV ",\"entry\":[\"%s\",\"arg\"]}", ok[i]);
     struct manifest *m = parse_ok(json);
@@ -632,8 +652,10 @@ Test(manifest, names_the_index_of_the_bad_grant) {
 
 Test(manifest, rejects_grant_paths_longer_than_the_cap) {
   char *p4096 = repeat('a', MANIFEST_MAX_PATH - 1), *p4097 = repeat('a', MANIFEST_MAX_PATH);
-  char *ok = fmt("{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/%s\",\"access\":\"ro\"}]}}", p4096);
-  char *bad = fmt("{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/%s\",\"access\":\"ro\"}]}}", p4097);
+  char *ok =
+      fmt("{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/%s\",\"access\":\"ro\"}]}}", p4096);
+  char *bad =
+      fmt("{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/%s\",\"access\":\"ro\"}]}}", p4097);
   struct manifest *m = parse_ok(ok);
   cr_assert_eq(strlen(m->grants[0].path), MANIFEST_MAX_PATH);
   manifest_free(m);
@@ -645,8 +667,9 @@ Test(manifest, rejects_grant_paths_longer_than_the_cap) {
 }
 
 Test(manifest, access_is_ro_or_rw) {
-  struct manifest *m = parse_ok("{" BASE ",\"capabilities\":{\"fs\":[{\"access\":\"ro\",\"path\":\"/a\"},"
-                                "{\"path\":\"/b\",\"access\":\"rw\"}]}}");
+  struct manifest *m =
+      parse_ok("{" BASE ",\"capabilities\":{\"fs\":[{\"access\":\"ro\",\"path\":\"/a\"},"
+               "{\"path\":\"/b\",\"access\":\"rw\"}]}}");
   cr_assert_eq(m->n_grants, 2);
   cr_assert_eq(m->grants[0].rw, false);
   cr_assert_eq(m->grants[1].rw, true);
@@ -654,11 +677,11 @@ Test(manifest, access_is_ro_or_rw) {
 
 #define ACC(a) "{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/a\",\"access\":\"" a "\"}]}}"
   static const struct bad_row rows[] = {
-      {ACC("RO"), "capabilities.fs[0].access"},   {ACC("Rw"), "capabilities.fs[0].access"},
-      {ACC("r"), "capabilities.fs[0].access"},    {ACC("w"), "capabilities.fs[0].access"},
-      {ACC("wr"), "capabilities.fs[0].access"},   {ACC(""), "capabilities.fs[0].access"},
-      {ACC("rwx"), "capabilities.fs[0].access"},  {ACC("read"), "capabilities.fs[0].access"},
-      {ACC("ro "), "capabilities.fs[0].access"},  {ACC("none"), "capabilities.fs[0].access"},
+      {ACC("RO"), "capabilities.fs[0].access"},  {ACC("Rw"), "capabilities.fs[0].access"},
+      {ACC("r"), "capabilities.fs[0].access"},   {ACC("w"), "capabilities.fs[0].access"},
+      {ACC("wr"), "capabilities.fs[0].access"},  {ACC(""), "capabilities.fs[0].access"},
+      {ACC("rwx"), "capabilities.fs[0].access"}, {ACC("read"), "capabilities.fs[0].access"},
+      {ACC("ro "), "capabilities.fs[0].access"}, {ACC("none"), "capabilities.fs[0].access"},
   };
 #undef ACC
   RUN_BAD(rows);
@@ -910,7 +933,8 @@ Test(manifest, env_count_is_capped) {
 
 Test(manifest, failure_after_partial_parse_leaks_nothing) {
   static const char *const docs[] = {
-      "{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/a\",\"access\":\"ro\"},{\"path\":\"x\",\"access\":\"ro\"}]}}",
+      "{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"/"
+      "a\",\"access\":\"ro\"},{\"path\":\"x\",\"access\":\"ro\"}]}}",
       "{" BASE ",\"env\":{\"A\":\"1\",\"B\":\"2\",\"HOME\":\"/\"}}",
       "{" NV ",\"entry\":{\"linux\":[\"/a\",\"b\"],\"windows\":[\"/c\",5]}}",
       "{" BASE ",\"platforms\":[\"linux\"],\"timeout_s\":0}",

@@ -17,7 +17,8 @@ struct utf8_row {
   const char *what;
 };
 
-#define U(s, v, w) {s, sizeof(s) - 1, v, w}
+#define U(s, v, w)                                                                                 \
+  { s, sizeof(s) - 1, v, w }
 
 static const struct utf8_row utf8_rows[] = {
     U("", true, "empty"),
@@ -73,9 +74,15 @@ static const struct utf8_row utf8_rows[] = {
     U("\xf0\x90", false, "4-byte missing 2"),
     U("\xf0", false, "4-byte missing 3"),
     U("abc\xc3", false, "truncated at the end"),
-    U("\xc2" "a", false, "2-byte with ASCII continuation"),
-    U("\xe0\xa0" "a", false, "3-byte with ASCII third byte"),
-    U("\xf0\x90\x80" "a", false, "4-byte with ASCII fourth byte"),
+    U("\xc2"
+      "a",
+      false, "2-byte with ASCII continuation"),
+    U("\xe0\xa0"
+      "a",
+      false, "3-byte with ASCII third byte"),
+    U("\xf0\x90\x80"
+      "a",
+      false, "4-byte with ASCII fourth byte"),
     U("\xc2\xc2\x80", false, "lead where a continuation belongs"),
     U("\xe2\x82\x00", false, "NUL where a continuation belongs"),
 };
@@ -83,8 +90,8 @@ static const struct utf8_row utf8_rows[] = {
 Test(result, utf8_valid_table) {
   for (size_t i = 0; i < sizeof(utf8_rows) / sizeof(utf8_rows[0]); i++) {
     const struct utf8_row *r = &utf8_rows[i];
-    cr_expect_eq(utf8_valid((const uint8_t *)r->bytes, r->len), r->valid, "%s: expected %s", r->what,
-                 r->valid ? "valid" : "invalid");
+    cr_expect_eq(utf8_valid((const uint8_t *)r->bytes, r->len), r->valid, "%s: expected %s",
+                 r->what, r->valid ? "valid" : "invalid");
   }
 }
 
@@ -174,8 +181,8 @@ static void assert_base64_field(json_t *o, const char *name, const void *want, s
   cr_assert(json_is_string(s), "%s is a string", key);
   uint8_t out[4096];
   size_t got = 0;
-  cr_assert_eq(sodium_base642bin(out, sizeof(out), json_string_value(s), json_string_length(s), NULL,
-                                 &got, NULL, sodium_base64_VARIANT_ORIGINAL),
+  cr_assert_eq(sodium_base642bin(out, sizeof(out), json_string_value(s), json_string_length(s),
+                                 NULL, &got, NULL, sodium_base64_VARIANT_ORIGINAL),
                0, "%s is standard base64 with padding: %s", key, json_string_value(s));
   cr_assert_eq(got, len);
   cr_assert_arr_eq(out, want, len);
@@ -185,9 +192,10 @@ Test(result, fresh_result_has_every_field_of_section_5) {
   struct job_result r;
   job_result_init(&r);
   json_t *j = to_json(&r);
-  static const char *const keys[] = {"job_id", "device_id", "exit_code", "signal", "stdout", "stderr",
-                                     "stdout_truncated", "stderr_truncated", "wall_ms", "timed_out",
-                                     "oom_killed", "orphans_killed", "sandbox", "error"};
+  static const char *const keys[] = {"job_id",  "device_id", "exit_code",        "signal",
+                                     "stdout",  "stderr",    "stdout_truncated", "stderr_truncated",
+                                     "wall_ms", "timed_out", "oom_killed",       "orphans_killed",
+                                     "sandbox", "error"};
   for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
     get(j, keys[i]);
   cr_assert(json_is_null(get(j, "exit_code")), "never ran: no exit code");
@@ -199,7 +207,8 @@ Test(result, fresh_result_has_every_field_of_section_5) {
   cr_assert_null(json_object_get(j, "stdout_base64"));
   cr_assert(json_is_false(get(j, "timed_out")));
   json_t *sb = get(j, "sandbox");
-  static const char *const sbkeys[] = {"requested", "level", "mechanism", "downgrade_reason", "limits"};
+  static const char *const sbkeys[] = {"requested", "level", "mechanism", "downgrade_reason",
+                                       "limits"};
   for (size_t i = 0; i < sizeof(sbkeys) / sizeof(sbkeys[0]); i++)
     get(sb, sbkeys[i]);
   cr_assert_str_eq(json_string_value(get(sb, "requested")), "isolated");
@@ -437,7 +446,7 @@ Test(result, limit_mechanism_names_are_the_section_5_vocabulary) {
   for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
     cr_expect_str_eq(limit_mech_name(rows[i].m), rows[i].name);
   cr_expect_str_eq(limit_mech_name((enum limit_mech)7), "none", "out of range");
-  cr_expect_str_eq(limit_mech_name((enum limit_mech)-1), "none", "out of range");
+  cr_expect_str_eq(limit_mech_name((enum limit_mech) - 1), "none", "out of range");
 }
 
 Test(result, error_object_has_the_stable_code_and_the_message) {
