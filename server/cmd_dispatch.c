@@ -45,7 +45,7 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   const char *state = cli->state_dir, *user = NULL, *device = NULL;
   bool wait = false;
   int c;
-  optind = 1;
+  optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
     case 'u':
@@ -118,7 +118,7 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"state", required_argument, NULL, 's'}, {0}};
   const char *state = cli->state_dir;
   int c;
-  optind = 1;
+  optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     if (c == 's')
       state = optarg;

@@ -34,7 +34,7 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
                                        {0}};
   const char *state = cli->state_dir, *listen = NULL;
   int c;
-  optind = 1;
+  optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     if (c == 'l')
       listen = optarg;
