@@ -30,5 +30,13 @@ int server_cli_exit_status(int err);
 
 int server_cmd_init(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_pack(const struct server_cli *cli, int argc, char **argv);
+/* Admin commands on the state database (server/cmd_user.c, cmd_paircode.c,
+ * cmd_devices.c, cmd_revoke.c, cmd_jobs.c). */
+int server_cmd_user(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_paircode(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_devices(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_job(const struct server_cli *cli, int argc, char **argv);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "proto/cpkg.h"
 #include "server/cli.h"
+#include "server/db.h"
 #include "server/keys.h"
 
 static const char init_usage[] = "usage: cordon-server init [--state DIR]";
@@ -123,12 +124,23 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
       break;
     }
   }
+  if (status == 0) {
+    /* The state database, schema and all (server/db.h). */
+    struct server_db *db = NULL;
+    int err = server_db_open(state, SERVER_DB_CREATE, &db, &diag);
+    server_db_close(db);
+    if (err)
+      status = server_cli_fail(err, &diag);
+  }
   if (status == 0 && fsync(dirfd) < 0)
     status = server_cli_failf(-errno, "%s: %s", state, strerror(errno));
   if (status != 0) {
     /* Leave nothing half-made behind. */
     for (size_t i = 0; i < written && i < n_files; i++)
       unlinkat(dirfd, files[i].name, 0);
+    unlinkat(dirfd, SERVER_DB_FILE, 0);
+    unlinkat(dirfd, SERVER_DB_FILE "-wal", 0);
+    unlinkat(dirfd, SERVER_DB_FILE "-shm", 0);
     if (created)
       rmdir(state);
   } else {

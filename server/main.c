@@ -16,6 +16,12 @@ struct server_command {
 static const struct server_command commands[] = {
     {"init", server_cmd_init, "create the state directory and keys"},
     {"pack", server_cmd_pack, "build and sign an executor package"},
+    {"user", server_cmd_user, "add or list users (user add NAME, user list)"},
+    {"pair-code", server_cmd_paircode, "mint a single-use pairing code for a user"},
+    {"devices", server_cmd_devices, "list paired devices"},
+    {"revoke", server_cmd_revoke, "revoke a device (terminal)"},
+    {"jobs", server_cmd_jobs, "list jobs"},
+    {"job", server_cmd_job, "show one job and its result"},
 };
 
 static void usage(FILE *f) {

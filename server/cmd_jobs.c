@@ -1,0 +1,166 @@
+/* cordon-server jobs [--user U] [--json] and job ID [--json]: job states and
+ * results. `job ID --json` prints {"id","user","device","state","result"}
+ * with result the stored DESIGN.md section 5 object or null. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "server/admin.h"
+#include "server/cli.h"
+#include "server/db.h"
+
+static const char jobs_usage[] =
+    "usage: cordon-server jobs [--user USER] [--limit N] [--json] [--state DIR]";
+static const char job_usage[] = "usage: cordon-server job ID [--json] [--state DIR]";
+
+#define JOBS_DEFAULT_LIMIT 100
+
+static json_t *job_summary_json(const struct server_db_job *j) {
+  return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:o, s:o}", "id", j->id, "user", j->user, "device",
+                   j->device_id[0] ? j->device_id : NULL, "state",
+                   server_db_job_state_name(j->state), "error", j->error[0] ? j->error : NULL,
+                   "created", admin_json_time(j->created), "updated", admin_json_time(j->updated));
+}
+
+/* The stored result as JSON (null when none; the database holds only JSON
+ * objects, so a parse failure means a damaged row: null too). */
+static json_t *job_result_json(const struct server_db_job *j) {
+  if (!j->result_json)
+    return json_null();
+  json_error_t jerr;
+  json_t *r = json_loads(j->result_json, 0, &jerr);
+  return r ? r : json_null();
+}
+
+static int parse_opts(int argc, char **argv, const char *usage, int with_filters,
+                      const char **state, const char **user, size_t *limit, int *json) {
+  static const struct option opts[] = {
+      {"state", required_argument, NULL, 's'}, {"user", required_argument, NULL, 'u'},
+      {"limit", required_argument, NULL, 'n'}, {"json", no_argument, NULL, 'j'},
+      {"help", no_argument, NULL, 'h'},        {0}};
+  int c;
+  optind = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 's':
+      *state = optarg;
+      break;
+    case 'u':
+      if (!with_filters)
+        return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+      *user = optarg;
+      break;
+    case 'n': {
+      char *end = NULL;
+      unsigned long long v = strtoull(optarg, &end, 10);
+      if (!with_filters || !*optarg || *end || *optarg == '-' || v > 1000000)
+        return server_cli_failf(CORDON_E_USAGE, "--limit: 0..1000000 (0: all); %s", usage);
+      *limit = (size_t)v;
+      break;
+    }
+    case 'j':
+      *json = 1;
+      break;
+    case 'h':
+      printf("%s\n", usage);
+      return -1;
+    default:
+      return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+    }
+  }
+  return 0;
+}
+
+int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
+  const char *state = cli->state_dir, *user = NULL;
+  size_t limit = JOBS_DEFAULT_LIMIT;
+  int json = 0;
+  int status = parse_opts(argc, argv, jobs_usage, 1, &state, &user, &limit, &json);
+  if (status)
+    return status < 0 ? 0 : status;
+  if (optind != argc)
+    return server_cli_failf(CORDON_E_USAGE, "%s", jobs_usage);
+  struct server_db *db = NULL;
+  if ((status = admin_open_db(state, &db)))
+    return status;
+  struct cordon_diag diag = {{0}};
+  struct server_db_user u = {0};
+  struct server_db_job_list l = {0};
+  int err = user ? server_db_user_get_by_name(db, user, &u, &diag) : 0;
+  if (!err)
+    err = server_db_job_list(db, user ? u.id : 0, limit, &l, &diag);
+  server_db_close(db);
+  if (err)
+    return admin_fail(err, &diag);
+  if (json) {
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < l.count; i++)
+      if (json_array_append_new(arr, job_summary_json(&l.items[i])) < 0) {
+        json_decref(arr);
+        arr = NULL;
+      }
+    status = admin_print_json(arr, 0);
+  } else {
+    printf("%-32s  %-12s %-32s  %-9s %-20s %s\n", "ID", "USER", "DEVICE", "STATE", "CREATED",
+           "ERROR");
+    for (size_t i = 0; i < l.count; i++) {
+      const struct server_db_job *j = &l.items[i];
+      char created[64];
+      admin_format_time(j->created, "-", created, sizeof(created));
+      printf("%-32s  %-12s %-32s  %-9s %-20s %s\n", j->id, j->user,
+             j->device_id[0] ? j->device_id : "-", server_db_job_state_name(j->state), created,
+             j->error[0] ? j->error : "-");
+    }
+  }
+  server_db_job_list_release(&l);
+  return status;
+}
+
+int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
+  const char *state = cli->state_dir, *user = NULL;
+  size_t limit = 0;
+  int json = 0;
+  int status = parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json);
+  if (status)
+    return status < 0 ? 0 : status;
+  if (argc - optind != 1)
+    return server_cli_failf(CORDON_E_USAGE, "%s", job_usage);
+  struct server_db *db = NULL;
+  if ((status = admin_open_db(state, &db)))
+    return status;
+  struct cordon_diag diag = {{0}};
+  struct server_db_job j;
+  int err = server_db_job_get(db, argv[optind], &j, &diag);
+  server_db_close(db);
+  if (err)
+    return admin_fail(err, &diag);
+  if (json) {
+    json_t *o = json_pack("{s:s, s:s, s:s?, s:s, s:o}", "id", j.id, "user", j.user, "device",
+                          j.device_id[0] ? j.device_id : NULL, "state",
+                          server_db_job_state_name(j.state), "result", job_result_json(&j));
+    status = admin_print_json(o, 0);
+  } else {
+    char created[64], updated[64], deadline[64];
+    admin_format_time(j.created, "-", created, sizeof(created));
+    admin_format_time(j.updated, "-", updated, sizeof(updated));
+    admin_format_time(j.deadline, "none", deadline, sizeof(deadline));
+    json_error_t jerr;
+    json_t *args = json_loads(j.args_json, 0, &jerr);
+    char *args_text = args ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    json_decref(args);
+    printf("id:       %s\nuser:     %s\ndevice:   %s\nstate:    %s\nerror:    %s\n"
+           "created:  %s\nupdated:  %s\ndeadline: %s\nargs:     %s\nresult:   ",
+           j.id, j.user, j.device_id[0] ? j.device_id : "-", server_db_job_state_name(j.state),
+           j.error[0] ? j.error : "-", created, updated, deadline, args_text ? args_text : "?");
+    free(args_text);
+    if (j.result_json) {
+      fflush(stdout);
+      status = admin_print_json(job_result_json(&j), 1);
+    } else {
+      printf("none\n");
+    }
+  }
+  server_db_job_release(&j);
+  return status;
+}

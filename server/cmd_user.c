@@ -1,0 +1,95 @@
+/* cordon-server user add NAME | user list [--json] */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "server/admin.h"
+#include "server/cli.h"
+#include "server/db.h"
+
+static const char user_usage[] =
+    "usage: cordon-server user add NAME | user list  [--json] [--state DIR]";
+
+static json_t *user_json(const struct server_db_user *u) {
+  return json_pack("{s:I, s:s, s:o}", "id", (json_int_t)u->id, "name", u->name, "created",
+                   admin_json_time(u->created));
+}
+
+static int user_add(struct server_db *db, const char *name, int json) {
+  struct cordon_diag diag = {{0}};
+  int64_t id;
+  int err = server_db_user_add(db, name, &id, &diag);
+  if (err)
+    return admin_fail(err, &diag);
+  struct server_db_user u;
+  if ((err = server_db_user_get(db, id, &u, &diag)))
+    return admin_fail(err, &diag);
+  fprintf(stderr, "%s: added user %s (id %lld)\n", SERVER_PROG, u.name, (long long)u.id);
+  return json ? admin_print_json(user_json(&u), 0) : 0;
+}
+
+static int user_list(struct server_db *db, int json) {
+  struct cordon_diag diag = {{0}};
+  struct server_db_user_list l = {0};
+  int err = server_db_user_list(db, &l, &diag);
+  if (err)
+    return admin_fail(err, &diag);
+  int status = 0;
+  if (json) {
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < l.count; i++)
+      if (json_array_append_new(arr, user_json(&l.items[i])) < 0) {
+        json_decref(arr);
+        arr = NULL;
+      }
+    status = admin_print_json(arr, 0);
+  } else {
+    printf("%-6s %-24s %s\n", "ID", "NAME", "CREATED");
+    for (size_t i = 0; i < l.count; i++) {
+      char created[64];
+      admin_format_time(l.items[i].created, "-", created, sizeof(created));
+      printf("%-6lld %-24s %s\n", (long long)l.items[i].id, l.items[i].name, created);
+    }
+  }
+  server_db_user_list_release(&l);
+  return status;
+}
+
+int server_cmd_user(const struct server_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  const char *state = cli->state_dir;
+  int json = 0, c;
+  optind = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 's':
+      state = optarg;
+      break;
+    case 'j':
+      json = 1;
+      break;
+    case 'h':
+      printf("%s\n", user_usage);
+      return 0;
+    default:
+      return server_cli_failf(CORDON_E_USAGE, "%s", user_usage);
+    }
+  }
+  int nargs = argc - optind;
+  const char *sub = nargs > 0 ? argv[optind] : NULL;
+  int add = sub && strcmp(sub, "add") == 0 && nargs == 2;
+  int list = sub && strcmp(sub, "list") == 0 && nargs == 1;
+  if (!add && !list)
+    return server_cli_failf(CORDON_E_USAGE, "%s", user_usage);
+  struct server_db *db = NULL;
+  int status = admin_open_db(state, &db);
+  if (status)
+    return status;
+  status = add ? user_add(db, argv[optind + 1], json) : user_list(db, json);
+  server_db_close(db);
+  return status;
+}
