@@ -385,6 +385,17 @@ Test(config, refuses_a_symlinked_config) {
   cr_assert(strstr(d.msg, "config.json") != NULL, "%s", d.msg);
 }
 
+/* BUG: agent_config_load() opens config.json with a blocking open() before
+ * checking S_ISREG, so a FIFO there hangs the agent at start instead of
+ * failing with config_invalid ("not a regular file"). Same shape as the
+ * manifest_load_file FIFO bug. */
+Test(config, fifo_config_is_refused_without_blocking, .timeout = 3, .disabled = true) {
+  char path[128];
+  snprintf(path, sizeof(path), "%s/config.json", tmpdir);
+  cr_assert_eq(mkfifo(path, 0600), 0);
+  expect_invalid_in("config.json", "config.json is a FIFO");
+}
+
 Test(config, failure_late_in_the_file_leaks_nothing) {
   /* grant_roots and publishers already built when max_jobs fails (ASan) */
   write_config("{\"grant_roots\":[\"/a\",\"/b\"],\"trusted_publishers\":[\"/k\"],"

@@ -1094,3 +1094,19 @@ Test(manifest_file, empty_file_is_invalid) {
   cr_assert_eq(manifest_load_file(path, &m, &d), CORDON_E_MANIFEST_INVALID);
   cr_assert_eq(m, UNTOUCHED);
 }
+
+/* BUG: manifest_load_file() opens the path with a blocking open() and only
+ * then checks S_ISREG, so a FIFO named manifest.json blocks forever instead
+ * of being refused as "not a regular file". Reproduced end to end:
+ * `mkfifo DIR/manifest.json; cordon-agent exec DIR` hangs (killed by
+ * timeout(1) after 5 s). Expected: CORDON_E_MANIFEST_INVALID at once (e.g.
+ * open with O_NONBLOCK, or fstat before reading). */
+Test(manifest_file, fifo_is_refused_without_blocking, .timeout = 3, .disabled = true) {
+  char path[128];
+  snprintf(path, sizeof(path), "%s/fifo.json", tmpdir);
+  cr_assert_eq(mkfifo(path, 0600), 0);
+  struct manifest *m = UNTOUCHED;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(manifest_load_file(path, &m, &d), CORDON_E_MANIFEST_INVALID);
+  cr_assert_eq(m, UNTOUCHED);
+}
