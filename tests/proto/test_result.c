@@ -151,6 +151,25 @@ Test(result, utf8_valid_agrees_with_jansson_on_two_byte_inputs) {
   }
 }
 
+Test(result, utf8_valid_agrees_with_jansson_on_three_byte_inputs) {
+  /* every 3-byte string that starts with a multi-byte lead (0xC0..0xFF) */
+  uint8_t b[3];
+  for (unsigned x = 0xc0; x < 256; x++) {
+    for (unsigned y = 0; y < 256; y++) {
+      for (unsigned z = 0; z < 256; z++) {
+        b[0] = (uint8_t)x;
+        b[1] = (uint8_t)y;
+        b[2] = (uint8_t)z;
+        json_t *s = json_stringn((const char *)b, 3);
+        bool ref = s != NULL;
+        json_decref(s);
+        if (utf8_valid(b, 3) != ref)
+          cr_assert_fail("%02x %02x %02x: utf8_valid %d, jansson %d", x, y, z, !ref, ref);
+      }
+    }
+  }
+}
+
 /* ---- job_result_to_json ---- */
 
 static json_t *to_json(const struct job_result *r) {
