@@ -1,15 +1,46 @@
-/* cordon-server revoke DEVICE: terminal. This marks the device revoked in the
- * database, which refuses its key from then on; closing its live session is
- * the daemon's part (see the note below). */
+/* cordon-server revoke DEVICE: terminal. The revocation is committed to the
+ * database first (the daemon refuses the key at every handshake from then
+ * on), then a running daemon is told over its admin socket to close the
+ * device's live session. With no daemon running the database part is all
+ * there is to do. */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 
 #include "server/admin.h"
+#include "server/admin_client.h"
 #include "server/cli.h"
 #include "server/db.h"
 
 static const char revoke_usage[] = "usage: cordon-server revoke DEVICE [--state DIR]";
+
+/* Ask a running daemon to close the device's live session. */
+static int tell_daemon(const char *state, const char *id) {
+  json_t *req = json_pack("{s:s, s:s}", "op", "revoke", "device", id), *reply = NULL;
+  struct cordon_diag diag = {{0}};
+  int err = req ? admin_call(state, req, &reply, &diag) : -ENOMEM;
+  json_decref(req);
+  if (err == -ENOENT || err == -ECONNREFUSED)
+    return 0; /* no daemon: nothing is connected */
+  if (err)
+    return server_cli_failf(err,
+                            "revoked in the database, but the daemon could not be told to "
+                            "close a live session: %s",
+                            diag.msg[0] ? diag.msg : cordon_err_message(err));
+  int status = 0;
+  if (!json_is_true(json_object_get(reply, "ok"))) {
+    const char *msg = json_string_value(json_object_get(reply, "message"));
+    status = server_cli_failf(CORDON_E_INTERNAL,
+                              "revoked in the database, but the daemon refused to close a live "
+                              "session: %s",
+                              msg ? msg : "no reason given");
+  } else if (json_is_true(json_object_get(reply, "disconnected"))) {
+    fprintf(stderr, "%s: its live session was closed\n", SERVER_PROG);
+  }
+  json_decref(reply);
+  return status;
+}
 
 int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {
@@ -54,8 +85,5 @@ int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
   server_db_close(db);
   if (err)
     return admin_fail(err, &diag);
-  /* Daemon notification point: the revocation is committed, so a running
-   * daemon refuses the key at the next handshake; closing a session that is
-   * live right now is done by the daemon when told over its admin socket. */
-  return 0;
+  return tell_daemon(state, id);
 }
