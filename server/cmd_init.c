@@ -83,6 +83,11 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
                                      "refusing to overwrite it", state);
       return server_cli_failf(err, "%s: %s", state, strerror(-err));
     }
+    if (fchmod(dirfd, 0700) < 0) {
+      int e = errno;
+      close(dirfd);
+      return server_cli_failf(-e, "%s: %s", state, strerror(e));
+    }
   }
   int status = 0;
   struct cordon_diag diag = {{0}};
