@@ -1,0 +1,499 @@
+/* End to end: the real cordon-server daemon and cordon-agent processes on
+ * loopback — pairing, sessions, revoke, dispatch, cancel, and results that
+ * survive either side dying. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SERVER CORDON_BINARY_DIR "/cordon-server"
+#define AGENT CORDON_BINARY_DIR "/cordon-agent"
+
+static char dir[256], state[300], agentdir[300], server_addr[64];
+static pid_t server_pid = -1, agent_pid = -1;
+
+static void msleep(int ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+struct out {
+  int status;
+  char out[1 << 16];
+  char err[1 << 14];
+};
+
+/* Run a command (argv NULL-terminated) with optional stdin text. */
+static struct out *run(const char *stdin_text, const char *const *argv) {
+  struct out *o = calloc(1, sizeof(*o));
+  int po[2], pe[2], pi[2];
+  cr_assert(pipe(po) == 0 && pipe(pe) == 0 && pipe(pi) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(pi[0], 0);
+    dup2(po[1], 1);
+    dup2(pe[1], 2);
+    close(pi[1]);
+    close(po[0]);
+    close(pe[0]);
+    execv(argv[0], (char **)argv);
+    _exit(127);
+  }
+  close(pi[0]);
+  close(po[1]);
+  close(pe[1]);
+  if (stdin_text)
+    (void)!write(pi[1], stdin_text, strlen(stdin_text));
+  close(pi[1]);
+  size_t n = 0;
+  ssize_t k;
+  while ((k = read(po[0], o->out + n, sizeof(o->out) - 1 - n)) > 0)
+    n += (size_t)k;
+  o->out[n] = '\0';
+  n = 0;
+  while ((k = read(pe[0], o->err + n, sizeof(o->err) - 1 - n)) > 0)
+    n += (size_t)k;
+  o->err[n] = '\0';
+  close(po[0]);
+  close(pe[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  o->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return o;
+}
+
+#define RUN(...) run(NULL, (const char *const[]){__VA_ARGS__, NULL})
+
+static pid_t spawn_logged(const char *log, const char *const *argv) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *f = fopen(log, "a");
+    dup2(fileno(f), 2);
+    dup2(fileno(f), 1);
+    execv(argv[0], (char **)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static bool log_has(const char *log, const char *needle) {
+  FILE *f = fopen(log, "r");
+  if (!f)
+    return false;
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strstr(buf, needle) != NULL;
+}
+
+static bool wait_log(const char *log, const char *needle, int ms) {
+  for (int t = 0; t < ms; t += 20) {
+    if (log_has(log, needle))
+      return true;
+    msleep(20);
+  }
+  return false;
+}
+
+/* The first start picks a free port; later starts reuse it (agents pin the
+ * address at pairing). */
+static void start_server(void) {
+  char log[400];
+  snprintf(log, sizeof(log), "%s/server.log", dir);
+  (void)!truncate(log, 0);
+  const char *argv[] = {SERVER, "run", "--state", state, "--listen",
+                        server_addr[0] ? server_addr : "127.0.0.1:0", NULL};
+  server_pid = spawn_logged(log, argv);
+  cr_assert(wait_log(log, "listening on 127.0.0.1:", 5000), "the server did not start");
+  FILE *f = fopen(log, "r");
+  char line[512];
+  int port = 0;
+  while (fgets(line, sizeof(line), f)) {
+    char *p = strstr(line, "listening on 127.0.0.1:");
+    if (p)
+      port = atoi(p + strlen("listening on 127.0.0.1:"));
+  }
+  fclose(f);
+  cr_assert(port > 0);
+  snprintf(server_addr, sizeof(server_addr), "127.0.0.1:%d", port);
+}
+
+static void stop(pid_t *pid, int sig) {
+  if (*pid > 0) {
+    kill(*pid, sig);
+    waitpid(*pid, NULL, 0);
+    *pid = -1;
+  }
+}
+
+static void start_agent(void) {
+  char log[400];
+  snprintf(log, sizeof(log), "%s/agent.log", dir);
+  const char *argv[] = {AGENT, "--config", agentdir, "run", NULL};
+  agent_pid = spawn_logged(log, argv);
+}
+
+static char *mint_code(const char *user) {
+  struct out *o = RUN(SERVER, "pair-code", user, "--state", state);
+  cr_assert_eq(o->status, 0, "pair-code: %s", o->err);
+  char *nl = strchr(o->out, '\n');
+  cr_assert(nl, "the code is on its own first line");
+  *nl = '\0';
+  char *code = strdup(o->out);
+  free(o);
+  return code;
+}
+
+static void setup(void) {
+  server_addr[0] = '\0';
+  snprintf(dir, sizeof(dir), "/tmp/cordon-e2e-XXXXXX");
+  cr_assert(mkdtemp(dir));
+  chmod(dir, 0755);
+  snprintf(state, sizeof(state), "%s/state", dir);
+  snprintf(agentdir, sizeof(agentdir), "%s/agent", dir);
+  struct out *o = RUN(SERVER, "init", "--state", state);
+  cr_assert_eq(o->status, 0, "init: %s", o->err);
+  free(o);
+  o = RUN(SERVER, "user", "add", "alice", "--state", state);
+  cr_assert_eq(o->status, 0);
+  free(o);
+  o = RUN(SERVER, "user", "add", "bob", "--state", state);
+  free(o);
+  start_server();
+}
+
+static void teardown(void) {
+  stop(&agent_pid, SIGKILL);
+  stop(&server_pid, SIGKILL);
+  char cmd[300];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  (void)!system(cmd);
+}
+
+static void pair(const char *name) {
+  char *code = mint_code("alice");
+  struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", code,
+                      "--name", name);
+  cr_assert_eq(o->status, 0, "pair: %s", o->err);
+  free(o);
+  free(code);
+}
+
+static json_t *devices_json(void) {
+  struct out *o = RUN(SERVER, "devices", "--json", "--state", state);
+  cr_assert_eq(o->status, 0);
+  json_t *j = json_loads(o->out, 0, NULL);
+  free(o);
+  cr_assert(json_is_array(j));
+  return j;
+}
+
+static bool device_online(void) {
+  json_t *d = devices_json();
+  bool on = json_is_true(json_object_get(json_array_get(d, 0), "online"));
+  json_decref(d);
+  return on;
+}
+
+static void wait_online(void) {
+  for (int i = 0; i < 250 && !device_online(); i++)
+    msleep(20);
+  cr_assert(device_online(), "the agent did not connect");
+}
+
+static char *pack(const char *name, const char *manifest, const char *script) {
+  char pdir[400], path[500], cmd[1200];
+  snprintf(pdir, sizeof(pdir), "%s/%s", dir, name);
+  mkdir(pdir, 0755);
+  snprintf(path, sizeof(path), "%s/manifest.json", pdir);
+  FILE *f = fopen(path, "w");
+  fputs(manifest, f);
+  fclose(f);
+  snprintf(path, sizeof(path), "%s/run.sh", pdir);
+  f = fopen(path, "w");
+  fputs(script, f);
+  fclose(f);
+  char *out = malloc(512);
+  snprintf(out, 512, "%s/%s.cpkg", dir, name);
+  snprintf(cmd, sizeof(cmd), "%s pack %s -o %s --state %s 2>/dev/null", SERVER, pdir, out, state);
+  cr_assert_eq(system(cmd), 0);
+  return out;
+}
+
+static const char *job_state(const char *id, json_t **out_job) {
+  struct out *o = RUN(SERVER, "job", id, "--json", "--state", state);
+  cr_assert_eq(o->status, 0, "job: %s", o->err);
+  json_t *j = json_loads(o->out, 0, NULL);
+  free(o);
+  cr_assert(j);
+  if (out_job)
+    *out_job = j;
+  static char st[32];
+  snprintf(st, sizeof(st), "%s", json_string_value(json_object_get(j, "state")));
+  if (!out_job)
+    json_decref(j);
+  return st;
+}
+
+static bool wait_state(const char *id, const char *want, int ms) {
+  for (int t = 0; t < ms; t += 50) {
+    if (strcmp(job_state(id, NULL), want) == 0)
+      return true;
+    msleep(50);
+  }
+  return false;
+}
+
+TestSuite(daemon, .init = setup, .fini = teardown, .timeout = 120);
+
+Test(daemon, pairing_prints_the_same_string_on_both_sides_and_the_device_comes_online) {
+  char *code = mint_code("alice");
+  struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", code,
+                      "--name", "laptop");
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  char *sas = strstr(o->err, "authentication string ");
+  cr_assert(sas);
+  char s[12];
+  memcpy(s, sas + strlen("authentication string "), 11);
+  s[11] = '\0';
+  char log[400];
+  snprintf(log, sizeof(log), "%s/server.log", dir);
+  cr_assert(wait_log(log, s, 2000), "the server printed another string than %s", s);
+  free(o);
+  /* the code is single-use */
+  o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", code);
+  cr_assert_neq(o->status, 0);
+  free(o);
+  start_agent();
+  wait_online();
+  json_t *d = devices_json();
+  json_t *dev = json_array_get(d, 0);
+  cr_assert_str_eq(json_string_value(json_object_get(dev, "name")), "laptop");
+  cr_assert_str_eq(json_string_value(json_object_get(dev, "owner")), "alice");
+  cr_assert_str_eq(json_string_value(json_object_get(dev, "platform")), "linux");
+  cr_assert_str_eq(json_string_value(json_object_get(dev, "state")), "active");
+  json_decref(d);
+  free(code);
+}
+
+Test(daemon, the_code_on_stdin_works_and_stays_out_of_argv) {
+  char *code = mint_code("alice");
+  char line[128];
+  snprintf(line, sizeof(line), "%s\n", code);
+  struct out *o = run(line, (const char *const[]){AGENT, "--config", agentdir, "pair", "--server",
+                                                  server_addr, NULL});
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  free(o);
+  free(code);
+}
+
+Test(daemon, a_wrong_code_fails_stores_nothing_and_five_failures_burn_the_code) {
+  char *code = mint_code("alice");
+  char bad[128];
+  snprintf(bad, sizeof(bad), "%s", code);
+  size_t n = strlen(bad);
+  bad[n - 1] = bad[n - 1] == 'a' ? 'b' : 'a'; /* same id, wrong secret */
+  for (int i = 0; i < 5; i++) {
+    struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", bad);
+    cr_assert_eq(o->status, 1, "attempt %d: %s", i, o->err);
+    cr_assert(strstr(o->err, "could not prove"), "%s", o->err);
+    free(o);
+  }
+  char path[400];
+  snprintf(path, sizeof(path), "%s/pairing.json", agentdir);
+  cr_assert(access(path, F_OK) != 0, "nothing is stored after a failed pairing");
+  /* burned: the right code no longer works */
+  struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", code);
+  cr_assert_eq(o->status, 1, "%s", o->err);
+  free(o);
+  free(code);
+}
+
+Test(daemon, an_agent_refuses_a_server_whose_key_is_not_the_pinned_one) {
+  pair("laptop");
+  /* another server with its own keys on a new state, same address */
+  stop(&server_pid, SIGTERM);
+  char cmd[1600];
+  snprintf(cmd, sizeof(cmd), "mv %s %s.orig && %s init --state %s >/dev/null 2>&1", state, state,
+           SERVER, state);
+  cr_assert_eq(system(cmd), 0);
+  char log[400];
+  snprintf(log, sizeof(log), "%s/server.log", dir);
+  const char *argv[] = {SERVER, "run", "--state", state, "--listen", server_addr, NULL};
+  server_pid = spawn_logged(log, argv);
+  msleep(300);
+  start_agent();
+  char alog[400];
+  snprintf(alog, sizeof(alog), "%s/agent.log", dir);
+  cr_assert(wait_log(alog, "not the one pinned", 5000));
+  cr_assert(!log_has(alog, "connected to"));
+}
+
+Test(daemon, dispatch_wait_prints_the_result_and_job_json_keeps_it) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg = pack("hello", "{\"name\":\"hello\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+                   "echo \"hi $1\"\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", state, "--",
+                      "there");
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  json_t *r = json_loads(o->out, 0, NULL);
+  cr_assert(r, "stdout is the result JSON: %s", o->out);
+  cr_assert_str_eq(json_string_value(json_object_get(r, "stdout")), "hi there\n");
+  cr_assert_str_eq(json_string_value(json_object_get(json_object_get(r, "sandbox"), "level")),
+                   "isolated");
+  const char *id = json_string_value(json_object_get(r, "job_id"));
+  json_t *job;
+  cr_assert_str_eq(job_state(id, &job), "done");
+  cr_assert_str_eq(json_string_value(json_object_get(job, "user")), "alice");
+  cr_assert(json_is_object(json_object_get(job, "result")));
+  json_decref(job);
+  json_decref(r);
+  free(o);
+  /* without --wait: the job id alone */
+  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  cr_assert_eq(o->status, 0);
+  cr_assert_eq(strlen(o->out), 33, "a job id and a newline: '%s'", o->out);
+  free(o);
+  free(pkg);
+}
+
+Test(daemon, no_eligible_device_for_another_user_or_an_offline_device) {
+  pair("laptop");
+  char *pkg = pack("hello", "{\"name\":\"hello\",\"version\":\"1\",\"entry\":[\"/bin/true\"]}", "");
+  /* bob has no device; alice's is offline */
+  struct out *o = RUN(SERVER, "dispatch", "--user", "bob", pkg, "--state", state);
+  cr_assert_eq(o->status, 1);
+  cr_assert(strstr(o->err, "no_eligible_device"), "%s", o->err);
+  free(o);
+  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  cr_assert_eq(o->status, 1);
+  cr_assert(strstr(o->err, "offline"), "the reason per candidate: %s", o->err);
+  free(o);
+  start_agent();
+  wait_online();
+  json_t *d = devices_json();
+  const char *id = json_string_value(json_object_get(json_array_get(d, 0), "id"));
+  /* bob naming alice's device: refused, and the device never hears of it */
+  o = RUN(SERVER, "dispatch", "--user", "bob", "--device", id, pkg, "--state", state);
+  cr_assert_eq(o->status, 1);
+  cr_assert(strstr(o->err, "no_eligible_device"));
+  free(o);
+  char alog[400];
+  snprintf(alog, sizeof(alog), "%s/agent.log", dir);
+  cr_assert(!log_has(alog, "job "));
+  json_decref(d);
+  free(pkg);
+}
+
+Test(daemon, cancel_kills_the_job_and_records_cancelled) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg = pack("slow", "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+                   "sleep 300.424242\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  cr_assert_eq(o->status, 0);
+  char id[33];
+  snprintf(id, sizeof(id), "%.32s", o->out);
+  free(o);
+  cr_assert(wait_state(id, "running", 5000));
+  o = RUN(SERVER, "cancel", id, "--state", state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  free(o);
+  json_t *job;
+  for (int i = 0; i < 100; i++) {
+    job_state(id, &job);
+    if (json_is_object(json_object_get(job, "result")))
+      break;
+    json_decref(job);
+    job = NULL;
+    msleep(50);
+  }
+  cr_assert(job, "the agent's result arrived");
+  cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "cancelled");
+  cr_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(job, "result"), "error"), "code")),
+                   "cancelled");
+  json_decref(job);
+  cr_assert_neq(system("pgrep -f '^sleep 300.424242' >/dev/null"), 0, "the job's process is gone");
+  free(pkg);
+}
+
+Test(daemon, an_agent_that_dies_mid_job_reports_agent_restarted) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg = pack("slow", "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+                   "sleep 300.434343\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  char id[33];
+  snprintf(id, sizeof(id), "%.32s", o->out);
+  free(o);
+  cr_assert(wait_state(id, "running", 5000));
+  stop(&agent_pid, SIGKILL);
+  msleep(200);
+  cr_assert_neq(system("pgrep -f '^sleep 300.434343' >/dev/null"), 0,
+                "the job died with its agent (parent-death signal)");
+  start_agent();
+  cr_assert(wait_state(id, "failed", 10000), "state %s", job_state(id, NULL));
+  json_t *job;
+  job_state(id, &job);
+  cr_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(job, "result"), "error"), "code")),
+                   "agent_restarted");
+  json_decref(job);
+  free(pkg);
+}
+
+Test(daemon, a_result_survives_the_server_dying_and_is_redelivered) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg = pack("short", "{\"name\":\"short\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+                   "sleep 2; echo finished\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  char id[33];
+  snprintf(id, sizeof(id), "%.32s", o->out);
+  free(o);
+  cr_assert(wait_state(id, "running", 5000));
+  stop(&server_pid, SIGKILL); /* the job finishes while the server is gone */
+  msleep(2500);
+  start_server();
+  cr_assert(wait_state(id, "done", 15000), "state %s", job_state(id, NULL));
+  json_t *job;
+  job_state(id, &job);
+  cr_assert_str_eq(json_string_value(json_object_get(json_object_get(job, "result"), "stdout")),
+                   "finished\n");
+  json_decref(job);
+  /* acked: the spool is empty again */
+  char path[500];
+  snprintf(path, sizeof(path), "%s/spool/%s.result", agentdir, id);
+  for (int i = 0; i < 50 && access(path, F_OK) == 0; i++)
+    msleep(50);
+  cr_assert(access(path, F_OK) != 0, "acked results leave the spool");
+  free(pkg);
+}
+
+Test(daemon, sigterm_stops_the_daemon_cleanly) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  kill(server_pid, SIGTERM);
+  int st;
+  waitpid(server_pid, &st, 0);
+  server_pid = -1;
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+  char log[400];
+  snprintf(log, sizeof(log), "%s/server.log", dir);
+  cr_assert(log_has(log, "shutting down"));
+  cr_assert(!device_online(), "devices are marked offline");
+}
