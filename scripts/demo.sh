@@ -1,34 +1,50 @@
 #!/usr/bin/env bash
-# The main job end to end on this machine: build, then run the example
-# package under the strongest sandbox this device can give, and show what
-# was applied. Installs what is missing (apt-get) on first use.
+# cordon end to end on loopback, in a temporary directory: a server with a
+# user, an agent paired with a single-use code, a signed package dispatched
+# to it and run under the strongest sandbox the device gives. Everything it
+# starts is stopped at the end. Installs what is missing on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/test-setup.sh >/dev/null
 scripts/build.sh build >/dev/null
+B=$PWD/build
 work=$(mktemp -d /tmp/cordon-demo-XXXXXX)
-trap 'rm -rf "$work"' EXIT
 chmod 755 "$work"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+say() { printf '\n== %s\n' "$*"; }
 
-echo "== what this device can give (cordon-agent status --json)"
-build/cordon-agent --config "$work/agent" status --json | python3 -c '
-import json,sys; s=json.load(sys.stdin)
-print("best level:", s["best_level"], "| reason:", s["downgrade_reason"],
-      "| bwrap:", s["probes"]["bwrap"]["version"], "| job user:", s["probes"]["job_user"]["name"])'
+say "cordon-server init"
+$B/cordon-server init --state "$work/state"
+$B/cordon-server run --state "$work/state" --listen "127.0.0.1:$port" 2>"$work/server.log" &
+pids+=($!)
+for _ in $(seq 50); do grep -q listening "$work/server.log" && break; sleep 0.1; done
 
-echo "== the plan for examples/hello (cordon-agent explain)"
-build/cordon-agent --config "$work/agent" explain examples/hello | python3 -c '
-import json,sys; p=json.load(sys.stdin)
-print("level:", p["level"], "| mechanism:", p["mechanism"], "| seccomp rules:", len(p["seccomp"]))
-print("bwrap argv:", " ".join(p["argv"]))'
+say "cordon-server user add alice; pair-code alice"
+$B/cordon-server user add alice --state "$work/state"
+code=$($B/cordon-server pair-code alice --state "$work/state" 2>/dev/null | head -n 1)
+echo "code: $code"
 
-if [ -x build/cordon-server ] && build/cordon-server 2>&1 | grep -q pack; then
-  echo "== sign it (cordon-server init + pack) and run the signed package"
-  build/cordon-server init --state "$work/state" >/dev/null
-  build/cordon-server pack examples/hello -o "$work/hello.cpkg" --state "$work/state"
-  build/cordon-agent --config "$work/agent" exec "$work/hello.cpkg" --trust "$work/state/publisher.pub" -- world
-else
-  echo "== run it (cordon-agent exec examples/hello -- world)"
-  build/cordon-agent --config "$work/agent" exec examples/hello -- world
-fi
+say "cordon-agent pair (both sides print the same authentication string)"
+echo "$code" | $B/cordon-agent --config "$work/agent" pair --server "127.0.0.1:$port" --name laptop
+grep "authentication string" "$work/server.log"
+
+say "cordon-agent run; cordon-server devices"
+$B/cordon-agent --config "$work/agent" run 2>"$work/agent.log" &
+pids+=($!)
+for _ in $(seq 50); do grep -q connected "$work/agent.log" && break; sleep 0.1; done
+$B/cordon-server devices --user alice --state "$work/state"
+
+say "cordon-server pack examples/hello; dispatch --wait -- world"
+$B/cordon-server pack examples/hello -o "$work/hello.cpkg" --state "$work/state"
+$B/cordon-server dispatch --user alice "$work/hello.cpkg" --wait --state "$work/state" -- world
+
+say "cordon-server jobs"
+$B/cordon-server jobs --user alice --state "$work/state"
