@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "server/db.h"
@@ -482,6 +483,86 @@ Test(db, racing_consumers_exactly_one_wins) {
 
 Test(db, racing_pairings_exactly_one_device) {
   run_race(true);
+}
+
+Test(db, racing_processes_exactly_one_pairs) {
+  enum { PROCS = 4, ROUNDS = 5 };
+  struct server_db *db = open_db();
+  for (int round = 0; round < ROUNDS; round++) {
+    char name[32], code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+    snprintf(name, sizeof(name), "user%d", round);
+    int64_t u = add_user(db, name);
+    mint(db, u, code, id);
+    int go[2];
+    cr_assert_eq(pipe(go), 0);
+    pid_t pids[PROCS];
+    for (int i = 0; i < PROCS; i++) {
+      pids[i] = fork();
+      cr_assert_neq(pids[i], -1);
+      if (pids[i] == 0) {
+        /* a separate process with its own connection */
+        close(go[1]);
+        struct server_db *mine = NULL;
+        if (server_db_open(state_dir, 0, &mine, NULL) != 0)
+          _exit(3);
+        char c;
+        if (read(go[0], &c, 1) != 0) /* released when the parent closes the pipe */
+          _exit(3);
+        uint8_t pk[32];
+        memset(pk, round * PROCS + i + 1, sizeof(pk));
+        char dev[SERVER_DB_ID_SIZE];
+        int err = server_db_pair_complete(mine, id, pk, &laptop, dev, NULL, NULL);
+        server_db_close(mine);
+        _exit(err == 0 ? 0 : err == -EACCES ? 1 : 2);
+      }
+    }
+    close(go[0]);
+    usleep(50000);
+    close(go[1]);
+    int winners = 0;
+    for (int i = 0; i < PROCS; i++) {
+      int st = 0;
+      cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
+      cr_assert(WIFEXITED(st));
+      cr_assert(WEXITSTATUS(st) <= 1, "child status %d", WEXITSTATUS(st));
+      winners += WEXITSTATUS(st) == 0;
+    }
+    cr_assert_eq(winners, 1, "round %d: %d winners", round, winners);
+    struct server_db_device_list l = {0};
+    cr_assert_eq(server_db_device_list(db, u, &l, NULL), 0);
+    cr_assert_eq(l.count, 1);
+    server_db_device_list_release(&l);
+  }
+  server_db_close(db);
+}
+
+static void *open_fresh(void *arg) {
+  pthread_barrier_t *barrier = arg;
+  struct server_db *db = NULL;
+  pthread_barrier_wait(barrier);
+  intptr_t err = server_db_open(state_dir, SERVER_DB_CREATE, &db, NULL);
+  server_db_close(db);
+  return (void *)err;
+}
+
+Test(db, concurrent_first_opens_all_migrate_once) {
+  enum { THREADS = 6 };
+  pthread_barrier_t barrier;
+  pthread_barrier_init(&barrier, NULL, THREADS);
+  pthread_t t[THREADS];
+  for (int i = 0; i < THREADS; i++)
+    cr_assert_eq(pthread_create(&t[i], NULL, open_fresh, &barrier), 0);
+  for (int i = 0; i < THREADS; i++) {
+    void *ret = NULL;
+    pthread_join(t[i], &ret);
+    cr_assert_eq((intptr_t)ret, 0, "open %d: %d", i, (int)(intptr_t)ret);
+  }
+  pthread_barrier_destroy(&barrier);
+  struct server_db *db = open_db();
+  int v = 0;
+  cr_assert_eq(server_db_schema_version(db, &v, NULL), 0);
+  cr_assert_eq(v, SERVER_DB_SCHEMA_VERSION);
+  server_db_close(db);
 }
 
 Test(db, pair_complete_binds_the_device_to_the_code_minter) {
