@@ -19,6 +19,7 @@
 #define DB_ID_BYTES 16
 #define DB_CODE_BYTES 25 /* 200 bits = 40 base32 characters */
 #define DB_CODE_GROUP 5
+#define DB_CODE_KEEP_S (7 * 24 * 3600) /* expired codes are kept this long, then purged */
 #define DB_LIVE_STATES "('queued','sent','running')"
 
 /* --- schema --------------------------------------------------------------- */
@@ -107,6 +108,7 @@ _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VE
   X(USER_LIST, "SELECT id, name, created FROM users ORDER BY id")                                  \
   X(CODE_COUNT_USABLE, "SELECT count(*) FROM pair_codes WHERE user_id = ?1 AND state = 'live'"     \
                        " AND attempts > 0 AND expires > ?2")                                       \
+  X(CODE_PURGE, "DELETE FROM pair_codes WHERE user_id = ?1 AND expires < ?2")                      \
   X(CODE_ADD, "INSERT INTO pair_codes (id, user_id, key, created, expires, attempts, state)"       \
               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'live')")                                          \
   X(CODE_LOOKUP, "SELECT user_id, key, attempts, state, created, expires FROM pair_codes"          \
@@ -934,6 +936,14 @@ int server_db_code_mint(struct server_db *db, int64_t user_id, int64_t ttl_s,
     err = db_fail(db, rc, "count codes", diag);
   db_done(st);
   if (err)
+    goto out_rollback;
+  /* Forget the user's codes that expired long ago: the table stays small. */
+  if ((err = db_stmt(db, Q_CODE_PURGE, &st, diag)))
+    goto out_rollback;
+  rc = SQLITE_OK;
+  bind_int(st, 1, user_id, &rc);
+  bind_int(st, 2, now - DB_CODE_KEEP_S, &rc);
+  if ((err = bind_check(db, st, rc, diag)) || (err = db_exec_stmt(db, st, "purge codes", diag)))
     goto out_rollback;
   if (live >= SERVER_DB_CODE_LIVE_MAX) {
     err = cordon_diag_set(diag, CORDON_E_LIMIT,

@@ -405,6 +405,13 @@ Test(db, live_code_cap_per_user) {
   for (int i = 0; i < SERVER_DB_CODE_LIVE_MAX; i++)
     mint(db, alice, code, ids[i]);
   cr_assert_eq(server_db_code_mint(db, 999, 600, code, NULL, NULL), -ENOENT);
+  /* codes expired more than a week ago are purged at the next mint */
+  struct server_db_code c;
+  cr_assert_eq(server_db_code_lookup(db, ids[0], &c, NULL), 0);
+  server_db_set_clock(db, 5000 + 601 + 600 + 7 * 24 * 3600 + 1);
+  mint(db, alice, code, ids[1]);
+  cr_assert_eq(server_db_code_lookup(db, ids[0], &c, NULL), -ENOENT);
+  cr_assert_eq(server_db_code_lookup(db, bob_id, &c, NULL), 0, "only the minting user's");
   server_db_close(db);
 }
 
