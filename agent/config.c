@@ -128,7 +128,7 @@ int agent_config_load(const char *dir, struct agent_config **out_config, struct 
 
   char path[PATH_MAX + 16];
   snprintf(path, sizeof(path), "%s/config.json", dir);
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* never wait on a FIFO */
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) {
       *out_config = c;

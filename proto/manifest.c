@@ -35,6 +35,12 @@ unsigned manifest_platform_from_name(const char *name) {
   return 0;
 }
 
+/* A JSON string with no NUL inside (the parser lets NULs through so that
+ * the field holding one can be named). */
+static bool clean_string(json_t *v) {
+  return json_is_string(v) && strlen(json_string_value(v)) == json_string_length(v);
+}
+
 #define BAD(...) cordon_diag_set(diag, CORDON_E_MANIFEST_INVALID, "manifest: " __VA_ARGS__)
 
 /* A JSON string without NUL bytes and at most max bytes long. */
@@ -345,7 +351,7 @@ static int parse_root(json_t *root, struct manifest *m, struct cordon_diag *diag
         m->platforms = 0;
         for (size_t i = 0; i < json_array_size(val) && r == 0; i++) {
           json_t *pv = json_array_get(val, i);
-          unsigned bit = json_is_string(pv) ? manifest_platform_from_name(json_string_value(pv)) : 0;
+          unsigned bit = clean_string(pv) ? manifest_platform_from_name(json_string_value(pv)) : 0;
           if (!bit)
             r = BAD("field 'platforms[%zu]': expected \"linux\", \"windows\" or \"macos\"", i);
           else if (m->platforms & bit)
@@ -354,7 +360,7 @@ static int parse_root(json_t *root, struct manifest *m, struct cordon_diag *diag
         }
       }
     } else if (strcmp(key, "min_sandbox") == 0) {
-      if (!json_is_string(val) || sandbox_level_parse(json_string_value(val), &m->min_sandbox) < 0)
+      if (!clean_string(val) || sandbox_level_parse(json_string_value(val), &m->min_sandbox) < 0)
         r = BAD("field 'min_sandbox': expected \"isolated\", \"contained\" or \"none\"");
     } else if (strcmp(key, "timeout_s") == 0) {
       r = get_uint(val, "timeout_s", 1, 86400, &m->timeout_s, diag);
@@ -389,7 +395,8 @@ int manifest_parse(const char *json, size_t len, struct manifest **out_manifest,
   if (len > MANIFEST_MAX_BYTES)
     return BAD("larger than %d bytes", MANIFEST_MAX_BYTES);
   json_error_t jerr;
-  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+  /* NULs are allowed through so that the field holding one is named */
+  json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
   if (!root)
     return BAD("not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
   struct manifest *m = calloc(1, sizeof(*m));
@@ -416,7 +423,8 @@ out_put:
 
 int manifest_load_file(const char *path, struct manifest **out_manifest,
                        struct cordon_diag *diag) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  /* O_NONBLOCK: a FIFO must be refused, not waited on */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0)
     return cordon_diag_set(diag, -errno, "manifest: cannot open %s: %s", path, strerror(errno));
   int r;

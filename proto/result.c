@@ -29,11 +29,31 @@ void job_result_release(struct job_result *r) {
   r->out.data = r->err.data = NULL;
 }
 
+/* Replace each byte that does not start a valid UTF-8 sequence with '?':
+ * a message may be cut inside a character or carry a non-UTF-8 path, and
+ * must still serialise. */
+static void utf8_sanitize(char *s) {
+  size_t len = strlen(s);
+  for (size_t i = 0; i < len;) {
+    size_t n = 1;
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x80) {
+      n = (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+      if (n == 0 || i + n > len || !utf8_valid((const uint8_t *)s + i, n)) {
+        s[i++] = '?';
+        continue;
+      }
+    }
+    i += n;
+  }
+}
+
 int job_result_fail(struct job_result *r, int err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(r->error_message, sizeof(r->error_message), fmt, ap);
   va_end(ap);
+  utf8_sanitize(r->error_message);
   r->error = err;
   return err;
 }

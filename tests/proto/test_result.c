@@ -520,7 +520,7 @@ Test(result, fail_truncates_long_messages) {
   json_decref(j);
 }
 
-/* BUG: job_result_fail() truncates error_message at 511 bytes with
+/* Regression (was a bug, fixed): job_result_fail() truncates error_message at 511 bytes with
  * vsnprintf, which can cut a multi-byte UTF-8 character in half; json_string()
  * then refuses the message and job_result_to_json() returns NULL, so the whole
  * result (exit code, output, error) is lost. Input: a message of 300 "é"
@@ -531,7 +531,7 @@ Test(result, fail_truncates_long_messages) {
  * whose grant is {"path": "~/" + 300 x "\u00e9", "access": "ro"} (missing)
  * is refused with capability_denied, prints the stderr line but NO result
  * JSON on stdout (DESIGN.md §2: the result is printed also when refused). */
-Test(result, long_non_ascii_error_message_still_serialises, .disabled = true) {
+Test(result, long_non_ascii_error_message_still_serialises) {
   struct job_result r;
   job_result_init(&r);
   char msg[601];
@@ -548,9 +548,9 @@ Test(result, long_non_ascii_error_message_still_serialises, .disabled = true) {
   json_decref(j);
 }
 
-/* BUG: see above; a message with a non-UTF-8 byte (a Latin-1 path) loses the
+/* Regression (was a bug, fixed): see above; a message with a non-UTF-8 byte (a Latin-1 path) loses the
  * whole result: job_result_to_json() returns NULL. */
-Test(result, non_utf8_error_message_still_serialises, .disabled = true) {
+Test(result, non_utf8_error_message_still_serialises) {
   struct job_result r;
   job_result_init(&r);
   job_result_fail(&r, CORDON_E_SPAWN_FAILED, "cannot open %s", "/tmp/caf\xe9/run.sh");
