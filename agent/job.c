@@ -93,8 +93,8 @@ static int stage_source_dir(struct agent_job *job, const struct agent_config *cf
 /* The publisher keys this device trusts: --trust, config.json's
  * trusted_publishers, and the *.pub files in CONFIG/trusted. A bad key file is a local
  * input error. */
-static int load_trust(const struct agent_config *cfg, const char *trust_file,
-                      struct cpkg_trust **out_trust, struct cordon_diag *diag) {
+int agent_job_load_trust(const struct agent_config *cfg, const char *trust_file,
+                         struct cpkg_trust **out_trust, struct cordon_diag *diag) {
   struct cpkg_trust *trust;
   int r = cpkg_trust_new(&trust);
   if (r < 0)
@@ -119,7 +119,7 @@ static int load_trust(const struct agent_config *cfg, const char *trust_file,
 static int stage_cpkg(struct agent_job *job, const struct agent_config *cfg, const char *source,
                       const char *trust_file, struct cordon_diag *diag) {
   struct cpkg_trust *trust;
-  int r = load_trust(cfg, trust_file, &trust, diag);
+  int r = agent_job_load_trust(cfg, trust_file, &trust, diag);
   if (r < 0)
     return r == CORDON_E_CONFIG_INVALID || r == CORDON_E_LIMIT ? CORDON_E_USAGE : r;
   r = make_job_dir(job, cfg, NULL, diag);

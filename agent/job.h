@@ -30,6 +30,11 @@ struct agent_job {
  * with diag; a refused .cpkg fills job->result.error and returns its code. */
 int agent_job_prepare(struct agent_job *job, const struct agent_config *cfg, const char *source,
                       const char *trust_file, struct cordon_diag *diag);
+/* The publisher keys this device trusts: trust_file (may be NULL),
+ * config.json's trusted_publishers and CONFIG/trusted/ *.pub. */
+struct cpkg_trust;
+int agent_job_load_trust(const struct agent_config *cfg, const char *trust_file,
+                         struct cpkg_trust **out_trust, struct cordon_diag *diag);
 /* A dispatched job (id from its ticket): make its directory and return an
  * O_RDONLY fd of the empty staging directory for the streaming stager. */
 int agent_job_begin_stream(struct agent_job *job, const struct agent_config *cfg, const char *id,

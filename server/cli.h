@@ -38,5 +38,8 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_job(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_run(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv);
 
 #endif

@@ -22,6 +22,9 @@ static const struct server_command commands[] = {
     {"revoke", server_cmd_revoke, "revoke a device (terminal)"},
     {"jobs", server_cmd_jobs, "list jobs"},
     {"job", server_cmd_job, "show one job and its result"},
+    {"run", server_cmd_run, "the daemon: --listen HOST:PORT"},
+    {"dispatch", server_cmd_dispatch, "send a package to a device of a user"},
+    {"cancel", server_cmd_cancel, "cancel a job"},
 };
 
 static void usage(FILE *f) {
