@@ -497,3 +497,30 @@ Test(daemon, sigterm_stops_the_daemon_cleanly) {
   cr_assert(log_has(log, "shutting down"));
   cr_assert(!device_online(), "devices are marked offline");
 }
+
+Test(daemon, revoke_closes_the_live_session_and_the_device_stays_out) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  json_t *d = devices_json();
+  char id[40];
+  snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(json_array_get(d, 0), "id")));
+  json_decref(d);
+  struct out *o = RUN(SERVER, "revoke", id, "--state", state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  free(o);
+  char alog[400];
+  snprintf(alog, sizeof(alog), "%s/agent.log", dir);
+  cr_assert(wait_log(alog, "revoked", 3000), "the agent was told");
+  d = devices_json();
+  json_t *dev = json_array_get(d, 0);
+  cr_assert_str_eq(json_string_value(json_object_get(dev, "state")), "revoked");
+  cr_assert(json_is_false(json_object_get(dev, "online")));
+  json_decref(d);
+  /* a new agent process with the same identity is refused at hello */
+  stop(&agent_pid, SIGKILL);
+  (void)!truncate(alog, 0);
+  start_agent();
+  cr_assert(wait_log(alog, "revoked", 5000));
+  cr_assert(!log_has(alog, "connected to"));
+}
