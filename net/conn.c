@@ -12,6 +12,7 @@ enum conn_state {
   CONN_CONNECTING,
   CONN_HANDSHAKE,
   CONN_READY,
+  CONN_FLUSHING, /* net_conn_flush_close: sending what is queued, then closing */
   CONN_CLOSING,
 };
 
@@ -23,8 +24,9 @@ struct net_server {
   struct net_limits limits;
   const struct net_conn_ops *ops;
   void *data;
-  struct net_conn *conns; /* linked list */
-  unsigned n_conns;
+  struct net_conn *conns; /* linked list, every connection until freed */
+  unsigned n_conns;       /* length of conns */
+  unsigned n_live;        /* of those, accepted under the caps and not closing */
   bool closing;
   bool listener_closed;
   int port;
@@ -48,9 +50,10 @@ struct net_conn {
   struct noise_handshake *hs;
   struct noise_session *session;
   struct frame_reader reader;
-  uint64_t started, last_rx, frame_started;
+  uint64_t started, last_rx, frame_started, flush_started;
   bool quiet_signalled;
   bool reading;
+  bool live; /* counted in server->n_live */
   size_t queued;
   int close_err;
   char peer[64];
@@ -111,11 +114,21 @@ static void on_handle_closed(uv_handle_t *h) {
     maybe_free_server(s);
 }
 
+static void conn_unlive(struct net_conn *c) {
+  if (c->live) {
+    c->live = false;
+    c->server->n_live--;
+  }
+}
+
 void net_conn_close(struct net_conn *c, int err) {
   if (!c || c->state == CONN_CLOSING)
     return;
+  /* a flush that ends in a close keeps the reason given when it began */
+  if (c->state != CONN_FLUSHING)
+    c->close_err = err;
   c->state = CONN_CLOSING;
-  c->close_err = err;
+  conn_unlive(c);
   uv_timer_stop(&c->timer);
   uv_close((uv_handle_t *)&c->timer, on_handle_closed);
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
@@ -132,10 +145,14 @@ static void on_write(uv_write_t *req, int status) {
     net_conn_close(c, status == UV_ECANCELED ? c->close_err : -EPIPE);
     return;
   }
-  /* drained enough: read again */
-  if (c->state != CONN_CLOSING && !c->reading && c->queued <= c->limits.wq_high / 2) {
-    conn_resume(c);
+  if (c->state == CONN_FLUSHING) {
+    if (c->queued == 0)
+      net_conn_close(c, c->close_err);
+    return;
   }
+  /* drained enough: read again */
+  if (!c->reading && c->queued <= c->limits.wq_high / 2)
+    conn_resume(c);
 }
 
 /* Queue one frame whose body is produced by fill (into buf of body_len). */
@@ -182,9 +199,29 @@ static int queue_frame(struct net_conn *c, const uint8_t *body, size_t body_len,
 }
 
 int net_conn_send(struct net_conn *c, const uint8_t *data, size_t len) {
+  if (!c || (!data && len > 0))
+    return -EINVAL;
   if (c->state != CONN_READY)
     return -EPIPE;
+  if (len > NOISE_MAX_PLAINTEXT)
+    return CORDON_E_LIMIT;
   return queue_frame(c, data, len, true);
+}
+
+void net_conn_flush_close(struct net_conn *c, int err) {
+  if (!c || c->state == CONN_FLUSHING || c->state == CONN_CLOSING)
+    return;
+  if (c->queued == 0 || c->state == CONN_CONNECTING) {
+    net_conn_close(c, err);
+    return;
+  }
+  c->close_err = err;
+  c->state = CONN_FLUSHING;
+  c->flush_started = uv_now(c->loop);
+  if (c->reading) {
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
+  }
 }
 
 static int become_ready(struct net_conn *c) {
@@ -263,15 +300,18 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   struct net_conn *c = stream->data;
   if (nread < 0) {
     free(buf->base);
-    net_conn_close(c, nread == UV_EOF && c->state == CONN_READY ? 0 : -ECONNRESET);
+    /* an orderly end only between two records of a finished handshake */
+    bool orderly = nread == UV_EOF && c->state == CONN_READY && !frame_reader_in_frame(&c->reader);
+    net_conn_close(c, orderly ? 0 : -ECONNRESET);
     return;
   }
   const uint8_t *p = (const uint8_t *)buf->base;
   size_t left = (size_t)nread;
-  if (left)
+  if (left) {
     c->last_rx = uv_now(c->loop);
-  c->quiet_signalled = false;
-  while (left > 0 && c->state != CONN_CLOSING) {
+    c->quiet_signalled = false;
+  }
+  while (left > 0 && (c->state == CONN_HANDSHAKE || c->state == CONN_READY)) {
     size_t used;
     const uint8_t *body;
     size_t blen;
@@ -299,8 +339,6 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     }
     if (r < 0)
       net_conn_close(c, r);
-    if (frame_reader_in_frame(&c->reader))
-      c->frame_started = uv_now(c->loop);
   }
   free(buf->base);
 }
@@ -313,7 +351,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 }
 
 static void conn_resume(struct net_conn *c) {
-  if (c->state == CONN_CLOSING || c->reading)
+  if ((c->state != CONN_HANDSHAKE && c->state != CONN_READY) || c->reading)
     return;
   if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
     c->reading = true;
@@ -322,22 +360,29 @@ static void conn_resume(struct net_conn *c) {
 static void on_tick(uv_timer_t *t) {
   struct net_conn *c = t->data;
   uint64_t now = uv_now(c->loop);
+  const struct net_limits *l = &c->limits;
   if (c->state == CONN_CONNECTING || c->state == CONN_HANDSHAKE) {
-    if (now - c->started >= c->limits.handshake_ms)
+    if (l->handshake_ms && now - c->started >= l->handshake_ms)
       net_conn_close(c, -ETIMEDOUT);
+    return;
+  }
+  if (c->state == CONN_FLUSHING) {
+    /* a peer that does not read cannot hold the connection open */
+    if (now - c->flush_started >= (l->frame_ms ? l->frame_ms : 1000))
+      net_conn_close(c, c->close_err);
     return;
   }
   if (c->state != CONN_READY)
     return;
-  if (frame_reader_in_frame(&c->reader) && now - c->frame_started >= c->limits.frame_ms) {
+  if (l->frame_ms && frame_reader_in_frame(&c->reader) && now - c->frame_started >= l->frame_ms) {
     net_conn_close(c, -ETIMEDOUT);
     return;
   }
-  if (now - c->last_rx >= c->limits.idle_ms) {
+  if (l->idle_ms && now - c->last_rx >= l->idle_ms) {
     net_conn_close(c, -ETIMEDOUT);
     return;
   }
-  if (!c->quiet_signalled && now - c->last_rx >= c->limits.quiet_ms && c->ops->on_quiet) {
+  if (l->quiet_ms && !c->quiet_signalled && now - c->last_rx >= l->quiet_ms && c->ops->on_quiet) {
     c->quiet_signalled = true;
     c->ops->on_quiet(c);
   }
@@ -401,18 +446,28 @@ static void on_connection(uv_stream_t *listener, int status) {
     return;
   }
   peer_name(c);
+  /* only connections under the caps count: a flood of refused ones from
+   * one address must not push others over the global cap */
   unsigned same = 0;
   for (struct net_conn *o = s->conns; o; o = o->next)
-    if (o->state != CONN_CLOSING && strcmp(o->peer, c->peer) == 0)
+    if (o->live && strcmp(o->peer, c->peer) == 0)
       same++;
-  if (s->n_conns > s->limits.max_conns || same > s->limits.max_per_addr) {
+  if (s->n_live >= s->limits.max_conns || same >= s->limits.max_per_addr) {
     c->ops = NULL; /* never seen by the application */
     net_conn_close(c, CORDON_E_LIMIT);
     return;
   }
+  c->live = true;
+  s->n_live++;
   uv_tcp_nodelay(&c->tcp, 1);
   uv_timer_start(&c->timer, on_tick, s->limits.tick_ms, s->limits.tick_ms);
   conn_resume(c);
+}
+
+static int limits_check(const struct net_limits *l) {
+  if (!l || l->tick_ms == 0 || l->wq_high == 0 || l->wq_high > l->wq_hard)
+    return -EINVAL;
+  return 0;
 }
 
 static void on_listener_closed(uv_handle_t *h) {
@@ -426,9 +481,14 @@ int net_server_new(uv_loop_t *loop, const char *host, int port,
                    const struct net_limits *limits, const struct net_conn_ops *ops, void *data,
                    struct net_server **out_server) {
   struct sockaddr_storage addr;
+  if (!loop || !host || !static_priv || !ops || !out_server || limits_check(limits) < 0 ||
+      (modes & ~((1u << NOISE_MODE_SESSION) | (1u << NOISE_MODE_PAIRING))) != 0 || modes == 0)
+    return -EINVAL;
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)&addr) != 0 &&
       uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr) != 0)
     return -EINVAL;
+  if (sodium_init() < 0)
+    return CORDON_E_CRYPTO;
   struct net_server *s = calloc(1, sizeof(*s));
   if (!s)
     return -ENOMEM;
@@ -469,7 +529,7 @@ void *net_server_data(const struct net_server *s) {
   return s->data;
 }
 unsigned net_server_count(const struct net_server *s) {
-  return s->n_conns;
+  return s->n_live;
 }
 
 void net_server_close(struct net_server *s) {
@@ -512,9 +572,14 @@ int net_connect(uv_loop_t *loop, const char *host, int port,
                 const struct net_limits *limits, const struct net_conn_ops *ops, void *data,
                 struct net_conn **out_conn) {
   struct sockaddr_storage addr;
+  if (!loop || !host || !static_priv || !ops || !out_conn || limits_check(limits) < 0 ||
+      (mode != NOISE_MODE_SESSION && mode != NOISE_MODE_PAIRING))
+    return -EINVAL;
   if (uv_ip4_addr(host, port, (struct sockaddr_in *)&addr) != 0 &&
       uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr) != 0)
     return -EINVAL;
+  if (sodium_init() < 0)
+    return CORDON_E_CRYPTO;
   struct net_conn *c = conn_new(loop, limits, ops, data);
   if (!c)
     return -ENOMEM;
@@ -523,6 +588,7 @@ int net_connect(uv_loop_t *loop, const char *host, int port,
   c->state = CONN_CONNECTING;
   c->static_priv = sodium_malloc(NOISE_KEY_LEN);
   if (!c->static_priv) {
+    c->ops = NULL; /* the caller hears of it from the return value only */
     net_conn_close(c, -ENOMEM);
     return -ENOMEM;
   }
@@ -531,8 +597,8 @@ int net_connect(uv_loop_t *loop, const char *host, int port,
   int r = uv_tcp_connect(&c->connect_req, &c->tcp, (struct sockaddr *)&addr, on_connect);
   if (r < 0) {
     c->ops = NULL;
-    net_conn_close(c, -ECONNREFUSED);
-    return -ECONNREFUSED;
+    net_conn_close(c, r);
+    return r;
   }
   uv_timer_start(&c->timer, on_tick, limits->tick_ms, limits->tick_ms);
   *out_conn = c;

@@ -26,16 +26,21 @@
 
 #include "proto/noise.h"
 
+/* Deadlines are checked every tick_ms, so one fires up to tick_ms late. A
+ * deadline of 0 is off. A timed-out connection closes with -ETIMEDOUT. */
 struct net_limits {
   uint64_t handshake_ms; /* from accept/connect to a finished handshake */
-  uint64_t frame_ms;     /* from the first byte of a frame to its last */
+  uint64_t frame_ms;     /* from the first byte of a frame to its last (after
+                            the handshake); also bounds net_conn_flush_close */
   uint64_t idle_ms;      /* silence after which the connection closes */
   uint64_t quiet_ms;     /* silence after which on_quiet is called (pings) */
-  size_t wq_high;        /* queued bytes above which reading stops */
-  size_t wq_hard;        /* queued bytes above which the connection closes */
+  size_t wq_high;        /* queued bytes above which reading stops; it
+                            resumes once at most wq_high / 2 are queued */
+  size_t wq_hard;        /* a send that would queue more closes the
+                            connection (CORDON_E_LIMIT); >= wq_high */
   unsigned max_conns;    /* server: all connections */
   unsigned max_per_addr; /* server: connections from one IP address */
-  uint64_t tick_ms;      /* how often deadlines are checked */
+  uint64_t tick_ms;      /* how often deadlines are checked; > 0 */
 };
 
 /* 10 s handshake, 30 s per frame, 90 s idle, 30 s quiet, 4 MiB / 16 MiB
@@ -64,7 +69,13 @@ struct net_conn_ops {
 struct net_server;
 
 /* Listen on host:port (IPv4 or IPv6 literal). The static key is copied into
- * secure memory. modes: bit (1 << NOISE_MODE_*) for each accepted mode. */
+ * secure memory. modes: bit (1 << NOISE_MODE_*) for each accepted mode; a
+ * message 1 asking for another mode closes that connection
+ * (CORDON_E_PROTOCOL). A connection over max_conns or max_per_addr is
+ * accepted and closed at once without any callback. Returns 0, -EINVAL (bad
+ * address, limits or modes), -EADDRINUSE, -EACCES, CORDON_E_CRYPTO (libsodium
+ * failed to initialise) or -ENOMEM. The loop must run to free a server that
+ * failed to listen. */
 int net_server_new(uv_loop_t *loop, const char *host, int port,
                    const uint8_t static_priv[NOISE_KEY_LEN], unsigned modes,
                    const struct net_limits *limits, const struct net_conn_ops *ops, void *data,
@@ -72,12 +83,17 @@ int net_server_new(uv_loop_t *loop, const char *host, int port,
 /* The bound port (useful after port 0). */
 int net_server_port(const struct net_server *s);
 void *net_server_data(const struct net_server *s);
+/* Connections accepted under the caps and not closing (in handshake or
+ * ready). */
 unsigned net_server_count(const struct net_server *s);
 /* Stop listening and close every connection; the server is freed once all
  * its handles are closed (the loop then has nothing left of it). */
 void net_server_close(struct net_server *s);
 
-/* Connect as the initiator. pinned may be NULL (pairing). */
+/* Connect as the initiator in mode (session or pairing); check_peer decides
+ * on the server's key. Returns 0 (then on_close is called exactly once,
+ * whatever happens), or -EINVAL, CORDON_E_CRYPTO, -ENOMEM or a connect error
+ * (then no callback is called). */
 int net_connect(uv_loop_t *loop, const char *host, int port,
                 const uint8_t static_priv[NOISE_KEY_LEN], enum noise_mode mode,
                 const struct net_limits *limits, const struct net_conn_ops *ops, void *data,
@@ -87,12 +103,20 @@ int net_connect(uv_loop_t *loop, const char *host, int port,
  * queue passed its hard limit: the connection is closing), -EPIPE when
  * closing or not ready. */
 int net_conn_send(struct net_conn *c, const uint8_t *data, size_t len);
-/* Close (idempotent). err is passed to on_close. */
+/* Close (idempotent): queued records that have not been written are
+ * dropped. err is passed to on_close, which runs from the loop later. */
 void net_conn_close(struct net_conn *c, int err);
+/* Stop reading and accepting records, write what is queued, then close
+ * with err (e.g. after a goaway or error message). If the queue does not
+ * drain within frame_ms (1 s if 0), close anyway with err. Idempotent;
+ * net_conn_close during the flush closes at once. (Added by the owner of
+ * net/ after the first version; purely additive.) */
+void net_conn_flush_close(struct net_conn *c, int err);
 
 void *net_conn_data(const struct net_conn *c);
 void net_conn_set_data(struct net_conn *c, void *data);
 enum noise_mode net_conn_mode(const struct net_conn *c);
+/* The handshake is done and the connection is neither flushing nor closing. */
 bool net_conn_ready(const struct net_conn *c);
 /* After on_ready. */
 void net_conn_remote_key(const struct net_conn *c, uint8_t out_key[NOISE_KEY_LEN]);
