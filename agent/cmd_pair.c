@@ -203,12 +203,88 @@ int agent_cmd_pair(const struct agent_config *cfg, const char *server, const cha
   return agent_fail(p.err ? p.err : CORDON_E_INTERNAL, p.why);
 }
 
+/* unpair: tell the server over a normal session, then wipe the keys. */
+struct unpair_run {
+  const struct agent_config *cfg;
+  struct agent_pairing pairing;
+  struct agent_facts facts;
+  bool told;
+};
+
+static int unpair_check(struct net_conn *c, const uint8_t key[NOISE_KEY_LEN]) {
+  struct unpair_run *u = net_conn_data(c);
+  return sodium_memcmp(key, u->pairing.server_key, NOISE_KEY_LEN) == 0 ? 0 : CORDON_E_UNKNOWN_KEY;
+}
+
+static int unpair_ready(struct net_conn *c) {
+  struct unpair_run *u = net_conn_data(c);
+  struct msg m;
+  agent_hello_fill(&u->facts, u->cfg, &m);
+  m.hello.has_device_id = true;
+  memcpy(m.hello.device_id, u->pairing.device_id, 16);
+  return send_msg(c, &m);
+}
+
+static void unpair_record(struct net_conn *c, const uint8_t *data, size_t len) {
+  struct unpair_run *u = net_conn_data(c);
+  struct msg m;
+  if (msg_decode(data, len, &m, NULL) < 0) {
+    net_conn_close(c, CORDON_E_PROTOCOL);
+    return;
+  }
+  if (m.type == MSG_WELCOME) {
+    struct msg un = {.type = MSG_UNPAIR};
+    send_msg(c, &un);
+  } else if (m.type == MSG_GOAWAY) {
+    /* "unpaired" answers our request; "revoked" means it already was */
+    u->told = strcmp(m.goaway.code, MSG_GOAWAY_UNPAIRED) == 0 ||
+              strcmp(m.goaway.code, MSG_GOAWAY_REVOKED) == 0;
+    net_conn_close(c, 0);
+  }
+  msg_release(&m);
+}
+
+static void unpair_close(struct net_conn *c, int err) {
+  (void)c;
+  (void)err;
+}
+
+static const struct net_conn_ops unpair_ops = {.check_peer = unpair_check,
+                                               .on_ready = unpair_ready,
+                                               .on_record = unpair_record,
+                                               .on_close = unpair_close};
+
 int agent_cmd_unpair(const struct agent_config *cfg) {
+  struct unpair_run u = {.cfg = cfg};
   struct cordon_diag diag = {{0}};
-  int r = agent_pairing_remove(cfg->dir, &diag);
+  uint8_t *priv = NULL;
+  int r = agent_pairing_load(cfg->dir, &u.pairing, &diag);
   if (r < 0)
     return agent_fail(r, diag.msg);
-  fprintf(stderr, "cordon-agent: unpaired; the server still lists the device until it is "
-                  "revoked there\n");
+  if (agent_identity_load(cfg->dir, &priv, &diag) == 0 && agent_facts_probe(cfg, &u.facts) == 0) {
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct net_limits lim;
+    net_limits_default(&lim);
+    lim.handshake_ms = 5000;
+    lim.idle_ms = 5000;
+    struct net_conn *c;
+    if (net_connect(&loop, u.pairing.host, u.pairing.port, priv, NOISE_MODE_SESSION, &lim,
+                    &unpair_ops, &u, &c) == 0)
+      uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+  }
+  if (priv)
+    sodium_free(priv);
+  r = agent_pairing_remove(cfg->dir, &diag);
+  if (r < 0)
+    return agent_fail(r, diag.msg);
+  if (u.told)
+    fprintf(stderr, "cordon-agent: unpaired: the server revoked this device and the local keys "
+                    "are wiped\n");
+  else
+    fprintf(stderr, "cordon-agent: the local keys are wiped, but the server at %s:%d could not "
+                    "be told; revoke the device there\n",
+            u.pairing.host, u.pairing.port);
   return 0;
 }

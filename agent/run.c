@@ -75,6 +75,7 @@ struct runner {
   unsigned n_running;
   char spool[3072], seen[3072]; /* short enough for spool/<id>.<ext> in PATH_MAX */
   uint64_t ping_nonce;
+  int exit_code;
 };
 
 static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -473,6 +474,7 @@ static void on_ack(struct runner *rn, const uint8_t raw[16]) {
 /* ---- the connection ---- */
 
 static void schedule_connect(struct runner *rn);
+static void stop_for_good(struct runner *rn, const char *why);
 
 static int on_check_peer(struct net_conn *c, const uint8_t key[NOISE_KEY_LEN]) {
   struct runner *rn = net_conn_data(c);
@@ -527,7 +529,8 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
             m.goaway.message ? m.goaway.message : "");
       if (strcmp(m.goaway.code, MSG_GOAWAY_REVOKED) == 0 ||
           strcmp(m.goaway.code, MSG_GOAWAY_UNPAIRED) == 0)
-        rn->backoff_ms = 300000; /* no fast retry against a closed door */
+        stop_for_good(rn, "this device is no longer paired with the server; run `cordon-agent "
+                          "unpair`, then pair again");
       net_conn_close(c, 0);
     } else {
       net_conn_close(c, CORDON_E_PROTOCOL);
@@ -557,8 +560,10 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
     case MSG_GOAWAY:
       logf_("the server closed the session: %s: %s", m.goaway.code,
             m.goaway.message ? m.goaway.message : "");
-      if (strcmp(m.goaway.code, MSG_GOAWAY_REVOKED) == 0)
-        rn->backoff_ms = 300000;
+      if (strcmp(m.goaway.code, MSG_GOAWAY_REVOKED) == 0 ||
+          strcmp(m.goaway.code, MSG_GOAWAY_UNPAIRED) == 0)
+        stop_for_good(rn, "this device was revoked or unpaired; run `cordon-agent unpair`, "
+                          "then pair again");
       net_conn_close(c, 0);
       break;
     default:
@@ -617,18 +622,14 @@ static void do_connect(uv_timer_t *t) {
 }
 
 static void schedule_connect(struct runner *rn) {
-  /* exponential backoff with jitter: 0.5 s doubling to 60 s */
+  /* exponential backoff with jitter: 0.5 s doubling, capped at 30 s */
   unsigned b = rn->backoff_ms ? rn->backoff_ms : 500;
-  unsigned next = b * 2 > 60000 ? 60000 : b * 2;
-  if (rn->backoff_ms < 300000)
-    rn->backoff_ms = next;
+  rn->backoff_ms = b * 2 > 30000 ? 30000 : b * 2;
   unsigned delay = b / 2 + randombytes_uniform(b / 2 + 1);
   uv_timer_start(&rn->retry, do_connect, delay, 0);
 }
 
-static void on_signal(uv_signal_t *s, int signum) {
-  struct runner *rn = s->data;
-  logf_("signal %d: stopping", signum);
+static void stop_running(struct runner *rn) {
   rn->stopping = true;
   for (struct rjob *j = rn->jobs; j; j = j->next)
     if (j->running)
@@ -639,6 +640,19 @@ static void on_signal(uv_signal_t *s, int signum) {
   uv_close((uv_handle_t *)&rn->sigint, NULL);
   if (rn->conn)
     net_conn_close(rn->conn, 0);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+  struct runner *rn = s->data;
+  logf_("signal %d: stopping", signum);
+  stop_running(rn);
+}
+
+/* The server will never take this device again: say so and exit 1. */
+static void stop_for_good(struct runner *rn, const char *why) {
+  logf_("%s", why);
+  rn->exit_code = 1;
+  stop_running(rn);
 }
 
 int agent_cmd_run(const struct agent_config *cfg) {
@@ -659,6 +673,10 @@ int agent_cmd_run(const struct agent_config *cfg) {
   fs_mkdir_p(rn.spool, 0700);
   fs_mkdir_p(rn.seen, 0700);
   signal(SIGPIPE, SIG_IGN);
+  /* one pool thread per concurrent job (libuv reads this once, at first use) */
+  char pool[16];
+  snprintf(pool, sizeof(pool), "%u", cfg->max_jobs);
+  setenv("UV_THREADPOOL_SIZE", pool, 1);
   uv_loop_t loop;
   uv_loop_init(&loop);
   rn.loop = &loop;
@@ -681,5 +699,7 @@ int agent_cmd_run(const struct agent_config *cfg) {
   r = uv_loop_close(&loop);
   cpkg_trust_free(rn.trust);
   sodium_free(rn.priv);
-  return r == 0 ? 0 : agent_fail(CORDON_E_INTERNAL, "the event loop did not close cleanly");
+  if (r != 0)
+    return agent_fail(CORDON_E_INTERNAL, "the event loop did not close cleanly");
+  return rn.exit_code;
 }

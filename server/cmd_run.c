@@ -30,18 +30,27 @@ int server_parse_host_port(const char *s, char *host, size_t host_len, int *out_
 
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
+                                       {"job-grace", required_argument, NULL, 'g'},
                                        {"state", required_argument, NULL, 's'},
                                        {0}};
   const char *state = cli->state_dir, *listen = NULL;
+  long grace = 0;
   int c;
   optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     if (c == 'l')
       listen = optarg;
+    else if (c == 'g') {
+      char *end;
+      grace = strtol(optarg, &end, 10);
+      if (*end || grace < 1 || grace > 86400)
+        return server_cli_failf(CORDON_E_USAGE, "--job-grace: seconds in 1..86400");
+    }
     else if (c == 's')
       state = optarg;
     else
-      return server_cli_failf(CORDON_E_USAGE, "run --listen HOST:PORT [--state DIR]");
+      return server_cli_failf(CORDON_E_USAGE,
+                              "run --listen HOST:PORT [--job-grace SECONDS] [--state DIR]");
   }
   if (!listen || optind != argc)
     return server_cli_failf(CORDON_E_USAGE, "run --listen HOST:PORT [--state DIR]");
@@ -49,7 +58,8 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
   int port;
   if (server_parse_host_port(listen, host, sizeof(host), &port) < 0)
     return server_cli_failf(CORDON_E_USAGE, "--listen: expected HOST:PORT, got '%s'", listen);
-  struct daemon_options opt = {.state_dir = state, .host = host, .port = port};
+  struct daemon_options opt = {
+      .state_dir = state, .host = host, .port = port, .job_grace_s = (unsigned)grace};
   struct cordon_diag diag = {{0}};
   int r = daemon_run(&opt, &diag);
   if (r < 0)

@@ -530,6 +530,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   if (!d)
     return -ENOMEM;
   d->state_dir = opt->state_dir;
+  d->job_grace_s = opt->job_grace_s ? opt->job_grace_s : 120;
   if (opt->limits)
     d->limits = *opt->limits;
   else

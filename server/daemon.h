@@ -16,6 +16,7 @@ struct daemon_options {
   const char *host;
   int port;
   const struct net_limits *limits; /* NULL: net_limits_default() */
+  unsigned job_grace_s;            /* deadline = timeout_s + this; 0: 120 */
 };
 
 /* Run until SIGTERM/SIGINT. Returns 0 after a clean shutdown

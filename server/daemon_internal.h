@@ -39,6 +39,7 @@ struct daemon {
   uv_signal_t sigterm, sigint;
   uv_timer_t jobs_timer;
   bool stopping;
+  unsigned job_grace_s;
   struct session *sessions;
   struct daemon_job *jobs;
   struct pair_rate pair_rates[DAEMON_PAIR_RATE_SLOTS];

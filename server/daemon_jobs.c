@@ -18,7 +18,6 @@
 
 #define JOB_CHUNK (60u << 10)
 #define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
-#define JOB_GRACE_S 120            /* deadline = timeout + grace */
 #define JOB_TICKET_TTL_S 600
 
 struct waiter {
@@ -292,7 +291,7 @@ static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req
       .device_id = dev_id,
       .package_hash = hash,
       .args_json = args_json,
-      .deadline = (int64_t)(daemon_now_ms() / 1000) + m->timeout_s + JOB_GRACE_S,
+      .deadline = (int64_t)(daemon_now_ms() / 1000) + m->timeout_s + d->job_grace_s,
   };
   char job_id[SERVER_DB_ID_SIZE];
   r = server_db_job_add(d->db, &nj, job_id, &diag);

@@ -3,6 +3,8 @@
  * bound, never spliced into SQL. */
 #include "server/db.h"
 
+#include "proto/pairing.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -844,50 +846,11 @@ void server_db_user_list_release(struct server_db_user_list *list) {
 
 static const char code_alphabet[] = "0123456789abcdefghjkmnpqrstvwxyz";
 
-/* Normalise typed text to exactly 40 alphabet characters. */
-static int code_normalise(const char *text, char out[SERVER_DB_CODE_CHARS + 1]) {
-  size_t n = 0;
-  if (!text)
-    return -EINVAL;
-  for (const char *p = text; *p; p++) {
-    char c = *p;
-    if (c == '-' || c == ' ')
-      continue;
-    if (c >= 'A' && c <= 'Z')
-      c = (char)(c - 'A' + 'a');
-    if (c == 'i' || c == 'l')
-      c = '1';
-    else if (c == 'o')
-      c = '0';
-    if (!memchr(code_alphabet, c, sizeof(code_alphabet) - 1) || c == '\0')
-      return -EINVAL;
-    if (n == SERVER_DB_CODE_CHARS)
-      return -EINVAL;
-    out[n++] = c;
-  }
-  if (n != SERVER_DB_CODE_CHARS)
-    return -EINVAL;
-  out[n] = '\0';
-  return 0;
-}
-
+/* The code text rules and the derivation live in proto/pairing.c: the agent
+ * needs the very same function. */
 int server_db_code_derive(const char *code, char out_id[SERVER_DB_CODE_ID_SIZE],
                           uint8_t out_key[SERVER_DB_CODE_KEY_SIZE]) {
-  char norm[SERVER_DB_CODE_CHARS + 1];
-  int err = code_normalise(code, norm);
-  if (err == 0) {
-    crypto_generichash_state h;
-    crypto_generichash_init(&h, NULL, 0, SERVER_DB_CODE_KEY_SIZE);
-    crypto_generichash_update(&h, (const unsigned char *)SERVER_DB_CODE_DOMAIN,
-                              strlen(SERVER_DB_CODE_DOMAIN));
-    crypto_generichash_update(&h, (const unsigned char *)norm, SERVER_DB_CODE_CHARS);
-    crypto_generichash_final(&h, out_key, SERVER_DB_CODE_KEY_SIZE);
-    sodium_memzero(&h, sizeof(h));
-    memcpy(out_id, norm, SERVER_DB_CODE_ID_CHARS);
-    out_id[SERVER_DB_CODE_ID_CHARS] = '\0';
-  }
-  sodium_memzero(norm, sizeof(norm));
-  return err;
+  return pairing_code_derive(code, out_id, out_key);
 }
 
 /* 25 random bytes -> 40 characters in groups of 5. */

@@ -110,7 +110,7 @@ static void start_server(void) {
   char log[400];
   snprintf(log, sizeof(log), "%s/server.log", dir);
   (void)!truncate(log, 0);
-  const char *argv[] = {SERVER, "run", "--state", state, "--listen",
+  const char *argv[] = {SERVER,      "run", "--state", state, "--job-grace", "1", "--listen",
                         server_addr[0] ? server_addr : "127.0.0.1:0", NULL};
   server_pid = spawn_logged(log, argv);
   cr_assert(wait_log(log, "listening on 127.0.0.1:", 5000), "the server did not start");
@@ -523,4 +523,105 @@ Test(daemon, revoke_closes_the_live_session_and_the_device_stays_out) {
   start_agent();
   cr_assert(wait_log(alog, "revoked", 5000));
   cr_assert(!log_has(alog, "connected to"));
+}
+
+static void agent_config(const char *json) {
+  char path[400];
+  mkdir(agentdir, 0700);
+  snprintf(path, sizeof(path), "%s/config.json", agentdir);
+  FILE *f = fopen(path, "w");
+  fputs(json, f);
+  fclose(f);
+}
+
+Test(daemon, another_users_code_pairs_the_device_to_that_user) {
+  char *code = mint_code("bob");
+  struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", code);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  cr_assert(strstr(o->err, "of user bob"), "%s", o->err);
+  free(o);
+  json_t *d = devices_json();
+  cr_assert_str_eq(json_string_value(json_object_get(json_array_get(d, 0), "owner")), "bob");
+  json_decref(d);
+  free(code);
+}
+
+Test(daemon, unpair_tells_the_server_and_wipes_the_keys) {
+  pair("laptop");
+  struct out *o = RUN(AGENT, "--config", agentdir, "unpair");
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  cr_assert(strstr(o->err, "the server revoked this device"), "%s", o->err);
+  free(o);
+  char path[400];
+  snprintf(path, sizeof(path), "%s/identity.key", agentdir);
+  cr_assert(access(path, F_OK) != 0);
+  json_t *d = devices_json();
+  cr_assert_str_eq(json_string_value(json_object_get(json_array_get(d, 0), "state")), "revoked");
+  json_decref(d);
+}
+
+Test(daemon, a_device_below_min_sandbox_is_never_chosen) {
+  agent_config("{\"bwrap_path\": \"/nonexistent/bwrap\", \"lowest_level\": \"contained\"}");
+  pair("weak");
+  start_agent();
+  wait_online();
+  char *pkg = pack("iso", "{\"name\":\"iso\",\"version\":\"1\",\"entry\":[\"/bin/true\"]}", "");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  cr_assert_eq(o->status, 1);
+  cr_assert(strstr(o->err, "below min_sandbox"), "%s", o->err);
+  free(o);
+  char alog[400];
+  snprintf(alog, sizeof(alog), "%s/agent.log", dir);
+  cr_assert(!log_has(alog, "job "));
+  free(pkg);
+}
+
+Test(daemon, a_job_whose_device_does_not_come_back_expires_with_device_lost) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg = pack("lost", "{\"name\":\"lost\",\"version\":\"1\",\"timeout_s\":2,"
+                           "\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+                   "sleep 30\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  char id[33];
+  snprintf(id, sizeof(id), "%.32s", o->out);
+  free(o);
+  cr_assert(wait_state(id, "running", 5000));
+  stop(&agent_pid, SIGKILL); /* and it never comes back */
+  cr_assert(wait_state(id, "expired", 10000), "state %s", job_state(id, NULL));
+  struct out *j = RUN(SERVER, "jobs", "--json", "--state", state);
+  cr_assert(strstr(j->out, "device_lost"), "%s", j->out);
+  free(j);
+  free(pkg);
+}
+
+Test(daemon, fifty_concurrent_jobs_on_one_agent_all_finish_with_their_own_output) {
+  agent_config("{\"max_jobs\": 50}");
+  pair("big");
+  start_agent();
+  wait_online();
+  char *pkg = pack("par", "{\"name\":\"par\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+                          "\"limits\":{\"memory_mb\":32,\"output_kb\":1}}",
+                   "sleep 1; echo \"job $1\"\n");
+  char ids[50][33];
+  for (int i = 0; i < 50; i++) {
+    char arg[16];
+    snprintf(arg, sizeof(arg), "%d", i);
+    struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state, "--", arg);
+    cr_assert_eq(o->status, 0, "job %d: %s", i, o->err);
+    snprintf(ids[i], sizeof(ids[i]), "%.32s", o->out);
+    free(o);
+  }
+  for (int i = 0; i < 50; i++) {
+    cr_assert(wait_state(ids[i], "done", 60000), "job %d: %s", i, job_state(ids[i], NULL));
+    json_t *job;
+    job_state(ids[i], &job);
+    char want[32];
+    snprintf(want, sizeof(want), "job %d\n", i);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(job, "result"), "stdout")),
+                     want);
+    json_decref(job);
+  }
+  free(pkg);
 }
