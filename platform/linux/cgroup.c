@@ -195,7 +195,7 @@ int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_by
 
 static unsigned kill_dir(const char *dir) {
   unsigned killed = 0;
-  for (int round = 0; round < 200; round++) {
+  for (int round = 0; round < 1000; round++) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
     FILE *f = fopen(path, "re");
@@ -211,7 +211,7 @@ static unsigned kill_dir(const char *dir) {
     fclose(f);
     if (!any)
       break;
-    struct timespec ts = {0, 5 * 1000 * 1000};
+    struct timespec ts = {0, 1000 * 1000}; /* a dying tree leaves within a few ms */
     nanosleep(&ts, NULL);
   }
   return killed;
