@@ -10,8 +10,8 @@
 
 struct agent_cpkg_stager {
   struct cpkg_stream *stream;
-  int dirfd;                          /* the caller's stage directory */
-  int parent_fd;                      /* directory of the current file; -1 = none */
+  int dirfd;                           /* the caller's stage directory */
+  int parent_fd;                       /* directory of the current file; -1 = none */
   char parent_path[CPKG_MAX_PATH + 1]; /* its path below dirfd ("" = dirfd) */
   int file_fd;
   struct manifest *manifest;
@@ -58,7 +58,9 @@ static int clear_at(int dirfd, unsigned depth) {
   return err;
 }
 
-int agent_cpkg_clear_dir(int dirfd) { return clear_at(dirfd, 0); }
+int agent_cpkg_clear_dir(int dirfd) {
+  return clear_at(dirfd, 0);
+}
 
 static int dir_is_empty(int dirfd) {
   int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -188,8 +190,8 @@ static int handle_event(struct agent_cpkg_stager *st, const struct cpkg_event *e
       return err;
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    st->file_fd = openat(st->parent_fd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                         0600);
+    st->file_fd =
+        openat(st->parent_fd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (st->file_fd < 0)
       return cordon_diag_set(diag, -errno, "staging '%s': %s", path, strerror(errno));
     return 0;

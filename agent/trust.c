@@ -70,7 +70,8 @@ int agent_trust_load_dir(struct cpkg_trust *trust, const char *dir, struct cordo
     char name[4096];
     snprintf(name, sizeof(name), "%s/%s", dir, de->d_name);
     /* The directory is the owner's; a link in it is not followed. */
-    int fd = openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    int fd =
+        openat(dirfd(d), de->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) {
       err = cordon_diag_set(diag, errno == ELOOP ? CORDON_E_CONFIG_INVALID : -errno, "%s: %s", name,
                             errno == ELOOP ? "is a symlink" : strerror(errno));

@@ -77,6 +77,18 @@ static int child_stage(const char *pkg, const char *pub, const char *stage) {
   return 0;
 }
 
+/* Seconds to BLAKE2b-256 the whole buffer, 1 MiB at a time. */
+static double raw_hash_secs(const uint8_t *buf, size_t len) {
+  uint8_t h[32];
+  crypto_generichash_state st;
+  double t0 = now();
+  crypto_generichash_init(&st, NULL, 0, sizeof(h));
+  for (size_t off = 0; off < len; off += 1u << 20)
+    crypto_generichash_update(&st, buf + off, len - off < (1u << 20) ? len - off : 1u << 20);
+  crypto_generichash_final(&st, h, sizeof(h));
+  return now() - t0;
+}
+
 struct run_result {
   double secs;
   long maxrss_kib;
@@ -85,6 +97,7 @@ struct run_result {
 
 static struct run_result run_child(char *const argv[], int quiet) {
   struct run_result r = {0};
+  sync(); /* start each run without the previous run's dirty pages being written back */
   double t0 = now();
   pid_t pid = fork();
   if (pid < 0)
@@ -156,8 +169,8 @@ int main(int argc, char **argv) {
   snprintf(manifest, sizeof(manifest), "%s/manifest.json", src);
   if (mkdir(src, 0755) < 0)
     die(src);
-  static const char mjson[] =
-      "{\"name\":\"bench\",\"version\":\"1.0.0\",\"entry\":[\"/bin/true\"],\"min_sandbox\":\"none\"}\n";
+  static const char mjson[] = "{\"name\":\"bench\",\"version\":\"1.0.0\",\"entry\":[\"/bin/"
+                              "true\"],\"min_sandbox\":\"none\"}\n";
   write_text(manifest, mjson, strlen(mjson));
 
   /* Random contents, written 1 MiB at a time. */
@@ -193,7 +206,8 @@ int main(int argc, char **argv) {
   }
   rm_rf(src); /* keep the page cache for the package */
 
-  /* Raw BLAKE2b over the same bytes, page-cache hot. */
+  /* Raw BLAKE2b over the same bytes, page-cache hot, in this process; runs
+   * alternate with the verifying child so that both see the same machine. */
   fd = open(pkg, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     die(pkg);
@@ -201,31 +215,17 @@ int main(int argc, char **argv) {
   const uint8_t *map = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (map == MAP_FAILED)
     die("mmap");
-  double raw_best = 1e9;
-  uint8_t h[32];
-  for (int r = 0; r < runs; r++) {
-    t0 = now();
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, NULL, 0, sizeof(h));
-    for (size_t off = 0; off < len; off += 1 << 20)
-      crypto_generichash_update(&st, map + off, len - off < (1u << 20) ? len - off : 1u << 20);
-    crypto_generichash_final(&st, h, sizeof(h));
-    double s = now() - t0;
-    if (s < raw_best)
-      raw_best = s;
-  }
-  munmap((void *)map, len);
-  close(fd);
-
-  /* Verify + unpack in a fresh process. */
   char self[4096];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (sl < 0)
     die("/proc/self/exe");
   self[sl] = '\0';
-  double ver_best = 1e9;
+  double raw_best = 1e9, ver_best = 1e9;
   long ver_rss = 0;
   for (int r = 0; r < runs; r++) {
+    double s = raw_hash_secs(map, len);
+    if (s < raw_best)
+      raw_best = s;
     if (mkdir(stage, 0700) < 0)
       die(stage);
     char *cargv[] = {self, "--child-stage", pkg, pub, stage, NULL};
@@ -244,8 +244,9 @@ int main(int argc, char **argv) {
 
   double mb = (double)len / 1e6;
   double raw_mbs = mb / raw_best, ver_mbs = mb / ver_best, ratio = ver_mbs / raw_mbs;
-  printf("package:                  %zu MiB of random data, %llu bytes, %zu files (packed in %.2fs)\n",
-         size_mib, (unsigned long long)sum.size, sum.n_files, pack_s);
+  printf(
+      "package:                  %zu MiB of random data, %llu bytes, %zu files (packed in %.2fs)\n",
+      size_mib, (unsigned long long)sum.size, sum.n_files, pack_s);
   printf("raw crypto_generichash:   %8.1f MB/s\n", raw_mbs);
   printf("verify+unpack (stage):    %8.1f MB/s  ratio %.2f  (target >= 0.70: %s)\n", ver_mbs, ratio,
          ratio >= 0.70 ? "met" : "MISSED");
@@ -259,6 +260,9 @@ int main(int argc, char **argv) {
     long ex_rss = 0;
     int status = 0;
     for (int r = 0; r < runs; r++) {
+      double s = raw_hash_secs(map, len);
+      if (s < raw_best)
+        raw_best = s;
       char *eargv[] = {agent, "exec", pkg, "--trust", pub, NULL};
       struct run_result rr = run_child(eargv, 1);
       status = rr.status;
@@ -267,12 +271,16 @@ int main(int argc, char **argv) {
       if (rr.maxrss_kib > ex_rss)
         ex_rss = rr.maxrss_kib;
     }
-    printf("cordon-agent exec:        %8.1f MB/s  ratio %.2f  peak RSS %.1f MiB  (exit status %d%s)\n",
-           mb / ex_best, (mb / ex_best) / raw_mbs, (double)ex_rss / 1024.0, status,
-           status == 0 ? "" : ": see `cordon-agent exec` for why");
+    printf(
+        "cordon-agent exec:        %8.1f MB/s  ratio %.2f  peak RSS %.1f MiB  (exit status %d%s)\n",
+        mb / ex_best, (mb / ex_best) / (mb / raw_best), (double)ex_rss / 1024.0, status,
+        status == 0 ? "" : ": see `cordon-agent exec` for why");
   } else {
-    printf("cordon-agent exec:        skipped (%s)\n", use_agent ? "no cordon-agent built" : "--no-agent");
+    printf("cordon-agent exec:        skipped (%s)\n",
+           use_agent ? "no cordon-agent built" : "--no-agent");
   }
+  munmap((void *)map, len);
+  close(fd);
   rm_rf(dir);
   return 0;
 }

@@ -50,9 +50,13 @@ static uint32_t be32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static uint16_t be16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p[1]); }
+static uint16_t be16(const uint8_t *p) {
+  return (uint16_t)(p[0] << 8 | p[1]);
+}
 
-static int ascii_lower(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+static int ascii_lower(int c) {
+  return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
 
 /* ---- paths ---------------------------------------------------------------- */
 
@@ -112,8 +116,7 @@ int cpkg_path_check(const char *path, size_t len, struct cordon_diag *diag) {
                              diag_path(path, len, shown));
     if ((nlen == 1 && name[0] == '.') || (nlen == 2 && name[0] == '.' && name[1] == '.'))
       return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
-                             "path '%s' has a '.' or '..' component",
-                             diag_path(path, len, shown));
+                             "path '%s' has a '.' or '..' component", diag_path(path, len, shown));
     if (nlen > CPKG_MAX_NAME)
       return cordon_diag_set(diag, CORDON_E_PACKAGE_TOO_LARGE,
                              "path '%s' has a component longer than %u bytes",
@@ -153,7 +156,9 @@ static int path_cmp(const char *a, const char *b, int fold) {
   }
 }
 
-int cpkg_path_cmp(const char *a, const char *b) { return path_cmp(a, b, 0); }
+int cpkg_path_cmp(const char *a, const char *b) {
+  return path_cmp(a, b, 0);
+}
 
 static int folded_cmp(const void *x, const void *y, void *ctx) {
   const struct cpkg_file *files = ctx;
@@ -203,9 +208,11 @@ int cpkg_files_check(const struct cpkg_file *files, size_t n_files, const uint8_
       return err;
     if (i > 0 && cpkg_path_cmp(files[i - 1].path, f->path) >= 0)
       return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
-                             "path '%s' is a duplicate or out of order", diag_path(f->path, plen, shown));
+                             "path '%s' is a duplicate or out of order",
+                             diag_path(f->path, plen, shown));
     if (f->mode != CPKG_MODE_EXEC && f->mode != CPKG_MODE_PLAIN)
-      return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "file '%s': mode 0%o is not 0644 or 0755",
+      return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
+                             "file '%s': mode 0%o is not 0644 or 0755",
                              diag_path(f->path, plen, shown), (unsigned)f->mode);
     if (f->size > CPKG_MAX_TOTAL || total + f->size > CPKG_MAX_TOTAL)
       return cordon_diag_set(diag, CORDON_E_PACKAGE_TOO_LARGE,
@@ -238,9 +245,9 @@ int cpkg_files_check(const struct cpkg_file *files, size_t n_files, const uint8_
     const char *p = files[order[i - 1]].path, *q = files[order[i]].path;
     switch (pair_conflict(p, q)) {
     case PAIR_CASE:
-      err = cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
-                            "paths '%s' and '%s' differ only in case",
-                            diag_path(p, strlen(p), shown), diag_path(q, strlen(q), shown2));
+      err =
+          cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "paths '%s' and '%s' differ only in case",
+                          diag_path(p, strlen(p), shown), diag_path(q, strlen(q), shown2));
       break;
     case PAIR_FILE_DIR:
       err = cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
@@ -476,7 +483,8 @@ static int mp_skip(struct mpwalk *w, unsigned depth) {
 
 static int obj_is_key(const msgpack_object *o, const char *name) {
   size_t n = strlen(name);
-  return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n && memcmp(o->via.str.ptr, name, n) == 0;
+  return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
+         memcmp(o->via.str.ptr, name, n) == 0;
 }
 
 static int index_from_object(const msgpack_object *root, struct cpkg_index *idx,
@@ -492,7 +500,8 @@ static int index_from_object(const msgpack_object *root, struct cpkg_index *idx,
                                   : obj_is_key(k, "total")    ? &total
                                                               : NULL;
     if (!slot || *slot)
-      return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "the index has an unknown or repeated key");
+      return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
+                             "the index has an unknown or repeated key");
     *slot = val;
   }
   if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 != CPKG_FORMAT_VERSION)
@@ -508,13 +517,15 @@ static int index_from_object(const msgpack_object *root, struct cpkg_index *idx,
     return cordon_diag_set(diag, CORDON_E_PACKAGE_TOO_LARGE, "%u files, more than the limit of %u",
                            files->via.array.size, CPKG_MAX_FILES);
   if (total->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-    return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "index: \"total\" is not an unsigned integer");
+    return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
+                           "index: \"total\" is not an unsigned integer");
 
   size_t n = files->via.array.size, arena = 0;
   for (size_t i = 0; i < n; i++) {
     const msgpack_object *e = &files->via.array.ptr[i];
     if (e->type != MSGPACK_OBJECT_ARRAY || e->via.array.size != 4)
-      return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "index: file entry %zu is not an array of 4", i);
+      return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
+                             "index: file entry %zu is not an array of 4", i);
     const msgpack_object *f = e->via.array.ptr;
     if (f[0].type != MSGPACK_OBJECT_STR || f[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
         f[2].type != MSGPACK_OBJECT_POSITIVE_INTEGER || f[3].type != MSGPACK_OBJECT_BIN ||
@@ -522,7 +533,8 @@ static int index_from_object(const msgpack_object *root, struct cpkg_index *idx,
       return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
                              "index: file entry %zu is not [str, uint, uint, bin(32)]", i);
     if (memchr(f[0].via.str.ptr, '\0', f[0].via.str.size))
-      return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "index: path of entry %zu holds a NUL", i);
+      return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "index: path of entry %zu holds a NUL",
+                             i);
     if (f[1].via.u64 != CPKG_MODE_EXEC && f[1].via.u64 != CPKG_MODE_PLAIN)
       return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
                              "index: mode of entry %zu is not 0644 or 0755", i);
@@ -652,7 +664,9 @@ int cpkg_trust_add(struct cpkg_trust *trust, const uint8_t pk[CPKG_PUBLIC_KEY_SI
   return 0;
 }
 
-size_t cpkg_trust_count(const struct cpkg_trust *trust) { return trust ? trust->n : 0; }
+size_t cpkg_trust_count(const struct cpkg_trust *trust) {
+  return trust ? trust->n : 0;
+}
 
 const uint8_t *cpkg_trust_find(const struct cpkg_trust *trust,
                                const uint8_t key_id[CPKG_KEY_ID_SIZE]) {
@@ -737,7 +751,8 @@ static int stream_header(struct cpkg_stream *s, struct cordon_diag *diag) {
     return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "unsupported package format version %u",
                            be16(h + 8));
   if (be16(h + 10) != 0)
-    return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "unknown header flags 0x%04x", be16(h + 10));
+    return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "unknown header flags 0x%04x",
+                           be16(h + 10));
   s->index_len = be32(h + 12);
   if (s->index_len == 0)
     return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "the header declares an empty index");
@@ -749,7 +764,8 @@ static int stream_header(struct cpkg_stream *s, struct cordon_diag *diag) {
   if (!s->pk) {
     char hex[2 * CPKG_KEY_ID_SIZE + 1];
     hex_encode(h + 16, CPKG_KEY_ID_SIZE, hex);
-    return cordon_diag_set(diag, CORDON_E_UNKNOWN_KEY, "signed by key id %s, which is not trusted", hex);
+    return cordon_diag_set(diag, CORDON_E_UNKNOWN_KEY, "signed by key id %s, which is not trusted",
+                           hex);
   }
   s->index_buf = malloc(s->index_len);
   if (!s->index_buf)
@@ -889,7 +905,8 @@ int cpkg_stream_finish(struct cpkg_stream *s, struct cordon_diag *diag) {
   case ST_INDEX:
     return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT, "truncated in the index");
   default: {
-    const struct cpkg_file *f = &s->index->files[s->cur < s->index->n_files ? s->cur : s->index->n_files - 1];
+    const struct cpkg_file *f =
+        &s->index->files[s->cur < s->index->n_files ? s->cur : s->index->n_files - 1];
     return cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
                            "truncated in file '%s' (%llu of %llu bytes)",
                            diag_path(f->path, strlen(f->path), shown),

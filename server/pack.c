@@ -42,7 +42,8 @@ static const char *file_kind(mode_t m) {
   return "special file";
 }
 
-static int walk_add(struct pack_walk *w, char *path, const struct stat *st, struct cordon_diag *diag) {
+static int walk_add(struct pack_walk *w, char *path, const struct stat *st,
+                    struct cordon_diag *diag) {
   if (w->n >= CPKG_MAX_FILES)
     return cordon_diag_set(diag, CORDON_E_PACKAGE_TOO_LARGE, "%s: more than %u files", w->root,
                            CPKG_MAX_FILES);
@@ -68,7 +69,8 @@ static int walk_dir(struct pack_walk *w, int dirfd, const char *prefix, unsigned
                     struct cordon_diag *diag) {
   if (depth >= CPKG_MAX_DEPTH)
     return cordon_diag_set(diag, CORDON_E_PACKAGE_TOO_LARGE,
-                           "%s/%s: directories nested deeper than %u", w->root, prefix, CPKG_MAX_DEPTH);
+                           "%s/%s: directories nested deeper than %u", w->root, prefix,
+                           CPKG_MAX_DEPTH);
   int fd = dup(dirfd);
   if (fd < 0)
     return -errno;
@@ -341,7 +343,8 @@ int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_ke
 
   /* Hashes have a fixed size, so an index with placeholder hashes has the
    * final length: the contents can be written in one pass after it. */
-  if ((err = cpkg_index_encode(manifest_json, manifest_len, files, w.n, &index, &index_len, diag)) != 0)
+  if ((err = cpkg_index_encode(manifest_json, manifest_len, files, w.n, &index, &index_len,
+                               diag)) != 0)
     goto out;
   free(index);
   index = NULL;
@@ -375,7 +378,8 @@ int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_ke
   }
 
   size_t final_len = 0;
-  if ((err = cpkg_index_encode(manifest_json, manifest_len, files, w.n, &index, &final_len, diag)) != 0)
+  if ((err = cpkg_index_encode(manifest_json, manifest_len, files, w.n, &index, &final_len,
+                               diag)) != 0)
     goto out;
   if (final_len != index_len) {
     err = cordon_diag_set(diag, CORDON_E_INTERNAL, "index length changed while packing");
@@ -388,7 +392,8 @@ int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_ke
   }
   if ((err = pwrite_all(outfd, header, sizeof(header), 0)) != 0 ||
       (err = pwrite_all(outfd, index, index_len, CPKG_HEADER_SIZE)) != 0 ||
-      (err = fchmod(outfd, 0644) < 0 ? -errno : 0) != 0 || (err = fsync(outfd) < 0 ? -errno : 0) != 0) {
+      (err = fchmod(outfd, 0644) < 0 ? -errno : 0) != 0 ||
+      (err = fsync(outfd) < 0 ? -errno : 0) != 0) {
     cordon_diag_set(diag, err, "%s: %s", tmp, strerror(-err));
     goto out;
   }
@@ -406,8 +411,8 @@ int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_ke
   tmp = NULL;
   fsync_parent(out_path);
   if (out_summary) {
-    struct pack_summary s = {.n_files = w.n, .total = total,
-                             .size = CPKG_HEADER_SIZE + index_len + total};
+    struct pack_summary s = {
+        .n_files = w.n, .total = total, .size = CPKG_HEADER_SIZE + index_len + total};
     cpkg_index_hash(index, index_len, s.index_hash);
     memcpy(s.key_id, header + 16, CPKG_KEY_ID_SIZE);
     *out_summary = s;

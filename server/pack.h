@@ -26,8 +26,8 @@
 
 struct pack_summary {
   size_t n_files;
-  uint64_t total;  /* bytes of file contents */
-  uint64_t size;   /* bytes of the package */
+  uint64_t total; /* bytes of file contents */
+  uint64_t size;  /* bytes of the package */
   uint8_t index_hash[CPKG_HASH_SIZE];
   uint8_t key_id[CPKG_KEY_ID_SIZE];
 };

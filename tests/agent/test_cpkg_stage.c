@@ -46,7 +46,8 @@ TestSuite(cpkg_stage, .init = setup, .fini = teardown);
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static void write_file(const char *root, const char *rel, const void *data, size_t len, mode_t mode) {
+static void write_file(const char *root, const char *rel, const void *data, size_t len,
+                       mode_t mode) {
   char path[1024];
   snprintf(path, sizeof(path), "%s/%s", root, rel);
   /* parents */
@@ -232,7 +233,8 @@ Test(cpkg_stage, every_truncation_is_refused_and_nothing_is_left) {
   for (size_t cut = 0; cut < len; cut++) {
     write_all_to(bad, bytes, cut);
     struct cordon_diag d = {{0}};
-    cr_assert_eq(stage(bad, dirfd, NULL, NULL, &d), CORDON_E_PACKAGE_CORRUPT, "cut %zu: %s", cut, d.msg);
+    cr_assert_eq(stage(bad, dirfd, NULL, NULL, &d), CORDON_E_PACKAGE_CORRUPT, "cut %zu: %s", cut,
+                 d.msg);
     cr_assert_eq(count_entries(dirfd), 0, "cut %zu left files behind", cut);
   }
   /* One byte more is refused too. */

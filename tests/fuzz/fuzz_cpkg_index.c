@@ -35,8 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
       total += idx->files[i].size;
     }
-    if (total != idx->total ||
-        cpkg_files_check(idx->files, idx->n_files, idx->manifest_json, idx->manifest_len, NULL) != 0)
+    if (total != idx->total || cpkg_files_check(idx->files, idx->n_files, idx->manifest_json,
+                                                idx->manifest_len, NULL) != 0)
       abort();
     cpkg_index_free(idx);
   }

@@ -22,7 +22,9 @@ static void setup(void) {
   cr_assert_eq(cpkg_trust_add(trust, pk), 0);
 }
 
-static void teardown(void) { cpkg_trust_free(trust); }
+static void teardown(void) {
+  cpkg_trust_free(trust);
+}
 
 TestSuite(cpkg, .init = setup, .fini = teardown);
 
@@ -40,7 +42,7 @@ static int tf_cmp(const void *a, const void *b) {
 }
 
 static uint8_t *concat3(const uint8_t *a, size_t alen, const uint8_t *b, size_t blen,
-                       const uint8_t *c, size_t clen, size_t *out_len) {
+                        const uint8_t *c, size_t clen, size_t *out_len) {
   uint8_t *p = malloc(alen + blen + clen + 1);
   cr_assert(p);
   memcpy(p, a, alen);
@@ -96,7 +98,9 @@ static const struct tf small_files[] = {
 };
 #define N_SMALL (sizeof(small_files) / sizeof(small_files[0]))
 
-static uint8_t *build_small(size_t *out_len) { return build_with(sk, small_files, N_SMALL, out_len); }
+static uint8_t *build_small(size_t *out_len) {
+  return build_with(sk, small_files, N_SMALL, out_len);
+}
 
 /* Sign arbitrary index bytes and append contents. */
 static uint8_t *build_raw(const uint8_t *index, size_t index_len, const uint8_t *contents,
@@ -290,7 +294,8 @@ Test(cpkg, every_truncation_is_refused) {
     struct cordon_diag d = {{0}};
     int err = verify_chunked(trust, pkg, cut, 5, NULL, &d);
     cr_assert_neq(err, 0, "package cut at %zu of %zu accepted", cut, len);
-    cr_assert(strstr(d.msg, "truncated") || err == CORDON_E_PACKAGE_CORRUPT, "cut %zu: %s", cut, d.msg);
+    cr_assert(strstr(d.msg, "truncated") || err == CORDON_E_PACKAGE_CORRUPT, "cut %zu: %s", cut,
+              d.msg);
   }
   free(pkg);
 }
@@ -393,7 +398,8 @@ static uint8_t *raw_index(const struct raw_entry *e, size_t n, uint64_t total, s
 static uint8_t manifest_hash[32];
 
 static void hash_manifest(void) {
-  crypto_generichash(manifest_hash, 32, (const uint8_t *)manifest_json, strlen(manifest_json), NULL, 0);
+  crypto_generichash(manifest_hash, 32, (const uint8_t *)manifest_json, strlen(manifest_json), NULL,
+                     0);
 }
 
 Test(cpkg, file_longer_or_shorter_than_declared_is_refused) {
@@ -447,7 +453,8 @@ Test(cpkg, declared_size_of_2_pow_63_is_too_large) {
   hash_manifest();
   size_t mlen = strlen(manifest_json);
   uint8_t zero[32] = {0};
-  struct raw_entry e[] = {{"big", 0644, 1ull << 63, zero}, {"manifest.json", 0644, mlen, manifest_hash}};
+  struct raw_entry e[] = {{"big", 0644, 1ull << 63, zero},
+                          {"manifest.json", 0644, mlen, manifest_hash}};
   size_t ilen, plen;
   uint8_t *index = raw_index(e, 2, (1ull << 63) + mlen, &ilen);
   uint8_t *pkg = build_raw(index, ilen, (const uint8_t *)"x", 1, &plen);
@@ -534,9 +541,9 @@ Test(cpkg, header_fields_are_checked_before_the_index_is_read) {
     uint8_t val;
     int err;
   } cases[] = {
-      {0, 'X', CORDON_E_PACKAGE_CORRUPT},  /* magic */
-      {9, 2, CORDON_E_PACKAGE_CORRUPT},    /* version 2 */
-      {11, 1, CORDON_E_PACKAGE_CORRUPT},   /* flags */
+      {0, 'X', CORDON_E_PACKAGE_CORRUPT},     /* magic */
+      {9, 2, CORDON_E_PACKAGE_CORRUPT},       /* version 2 */
+      {11, 1, CORDON_E_PACKAGE_CORRUPT},      /* flags */
       {12, 0x7f, CORDON_E_PACKAGE_TOO_LARGE}, /* index length 2 GiB */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -569,15 +576,15 @@ Test(cpkg, index_parser_refuses_malformed_msgpack_without_allocating) {
     size_t len;
     int err;
   } cases[] = {
-      {"\xc0", 1, CORDON_E_PACKAGE_CORRUPT},                         /* nil */
-      {"\x80", 1, CORDON_E_PACKAGE_CORRUPT},                         /* empty map */
-      {"\xdd\xff\xff\xff\xff", 5, CORDON_E_PACKAGE_CORRUPT},         /* array of 2^32-1, no data */
-      {"\xdf\x7f\xff\xff\xff", 5, CORDON_E_PACKAGE_CORRUPT},         /* huge map */
-      {"\xc6\xff\xff\xff\xff", 5, CORDON_E_PACKAGE_CORRUPT},         /* bin longer than input */
-      {"\xd4\x01\x02", 3, CORDON_E_PACKAGE_CORRUPT},                 /* ext */
-      {"\xc1", 1, CORDON_E_PACKAGE_CORRUPT},                         /* never used */
-      {"\x91\x91\x91\x91\x90", 5, CORDON_E_PACKAGE_CORRUPT},         /* too deep */
-      {"\xc0\xc0", 2, CORDON_E_PACKAGE_CORRUPT},                     /* extra bytes */
+      {"\xc0", 1, CORDON_E_PACKAGE_CORRUPT},                 /* nil */
+      {"\x80", 1, CORDON_E_PACKAGE_CORRUPT},                 /* empty map */
+      {"\xdd\xff\xff\xff\xff", 5, CORDON_E_PACKAGE_CORRUPT}, /* array of 2^32-1, no data */
+      {"\xdf\x7f\xff\xff\xff", 5, CORDON_E_PACKAGE_CORRUPT}, /* huge map */
+      {"\xc6\xff\xff\xff\xff", 5, CORDON_E_PACKAGE_CORRUPT}, /* bin longer than input */
+      {"\xd4\x01\x02", 3, CORDON_E_PACKAGE_CORRUPT},         /* ext */
+      {"\xc1", 1, CORDON_E_PACKAGE_CORRUPT},                 /* never used */
+      {"\x91\x91\x91\x91\x90", 5, CORDON_E_PACKAGE_CORRUPT}, /* too deep */
+      {"\xc0\xc0", 2, CORDON_E_PACKAGE_CORRUPT},             /* extra bytes */
       {"\x84\xa1v\x01\xa1v\x01\xa1v\x01\xa1v\x01", 13, CORDON_E_PACKAGE_CORRUPT}, /* repeated key */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -630,20 +637,24 @@ Test(cpkg, too_many_files_are_too_large) {
 
 Test(cpkg, path_rules) {
   static const char *const good[] = {
-      "a", "run.sh", "dir/file", "a/b/c/d", ".hidden", "..x", "x..y", "a b", " lead",
-      "console", "cons.d/x", "com10", "lpt", "COMx", "auxiliary.txt", "nul_", "x.aux", "a-b_c+d=e",
-      "$dollar", "{}[]()!@#%^&~`,;'",
+      "a",        "run.sh", "dir/file",  "a/b/c/d", ".hidden",
+      "..x",      "x..y",   "a b",       " lead",   "console",
+      "cons.d/x", "com10",  "lpt",       "COMx",    "auxiliary.txt",
+      "nul_",     "x.aux",  "a-b_c+d=e", "$dollar", "{}[]()!@#%^&~`,;'",
   };
   static const char *const bad[] = {
-      "/abs", "a//b", "a/", "./a", "a/./b", "..", "../a", "a/../b", "a/..",
-      "CON", "con", "Con.txt", "aux.txt", "AUX", "nul", "NUL.tar.gz", "prn", "com1", "COM9.log",
-      "lpt1", "Lpt9.x", "com0", "conin$", "CONOUT$", "dir/aux", "aux/file", "nul .txt",
-      "trailing.", "trailing ", "dir./x", "dir /x", "a:b", "a\\b", "a*b", "a?b", "a\"b", "a<b",
-      "a>b", "a|b", "tab\tx", "nl\nx", "del\x7f", "utf8-\xc3\xa9",
+      "/abs",          "a//b",       "a/",      "./a",     "a/./b",    "..",       "../a",
+      "a/../b",        "a/..",       "CON",     "con",     "Con.txt",  "aux.txt",  "AUX",
+      "nul",           "NUL.tar.gz", "prn",     "com1",    "COM9.log", "lpt1",     "Lpt9.x",
+      "com0",          "conin$",     "CONOUT$", "dir/aux", "aux/file", "nul .txt", "trailing.",
+      "trailing ",     "dir./x",     "dir /x",  "a:b",     "a\\b",     "a*b",      "a?b",
+      "a\"b",          "a<b",        "a>b",     "a|b",     "tab\tx",   "nl\nx",    "del\x7f",
+      "utf8-\xc3\xa9",
   };
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
     struct cordon_diag d = {{0}};
-    cr_expect_eq(cpkg_path_check(good[i], strlen(good[i]), &d), 0, "'%s' refused: %s", good[i], d.msg);
+    cr_expect_eq(cpkg_path_check(good[i], strlen(good[i]), &d), 0, "'%s' refused: %s", good[i],
+                 d.msg);
   }
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     struct cordon_diag d = {{0}};
@@ -794,8 +805,8 @@ Test(cpkg, hundred_thousand_files_verify_quickly) {
   size_t ilen;
   struct cordon_diag d = {{0}};
   clock_t t0 = clock();
-  cr_assert_eq(cpkg_index_encode((const uint8_t *)manifest_json, strlen(manifest_json), f, n, &index,
-                                 &ilen, &d),
+  cr_assert_eq(cpkg_index_encode((const uint8_t *)manifest_json, strlen(manifest_json), f, n,
+                                 &index, &ilen, &d),
                0, "%s", d.msg);
   cr_assert_leq(ilen, CPKG_MAX_INDEX);
   size_t clen = n - 1 + strlen(manifest_json);

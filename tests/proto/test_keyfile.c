@@ -4,7 +4,9 @@
 
 #include "proto/keyfile.h"
 
-static void setup(void) { cr_assert(sodium_init() >= 0); }
+static void setup(void) {
+  cr_assert(sodium_init() >= 0);
+}
 
 TestSuite(keyfile, .init = setup);
 
@@ -13,7 +15,8 @@ Test(keyfile, format_then_parse_round_trips) {
   randombytes_buf(key, sizeof(key));
   char line[KEYFILE_MAX_BYTES];
   size_t len = 0;
-  cr_assert_eq(keyfile_format(KEYFILE_PUBLISHER_PUBLIC, key, "id=abc", line, sizeof(line), &len), 0);
+  cr_assert_eq(keyfile_format(KEYFILE_PUBLISHER_PUBLIC, key, "id=abc", line, sizeof(line), &len),
+               0);
   cr_assert_eq(strncmp(line, "cordon-publisher-v1 ", 20), 0);
   cr_assert_eq(line[len - 1], '\n');
   cr_assert_eq(strlen(line), len);
@@ -39,7 +42,8 @@ Test(keyfile, refuses_a_key_of_another_kind) {
   size_t len = 0;
   struct cordon_diag d = {{0}};
   cr_assert_eq(keyfile_format(KEYFILE_PUBLISHER_SECRET, key, NULL, line, sizeof(line), &len), 0);
-  cr_assert_eq(keyfile_parse(KEYFILE_PUBLISHER_PUBLIC, line, len, back, &d), CORDON_E_CONFIG_INVALID);
+  cr_assert_eq(keyfile_parse(KEYFILE_PUBLISHER_PUBLIC, line, len, back, &d),
+               CORDON_E_CONFIG_INVALID);
   cr_assert(strstr(d.msg, "cordon-publisher-secret-v1"), "%s", d.msg);
 }
 
@@ -49,7 +53,7 @@ Test(keyfile, refuses_malformed_lines) {
       "cordon-publisher-v1",
       "cordon-publisher-v1 ",
       "cordon-publisher-v1 AAAA",
-      "cordon-publisher-v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",   /* 43 chars */
+      "cordon-publisher-v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",     /* 43 chars */
       "cordon-publisher-v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=", /* too long */
       "cordon-publisher-v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA*=",
       "cordon-publisher-v1  AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",

@@ -283,8 +283,8 @@ Test(pack, key_option_signs_with_another_publisher_key) {
   char *src = make_src("src");
   char *out = p("x.cpkg"), *key = p("offline/publisher.key");
   char err[1024];
-  cr_assert_eq(run(err, sizeof(err), "pack", src, "-o", out, "--key", key, "--state", state, NULL), 0,
-               "%s", err);
+  cr_assert_eq(run(err, sizeof(err), "pack", src, "-o", out, "--key", key, "--state", state, NULL),
+               0, "%s", err);
   struct cpkg_trust *t;
   cr_assert_eq(cpkg_trust_new(&t), 0);
   char *pub = p("state/publisher.pub"), *opub = p("offline/publisher.pub");
@@ -368,7 +368,8 @@ Test(pack, refuses_symlinks_fifos_and_sockets) {
 Test(pack, refuses_an_invalid_manifest_naming_the_field) {
   char *state = init_state("state");
   char *src = make_src("src");
-  write_file(src, "manifest.json", "{\"name\":\"x\",\"version\":\"1\",\"entry\":[\"/bin/true\"],\"timeout_s\":0}", 0644);
+  write_file(src, "manifest.json",
+             "{\"name\":\"x\",\"version\":\"1\",\"entry\":[\"/bin/true\"],\"timeout_s\":0}", 0644);
   expect_refused(state, src, "timeout_s", "manifest_invalid");
   char *m = p("src/manifest.json");
   unlink(m);
@@ -380,8 +381,8 @@ Test(pack, refuses_an_invalid_manifest_naming_the_field) {
 
 Test(pack, refuses_paths_unsafe_elsewhere) {
   char *state = init_state("state");
-  static const char *const names[] = {"aux.txt", "COM1", "dots.", "space ", "a:b", "back\\slash",
-                                      "nul/x"};
+  static const char *const names[] = {"aux.txt", "COM1",        "dots.", "space ",
+                                      "a:b",     "back\\slash", "nul/x"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     char sname[32];
     snprintf(sname, sizeof(sname), "src%zu", i);
