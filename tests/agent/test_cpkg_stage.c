@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -494,4 +495,88 @@ Test(cpkg_stage, clear_dir_does_not_follow_links) {
   free(link);
   free(link2);
   free(precious);
+}
+
+/* ---- through cordon-agent exec ---------------------------------------------- */
+
+#define AGENT CORDON_BINARY_DIR "/cordon-agent"
+
+/* Run `cordon-agent --config CFG exec PKG --trust PUB`; stdout into out. */
+static int agent_exec(const char *cfg, const char *pkg, const char *pub, char *out, size_t cap) {
+  int fds[2];
+  cr_assert_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 2);
+    close(fds[0]);
+    execl(AGENT, AGENT, "--config", cfg, "exec", pkg, "--trust", pub, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  size_t n = 0;
+  ssize_t r;
+  while (n + 1 < cap && (r = read(fds[0], out + n, cap - 1 - n)) > 0)
+    n += (size_t)r;
+  out[n] = '\0';
+  close(fds[0]);
+  int status;
+  cr_assert_eq(waitpid(pid, &status, 0), pid);
+  cr_assert(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+Test(cpkg_stage, agent_exec_never_runs_a_tampered_package, .timeout = 300) {
+  if (access(AGENT, X_OK) != 0)
+    cr_skip_test("no cordon-agent built");
+  char *src = path_in("src");
+  cr_assert_eq(mkdir(src, 0755), 0);
+  static const char m[] = "{\"name\":\"marker\",\"version\":\"1.0.0\",\"entry\":[\"/bin/sh\","
+                          "\"run.sh\"],\"min_sandbox\":\"none\"}\n";
+  write_file(src, "manifest.json", m, strlen(m), 0644);
+  write_file(src, "run.sh", "echo RAN-MARKER\n", 16, 0755);
+  write_file(src, "lib/data", "0123456789abcdef", 16, 0644);
+  char *pkg = make_pkg(src, "m.cpkg", sk, NULL);
+  char *pub = path_in("publisher.pub");
+  char line[KEYFILE_MAX_BYTES];
+  size_t line_len;
+  cr_assert_eq(keyfile_format(KEYFILE_PUBLISHER_PUBLIC, pk, NULL, line, sizeof(line), &line_len),
+               0);
+  write_all_to(pub, (const uint8_t *)line, line_len);
+  /* The job user must be able to reach the agent's job directories. */
+  cr_assert_eq(chmod(tmp, 0711), 0);
+  char *cfg = path_in("config");
+  cr_assert_eq(mkdir(cfg, 0700), 0);
+  static char out[65536];
+
+  /* The control: the untouched package runs. */
+  cr_assert_eq(agent_exec(cfg, pkg, pub, out, sizeof(out)), 0, "%s", out);
+  cr_assert(strstr(out, "RAN-MARKER"), "%s", out);
+
+  size_t len;
+  uint8_t *bytes = read_all(pkg, &len);
+  char *bad = path_in("bad.cpkg");
+  /* Bytes spread over header, key id, signature, index and contents, and
+   * every cut at a stride. */
+  for (size_t i = 0; i < len; i += (i < 96 ? 5 : 11)) {
+    bytes[i] ^= 0x20;
+    write_all_to(bad, bytes, len);
+    bytes[i] ^= 0x20;
+    cr_assert_eq(agent_exec(cfg, bad, pub, out, sizeof(out)), 1, "byte %zu: %s", i, out);
+    cr_assert_null(strstr(out, "RAN-MARKER"), "byte %zu ran", i);
+    cr_assert(strstr(out, "\"error\"") && strstr(out, "\"code\""), "byte %zu: %s", i, out);
+  }
+  for (size_t cut = 0; cut < len; cut += 37) {
+    write_all_to(bad, bytes, cut);
+    cr_assert_eq(agent_exec(cfg, bad, pub, out, sizeof(out)), 1, "cut %zu: %s", cut, out);
+    cr_assert_null(strstr(out, "RAN-MARKER"), "cut %zu ran", cut);
+  }
+  free(bytes);
+  free(bad);
+  free(cfg);
+  free(pub);
+  free(pkg);
+  free(src);
 }
