@@ -6,7 +6,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <mach-o/dyld.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/param.h>
 #include <sys/proc.h>
 #include <sys/sysctl.h>
@@ -85,6 +88,20 @@ int macos_os_drop_ids(uid_t uid, gid_t gid) {
     return errno;
   if (setuid(0) == 0) /* must be impossible now */
     return EPERM;
+  return 0;
+}
+
+int macos_os_self_path(char *out, size_t len) {
+  char raw[PATH_MAX];
+  uint32_t size = sizeof(raw);
+  if (_NSGetExecutablePath(raw, &size) != 0)
+    return -ENAMETOOLONG;
+  char real[PATH_MAX];
+  if (!realpath(raw, real))
+    return -errno;
+  if (strlen(real) >= len)
+    return -ENAMETOOLONG;
+  memcpy(out, real, strlen(real) + 1);
   return 0;
 }
 #endif

@@ -72,6 +72,11 @@ size_t jobtree_update(struct jobtree *t, const struct macos_proc *v, size_t n) {
     if (!held || foreign)
       t->m[i].sid = 0;
   }
+  for (size_t i = 0; i < n && !t->leader_seen; i++)
+    if (v[i].pid == t->leader) {
+      t->leader_start = v[i].start;
+      t->leader_seen = true;
+    }
   bool *in = calloc(n ? n : 1, sizeof(bool));
   if (!in) {
     t->err = -ENOMEM;
@@ -101,6 +106,20 @@ size_t jobtree_update(struct jobtree *t, const struct macos_proc *v, size_t n) {
     if (t->m[i].alive && t->m[i].pid != t->leader)
       live++;
   return live;
+}
+
+size_t jobtree_adopt_orphans(struct jobtree *t, const struct macos_proc *v, size_t n) {
+  size_t added = 0;
+  if (!t->leader_seen)
+    return 0;
+  for (size_t i = 0; i < n; i++) {
+    const struct macos_proc *p = &v[i];
+    if (p->pid <= 1 || p->ppid != 1 || p->start < t->leader_start || find(t, p->pid, p->start))
+      continue;
+    remember(t, p);
+    added++;
+  }
+  return added;
 }
 
 size_t jobtree_escaped(const struct jobtree *t) {

@@ -9,8 +9,9 @@
  * remembered before its parent exits and it is re-parented to launchd.
  *
  * Limit (docs/MACOS.md): a process that calls setsid() and whose parent
- * exits between two snapshots is not seen. jobtree_update is pure; the
- * tests feed it tables.
+ * exits between two snapshots is not seen, unless the job user is the
+ * job's alone (jobtree_adopt_orphans). jobtree_update is pure; the tests
+ * feed it tables.
  */
 #ifndef CORDON_PLATFORM_MACOS_JOBTREE_H
 #define CORDON_PLATFORM_MACOS_JOBTREE_H
@@ -25,12 +26,14 @@
 struct jobtree_member {
   pid_t pid, pgid, sid;
   uint64_t start;
-  bool alive;      /* present in the last snapshot */
-  bool signalled;  /* counted by jobtree_signal */
+  bool alive;     /* present in the last snapshot */
+  bool signalled; /* counted by jobtree_signal */
 };
 
 struct jobtree {
   pid_t leader; /* pid, process group and session of the job */
+  uint64_t leader_start;
+  bool leader_seen; /* leader_start is known */
   struct jobtree_member *m;
   size_t n, cap;
   int err; /* sticky -ENOMEM: members may then be missing */
@@ -42,6 +45,13 @@ void jobtree_release(struct jobtree *t);
 /* Fold one snapshot in (see above). Returns how many members besides the
  * leader are alive in it. */
 size_t jobtree_update(struct jobtree *t, const struct macos_proc *v, size_t n);
+
+/* For a job user that only this job uses: take as members the processes
+ * of the snapshot (all of that user's) that were re-parented to init
+ * (ppid 1) and started no earlier than the leader. That catches a setsid
+ * escapee whose parent exited between two snapshots. Returns how many were
+ * added. */
+size_t jobtree_adopt_orphans(struct jobtree *t, const struct macos_proc *v, size_t n);
 
 /* Members (alive or not, the leader excluded) that are outside the
  * leader's process group: the ones a group signal misses. */

@@ -16,7 +16,8 @@
 #include <sys/types.h>
 
 /* One live (not zombie) process. (pid, start) names it across snapshots:
- * a recycled pid has another start time. */
+ * a recycled pid has another start time. Start times are ordered: a
+ * process started later never has a smaller one (same clock, same host). */
 struct macos_proc {
   pid_t pid, ppid, pgid, sid;
   uint64_t start; /* opaque, comparable only for equality */
@@ -40,5 +41,8 @@ void macos_os_cloexec_from(int lowfd, int max_hint);
  * effective and saved), then checks that uid 0 cannot be regained.
  * Returns 0 or a positive errno. */
 int macos_os_drop_ids(uid_t uid, gid_t gid);
+
+/* The absolute path of the running program. 0 or a negated errno. */
+int macos_os_self_path(char *out, size_t len);
 
 #endif

@@ -65,9 +65,10 @@ int macos_os_procs(uid_t ruid, struct macos_proc **out_v, size_t *out_n) {
     char state;
     int ppid, pgrp, sid;
     unsigned long long start;
-    if (!rp || sscanf(rp + 1,
-                      " %c %d %d %d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
-                      &state, &ppid, &pgrp, &sid, &start) != 5)
+    if (!rp ||
+        sscanf(rp + 1,
+               " %c %d %d %d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+               &state, &ppid, &pgrp, &sid, &start) != 5)
       continue;
     if (state == 'Z' || state == 'X')
       continue;
@@ -81,8 +82,8 @@ int macos_os_procs(uid_t ruid, struct macos_proc **out_v, size_t *out_n) {
       v = nv;
       cap = ncap;
     }
-    v[n++] = (struct macos_proc){.pid = (pid_t)atol(de->d_name), .ppid = ppid, .pgid = pgrp,
-                                 .sid = sid, .start = start};
+    v[n++] = (struct macos_proc){
+        .pid = (pid_t)atol(de->d_name), .ppid = ppid, .pgid = pgrp, .sid = sid, .start = start};
   }
   closedir(d);
   if (r < 0) {
@@ -112,6 +113,16 @@ int macos_os_drop_ids(uid_t uid, gid_t gid) {
     return errno;
   if (syscall(SYS_setresuid, 0, 0, 0) == 0) /* must be impossible now */
     return EPERM;
+  return 0;
+}
+
+int macos_os_self_path(char *out, size_t len) {
+  ssize_t n = readlink("/proc/self/exe", out, len - 1);
+  if (n < 0)
+    return -errno;
+  if ((size_t)n >= len - 1)
+    return -ENAMETOOLONG;
+  out[n] = '\0';
   return 0;
 }
 #endif

@@ -8,9 +8,10 @@
  * What is enforced, and how, is reported per job in result.sandbox.limits:
  * cpu by RLIMIT_CPU, time by the process group, processes by RLIMIT_NPROC
  * only when the job runs as a dedicated job user (the limit counts every
- * process of the uid), memory by RLIMIT_AS only where the kernel enforces
- * it (the build says so: XNU accepts RLIMIT_AS and ignores it, Linux
- * enforces it), disk never (RLIMIT_FSIZE caps each file, not the total).
+ * process of that uid, so it is set to the count at start plus the job's
+ * allowance), memory by RLIMIT_AS only where the kernel enforces it (the
+ * build says so: XNU accepts RLIMIT_AS and ignores it, Linux enforces it),
+ * disk never (RLIMIT_FSIZE caps each file, not the total).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,16 +183,54 @@ json_t *sandbox_probe_json(const struct sandbox_probe *p) {
 /* Credentials under the job user's home and system secrets. At level none
  * nothing is hidden from the job; these only bound what may be granted. */
 static const char *const forbidden_home[] = {
-    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gh", ".netrc", ".pypirc",
-    ".npmrc", ".git-credentials", ".password-store", "Library/Keychains",
-    "Library/Cookies", "Library/Application Support/Google/Chrome",
-    "Library/Application Support/Firefox", "Library/Safari",
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".config/gh",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+    ".git-credentials",
+    ".password-store",
+    "Library/Keychains",
+    "Library/Cookies",
+    "Library/Application Support/Google/Chrome",
+    "Library/Application Support/Firefox",
+    "Library/Safari",
     "Library/Application Support/cordon",
 };
 static const char *const forbidden_abs[] = {
-    "/etc/master.passwd", "/private/etc/master.passwd", "/var/db/dslocal", "/etc/shadow",
-    "/etc/ssh", "/private/etc/ssh", "/Library/Keychains", "/Library/Application Support/cordon",
-    "/var/lib/cordon-agent", "/var/root", "/root",
+    "/etc/master.passwd",
+    "/private/etc/master.passwd",
+    "/var/db/dslocal",
+    "/etc/shadow",
+    "/etc/ssh",
+    "/private/etc/ssh",
+    "/Library/Keychains",
+    "/Library/Application Support/cordon",
+    "/var/lib/cordon-agent",
+    "/var/root",
+    "/root",
+};
+
+/* Places where written code later runs outside any sandbox: a writable
+ * grant that contains one (existing or not) is too broad. */
+static const char *const write_forbidden_home[] = {
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish",
+    ".local/bin",
+    "Library/LaunchAgents",
+    "Library/Application Support/com.apple.backgroundtaskmanagementagent",
 };
 
 /* Is path equal to or below dir? Both absolute, without trailing slash
@@ -252,11 +292,17 @@ static int check_grants(const struct sandbox_policy *policy, const struct sandbo
         f = policy->state_dir;
       }
       if (path_within(real, f))
-        return job_result_fail(res, CORDON_E_CAPABILITY_DENIED,
-                               "grant %s: %s is never granted", g->path, f);
+        return job_result_fail(res, CORDON_E_CAPABILITY_DENIED, "grant %s: %s is never granted",
+                               g->path, f);
       if (g->rw && path_within(f, real))
         return job_result_fail(res, CORDON_E_SCOPE_TOO_BROAD,
                                "grant %s: write access would include %s", g->path, f);
+    }
+    for (size_t k = 0; g->rw && k < sizeof(write_forbidden_home) / sizeof(write_forbidden_home[0]);
+         k++) {
+      if (join_home(fb, sizeof(fb), home, write_forbidden_home[k]) == 0 && path_within(fb, real))
+        return job_result_fail(res, CORDON_E_SCOPE_TOO_BROAD,
+                               "grant %s: write access would include %s", g->path, fb);
     }
     bool under_root = false;
     for (size_t k = 0; k < policy->n_grant_roots && !under_root; k++) {
@@ -285,8 +331,7 @@ int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_p
   result->requested = m->min_sandbox;
   const struct manifest_argv *entry = manifest_entry_for(m, MANIFEST_PLATFORM_MACOS);
   if (!entry)
-    return job_result_fail(result, CORDON_E_PLATFORM_MISMATCH,
-                           "the package does not run on macos");
+    return job_result_fail(result, CORDON_E_PLATFORM_MISMATCH, "the package does not run on macos");
   /* The level is known before anything else: none, and why. */
   result->level = SANDBOX_LEVEL_NONE;
   result->level_known = true;
@@ -408,13 +453,13 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
        CORDON_WITH_RLIMIT_AS ? "rlimit (RLIMIT_AS, address space)"
                              : "none (RLIMIT_AS is not enforced by this kernel)"},
       {"processes", m->processes, "processes",
-       plan->probe->dedicated_user ? "rlimit (RLIMIT_NPROC of the job user)"
-                                   : "none (RLIMIT_NPROC would count all of the user's processes)"},
+       plan->probe->dedicated_user
+           ? "rlimit (RLIMIT_NPROC of the job user: its process count at start plus this)"
+           : "none (RLIMIT_NPROC would count all of the user's processes)"},
       {"cpu", m->cpu_s, "s", "rlimit (RLIMIT_CPU)"},
       {"time", m->timeout_s, "s",
        "pgroup (TERM, 2 s grace, KILL to the group, then to descendants that left it)"},
-      {"disk", m->disk_mb, "MiB",
-       "none (RLIMIT_FSIZE caps each file at this size, not the total)"},
+      {"disk", m->disk_mb, "MiB", "none (RLIMIT_FSIZE caps each file at this size, not the total)"},
       {"output", m->output_kb, "KiB per stream",
        "agent (reads at most this much, discards the rest)"},
   };
@@ -433,7 +478,7 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
   json_array_append_new(not, json_string("privilege: setuid programs keep working (no "
                                          "no_new_privs on macOS)"));
   json_array_append_new(not, json_string("agent death: the job is not killed with the agent"));
-  json_object_set_new(o, "not_enforced", not);
+  json_object_set_new(o, "not_enforced", not );
   json_object_set_new(o, "grants", json_incref(plan->grants));
   json_object_set_new(o, "job_user", json_string(plan->probe->user_name));
   json_object_set_new(o, "job_uid", json_integer(plan->probe->uid));
@@ -470,6 +515,11 @@ static bool drain(int fd, struct result_buf *b, size_t cap) {
   }
 }
 
+/* Jobs of this agent process running now, and started so far: a job whose
+ * life overlapped another's cannot tell whose an orphan is. */
+static atomic_uint jobs_running;
+static atomic_ulong jobs_started;
+
 struct supervisor {
   const struct sandbox_plan *plan;
   struct job_result *res;
@@ -480,6 +530,7 @@ struct supervisor {
   bool leader_done; /* exited (a zombie until reaped at the end) */
   struct jobtree tree;
   int64_t last_snapshot;
+  bool adopt_orphans; /* the job user is this job's alone */
 };
 
 /* Has the leader exited? It is left unreaped so its pid, which is the
@@ -489,7 +540,8 @@ static bool leader_exited(struct supervisor *s) {
     return true;
   siginfo_t si;
   memset(&si, 0, sizeof(si));
-  if (waitid(P_PID, (id_t)s->leader, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == s->leader)
+  if (waitid(P_PID, (id_t)s->leader, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+      si.si_pid == s->leader)
     s->leader_done = true;
   return s->leader_done;
 }
@@ -501,6 +553,8 @@ static size_t snapshot(struct supervisor *s) {
   if (macos_os_procs(s->plan->probe->uid, &v, &n) < 0)
     return 0;
   size_t live = jobtree_update(&s->tree, v, n);
+  if (s->adopt_orphans)
+    live += jobtree_adopt_orphans(&s->tree, v, n);
   free(v);
   return live;
 }
@@ -533,8 +587,9 @@ static void pump(struct supervisor *s, int ms) {
 /* Kill what is left of the job: TERM first when graceful, then KILL until
  * nothing of it is seen. Returns how many processes besides the leader
  * were signalled. */
-static size_t kill_job(struct supervisor *s, bool graceful) {
+static size_t kill_job(struct supervisor *s, bool graceful, bool adopt_orphans) {
   size_t killed = 0;
+  s->adopt_orphans = adopt_orphans;
   snapshot(s);
   if (graceful) {
     killed += jobtree_signal(&s->tree, SIGTERM);
@@ -587,13 +642,22 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   rl[nrl++] = (struct spawn_rlimit){RLIMIT_CPU, {m->cpu_s, (rlim_t)m->cpu_s + 1}};
   rl[nrl++] = (struct spawn_rlimit){RLIMIT_CORE, {0, 0}};
   rl[nrl++] = (struct spawn_rlimit){RLIMIT_NOFILE, {MACOS_NOFILE, MACOS_NOFILE}};
-  rl[nrl++] = (struct spawn_rlimit){RLIMIT_FSIZE,
-                                    {(rlim_t)m->disk_mb << 20, (rlim_t)m->disk_mb << 20}};
+  rl[nrl++] =
+      (struct spawn_rlimit){RLIMIT_FSIZE, {(rlim_t)m->disk_mb << 20, (rlim_t)m->disk_mb << 20}};
   if (CORDON_WITH_RLIMIT_AS)
-    rl[nrl++] = (struct spawn_rlimit){RLIMIT_AS,
-                                      {(rlim_t)m->memory_mb << 20, (rlim_t)m->memory_mb << 20}};
-  if (probe->dedicated_user)
-    rl[nrl++] = (struct spawn_rlimit){RLIMIT_NPROC, {m->processes, m->processes}};
+    rl[nrl++] =
+        (struct spawn_rlimit){RLIMIT_AS, {(rlim_t)m->memory_mb << 20, (rlim_t)m->memory_mb << 20}};
+  if (probe->dedicated_user) {
+    /* RLIMIT_NPROC counts every process of the job user, other jobs' too:
+     * the job gets its allowance on top of what that user runs now */
+    struct macos_proc *v = NULL;
+    size_t now = 0;
+    if (macos_os_procs(probe->uid, &v, &now) < 0)
+      now = 0;
+    free(v);
+    rlim_t np = (rlim_t)now + m->processes;
+    rl[nrl++] = (struct spawn_rlimit){RLIMIT_NPROC, {np, np}};
+  }
 
   if (pipe(out_p) < 0 || pipe(err_p) < 0) {
     r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "pipe: %s", strerror(errno));
@@ -626,8 +690,7 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   close(err_p[1]);
   out_p[1] = err_p[1] = -1;
   if (r < 0) {
-    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "cannot start %s: %s", spec.path,
-                        strerror(-r));
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "cannot start %s: %s", spec.path, strerror(-r));
     goto out;
   }
   res->ran = true;
@@ -643,6 +706,8 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
       .leader = pid,
   };
   jobtree_init(&s.tree, pid);
+  unsigned long started_as = atomic_fetch_add(&jobs_started, 1) + 1;
+  bool alone = atomic_fetch_add(&jobs_running, 1) == 0;
   snapshot(&s);
 
   int64_t deadline = start + (int64_t)m->timeout_s * 1000;
@@ -671,7 +736,11 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   /* timeout or cancel: the group gets TERM and a grace period; after a
    * normal exit whatever the job left behind is killed at once */
   bool graceful = res->timed_out || cancelled;
-  size_t killed = kill_job(&s, graceful);
+  /* only a dedicated job user's orphans can be this job's; and only when
+   * no other job of this agent ran meanwhile */
+  alone = alone && probe->dedicated_user && atomic_load(&jobs_started) == started_as;
+  size_t killed = kill_job(&s, graceful, alone);
+  atomic_fetch_sub(&jobs_running, 1);
   res->orphans_killed = (unsigned)killed;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)

@@ -28,12 +28,13 @@ Test(jobtree, group_and_session_members_and_children_belong) {
   struct jobtree t;
   jobtree_init(&t, LEADER);
   struct macos_proc v[] = {
-      other[0], other[1],
+      other[0],
+      other[1],
       P(LEADER, 60, LEADER, LEADER, 10),
-      P(101, LEADER, LEADER, LEADER, 11),   /* in the group */
-      P(102, LEADER, 102, LEADER, 12),      /* own group, same session */
-      P(103, 101, 103, 103, 13),            /* setsid'd child of a member */
-      P(104, 103, 103, 103, 14),            /* its child */
+      P(101, LEADER, LEADER, LEADER, 11), /* in the group */
+      P(102, LEADER, 102, LEADER, 12),    /* own group, same session */
+      P(103, 101, 103, 103, 13),          /* setsid'd child of a member */
+      P(104, 103, 103, 103, 14),          /* its child */
   };
   size_t live = jobtree_update(&t, v, sizeof(v) / sizeof(v[0]));
   cr_assert_eq(live, 4);
@@ -48,16 +49,13 @@ Test(jobtree, an_escapee_is_remembered_after_its_parent_exits) {
   struct jobtree t;
   jobtree_init(&t, LEADER);
   struct macos_proc before[] = {
-      P(LEADER, 60, LEADER, LEADER, 10),
-      P(101, LEADER, LEADER, LEADER, 11),
+      P(LEADER, 60, LEADER, LEADER, 10), P(101, LEADER, LEADER, LEADER, 11),
       P(103, 101, 103, 103, 13), /* setsid, still a child of 101 */
   };
   jobtree_update(&t, before, 3);
   /* 101 exited: 103 was re-parented to launchd (pid 1) and forked 105 */
   struct macos_proc after[] = {
-      other[0],
-      P(LEADER, 60, LEADER, LEADER, 10),
-      P(103, 1, 103, 103, 13),
+      other[0], P(LEADER, 60, LEADER, LEADER, 10), P(103, 1, 103, 103, 13),
       P(105, 1, 105, 103, 15), /* in 103's session, parent gone too */
   };
   size_t live = jobtree_update(&t, after, 4);
@@ -137,5 +135,25 @@ Test(jobtree, signal_counts_each_leftover_once) {
   jobtree_update(&t, v, 2);
   cr_assert_eq(jobtree_signal(&t, 0), 2);
   cr_assert_eq(jobtree_signal(&t, 0), 0, "already counted");
+  jobtree_release(&t);
+}
+
+Test(jobtree, orphans_started_after_the_leader_are_adopted_on_request) {
+  struct jobtree t;
+  jobtree_init(&t, LEADER);
+  struct macos_proc v[] = {
+      P(40, 1, 40, 40, 5), /* an older orphan of the same user: not ours */
+      P(LEADER, 60, LEADER, LEADER, 10),
+      P(120, 1, 120, 120, 12),   /* re-parented to init after the leader started */
+      P(121, 120, 120, 120, 13), /* its child */
+      P(130, 77, 130, 130, 14),  /* a parent that is not init: not an orphan */
+  };
+  cr_assert_eq(jobtree_update(&t, v, 5), 0, "no snapshot saw 120 while it was attached");
+  cr_assert_eq(jobtree_adopt_orphans(&t, v, 5), 1);
+  cr_assert(has(&t, 120) && !has(&t, 40) && !has(&t, 130));
+  /* the next snapshot takes the adopted one's session and children */
+  cr_assert_eq(jobtree_update(&t, v, 5), 2);
+  cr_assert(has(&t, 121));
+  cr_assert_eq(jobtree_adopt_orphans(&t, v, 5), 0, "already members");
   jobtree_release(&t);
 }

@@ -91,7 +91,8 @@ static void package(const char *extra, const char *script) {
   char path[512], m[8192];
   bool has_min = extra && strstr(extra, "min_sandbox");
   bool has_timeout = extra && strstr(extra, "timeout_s");
-  snprintf(m, sizeof(m), "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]%s%s%s%s}",
+  snprintf(m, sizeof(m),
+           "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]%s%s%s%s}",
            has_min ? "" : ",\"min_sandbox\":\"none\"", has_timeout ? "" : ",\"timeout_s\":20",
            extra && *extra ? "," : "", extra ? extra : "");
   snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
@@ -245,8 +246,12 @@ static int assert_pids_dead(const char *out) {
 
 #define BOTH(name)                                                                                 \
   static void body_##name(void);                                                                   \
-  Test(sandbox_macos_root, name, .init = setup_root, .fini = teardown_env) { body_##name(); }      \
-  Test(sandbox_macos_user, name, .init = setup_user, .fini = teardown_env) { body_##name(); }      \
+  Test(sandbox_macos_root, name, .init = setup_root, .fini = teardown_env) {                       \
+    body_##name();                                                                                 \
+  }                                                                                                \
+  Test(sandbox_macos_user, name, .init = setup_user, .fini = teardown_env) {                       \
+    body_##name();                                                                                 \
+  }                                                                                                \
   static void body_##name(void)
 
 /* ---- level and identity ---- */
@@ -331,8 +336,9 @@ BOTH(reports_the_killing_signal_with_a_null_exit_code) {
 
 BOTH(a_missing_entry_is_spawn_failed) {
   char m[512], path[512];
-  snprintf(m, sizeof(m), "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/nonexistent/bin\"],"
-                         "\"min_sandbox\":\"none\"}");
+  snprintf(m, sizeof(m),
+           "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/nonexistent/bin\"],"
+           "\"min_sandbox\":\"none\"}");
   snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
   write_file(path, m, 0644);
   struct run r = exec_pkg(NULL);
@@ -345,10 +351,9 @@ BOTH(a_missing_entry_is_spawn_failed) {
 /* ---- timeout and the process-group kill ---- */
 
 BOTH(timeout_kills_the_group_and_a_setsid_escapee) {
-  package("\"timeout_s\":1",
-          "setsid sh -c 'echo ESC-PID=$$; exec sleep 300' &\n"
-          "sleep 300 &\necho BG-PID=$!\n"
-          "echo LEADER-PID=$$\nsleep 300\n");
+  package("\"timeout_s\":1", "setsid sh -c 'echo ESC-PID=$$; exec sleep 300' &\n"
+                             "sleep 300 &\necho BG-PID=$!\n"
+                             "echo LEADER-PID=$$\nsleep 300\n");
   struct run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert_eq(r.status, 1);
@@ -364,17 +369,36 @@ BOTH(timeout_kills_the_group_and_a_setsid_escapee) {
   json_decref(r.res);
 }
 
-BOTH(timeout_kills_an_escapee_whose_parent_already_exited) {
-  /* double fork: the setsid'd process is re-parented away from the job */
-  package("\"timeout_s\":2",
-          "(setsid sh -c 'echo ESC-PID=$$; exec sleep 300' &)\n"
-          "sleep 300\n");
+BOTH(timeout_kills_an_escapee_whose_parent_exited_before_the_timeout) {
+  /* the setsid'd process is re-parented away from the job half a second
+   * in: the supervisor's snapshots saw it attached */
+  package("\"timeout_s\":2", "(setsid sh -c 'echo ESC-PID=$$; exec sleep 300' & sleep 0.5)\n"
+                             "sleep 300\n");
   struct run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert(json_is_true(jget(r.res, "timed_out")));
   cr_assert_geq(json_integer_value(jget(r.res, "orphans_killed")), 1);
   cr_assert_eq(assert_pids_dead(out_of(&r)), 1, "stdout: %s", out_of(&r));
   json_decref(r.res);
+}
+
+/* A double fork whose middle process exits at once can fall between two
+ * snapshots. With a dedicated job user (root agent) the sweep also takes
+ * that user's orphans started after the job: always caught. A per-user
+ * agent cannot do that (the user's own programs are orphans too); there
+ * this race is a documented limit (docs/MACOS.md), so it is not tested. */
+Test(sandbox_macos_root, timeout_kills_an_escapee_orphaned_at_once, .init = setup_root,
+     .fini = teardown_env) {
+  package("\"timeout_s\":2", "(setsid sh -c 'echo ESC-PID=$$; exec sleep 300' &)\n"
+                             "sleep 300\n");
+  for (int i = 0; i < 3; i++) {
+    struct run r = exec_pkg(NULL);
+    assert_none_ok(&r);
+    cr_assert(json_is_true(jget(r.res, "timed_out")));
+    cr_assert_geq(json_integer_value(jget(r.res, "orphans_killed")), 1);
+    cr_assert_eq(assert_pids_dead(out_of(&r)), 1, "stdout: %s", out_of(&r));
+    json_decref(r.res);
+  }
 }
 
 BOTH(a_job_ignoring_sigterm_is_killed_after_the_grace_period) {
@@ -388,8 +412,7 @@ BOTH(a_job_ignoring_sigterm_is_killed_after_the_grace_period) {
   cr_assert_eq(json_integer_value(jget(r.res, "signal")), SIGKILL);
   cr_assert_eq(assert_pids_dead(out_of(&r)), 2, "stdout: %s", out_of(&r));
   int64_t wall = json_integer_value(jget(r.res, "wall_ms"));
-  cr_assert(wall >= 3000 && wall < 6000, "1 s timeout + 2 s grace: wall_ms %lld",
-            (long long)wall);
+  cr_assert(wall >= 3000 && wall < 6000, "1 s timeout + 2 s grace: wall_ms %lld", (long long)wall);
   json_decref(r.res);
 }
 
@@ -523,6 +546,40 @@ BOTH(a_writable_home_grant_is_too_broad) {
   struct run r = exec_pkg(NULL);
   assert_refused(&r, "scope_too_broad");
   json_decref(r.res);
+}
+
+BOTH(a_writable_grant_containing_login_scripts_is_too_broad) {
+  struct passwd *pw = getpwuid(E.job_uid);
+  cr_assert(pw);
+  char dir[512];
+  snprintf(dir, sizeof(dir), "%s/.local", pw->pw_dir);
+  bool made = mkdir(dir, 0755) == 0;
+  package("\"capabilities\":{\"fs\":[{\"path\":\"~/.local\",\"access\":\"rw\"}]}", "exit 0\n");
+  struct run r = exec_pkg(NULL);
+  if (made)
+    rmdir(dir);
+  assert_refused(&r, "scope_too_broad");
+  cr_assert(strstr(jstr(r.res, "error.message"), ".local/bin"), "%s", jstr(r.res, "error.message"));
+  json_decref(r.res);
+}
+
+BOTH(a_read_grant_inside_home_is_accepted_and_listed_in_explain) {
+  struct passwd *pw = getpwuid(E.job_uid);
+  cr_assert(pw);
+  char dir[512];
+  snprintf(dir, sizeof(dir), "%s/cordon-test-data", pw->pw_dir);
+  bool made = mkdir(dir, 0755) == 0;
+  package("\"capabilities\":{\"fs\":[{\"path\":\"~/cordon-test-data\",\"access\":\"ro\"}]}",
+          "exit 0\n");
+  struct run r = run_agent("explain", true, NULL);
+  struct run x = exec_pkg(NULL);
+  if (made)
+    rmdir(dir);
+  cr_assert_eq(r.status, 0, "stderr: %s", r.err);
+  cr_assert_str_eq(jstr(json_array_get(jget(r.res, "grants"), 0), "path"), "~/cordon-test-data");
+  assert_none_ok(&x);
+  json_decref(r.res);
+  json_decref(x.res);
 }
 
 BOTH(a_grant_outside_the_grant_roots_is_denied) {

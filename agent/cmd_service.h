@@ -1,0 +1,28 @@
+/* `cordon-agent service install|uninstall|start|stop|status`: the agent as
+ * a system or per-user service (platform/service.h does the work).
+ *
+ * Actions: install, uninstall, start, stop, status, and print (the unit or
+ * plist that install would write, on stdout).
+ * argv[0] is the word "service" and argv[1] the action; options may follow
+ * in any order:
+ *   --user | --system   scope (default: system on Linux, user on macOS)
+ *   --root DIR          write the service files below DIR and touch nothing
+ *                       else (no account, no service manager): packaging, tests
+ *   --agent-path PATH   the cordon-agent the service runs (default: this one)
+ *   --json              status: JSON only (the default prints a summary on
+ *                       stderr and the JSON on stdout)
+ *   --config DIR        accepted and ignored here: cfg already holds it, and
+ *                       the service runs the agent with --config cfg->dir
+ *   --default-config    leave --config out of the unit (the agent's default
+ *                       for the service's user; used for the shipped units)
+ * Returns the process exit status: 0 done, 1 failed, 2 bad usage. Errors are
+ * printed once on stderr as "cordon-agent: <code>: <message>".
+ */
+#ifndef CORDON_AGENT_CMD_SERVICE_H
+#define CORDON_AGENT_CMD_SERVICE_H
+
+#include "agent/config.h"
+
+int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg);
+
+#endif

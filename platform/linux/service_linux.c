@@ -1,0 +1,486 @@
+/* The agent as a systemd service (platform/service.h).
+ *
+ * System scope: /etc/systemd/system/cordon-agent.service, the agent as
+ * root with /var/lib/cordon-agent, jobs as job_user (created here when
+ * missing). User scope: ~/.config/systemd/user/cordon-agent.service (or
+ * $XDG_CONFIG_HOME), managed by `systemctl --user`.
+ *
+ * The hardening directives are chosen so bwrap keeps working inside the
+ * service: it needs user, mount, pid, net, ipc, uts (and cgroup) namespaces
+ * and must be able to mount a fresh /proc, which the kernel refuses in a
+ * user namespace when /proc has parts mounted over (ProtectKernelTunables,
+ * ProtectKernelLogs, ProtectProc and ProcSubset all do that). Each
+ * directive's reason is in the unit itself; installers/linux/ ships the
+ * same text.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "platform/fs.h"
+#include "platform/service.h"
+
+#define UNIT_NAME "cordon-agent.service"
+#define SYSTEMCTL "/usr/bin/systemctl"
+#define USERADD "/usr/sbin/useradd"
+#define SYSTEM_STATE_DIR "/var/lib/cordon-agent"
+
+int service_self_path(char *out, size_t len) {
+  ssize_t n = readlink("/proc/self/exe", out, len - 1);
+  if (n < 0)
+    return -errno;
+  if ((size_t)n >= len - 1)
+    return -ENAMETOOLONG;
+  out[n] = '\0';
+  return 0;
+}
+
+enum service_scope service_default_scope(void) {
+  return SERVICE_SCOPE_SYSTEM;
+}
+
+const char *service_manager_name(void) {
+  return "systemd";
+}
+
+/* One quoted word, with systemd's specifier (%) expansion disabled and, in
+ * an Exec line, variable ($) expansion too, so any path is taken
+ * literally. */
+static void append_word(FILE *f, const char *w, bool exec) {
+  fputc('"', f);
+  for (const char *p = w; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fputc('\\', f);
+    if (*p == '%')
+      fputc('%', f);
+    if (*p == '$' && exec)
+      fputc('$', f);
+    fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+/* The options with the invoking user filled in when home is unset. */
+static struct service_options with_user(const struct service_options *in) {
+  struct service_options o = *in;
+  if (!o.home) {
+    const char *home = getenv("HOME");
+    struct passwd *pw = getpwuid(getuid());
+    if ((!home || home[0] != '/') && pw)
+      home = pw->pw_dir;
+    o.home = home;
+    o.uid = (unsigned)getuid();
+  }
+  return o;
+}
+
+static bool bad_path(const char *p) {
+  return !p || p[0] != '/' || strpbrk(p, "\n\r") != NULL;
+}
+
+static int service_render_as(const struct service_options *o, char **out_text) {
+  if (bad_path(o->agent_path) || (o->config_dir && bad_path(o->config_dir)))
+    return CORDON_E_USAGE;
+  bool sys = o->scope == SERVICE_SCOPE_SYSTEM;
+  const char *config_dir = o->config_dir ? o->config_dir : (sys ? SYSTEM_STATE_DIR : NULL);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f)
+    return -ENOMEM;
+  fprintf(f,
+          "# cordon-agent: runs signed executor packages in the strongest sandbox\n"
+          "# this device has (bubblewrap + seccomp). Written by `cordon-agent service\n"
+          "# install%s`; see docs/OPERATIONS.md.\n"
+          "[Unit]\n"
+          "Description=cordon agent%s\n"
+          "Documentation=file:/usr/share/doc/cordon-agent/OPERATIONS.md\n",
+          sys ? "" : " --user", sys ? "" : " (per user)");
+  if (sys)
+    fprintf(f, "Wants=network-online.target\n"
+               "After=network-online.target\n");
+  fprintf(f, "\n[Service]\nType=simple\nExecStart=");
+  append_word(f, o->agent_path, true);
+  if (config_dir) {
+    fprintf(f, " --config ");
+    append_word(f, config_dir, true);
+  }
+  fprintf(f, " run\n"
+             "# a crash or an error exit restarts the agent; a clean stop does not\n"
+             "Restart=on-failure\n"
+             "RestartSec=5s\n"
+             "# stopping the agent stops its jobs: they live in its control group\n"
+             "KillMode=control-group\n"
+             "TimeoutStopSec=30s\n");
+  if (sys)
+    fprintf(f, "# /var/lib/cordon-agent, 0711: the job user must reach its staged\n"
+               "# package by path (docs/ARCHITECTURE.md); the files in it stay 0600\n"
+               "StateDirectory=cordon-agent\n"
+               "StateDirectoryMode=0711\n"
+               "# memory and pids limits for jobs: the agent makes a child cgroup per job\n"
+               "Delegate=memory pids\n"
+               "# the agent runs as root only to drop each job to the job user; these\n"
+               "# are the capabilities that needs: set*id for the drop, chown for the\n"
+               "# workspace, DAC/FOWNER to clean up files the job user made, KILL for the\n"
+               "# job's processes. bwrap itself runs as the job user and gets its\n"
+               "# capabilities from its own user namespace, not from this set.\n"
+               "CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_CHOWN CAP_FOWNER "
+               "CAP_DAC_OVERRIDE CAP_DAC_READ_SEARCH CAP_KILL\n"
+               "# the host is read-only to the agent and its jobs except the state\n"
+               "# directory and the job user's home (where writable grants live)\n"
+               "ProtectSystem=strict\n"
+               "ReadWritePaths=-/var/lib/cordon-job\n");
+  if (sys && strcmp(config_dir, SYSTEM_STATE_DIR) != 0) {
+    fprintf(f, "ReadWritePaths=");
+    append_word(f, config_dir, false);
+    fputc('\n', f);
+  }
+  if (sys)
+    fprintf(f, "# no login homes: the job user's home is /var/lib/cordon-job. A job_user\n"
+               "# with a home under /home needs a drop-in with ProtectHome=no\n"
+               "ProtectHome=yes\n"
+               "# a private /tmp; jobs get their own tmpfs from bwrap anyway\n"
+               "PrivateTmp=yes\n"
+               "# /dev with only the pseudo-devices; bwrap's --dev binds from these\n"
+               "PrivateDevices=yes\n"
+               "# cgroups must stay writable: per-job cgroups are created under ours\n"
+               "ProtectControlGroups=no\n"
+               "# not set, because they mount over parts of /proc and the kernel then\n"
+               "# refuses bwrap's fresh /proc in its user namespace:\n"
+               "# ProtectKernelTunables, ProtectKernelLogs, ProtectProc, ProcSubset\n"
+               "ProtectKernelModules=yes\n"
+               "ProtectClock=yes\n"
+               "ProtectHostname=yes\n");
+  fprintf(f,
+          "# no setuid gains for the agent or its jobs (the launcher sets it per job\n"
+          "# too); bwrap on Debian is not setuid and works under it\n"
+          "NoNewPrivileges=yes\n"
+          "# exactly the namespaces bwrap makes for an isolated job\n"
+          "RestrictNamespaces=user mnt pid net ipc uts cgroup\n"
+          "# TCP for the server and jobs with net; AF_UNIX for the admin socket and\n"
+          "# jobs; AF_NETLINK because bwrap brings up lo in a new network namespace\n"
+          "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK\n"
+          "RestrictRealtime=yes\n"
+          "RestrictSUIDSGID=yes\n"
+          "LockPersonality=yes\n"
+          "SystemCallArchitectures=native\n"
+          "# not set: MemoryDenyWriteExecute (jobs may run JITs: node, java, pypy)\n"
+          "\n[Install]\nWantedBy=%s\n",
+          sys ? "multi-user.target" : "default.target");
+  if (fclose(f) != 0 || !text) {
+    free(text);
+    return -ENOMEM;
+  }
+  *out_text = text;
+  return 0;
+}
+
+static int pathf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int pathf(char *out, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(out, len, fmt, ap);
+  va_end(ap);
+  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static const char *rootp(const struct service_options *o) {
+  return o->root ? o->root : "";
+}
+
+static int unit_dir(const struct service_options *o, char *out, size_t len) {
+  if (o->scope == SERVICE_SCOPE_SYSTEM)
+    return pathf(out, len, "%s/etc/systemd/system", rootp(o));
+  const char *xdg = o->root ? NULL : getenv("XDG_CONFIG_HOME");
+  if (xdg && xdg[0] == '/')
+    return pathf(out, len, "%s/systemd/user", xdg);
+  if (bad_path(o->home))
+    return CORDON_E_USAGE;
+  return pathf(out, len, "%s%s/.config/systemd/user", rootp(o), o->home);
+}
+
+static int service_definition_path_as(const struct service_options *o, char *out, size_t len) {
+  char dir[PATH_MAX];
+  int r = unit_dir(o, dir, sizeof(dir));
+  if (r < 0)
+    return r;
+  return pathf(out, len, "%s/" UNIT_NAME, dir);
+}
+
+/* Run argv (absolute path), stdout and stderr to /dev/null unless
+ * capture is given. Returns the exit status, or a negated errno. */
+static int run_cmd(char *const *argv, char *capture, size_t cap_len) {
+  int pfd[2] = {-1, -1};
+  if (capture && pipe(pfd) < 0)
+    return -errno;
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = -errno;
+    if (capture) {
+      close(pfd[0]);
+      close(pfd[1]);
+    }
+    return e;
+  }
+  if (pid == 0) {
+    int null_fd = open("/dev/null", O_RDWR);
+    if (null_fd >= 0) {
+      dup2(null_fd, 0);
+      dup2(capture ? pfd[1] : null_fd, 1);
+      dup2(capture ? pfd[1] : null_fd, 2);
+    }
+    char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL, NULL};
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    char xbuf[PATH_MAX + 20];
+    if (xdg && snprintf(xbuf, sizeof(xbuf), "XDG_RUNTIME_DIR=%s", xdg) < (int)sizeof(xbuf))
+      envp[2] = xbuf; /* systemctl --user finds the user's manager with it */
+    execve(argv[0], argv, envp);
+    _exit(127);
+  }
+  if (capture) {
+    close(pfd[1]);
+    size_t have = 0;
+    ssize_t n;
+    while ((n = read(pfd[0], capture + have, cap_len - 1 - have)) > 0 &&
+           have + (size_t)n < cap_len - 1)
+      have += (size_t)n;
+    if (n > 0)
+      have += (size_t)n;
+    capture[have] = '\0';
+    close(pfd[0]);
+  }
+  int st;
+  while (waitpid(pid, &st, 0) < 0)
+    if (errno != EINTR)
+      return -errno;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static bool systemd_running(void) {
+  struct stat st;
+  return stat("/run/systemd/system", &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* systemctl [--user] verb [unit] */
+static int systemctl(const struct service_options *o, const char *verb, bool with_unit,
+                     char *capture, size_t cap_len) {
+  char *argv[6];
+  int n = 0;
+  argv[n++] = SYSTEMCTL;
+  if (o->scope == SERVICE_SCOPE_USER)
+    argv[n++] = "--user";
+  argv[n++] = (char *)verb;
+  if (with_unit)
+    argv[n++] = UNIT_NAME;
+  argv[n] = NULL;
+  return run_cmd(argv, capture, cap_len);
+}
+
+static int write_atomic(const char *path, const char *text, struct cordon_diag *diag) {
+  char tmp[PATH_MAX];
+  int r = pathf(tmp, sizeof(tmp), "%s.tmp", path);
+  if (r < 0)
+    return cordon_diag_set(diag, r, "%s: path too long", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0)
+    return cordon_diag_set(diag, -errno, "cannot write %s: %s", tmp, strerror(errno));
+  size_t len = strlen(text), off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, text + off, len - off);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0) {
+      r = -errno;
+      close(fd);
+      unlink(tmp);
+      return cordon_diag_set(diag, r, "cannot write %s: %s", tmp, strerror(-r));
+    }
+    off += (size_t)w;
+  }
+  if (fchmod(fd, 0644) < 0 || fsync(fd) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
+    r = -errno;
+    unlink(tmp);
+    return cordon_diag_set(diag, r, "cannot install %s: %s", path, strerror(-r));
+  }
+  return 0;
+}
+
+static int ensure_job_user(const char *name, struct cordon_diag *diag) {
+  if (!name || !name[0])
+    return cordon_diag_set(diag, CORDON_E_USAGE, "no job user configured");
+  if (getpwnam(name))
+    return 0;
+  char *argv[] = {
+      USERADD,   "--system",          "--create-home", "--home-dir",  "/var/lib/cordon-job",
+      "--shell", "/usr/sbin/nologin", "--comment",     "cordon jobs", (char *)name,
+      NULL};
+  if (strcmp(name, "cordon-job") != 0)
+    return cordon_diag_set(diag, CORDON_E_JOB_USER_MISSING,
+                           "job user '%s' does not exist; create it first", name);
+  int st = run_cmd(argv, NULL, 0);
+  if (st != 0)
+    return cordon_diag_set(diag, CORDON_E_JOB_USER_MISSING, "useradd %s failed (status %d)", name,
+                           st);
+  return 0;
+}
+
+static int service_install_as(const struct service_options *o, struct cordon_diag *diag) {
+  bool sys = o->scope == SERVICE_SCOPE_SYSTEM;
+  if (sys && !o->root && geteuid() != 0)
+    return cordon_diag_set(diag, CORDON_E_USAGE,
+                           "a system service needs root; use --user for a per-user service");
+  char *text;
+  int r = service_render_as(o, &text);
+  if (r < 0)
+    return cordon_diag_set(diag, r, "agent path and config dir must be absolute paths");
+  char dir[PATH_MAX], path[PATH_MAX], state[PATH_MAX];
+  if ((r = unit_dir(o, dir, sizeof(dir))) < 0 ||
+      (r = pathf(path, sizeof(path), "%s/" UNIT_NAME, dir)) < 0) {
+    free(text);
+    return cordon_diag_set(diag, r, "cannot place the unit file");
+  }
+  if (sys) {
+    if (!o->root && (r = ensure_job_user(o->job_user, diag)) < 0)
+      goto out;
+    const char *sd = o->config_dir ? o->config_dir : SYSTEM_STATE_DIR;
+    if ((r = pathf(state, sizeof(state), "%s%s", rootp(o), sd)) < 0 ||
+        (r = fs_mkdir_p(state, 0711)) < 0 || (r = chmod(state, 0711) < 0 ? -errno : 0) < 0) {
+      cordon_diag_set(diag, r, "cannot create %s: %s", sd, strerror(-r));
+      goto out;
+    }
+  }
+  if ((r = fs_mkdir_p(dir, 0755)) < 0) {
+    cordon_diag_set(diag, r, "cannot create %s: %s", dir, strerror(-r));
+    goto out;
+  }
+  if ((r = write_atomic(path, text, diag)) < 0)
+    goto out;
+  if (o->root || !systemd_running())
+    goto out; /* written only; the next boot's systemd picks it up once enabled */
+  if (systemctl(o, "daemon-reload", false, NULL, 0) != 0 ||
+      systemctl(o, "enable", true, NULL, 0) != 0)
+    r = cordon_diag_set(diag, CORDON_E_INTERNAL, "systemctl%s enable " UNIT_NAME " failed",
+                        sys ? "" : " --user");
+out:
+  free(text);
+  return r;
+}
+
+static int service_uninstall_as(const struct service_options *o, struct cordon_diag *diag) {
+  if (o->scope == SERVICE_SCOPE_SYSTEM && !o->root && geteuid() != 0)
+    return cordon_diag_set(diag, CORDON_E_USAGE, "removing the system service needs root");
+  char path[PATH_MAX];
+  int r = service_definition_path_as(o, path, sizeof(path));
+  if (r < 0)
+    return cordon_diag_set(diag, r, "cannot place the unit file");
+  bool manage = !o->root && systemd_running();
+  if (manage) /* both fail harmlessly when it is not installed */
+    (void)systemctl(o, "disable", true, NULL, 0), (void)systemctl(o, "stop", true, NULL, 0);
+  if (unlink(path) < 0 && errno != ENOENT)
+    return cordon_diag_set(diag, -errno, "cannot remove %s: %s", path, strerror(errno));
+  if (manage)
+    (void)systemctl(o, "daemon-reload", false, NULL, 0);
+  return 0;
+}
+
+static int simple_verb(const struct service_options *o, const char *verb,
+                       struct cordon_diag *diag) {
+  if (o->root)
+    return 0;
+  if (!systemd_running())
+    return cordon_diag_set(diag, CORDON_E_USAGE, "systemd is not running on this machine");
+  char out[512];
+  int st = systemctl(o, verb, true, out, sizeof(out));
+  if (st != 0) {
+    out[strcspn(out, "\n")] = '\0';
+    return cordon_diag_set(diag, CORDON_E_INTERNAL, "systemctl %s " UNIT_NAME ": %s", verb,
+                           out[0] ? out : "failed");
+  }
+  return 0;
+}
+
+static int service_start_as(const struct service_options *o, struct cordon_diag *diag) {
+  return simple_verb(o, "start", diag);
+}
+
+static int service_stop_as(const struct service_options *o, struct cordon_diag *diag) {
+  return simple_verb(o, "stop", diag);
+}
+
+static int service_status_as(const struct service_options *o, json_t **out_status) {
+  char path[PATH_MAX];
+  int r = service_definition_path_as(o, path, sizeof(path));
+  if (r < 0)
+    return r;
+  struct stat st;
+  bool installed = stat(path, &st) == 0;
+  json_t *j = json_object();
+  if (!j)
+    return -ENOMEM;
+  json_object_set_new(j, "manager", json_string("systemd"));
+  json_object_set_new(j, "scope",
+                      json_string(o->scope == SERVICE_SCOPE_SYSTEM ? "system" : "user"));
+  json_object_set_new(j, "path", json_string(path));
+  json_object_set_new(j, "installed", json_boolean(installed));
+  if (!o->root && systemd_running()) {
+    char en[128], ac[128];
+    systemctl(o, "is-enabled", true, en, sizeof(en));
+    systemctl(o, "is-active", true, ac, sizeof(ac));
+    en[strcspn(en, "\n")] = '\0';
+    ac[strcspn(ac, "\n")] = '\0';
+    json_object_set_new(j, "enabled", json_boolean(strcmp(en, "enabled") == 0));
+    json_object_set_new(j, "active", json_boolean(strcmp(ac, "active") == 0));
+    json_object_set_new(j, "detail", json_sprintf("is-enabled: %s; is-active: %s", en, ac));
+  } else {
+    json_object_set_new(j, "enabled", json_null());
+    json_object_set_new(j, "active", json_null());
+    json_object_set_new(
+        j, "detail",
+        json_string(o->root ? "files under --root only" : "systemd is not running here"));
+  }
+  *out_status = j;
+  return 0;
+}
+
+int service_render(const struct service_options *o_in, char **out_text) {
+  struct service_options o = with_user(o_in);
+  return service_render_as(&o, out_text);
+}
+
+int service_definition_path(const struct service_options *o_in, char *out, size_t len) {
+  struct service_options o = with_user(o_in);
+  return service_definition_path_as(&o, out, len);
+}
+
+int service_install(const struct service_options *o_in, struct cordon_diag *diag) {
+  struct service_options o = with_user(o_in);
+  return service_install_as(&o, diag);
+}
+
+int service_uninstall(const struct service_options *o_in, struct cordon_diag *diag) {
+  struct service_options o = with_user(o_in);
+  return service_uninstall_as(&o, diag);
+}
+
+int service_start(const struct service_options *o_in, struct cordon_diag *diag) {
+  struct service_options o = with_user(o_in);
+  return service_start_as(&o, diag);
+}
+
+int service_stop(const struct service_options *o_in, struct cordon_diag *diag) {
+  struct service_options o = with_user(o_in);
+  return service_stop_as(&o, diag);
+}
+
+int service_status(const struct service_options *o_in, json_t **out_status) {
+  struct service_options o = with_user(o_in);
+  return service_status_as(&o, out_status);
+}
