@@ -1,0 +1,414 @@
+/* POSIX file calls on Win32 for the shared code; see posix_compat.h. */
+#include <windows.h>
+
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "platform/windows/winutil.h"
+
+struct compat_dir {
+  int fd; /* owned: closed by closedir */
+  HANDLE find;
+  bool first, done;
+  WIN32_FIND_DATAW fd_data;
+  struct compat_dirent ent;
+};
+
+static int fail(int neg_errno) {
+  errno = -neg_errno;
+  return -1;
+}
+
+/* Open a UTF-16 path per POSIX flags; returns a CRT fd or -1 with errno. */
+static int open_wide(const wchar_t *wpath, int flags) {
+  DWORD access = 0;
+  switch (flags & _O_ACCMODE) {
+  case _O_WRONLY:
+    access = GENERIC_WRITE;
+    break;
+  case _O_RDWR:
+    access = GENERIC_READ | GENERIC_WRITE;
+    break;
+  default:
+    access = GENERIC_READ;
+    break;
+  }
+  if (flags & O_DIRECTORY)
+    access = FILE_LIST_DIRECTORY | FILE_READ_ATTRIBUTES | READ_CONTROL | SYNCHRONIZE;
+  if (flags & _O_APPEND)
+    access = (access & ~(DWORD)GENERIC_WRITE) | FILE_APPEND_DATA;
+  DWORD disp;
+  if ((flags & _O_CREAT) && (flags & _O_EXCL))
+    disp = CREATE_NEW;
+  else if ((flags & _O_CREAT) && (flags & _O_TRUNC))
+    disp = CREATE_ALWAYS;
+  else if (flags & _O_CREAT)
+    disp = OPEN_ALWAYS;
+  else if (flags & _O_TRUNC)
+    disp = TRUNCATE_EXISTING;
+  else
+    disp = OPEN_EXISTING;
+  DWORD fl = FILE_ATTRIBUTE_NORMAL | FILE_FLAG_BACKUP_SEMANTICS;
+  if (flags & O_NOFOLLOW)
+    fl |= FILE_FLAG_OPEN_REPARSE_POINT;
+  SECURITY_ATTRIBUTES sa = {sizeof(sa), NULL, FALSE};
+  HANDLE h = CreateFileW(wpath, access, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+                         &sa, disp, fl, NULL);
+  if (h == INVALID_HANDLE_VALUE)
+    return fail(win_last_err());
+  BY_HANDLE_FILE_INFORMATION info;
+  if (!GetFileInformationByHandle(h, &info)) {
+    int e = win_last_err();
+    CloseHandle(h);
+    return fail(e);
+  }
+  int err = 0;
+  if ((flags & O_NOFOLLOW) && (info.dwFileAttributes & FILE_ATTRIBUTE_REPARSE_POINT))
+    err = -ELOOP;
+  else if ((flags & O_DIRECTORY) && !(info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY))
+    err = -ENOTDIR;
+  else if (!(flags & O_DIRECTORY) && (info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY) &&
+           (flags & _O_ACCMODE) != _O_RDONLY)
+    err = -EISDIR;
+  if (err) {
+    CloseHandle(h);
+    return fail(err);
+  }
+  int fd = _open_osfhandle((intptr_t)h, flags & (_O_ACCMODE | _O_APPEND));
+  if (fd < 0) {
+    CloseHandle(h);
+    return fail(-EMFILE);
+  }
+  _setmode(fd, _O_BINARY);
+  return fd;
+}
+
+int compat_open(const char *path, int flags, ...) {
+  wchar_t *w = win_wide(path);
+  if (!w)
+    return fail(-EINVAL);
+  int fd = open_wide(w, flags);
+  free(w);
+  return fd;
+}
+
+static bool is_absolute(const char *name) {
+  return name[0] == '/' || name[0] == '\\' || (name[0] && name[1] == ':');
+}
+
+/* The UTF-16 path of name below dirfd (or name itself); NULL with errno. */
+static wchar_t *at_path(int dirfd, const char *name) {
+  if (dirfd == AT_FDCWD || is_absolute(name)) {
+    wchar_t *w = win_wide(name);
+    if (!w)
+      errno = EINVAL;
+    return w;
+  }
+  HANDLE h = (HANDLE)_get_osfhandle(dirfd);
+  if (h == INVALID_HANDLE_VALUE) {
+    errno = EBADF;
+    return NULL;
+  }
+  wchar_t *dir = win_handle_path(h);
+  if (!dir)
+    return NULL;
+  wchar_t *w = strcmp(name, ".") == 0 ? dir : win_join(dir, name);
+  if (w != dir)
+    free(dir);
+  if (!w)
+    errno = ENOMEM;
+  return w;
+}
+
+int compat_openat(int dirfd, const char *name, int flags, ...) {
+  wchar_t *w = at_path(dirfd, name);
+  if (!w)
+    return -1;
+  int fd = open_wide(w, flags);
+  free(w);
+  return fd;
+}
+
+int compat_mkdir(const char *path, unsigned mode) {
+  return compat_mkdirat(AT_FDCWD, path, mode);
+}
+
+int compat_mkdirat(int dirfd, const char *name, unsigned mode) {
+  (void)mode; /* no mode bits: the parent's inheritable ACL applies */
+  wchar_t *w = at_path(dirfd, name);
+  if (!w)
+    return -1;
+  BOOL ok = CreateDirectoryW(w, NULL);
+  int e = ok ? 0 : win_last_err();
+  free(w);
+  return e ? fail(e) : 0;
+}
+
+int compat_unlinkat(int dirfd, const char *name, int flags) {
+  wchar_t *w = at_path(dirfd, name);
+  if (!w)
+    return -1;
+  int e = 0;
+  DWORD attr = GetFileAttributesW(w);
+  if (attr == INVALID_FILE_ATTRIBUTES) {
+    e = win_last_err();
+  } else if (flags & AT_REMOVEDIR) {
+    /* a directory, or a junction/directory symlink (removes the link) */
+    if (!(attr & FILE_ATTRIBUTE_DIRECTORY))
+      e = -ENOTDIR;
+    else if (!RemoveDirectoryW(w))
+      e = win_last_err();
+  } else if ((attr & FILE_ATTRIBUTE_DIRECTORY) && !(attr & FILE_ATTRIBUTE_REPARSE_POINT)) {
+    e = -EISDIR;
+  } else {
+    if (attr & FILE_ATTRIBUTE_READONLY)
+      SetFileAttributesW(w, attr & ~(DWORD)FILE_ATTRIBUTE_READONLY);
+    BOOL ok = (attr & FILE_ATTRIBUTE_DIRECTORY) ? RemoveDirectoryW(w) : DeleteFileW(w);
+    if (!ok)
+      e = win_last_err();
+  }
+  free(w);
+  return e ? fail(e) : 0;
+}
+
+int compat_fchmod(int fd, unsigned mode) {
+  (void)mode;
+  return _get_osfhandle(fd) == -1 ? fail(-EBADF) : 0;
+}
+
+int compat_chmod(const char *path, unsigned mode) {
+  (void)mode;
+  wchar_t *w = win_wide(path);
+  if (!w)
+    return fail(-EINVAL);
+  DWORD attr = GetFileAttributesW(w);
+  free(w);
+  return attr == INVALID_FILE_ATTRIBUTES ? fail(win_last_err()) : 0;
+}
+
+static void fill_stat(const BY_HANDLE_FILE_INFORMATION *info, struct stat *st) {
+  memset(st, 0, sizeof(*st));
+  if (info->dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY)
+    st->st_mode = S_IFDIR | 0755;
+  else
+    st->st_mode = S_IFREG | 0644;
+  uint64_t size = ((uint64_t)info->nFileSizeHigh << 32) | info->nFileSizeLow;
+  st->st_size = size > (uint64_t)LONG_MAX ? LONG_MAX : (_off_t)size;
+  st->st_nlink = (short)info->nNumberOfLinks;
+  st->st_dev = info->dwVolumeSerialNumber;
+  uint64_t t = ((uint64_t)info->ftLastWriteTime.dwHighDateTime << 32) |
+               info->ftLastWriteTime.dwLowDateTime;
+  st->st_mtime = (time_t)(t / 10000000ull - 11644473600ull);
+}
+
+int compat_fstat(int fd, struct stat *st) {
+  HANDLE h = (HANDLE)_get_osfhandle(fd);
+  if (h == INVALID_HANDLE_VALUE)
+    return fail(-EBADF);
+  if (GetFileType(h) != FILE_TYPE_DISK) {
+    memset(st, 0, sizeof(*st));
+    st->st_mode = S_IFIFO;
+    return 0;
+  }
+  BY_HANDLE_FILE_INFORMATION info;
+  if (!GetFileInformationByHandle(h, &info))
+    return fail(win_last_err());
+  fill_stat(&info, st);
+  return 0;
+}
+
+int compat_stat(const char *path, struct stat *st) {
+  wchar_t *w = win_wide(path);
+  if (!w)
+    return fail(-EINVAL);
+  HANDLE h = CreateFileW(w, FILE_READ_ATTRIBUTES, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+                         NULL, OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, NULL);
+  free(w);
+  if (h == INVALID_HANDLE_VALUE)
+    return fail(win_last_err());
+  BY_HANDLE_FILE_INFORMATION info;
+  BOOL ok = GetFileInformationByHandle(h, &info);
+  int e = ok ? 0 : win_last_err();
+  CloseHandle(h);
+  if (e)
+    return fail(e);
+  fill_stat(&info, st);
+  return 0;
+}
+
+int compat_geteuid(void) {
+  HANDLE tok;
+  if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
+    return 1;
+  bool elevated = win_token_is_elevated(tok);
+  CloseHandle(tok);
+  return elevated ? 0 : 1;
+}
+
+compat_DIR *compat_fdopendir(int fd) {
+  HANDLE h = (HANDLE)_get_osfhandle(fd);
+  if (h == INVALID_HANDLE_VALUE) {
+    errno = EBADF;
+    return NULL;
+  }
+  wchar_t *dir = win_handle_path(h);
+  if (!dir)
+    return NULL;
+  wchar_t *pat = win_join(dir, "*");
+  free(dir);
+  struct compat_dir *d = calloc(1, sizeof(*d));
+  if (!pat || !d) {
+    free(pat);
+    free(d);
+    errno = ENOMEM;
+    return NULL;
+  }
+  d->find = FindFirstFileExW(pat, FindExInfoBasic, &d->fd_data, FindExSearchNameMatch, NULL, 0);
+  free(pat);
+  if (d->find == INVALID_HANDLE_VALUE) {
+    DWORD e = GetLastError();
+    if (e != ERROR_FILE_NOT_FOUND && e != ERROR_NO_MORE_FILES) {
+      free(d);
+      errno = -win_errno(e);
+      return NULL;
+    }
+    d->done = true;
+  }
+  d->fd = fd;
+  d->first = true;
+  return d;
+}
+
+compat_DIR *compat_opendir(const char *path) {
+  int fd = compat_open(path, O_RDONLY | O_DIRECTORY);
+  if (fd < 0)
+    return NULL;
+  compat_DIR *d = compat_fdopendir(fd);
+  if (!d)
+    _close(fd);
+  return d;
+}
+
+struct compat_dirent *compat_readdir(compat_DIR *d) {
+  for (;;) {
+    if (d->done)
+      return NULL;
+    if (!d->first && !FindNextFileW(d->find, &d->fd_data)) {
+      d->done = true;
+      return NULL;
+    }
+    d->first = false;
+    int n = WideCharToMultiByte(CP_UTF8, 0, d->fd_data.cFileName, -1, d->ent.d_name,
+                                (int)sizeof(d->ent.d_name), NULL, NULL);
+    if (n > 0)
+      return &d->ent;
+    /* a name that is not valid UTF-16 cannot be named in UTF-8: skip it */
+  }
+}
+
+int compat_closedir(compat_DIR *d) {
+  if (!d)
+    return 0;
+  if (d->find != INVALID_HANDLE_VALUE && d->find)
+    FindClose(d->find);
+  int r = _close(d->fd);
+  free(d);
+  return r;
+}
+
+int compat_dirfd(compat_DIR *d) {
+  return d->fd;
+}
+
+/* The live aligned blocks: few (one per .cpkg being read), so a short
+ * array searched under a lock is enough. */
+#define ALIGNED_MAX 256
+static void *aligned_live[ALIGNED_MAX];
+static size_t aligned_n;
+static SRWLOCK aligned_lock = SRWLOCK_INIT;
+
+int compat_posix_memalign(void **out, size_t align, size_t size) {
+  if (align < sizeof(void *) || (align & (align - 1)) != 0)
+    return EINVAL;
+  void *p = _aligned_malloc(size ? size : 1, align);
+  if (!p)
+    return ENOMEM;
+  AcquireSRWLockExclusive(&aligned_lock);
+  bool ok = aligned_n < ALIGNED_MAX;
+  if (ok)
+    aligned_live[aligned_n++] = p;
+  ReleaseSRWLockExclusive(&aligned_lock);
+  if (!ok) {
+    _aligned_free(p);
+    return ENOMEM;
+  }
+  *out = p;
+  return 0;
+}
+
+#undef free
+void compat_free(void *p) {
+  if (!p)
+    return;
+  bool aligned = false;
+  AcquireSRWLockExclusive(&aligned_lock);
+  for (size_t i = 0; i < aligned_n; i++) {
+    if (aligned_live[i] == p) {
+      aligned_live[i] = aligned_live[--aligned_n];
+      aligned = true;
+      break;
+    }
+  }
+  ReleaseSRWLockExclusive(&aligned_lock);
+  if (aligned)
+    _aligned_free(p);
+  else
+    free(p);
+}
+
+char *compat_strchrnul(const char *s, int c) {
+  while (*s && *s != (char)c)
+    s++;
+  return (char *)s;
+}
+
+struct sort_ctx {
+  int (*cmp)(const void *, const void *, void *);
+  void *arg;
+};
+
+static int sort_thunk(void *ctx, const void *a, const void *b) {
+  const struct sort_ctx *c = ctx;
+  return c->cmp(a, b, c->arg);
+}
+
+void compat_qsort_r(void *base, size_t n, size_t size,
+                    int (*cmp)(const void *, const void *, void *), void *arg) {
+  struct sort_ctx c = {cmp, arg};
+  qsort_s(base, n, size, sort_thunk, &c);
+}
+
+int compat_pipe2(int fds[2], int flags) {
+  (void)flags; /* non-blocking pipes do not exist for CRT fds; none is asked for */
+  return _pipe(fds, 65536, _O_BINARY | _O_NOINHERIT);
+}
+
+int compat_setenv(const char *name, const char *value, int overwrite) {
+  if (!name || !name[0] || strchr(name, '=')) {
+    errno = EINVAL;
+    return -1;
+  }
+  if (!overwrite && getenv(name))
+    return 0;
+  errno_t e = _putenv_s(name, value);
+  if (e) {
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+
+int compat_unsetenv(const char *name) {
+  return compat_setenv(name, "", 1);
+}

@@ -1,0 +1,1155 @@
+/* The Windows sandbox (DESIGN.md sections 4 and 8).
+ *
+ * contained: a restricted token derived from the agent's own (every
+ *   privilege but SeChangeNotify removed, the administrator groups made
+ *   deny-only) inside a Job Object: per-process and per-job memory, active
+ *   processes, CPU time, UI limits, kill on close, no breakaway. The
+ *   process is created suspended, assigned to the job, then resumed; the
+ *   timeout terminates the whole job.
+ * isolated: the same, plus an AppContainer with a profile (and so a SID)
+ *   per job, ACL grants for $PACKAGE, $WORKSPACE and each fs grant made on
+ *   handles opened without following reparse points and journaled first,
+ *   network capabilities only with net.
+ *
+ * Jobs never run as SYSTEM: an agent running as LocalSystem refuses jobs
+ * (job_user_missing); the service runs as the virtual account
+ * NT SERVICE\cordon-agent (docs/WINDOWS.md). */
+#include <windows.h>
+
+#include <aclapi.h>
+#include <sddl.h>
+#include <userenv.h>
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "platform/fs.h"
+#include "platform/sandbox.h"
+#include "platform/strv.h"
+#include "platform/windows/appcontainer.h"
+#include "platform/windows/cmdline.h"
+#include "platform/windows/sandbox_windows.h"
+#include "platform/windows/winutil.h"
+
+struct sandbox_probe {
+  bool thorough;
+  bool elevated, is_system;
+  char account[256]; /* DOMAIN\user of the agent */
+  char *home;        /* the profile directory of the agent's account (UTF-8) */
+  bool token_ok;
+  char token_error[160];
+  bool job_ok;
+  char job_error[160];
+  struct appcontainer_api ac;
+  bool ac_api;        /* userenv exports the functions */
+  bool ac_tried, ac_works;
+  char ac_error[160];
+  int recovered;      /* journals of dead agents undone at this start */
+  enum sandbox_level best;
+  const char *reason;
+};
+
+struct win_grant {
+  char *path;     /* absolute host path (UTF-8, '\' separators) */
+  bool rw;
+  bool deny;      /* a forbidden path inside a read-only grant */
+};
+
+struct sandbox_plan {
+  const struct sandbox_policy *policy;
+  const struct sandbox_probe *probe;
+  const struct sandbox_job *job;
+  enum sandbox_level level;
+  const char *reason;
+  bool net;
+  struct strv argv, envp;
+  char *app;        /* the program CreateProcess runs */
+  char *workspace;  /* <job dir>\workspace */
+  wchar_t profile[APPCONTAINER_NAME_MAX];
+  struct win_grant *grants;
+  size_t n_grants;
+};
+
+static int64_t now_ms(void) {
+  return (int64_t)GetTickCount64();
+}
+
+static void to_backslashes(char *s) {
+  for (; *s; s++)
+    if (*s == '/')
+      *s = '\\';
+}
+
+/* ---- the token ---- */
+
+/* The agent's token, restricted for a job: no privileges but
+ * SeChangeNotify, the administrator groups deny-only. */
+static int job_token(HANDLE *out_token, char *err, size_t errlen) {
+  HANDLE self;
+  if (!OpenProcessToken(GetCurrentProcess(),
+                        TOKEN_DUPLICATE | TOKEN_QUERY | TOKEN_ASSIGN_PRIMARY |
+                            TOKEN_ADJUST_DEFAULT | TOKEN_ADJUST_SESSIONID,
+                        &self)) {
+    snprintf(err, errlen, "OpenProcessToken: error %lu", GetLastError());
+    return win_last_err();
+  }
+  BYTE sid_buf[3][SECURITY_MAX_SID_SIZE];
+  SID_AND_ATTRIBUTES deny[3];
+  WELL_KNOWN_SID_TYPE kinds[3] = {WinBuiltinAdministratorsSid, WinBuiltinPowerUsersSid,
+                                  WinLocalAccountAndAdministratorSid};
+  DWORD n = 0;
+  for (int i = 0; i < 3; i++) {
+    DWORD size = SECURITY_MAX_SID_SIZE;
+    if (CreateWellKnownSid(kinds[i], NULL, sid_buf[n], &size)) {
+      deny[n].Sid = sid_buf[n];
+      deny[n].Attributes = 0;
+      n++;
+    }
+  }
+  HANDLE restricted = NULL;
+  BOOL ok = CreateRestrictedToken(self, DISABLE_MAX_PRIVILEGE, n, deny, 0, NULL, 0, NULL,
+                                  &restricted);
+  int r = ok ? 0 : win_last_err();
+  if (!ok)
+    snprintf(err, errlen, "CreateRestrictedToken: error %lu", GetLastError());
+  CloseHandle(self);
+  if (r == 0)
+    *out_token = restricted;
+  return r;
+}
+
+/* ---- the job object ---- */
+
+struct job_limits {
+  uint64_t memory_bytes;
+  uint32_t processes;
+  uint64_t cpu_s;
+};
+
+int sandbox_windows_job_new(const struct job_limits_spec *spec, HANDLE *out_job) {
+  HANDLE job = CreateJobObjectW(NULL, NULL);
+  if (!job)
+    return win_last_err();
+  JOBOBJECT_EXTENDED_LIMIT_INFORMATION li;
+  memset(&li, 0, sizeof(li));
+  li.BasicLimitInformation.LimitFlags =
+      JOB_OBJECT_LIMIT_PROCESS_MEMORY | JOB_OBJECT_LIMIT_JOB_MEMORY |
+      JOB_OBJECT_LIMIT_ACTIVE_PROCESS | JOB_OBJECT_LIMIT_JOB_TIME |
+      JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION;
+  /* no JOB_OBJECT_LIMIT_BREAKAWAY_OK / SILENT_BREAKAWAY_OK: nothing leaves */
+  li.ProcessMemoryLimit = (SIZE_T)spec->memory_bytes;
+  li.JobMemoryLimit = (SIZE_T)spec->memory_bytes;
+  li.BasicLimitInformation.ActiveProcessLimit = spec->processes;
+  li.BasicLimitInformation.PerJobUserTimeLimit.QuadPart = (LONGLONG)spec->cpu_s * 10000000LL;
+  int r = 0;
+  if (!SetInformationJobObject(job, JobObjectExtendedLimitInformation, &li, sizeof(li)))
+    r = win_last_err();
+  JOBOBJECT_BASIC_UI_RESTRICTIONS ui = {
+      JOB_OBJECT_UILIMIT_DESKTOP | JOB_OBJECT_UILIMIT_DISPLAYSETTINGS |
+      JOB_OBJECT_UILIMIT_EXITWINDOWS | JOB_OBJECT_UILIMIT_GLOBALATOMS |
+      JOB_OBJECT_UILIMIT_HANDLES | JOB_OBJECT_UILIMIT_READCLIPBOARD |
+      JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS | JOB_OBJECT_UILIMIT_WRITECLIPBOARD};
+  if (r == 0 && !SetInformationJobObject(job, JobObjectBasicUIRestrictions, &ui, sizeof(ui)))
+    r = win_last_err();
+  if (r < 0) {
+    CloseHandle(job);
+    return r;
+  }
+  *out_job = job;
+  return 0;
+}
+
+/* ---- probing ---- */
+
+static void probe_account(struct sandbox_probe *p) {
+  HANDLE tok;
+  if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
+    return;
+  p->elevated = win_token_is_elevated(tok);
+  p->is_system = win_token_is_system(tok);
+  union {
+    TOKEN_USER tu;
+    BYTE buf[256];
+  } u;
+  DWORD len;
+  if (GetTokenInformation(tok, TokenUser, &u, sizeof(u), &len)) {
+    wchar_t name[128], dom[128];
+    DWORD nl = 128, dl = 128;
+    SID_NAME_USE use;
+    if (LookupAccountSidW(NULL, u.tu.User.Sid, name, &nl, dom, &dl, &use)) {
+      char *n8 = win_utf8(name), *d8 = win_utf8(dom);
+      if (n8 && d8)
+        snprintf(p->account, sizeof(p->account), "%s\\%s", d8, n8);
+      free(n8);
+      free(d8);
+    }
+  }
+  wchar_t prof[MAX_PATH * 2];
+  DWORD pl = sizeof(prof) / sizeof(prof[0]);
+  if (GetUserProfileDirectoryW(tok, prof, &pl))
+    p->home = win_utf8(prof);
+  CloseHandle(tok);
+}
+
+/* Try a profile: under Wine (and before Windows 8) this fails. */
+static void probe_appcontainer(struct sandbox_probe *p) {
+  p->ac_tried = true;
+  uint8_t raw[16];
+  char id[33];
+  randombytes_buf(raw, sizeof(raw));
+  for (int i = 0; i < 16; i++)
+    snprintf(id + 2 * i, 3, "%02x", raw[i]);
+  wchar_t name[APPCONTAINER_NAME_MAX];
+  if (appcontainer_profile_name(id, name, APPCONTAINER_NAME_MAX) < 0)
+    return;
+  PSID sid = NULL;
+  HRESULT hr = p->ac.create(name, L"cordon probe", L"cordon probe", NULL, 0, &sid);
+  if (SUCCEEDED(hr)) {
+    p->ac_works = true;
+    FreeSid(sid);
+    p->ac.remove(name);
+  } else {
+    snprintf(p->ac_error, sizeof(p->ac_error), "CreateAppContainerProfile failed: 0x%08lx%s",
+             (unsigned long)hr, hr == E_NOTIMPL ? " (not implemented)" : "");
+  }
+}
+
+int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
+                      struct sandbox_probe **out_probe) {
+  struct sandbox_probe *p = calloc(1, sizeof(*p));
+  if (!p)
+    return -ENOMEM;
+  p->thorough = thorough;
+  probe_account(p);
+
+  HANDLE tok = NULL;
+  p->token_ok = job_token(&tok, p->token_error, sizeof(p->token_error)) == 0;
+  if (tok)
+    CloseHandle(tok);
+
+  struct job_limits_spec spec = {64u << 20, 4, 10};
+  HANDLE job = NULL;
+  int r = sandbox_windows_job_new(&spec, &job);
+  p->job_ok = r == 0;
+  if (r < 0)
+    snprintf(p->job_error, sizeof(p->job_error), "CreateJobObject/SetInformationJobObject: %s",
+             strerror(-r));
+  if (job)
+    CloseHandle(job);
+
+  if (appcontainer_api_load(&p->ac) == 0) {
+    p->ac_api = true;
+    probe_appcontainer(p);
+  } else {
+    snprintf(p->ac_error, sizeof(p->ac_error),
+             "userenv.dll has no CreateAppContainerProfile (Windows 8 or later is needed)");
+  }
+  /* undo the ACL grants of jobs whose agent died (journals not held open) */
+  if (policy && policy->state_dir && p->ac_api)
+    p->recovered = acl_journal_recover(policy->state_dir, &p->ac);
+
+  if (!p->job_ok || !p->token_ok) {
+    p->best = SANDBOX_LEVEL_NONE;
+    p->reason = !p->job_ok ? "job_object_unavailable" : "restricted_token_unavailable";
+  } else if (!p->ac_works) {
+    p->best = SANDBOX_LEVEL_CONTAINED;
+    p->reason = "appcontainer_unavailable";
+  } else {
+    p->best = SANDBOX_LEVEL_ISOLATED;
+    p->reason = NULL;
+  }
+  *out_probe = p;
+  return 0;
+}
+
+void sandbox_probe_free(struct sandbox_probe *p) {
+  if (!p)
+    return;
+  appcontainer_api_release(&p->ac);
+  free(p->home);
+  free(p);
+}
+
+enum sandbox_level sandbox_probe_best(const struct sandbox_probe *p, const char **out_reason) {
+  if (out_reason)
+    *out_reason = p->reason;
+  return p->best;
+}
+
+static json_t *str_or_null(const char *s) {
+  return s && s[0] ? json_string(s) : json_null();
+}
+
+json_t *sandbox_probe_json(const struct sandbox_probe *p) {
+  json_t *o = json_object();
+  json_t *a = json_object();
+  json_object_set_new(a, "api_present", json_boolean(p->ac_api));
+  json_object_set_new(a, "trial", p->ac_tried ? json_boolean(p->ac_works) : json_null());
+  json_object_set_new(a, "error", str_or_null(p->ac_error));
+  json_object_set_new(a, "journals_recovered", json_integer(p->recovered));
+  json_object_set_new(o, "appcontainer", a);
+  json_t *j = json_object();
+  json_object_set_new(j, "available", json_boolean(p->job_ok));
+  json_object_set_new(j, "error", str_or_null(p->job_error));
+  json_object_set_new(o, "job_object", j);
+  json_t *t = json_object();
+  json_object_set_new(t, "restricted_token", json_boolean(p->token_ok));
+  json_object_set_new(t, "error", str_or_null(p->token_error));
+  json_object_set_new(o, "token", t);
+  json_t *u = json_object();
+  json_object_set_new(u, "account", str_or_null(p->account));
+  json_object_set_new(u, "elevated", json_boolean(p->elevated));
+  json_object_set_new(u, "local_system", json_boolean(p->is_system));
+  json_object_set_new(u, "home", str_or_null(p->home));
+  json_object_set_new(u, "error",
+                      p->is_system ? json_string("the agent runs as LocalSystem: jobs are refused")
+                                   : json_null());
+  json_object_set_new(o, "job_user", u);
+  return o;
+}
+
+/* ---- planning ---- */
+
+/* "/Windows/System32/cmd.exe" -> "C:\Windows\System32\cmd.exe" (the system
+ * drive); any other entry[0] is a file of the package. */
+static char *system_path(const char *posix_abs) {
+  wchar_t drive[MAX_PATH];
+  UINT n = GetSystemWindowsDirectoryW(drive, MAX_PATH);
+  char d[3] = "C:";
+  if (n >= 2 && drive[1] == L':')
+    d[0] = (char)drive[0];
+  char *s = NULL;
+  if (asprintf(&s, "%s%s", d, posix_abs) < 0)
+    return NULL;
+  to_backslashes(s);
+  return s;
+}
+
+/* Case-insensitive: is `inner` equal to or below `outer`? */
+static bool path_within(const char *inner, const char *outer) {
+  size_t lo = strlen(outer);
+  while (lo > 3 && (outer[lo - 1] == '\\'))
+    lo--;
+  if (_strnicmp(inner, outer, lo) != 0)
+    return false;
+  return inner[lo] == '\0' || inner[lo] == '\\' || (lo > 0 && outer[lo - 1] == '\\');
+}
+
+/* Names below the job user's profile that are never grantable: credentials
+ * and everything in AppData (browser profiles, credential stores, the
+ * Startup folder, where written code runs later outside the sandbox). */
+static const char *const forbidden_home[] = {
+    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config\\gh", ".netrc",
+    ".pypirc", ".npmrc", ".git-credentials", ".config\\git\\credentials", "AppData",
+    "NTUSER.DAT", ".password-store",
+};
+
+/* Resolve a grant to an absolute host path; check it against the roots,
+ * the forbidden set and the scope rules. Returns 0 or a CORDON_E_* with
+ * the reason in result. */
+static int resolve_grant(struct sandbox_plan *plan, const struct manifest_grant *g,
+                         struct job_result *result, char **out_path) {
+  const struct sandbox_probe *probe = plan->probe;
+  char *path = NULL;
+  int n = -1;
+  switch (g->base) {
+  case MANIFEST_GRANT_WORKSPACE:
+    n = asprintf(&path, "%s%s%s", plan->workspace, g->rel[0] ? "\\" : "", g->rel);
+    break;
+  case MANIFEST_GRANT_HOME:
+    if (!probe->home)
+      return job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
+                             "%s: the job user has no profile directory", g->path);
+    n = asprintf(&path, "%s%s%s", probe->home, g->rel[0] ? "\\" : "", g->rel);
+    break;
+  case MANIFEST_GRANT_ABSOLUTE:
+    path = system_path(g->path);
+    n = path ? 0 : -1;
+    break;
+  }
+  if (n < 0 || !path)
+    return -ENOMEM;
+  to_backslashes(path);
+  if (g->base == MANIFEST_GRANT_WORKSPACE) {
+    *out_path = path;
+    return 0;
+  }
+  int r = 0;
+  char root[8];
+  snprintf(root, sizeof(root), "%.2s\\", path);
+  bool is_root = strlen(path) <= 3;
+  bool is_home = probe->home && _stricmp(path, probe->home) == 0;
+  if (is_root) {
+    r = job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD, "%s: a grant of a drive root", g->path);
+    goto out;
+  }
+  if (g->rw && is_home) {
+    r = job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD, "%s: a writable grant of the home",
+                        g->path);
+    goto out;
+  }
+  /* the owner's grant roots */
+  bool in_roots = false;
+  for (size_t i = 0; i < plan->policy->n_grant_roots && !in_roots; i++) {
+    const char *gr = plan->policy->grant_roots[i];
+    char *rp = NULL;
+    if (gr[0] == '~' && probe->home)
+      n = asprintf(&rp, "%s%s", probe->home, gr + 1);
+    else if (gr[0] == '/')
+      rp = system_path(gr), n = rp ? 0 : -1;
+    else
+      n = -1;
+    if (n >= 0 && rp) {
+      to_backslashes(rp);
+      in_roots = path_within(path, rp);
+    }
+    free(rp);
+  }
+  if (!in_roots) {
+    r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
+                        "%s: outside the device owner's grant_roots", g->path);
+    goto out;
+  }
+  /* forbidden: the agent's state and the credential places */
+  char *state = plan->policy->state_dir ? strdup(plan->policy->state_dir) : NULL;
+  if (state)
+    to_backslashes(state);
+  if (state && (path_within(path, state) || path_within(state, path))) {
+    r = path_within(path, state)
+            ? job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: the agent's state", g->path)
+            : job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD,
+                              "%s: contains the agent's state directory", g->path);
+    free(state);
+    goto out;
+  }
+  free(state);
+  for (size_t i = 0; probe->home && i < sizeof(forbidden_home) / sizeof(forbidden_home[0]); i++) {
+    char *f = NULL;
+    if (asprintf(&f, "%s\\%s", probe->home, forbidden_home[i]) < 0) {
+      r = -ENOMEM;
+      goto out;
+    }
+    if (path_within(path, f)) {
+      r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: a forbidden path (%s)",
+                          g->path, forbidden_home[i]);
+    } else if (path_within(f, path) && g->rw) {
+      r = job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD,
+                          "%s: a writable grant that contains %s", g->path, forbidden_home[i]);
+    } else if (path_within(f, path)) {
+      /* read-only and containing it: denied to the AppContainer by an ACE */
+      struct win_grant *grown = realloc(plan->grants, (plan->n_grants + 1) * sizeof(*grown));
+      if (!grown) {
+        free(f);
+        r = -ENOMEM;
+        goto out;
+      }
+      plan->grants = grown;
+      plan->grants[plan->n_grants++] = (struct win_grant){f, false, true};
+      f = NULL;
+    }
+    free(f);
+    if (r < 0)
+      goto out;
+  }
+out:
+  if (r < 0) {
+    free(path);
+    return r;
+  }
+  *out_path = path;
+  return 0;
+}
+
+static int add_grant(struct sandbox_plan *plan, char *path, bool rw) {
+  struct win_grant *grown = realloc(plan->grants, (plan->n_grants + 1) * sizeof(*grown));
+  if (!grown) {
+    free(path);
+    return -ENOMEM;
+  }
+  plan->grants = grown;
+  plan->grants[plan->n_grants++] = (struct win_grant){path, rw, false};
+  return 0;
+}
+
+static int refuse_level(const struct sandbox_policy *policy, const struct manifest *m,
+                        enum sandbox_level level, const char *reason, struct job_result *result) {
+  result->level = level;
+  result->level_known = true;
+  result->downgrade_reason = reason;
+  enum sandbox_level need = level < m->min_sandbox ? m->min_sandbox : policy->lowest_level;
+  return job_result_fail(result, CORDON_E_SANDBOX_UNAVAILABLE,
+                         "this device can give '%s' (%s); the %s requires '%s'",
+                         sandbox_level_name(level), reason ? reason : "no reason",
+                         level < m->min_sandbox ? "package" : "device owner",
+                         sandbox_level_name(need));
+}
+
+int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_probe *probe,
+                     const struct sandbox_job *job, struct job_result *result,
+                     struct sandbox_plan **out_plan) {
+  const struct manifest *m = job->manifest;
+  result->requested = m->min_sandbox;
+  const struct manifest_argv *entry = manifest_entry_for(m, MANIFEST_PLATFORM_WINDOWS);
+  if (!entry)
+    return job_result_fail(result, CORDON_E_PLATFORM_MISMATCH,
+                           "the package does not run on windows");
+  if (probe->is_system)
+    return job_result_fail(result, CORDON_E_JOB_USER_MISSING,
+                           "the agent runs as LocalSystem and jobs never do: run the agent as "
+                           "its service account (NT SERVICE\\cordon-agent) or as a user");
+  if (m->net && !policy->net_allowed)
+    return job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
+                           "the package asks for the network; the device owner does not allow it");
+  if (probe->best == SANDBOX_LEVEL_NONE) /* no `none` level on Windows */
+    return refuse_level(policy, m, SANDBOX_LEVEL_NONE, probe->reason, result);
+
+  enum sandbox_level level = probe->best;
+  const char *reason = probe->reason;
+  if (level < m->min_sandbox || level < policy->lowest_level)
+    return refuse_level(policy, m, level, reason, result);
+
+  struct sandbox_plan *plan = calloc(1, sizeof(*plan));
+  if (!plan)
+    return -ENOMEM;
+  plan->policy = policy;
+  plan->probe = probe;
+  plan->job = job;
+  plan->level = level;
+  plan->reason = reason;
+  plan->net = m->net && policy->net_allowed;
+  strv_init(&plan->argv);
+  strv_init(&plan->envp);
+  int r = -ENOMEM;
+  if (asprintf(&plan->workspace, "%s\\workspace", job->job_dir) < 0) {
+    plan->workspace = NULL;
+    goto out_fail;
+  }
+  to_backslashes(plan->workspace);
+
+  /* grants are checked at every level: too broad is refused on every OS */
+  for (size_t i = 0; i < m->n_grants; i++) {
+    char *path = NULL;
+    r = resolve_grant(plan, &m->grants[i], result, &path);
+    if (r < 0)
+      goto out_fail;
+    r = add_grant(plan, path, m->grants[i].rw || m->grants[i].base == MANIFEST_GRANT_WORKSPACE);
+    if (r < 0)
+      goto out_fail;
+  }
+
+  if (level == SANDBOX_LEVEL_ISOLATED) {
+    r = appcontainer_profile_name(job->job_id, plan->profile, APPCONTAINER_NAME_MAX);
+    if (r < 0) {
+      job_result_fail(result, CORDON_E_INTERNAL, "bad job id");
+      goto out_fail;
+    }
+    /* every granted path must take an ACL on a handle that followed no
+     * reparse point; if one cannot, the job is downgraded or refused */
+    for (size_t i = 0; i < plan->n_grants; i++) {
+      if (plan->grants[i].deny || path_within(plan->grants[i].path, plan->workspace))
+        continue;
+      wchar_t *w = win_wide(plan->grants[i].path);
+      HANDLE h;
+      int a = w ? acl_open_anchored(w, &h) : -ENOMEM;
+      free(w);
+      if (a == 0) {
+        CloseHandle(h);
+      } else if (a == -ELOOP) {
+        r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
+                            "%s: a junction or symbolic link is not granted",
+                            plan->grants[i].path);
+        goto out_fail;
+      } else if (a == -ENOENT) {
+        r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: does not exist",
+                            plan->grants[i].path);
+        goto out_fail;
+      } else {
+        level = SANDBOX_LEVEL_CONTAINED;
+        reason = "path_not_anchorable";
+        break;
+      }
+    }
+    if (level < m->min_sandbox || level < policy->lowest_level) {
+      r = refuse_level(policy, m, level, reason, result);
+      goto out_fail;
+    }
+    plan->level = level;
+    plan->reason = reason;
+  }
+
+  /* argv: entry[0] is "/..." on the system drive or a file of the package */
+  const char *argv0 = entry->argv[0];
+  if (argv0[0] == '/') {
+    plan->app = system_path(argv0);
+  } else if (asprintf(&plan->app, "%s\\%s", job->package_path, argv0) < 0) {
+    plan->app = NULL;
+  }
+  if (!plan->app) {
+    r = -ENOMEM;
+    goto out_fail;
+  }
+  to_backslashes(plan->app);
+  strv_add(&plan->argv, plan->app);
+  for (size_t i = 1; i < entry->argc; i++)
+    strv_add(&plan->argv, entry->argv[i]);
+  for (size_t i = 0; i < job->n_args; i++)
+    strv_add(&plan->argv, job->args[i]);
+
+  /* an explicit environment: nothing of the agent's leaks in */
+  wchar_t wsys[MAX_PATH];
+  UINT sl = GetSystemWindowsDirectoryW(wsys, MAX_PATH);
+  char *sysroot = sl ? win_utf8(wsys) : strdup("C:\\Windows");
+  if (!sysroot) {
+    r = -ENOMEM;
+    goto out_fail;
+  }
+  char *pkg = strdup(job->package_path);
+  if (!pkg) {
+    free(sysroot);
+    r = -ENOMEM;
+    goto out_fail;
+  }
+  to_backslashes(pkg);
+  strv_addf(&plan->envp, "SystemRoot=%s", sysroot);
+  strv_addf(&plan->envp, "windir=%s", sysroot);
+  strv_addf(&plan->envp, "SystemDrive=%.2s", sysroot);
+  strv_addf(&plan->envp, "ComSpec=%s\\System32\\cmd.exe", sysroot);
+  strv_addf(&plan->envp, "PATH=%s\\System32;%s;%s\\System32\\Wbem", sysroot, sysroot, sysroot);
+  strv_add(&plan->envp, "PATHEXT=.COM;.EXE;.BAT;.CMD");
+  if (probe->home) {
+    strv_addf(&plan->envp, "USERPROFILE=%s", probe->home);
+    strv_addf(&plan->envp, "HOME=%s", probe->home);
+  }
+  strv_addf(&plan->envp, "PACKAGE=%s", pkg);
+  strv_addf(&plan->envp, "WORKSPACE=%s", plan->workspace);
+  strv_addf(&plan->envp, "TEMP=%s", plan->workspace);
+  strv_addf(&plan->envp, "TMP=%s", plan->workspace);
+  for (size_t i = 0; i < m->n_env; i++)
+    strv_addf(&plan->envp, "%s=%s", m->env[i].name, m->env[i].value);
+  free(sysroot);
+  free(pkg);
+  r = plan->argv.err ? plan->argv.err : plan->envp.err;
+  if (r < 0)
+    goto out_fail;
+  *out_plan = plan;
+  return 0;
+out_fail:
+  sandbox_plan_free(plan);
+  return r;
+}
+
+void sandbox_plan_free(struct sandbox_plan *plan) {
+  if (!plan)
+    return;
+  strv_release(&plan->argv);
+  strv_release(&plan->envp);
+  for (size_t i = 0; i < plan->n_grants; i++)
+    free(plan->grants[i].path);
+  free(plan->grants);
+  free(plan->app);
+  free(plan->workspace);
+  free(plan);
+}
+
+static void set_limits(const struct sandbox_plan *plan, struct job_result *res) {
+  bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
+  res->lim_memory = LIMIT_MECH_JOB;
+  res->lim_processes = LIMIT_MECH_JOB;
+  res->lim_cpu = LIMIT_MECH_JOB;
+  res->lim_time = LIMIT_MECH_JOB;
+  res->lim_disk = LIMIT_MECH_NONE;
+  snprintf(res->mechanism, sizeof(res->mechanism), "%sjob", iso ? "appcontainer+" : "");
+}
+
+json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
+  const struct manifest *m = plan->job->manifest;
+  struct job_result tmp;
+  job_result_init(&tmp);
+  set_limits(plan, &tmp);
+  bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
+  json_t *o = json_object();
+  json_object_set_new(o, "level", json_string(sandbox_level_name(plan->level)));
+  json_object_set_new(o, "downgrade_reason", str_or_null(plan->reason));
+  json_object_set_new(o, "requested", json_string(sandbox_level_name(m->min_sandbox)));
+  json_object_set_new(o, "mechanism", json_string(tmp.mechanism));
+  json_t *argv = json_array();
+  for (size_t i = 0; i < plan->argv.n; i++)
+    json_array_append_new(argv, json_string(plan->argv.v[i]));
+  json_object_set_new(o, "argv", argv);
+  wchar_t *cl = NULL;
+  if (cmdline_build(plan->argv.v, &cl) == 0) {
+    char *c8 = win_utf8(cl);
+    json_object_set_new(o, "command_line", str_or_null(c8));
+    free(c8);
+    free(cl);
+  }
+  json_t *env = json_array();
+  for (size_t i = 0; i < plan->envp.n; i++)
+    json_array_append_new(env, json_string(plan->envp.v[i]));
+  json_object_set_new(o, "env", env);
+  json_object_set_new(o, "seccomp", json_null());
+  json_object_set_new(o, "net", json_boolean(plan->net));
+
+  json_t *tok = json_object();
+  json_object_set_new(tok, "derived_from", str_or_null(plan->probe->account));
+  json_object_set_new(tok, "privileges", json_string("all removed but SeChangeNotifyPrivilege"));
+  json_t *deny = json_array();
+  json_array_append_new(deny, json_string("BUILTIN\\Administrators"));
+  json_array_append_new(deny, json_string("BUILTIN\\Power Users"));
+  json_array_append_new(deny, json_string("NT AUTHORITY\\Local account and member of Administrators group"));
+  json_object_set_new(tok, "deny_only_groups", deny);
+  json_object_set_new(o, "token", tok);
+
+  json_t *jo = json_object();
+  json_object_set_new(jo, "process_memory_mb", json_integer(m->memory_mb));
+  json_object_set_new(jo, "job_memory_mb", json_integer(m->memory_mb));
+  json_object_set_new(jo, "active_processes", json_integer(m->processes));
+  json_object_set_new(jo, "job_user_time_s", json_integer(m->cpu_s));
+  json_object_set_new(jo, "ui_restrictions", json_string("all"));
+  json_object_set_new(jo, "kill_on_job_close", json_true());
+  json_object_set_new(jo, "breakaway", json_false());
+  json_object_set_new(jo, "start", json_string("created suspended, assigned, then resumed"));
+  json_object_set_new(o, "job_object", jo);
+
+  if (iso) {
+    json_t *ac = json_object();
+    char *prof = win_utf8(plan->profile);
+    json_object_set_new(ac, "profile", str_or_null(prof));
+    free(prof);
+    const wchar_t *caps[2];
+    size_t nc = appcontainer_capabilities(plan->net, caps);
+    json_t *cj = json_array();
+    for (size_t i = 0; i < nc; i++) {
+      char *c = win_utf8(caps[i]);
+      json_array_append_new(cj, str_or_null(c));
+      free(c);
+    }
+    json_object_set_new(ac, "capabilities", cj);
+    json_t *acl = json_array();
+    char *pkg = strdup(plan->job->package_path);
+    if (pkg)
+      to_backslashes(pkg);
+    json_t *row = json_object();
+    json_object_set_new(row, "path", str_or_null(pkg));
+    json_object_set_new(row, "access", json_string("rx"));
+    json_array_append_new(acl, row);
+    free(pkg);
+    row = json_object();
+    json_object_set_new(row, "path", json_string(plan->workspace));
+    json_object_set_new(row, "access", json_string("rw"));
+    json_array_append_new(acl, row);
+    for (size_t i = 0; i < plan->n_grants; i++) {
+      row = json_object();
+      json_object_set_new(row, "path", json_string(plan->grants[i].path));
+      json_object_set_new(row, "access", json_string(plan->grants[i].deny ? "deny"
+                                                     : plan->grants[i].rw ? "rw" : "rx"));
+      json_array_append_new(acl, row);
+    }
+    json_object_set_new(ac, "acl_grants", acl);
+    json_object_set_new(ac, "journal", json_string("<config>\\acl-journal\\<job id>.journal"));
+    json_object_set_new(o, "appcontainer", ac);
+  } else {
+    json_object_set_new(o, "appcontainer", json_null());
+    json_t *g = json_array();
+    for (size_t i = 0; i < plan->n_grants; i++)
+      if (!plan->grants[i].deny)
+        json_array_append_new(g, json_string(plan->grants[i].path));
+    json_object_set_new(o, "grants_note",
+                        json_string("contained: files are not isolated; grants are checked "
+                                    "but the job has the restricted token's file authority"));
+    json_object_set_new(o, "grants", g);
+  }
+
+  json_t *lim = json_object();
+  struct {
+    const char *name;
+    uint64_t value;
+    const char *unit;
+    enum limit_mech mech;
+  } rows[] = {
+      {"memory", m->memory_mb, "MiB", tmp.lim_memory},
+      {"processes", m->processes, "processes", tmp.lim_processes},
+      {"cpu", m->cpu_s, "s", tmp.lim_cpu},
+      {"time", m->timeout_s, "s", tmp.lim_time},
+      {"disk", m->disk_mb, "MiB", tmp.lim_disk},
+      {"output", m->output_kb, "KiB per stream", LIMIT_MECH_NONE},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    json_t *r = json_object();
+    json_object_set_new(r, "value", json_integer((json_int_t)rows[i].value));
+    json_object_set_new(r, "unit", json_string(rows[i].unit));
+    json_object_set_new(r, "enforced_by",
+                        json_string(i == 5 ? "agent (reads at most this much, discards the rest)"
+                                           : limit_mech_name(rows[i].mech)));
+    json_object_set_new(lim, rows[i].name, r);
+  }
+  json_object_set_new(o, "limits", lim);
+  json_object_set_new(o, "job_user", str_or_null(plan->probe->account));
+  return o;
+}
+
+/* ---- running ---- */
+
+struct reader {
+  HANDLE pipe;
+  struct result_buf *buf;
+  size_t cap;
+};
+
+static DWORD WINAPI read_pipe(void *arg) {
+  struct reader *rd = arg;
+  uint8_t chunk[16384];
+  for (;;) {
+    DWORD n = 0;
+    if (!ReadFile(rd->pipe, chunk, sizeof(chunk), &n, NULL) || n == 0)
+      break;
+    size_t room = rd->cap > rd->buf->len ? rd->cap - rd->buf->len : 0;
+    size_t take = n < room ? n : room;
+    if (take) {
+      memcpy(rd->buf->data + rd->buf->len, chunk, take);
+      rd->buf->len += take;
+    }
+    if (take < n) /* the rest is read and discarded */
+      rd->buf->truncated = true;
+  }
+  return 0;
+}
+
+/* Is pid the console host Windows (and Wine) start for the job's hidden
+ * console? It lives in the job but is not the package's. */
+static bool is_conhost(HANDLE h) {
+  wchar_t img[MAX_PATH * 2], sys[MAX_PATH];
+  DWORD n = sizeof(img) / sizeof(img[0]);
+  UINT sl = GetSystemDirectoryW(sys, MAX_PATH);
+  if (!sl || sl >= MAX_PATH - 16 || !QueryFullProcessImageNameW(h, 0, img, &n))
+    return false;
+  wcscat(sys, L"\\conhost.exe");
+  return CompareStringOrdinal(img, -1, sys, -1, TRUE) == CSTR_EQUAL;
+}
+
+/* Processes of the job still alive, other than `except` (the entry) and
+ * the console host. The job's process list, each checked for life:
+ * ActiveProcesses alone may still count a process that has just exited. */
+static unsigned live_processes(HANDLE job, DWORD except) {
+  union {
+    JOBOBJECT_BASIC_PROCESS_ID_LIST list;
+    BYTE buf[sizeof(JOBOBJECT_BASIC_PROCESS_ID_LIST) + 4096 * sizeof(ULONG_PTR)];
+  } u;
+  memset(&u, 0, sizeof(u));
+  if (!QueryInformationJobObject(job, JobObjectBasicProcessIdList, &u, sizeof(u), NULL)) {
+    JOBOBJECT_BASIC_ACCOUNTING_INFORMATION acc;
+    if (!QueryInformationJobObject(job, JobObjectBasicAccountingInformation, &acc, sizeof(acc),
+                                   NULL))
+      return 0;
+    return acc.ActiveProcesses > 0 ? (unsigned)acc.ActiveProcesses - 1 : 0;
+  }
+  unsigned n = 0;
+  for (DWORD i = 0; i < u.list.NumberOfProcessIdsInList; i++) {
+    DWORD pid = (DWORD)u.list.ProcessIdList[i];
+    if (pid == except)
+      continue;
+    HANDLE h = OpenProcess(SYNCHRONIZE | PROCESS_QUERY_LIMITED_INFORMATION, FALSE, pid);
+    if (!h)
+      continue;
+    if (WaitForSingleObject(h, 0) == WAIT_TIMEOUT && !is_conhost(h))
+      n++;
+    CloseHandle(h);
+  }
+  return n;
+}
+
+/* Apply the AppContainer's ACL grants (journaled). */
+static int grant_all(struct sandbox_plan *plan, PSID sid, struct acl_journal *j,
+                     struct job_result *res) {
+  const DWORD rx = appcontainer_access_mask(APPCONTAINER_RX);
+  const DWORD rw = appcontainer_access_mask(APPCONTAINER_RW);
+  int r = acl_journal_grant(j, plan->profile, sid, plan->job->package_path, rx, false);
+  if (r == 0)
+    r = acl_journal_grant(j, plan->profile, sid, plan->workspace, rw, false);
+  for (size_t i = 0; r == 0 && i < plan->n_grants; i++) {
+    const struct win_grant *g = &plan->grants[i];
+    if (g->deny && GetFileAttributesA(g->path) == INVALID_FILE_ATTRIBUTES)
+      continue; /* a forbidden place that does not exist */
+    r = acl_journal_grant(j, plan->profile, sid, g->path, g->deny ? (GENERIC_ALL | FILE_ALL_ACCESS)
+                                                           : g->rw ? rw : rx,
+                          g->deny);
+    if (r < 0)
+      job_result_fail(res, CORDON_E_SPAWN_FAILED, "ACL grant on %s: %s", g->path, strerror(-r));
+  }
+  if (r < 0 && !res->error)
+    job_result_fail(res, CORDON_E_SPAWN_FAILED, "ACL grant: %s", strerror(-r));
+  return r;
+}
+
+int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
+  const struct manifest *m = plan->job->manifest;
+  bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
+  size_t cap = (size_t)m->output_kb * 1024;
+  int r = 0;
+  HANDLE out_r = NULL, out_w = NULL, err_r = NULL, err_w = NULL, nul = INVALID_HANDLE_VALUE;
+  HANDLE job = NULL, token = NULL, threads[2] = {NULL, NULL};
+  PROCESS_INFORMATION pi = {0};
+  LPPROC_THREAD_ATTRIBUTE_LIST attrs = NULL;
+  wchar_t *cmdline = NULL, *envblock = NULL, *wapp = NULL, *wcwd = NULL;
+  PSID ac_sid = NULL;
+  SID_AND_ATTRIBUTES caps[2];
+  PSID cap_sids[2] = {NULL, NULL};
+  size_t ncaps = 0;
+  struct acl_journal *journal = NULL;
+  bool profile_made = false;
+  struct reader rd_out = {0}, rd_err = {0};
+
+  res->level = plan->level;
+  res->level_known = true;
+  res->downgrade_reason = plan->reason;
+  res->requested = m->min_sandbox;
+  set_limits(plan, res);
+  res->out.data = malloc(cap ? cap : 1);
+  res->err.data = malloc(cap ? cap : 1);
+  if (!res->out.data || !res->err.data)
+    return -ENOMEM;
+
+  if (fs_mkdir_p(plan->workspace, 0755) < 0)
+    return job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(errno));
+
+  if (iso) {
+    const wchar_t *cap_sddl[2];
+    ncaps = appcontainer_capabilities(plan->net, cap_sddl);
+    for (size_t i = 0; i < ncaps; i++) {
+      if (!ConvertStringSidToSidW(cap_sddl[i], &cap_sids[i])) {
+        r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "capability SID: error %lu",
+                            GetLastError());
+        goto out;
+      }
+      caps[i].Sid = cap_sids[i];
+      caps[i].Attributes = SE_GROUP_ENABLED;
+    }
+    HRESULT hr = plan->probe->ac.create(plan->profile, plan->profile, L"cordon job",
+                                        ncaps ? caps : NULL, (DWORD)ncaps, &ac_sid);
+    if (FAILED(hr)) {
+      r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "CreateAppContainerProfile: 0x%08lx",
+                          (unsigned long)hr);
+      goto out;
+    }
+    profile_made = true;
+    r = acl_journal_open(plan->policy->state_dir, plan->job->job_id, &journal);
+    if (r < 0) {
+      job_result_fail(res, CORDON_E_SPAWN_FAILED, "ACL journal: %s", strerror(-r));
+      goto out;
+    }
+    r = grant_all(plan, ac_sid, journal, res);
+    if (r < 0)
+      goto out;
+  }
+
+  SECURITY_ATTRIBUTES inherit = {sizeof(inherit), NULL, TRUE};
+  if (!CreatePipe(&out_r, &out_w, &inherit, 0) || !CreatePipe(&err_r, &err_w, &inherit, 0)) {
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "CreatePipe: error %lu", GetLastError());
+    goto out;
+  }
+  /* our ends are not inherited */
+  SetHandleInformation(out_r, HANDLE_FLAG_INHERIT, 0);
+  SetHandleInformation(err_r, HANDLE_FLAG_INHERIT, 0);
+  nul = CreateFileW(L"NUL", GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE, &inherit,
+                    OPEN_EXISTING, 0, NULL);
+  if (nul == INVALID_HANDLE_VALUE) {
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "NUL: error %lu", GetLastError());
+    goto out;
+  }
+
+  struct job_limits_spec spec = {(uint64_t)m->memory_mb << 20, m->processes, m->cpu_s};
+  r = sandbox_windows_job_new(&spec, &job);
+  if (r < 0) {
+    job_result_fail(res, CORDON_E_SPAWN_FAILED, "Job Object: %s", strerror(-r));
+    goto out;
+  }
+  char terr[160];
+  r = job_token(&token, terr, sizeof(terr));
+  if (r < 0) {
+    job_result_fail(res, CORDON_E_SPAWN_FAILED, "%s", terr);
+    goto out;
+  }
+
+  /* only these three handles are inherited, whatever else is inheritable */
+  HANDLE inherit_list[3] = {nul, out_w, err_w};
+  SECURITY_CAPABILITIES sc = {ac_sid, ncaps ? caps : NULL, (DWORD)ncaps, 0};
+  r = sandbox_windows_attr_list(inherit_list, 3, iso ? &sc : NULL, &attrs);
+  if (r < 0) {
+    job_result_fail(res, CORDON_E_SPAWN_FAILED, "attribute list: %s", strerror(-r));
+    goto out;
+  }
+  r = cmdline_build(plan->argv.v, &cmdline);
+  if (r == 0)
+    r = cmdline_env_block(plan->envp.v, plan->envp.n, &envblock);
+  if (r < 0) {
+    job_result_fail(res, CORDON_E_SPAWN_FAILED, "command line or environment: %s", strerror(-r));
+    goto out;
+  }
+  wapp = win_wide(plan->app);
+  char *cwd = strdup(plan->job->package_path);
+  if (cwd) {
+    to_backslashes(cwd);
+    wcwd = win_wide(cwd);
+    free(cwd);
+  }
+  if (!wapp || !wcwd) {
+    r = -ENOMEM;
+    goto out;
+  }
+
+  STARTUPINFOEXW si;
+  memset(&si, 0, sizeof(si));
+  si.StartupInfo.cb = sizeof(si);
+  si.StartupInfo.dwFlags = STARTF_USESTDHANDLES;
+  si.StartupInfo.hStdInput = nul;
+  si.StartupInfo.hStdOutput = out_w;
+  si.StartupInfo.hStdError = err_w;
+  si.lpAttributeList = attrs;
+  DWORD flags = CREATE_SUSPENDED | CREATE_UNICODE_ENVIRONMENT | EXTENDED_STARTUPINFO_PRESENT |
+                CREATE_NO_WINDOW | CREATE_NEW_PROCESS_GROUP;
+  int64_t start = now_ms();
+  if (!CreateProcessAsUserW(token, wapp, cmdline, NULL, NULL, TRUE, flags, envblock, wcwd,
+                            &si.StartupInfo, &pi)) {
+    DWORD e = GetLastError();
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "cannot start %s: error %lu", plan->app, e);
+    goto out;
+  }
+  if (!AssignProcessToJobObject(job, pi.hProcess)) {
+    DWORD e = GetLastError();
+    TerminateProcess(pi.hProcess, 1);
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "AssignProcessToJobObject: error %lu", e);
+    goto out;
+  }
+  /* our copies of the child's ends: EOF comes when the job's copies close */
+  CloseHandle(out_w);
+  CloseHandle(err_w);
+  out_w = err_w = NULL;
+  rd_out = (struct reader){out_r, &res->out, cap};
+  rd_err = (struct reader){err_r, &res->err, cap};
+  threads[0] = CreateThread(NULL, 0, read_pipe, &rd_out, 0, NULL);
+  threads[1] = CreateThread(NULL, 0, read_pipe, &rd_err, 0, NULL);
+  if (!threads[0] || !threads[1]) {
+    TerminateJobObject(job, 1);
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "CreateThread: error %lu", GetLastError());
+    goto out;
+  }
+  if (ResumeThread(pi.hThread) == (DWORD)-1) {
+    TerminateJobObject(job, 1);
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "ResumeThread: error %lu", GetLastError());
+    goto out;
+  }
+  res->ran = true;
+
+  DWORD wait_ms = (DWORD)m->timeout_s * 1000;
+  DWORD w = WaitForSingleObject(pi.hProcess, wait_ms);
+  /* whatever the entry left behind (or, at the timeout, started) is
+   * killed and counted */
+  if (w != WAIT_OBJECT_0)
+    res->timed_out = true;
+  res->orphans_killed = live_processes(job, pi.dwProcessId);
+  /* the whole tree, whatever happened to the entry */
+  TerminateJobObject(job, SANDBOX_WINDOWS_KILLED_EXIT);
+  WaitForSingleObject(pi.hProcess, 5000);
+  res->wall_ms = (uint64_t)(now_ms() - start);
+
+  /* the rest of the output: the writers are dead, so EOF comes quickly */
+  if (WaitForMultipleObjects(2, threads, TRUE, 2000) == WAIT_TIMEOUT) {
+    CancelSynchronousIo(threads[0]);
+    CancelSynchronousIo(threads[1]);
+    WaitForMultipleObjects(2, threads, TRUE, 1000);
+  }
+  DWORD code = 0;
+  if (GetExitCodeProcess(pi.hProcess, &code)) {
+    res->exited = true;
+    res->exit_code = (int)code;
+  }
+  /* memory limit hits are not reported as kills by Windows: a process
+   * whose allocation fails exits by itself; we cannot tell */
+  res->oom_killed = -1;
+  r = 0;
+out:
+  for (int i = 0; i < 2; i++)
+    if (threads[i]) {
+      if (WaitForSingleObject(threads[i], 0) == WAIT_TIMEOUT) {
+        CancelSynchronousIo(threads[i]);
+        WaitForSingleObject(threads[i], 1000);
+      }
+      CloseHandle(threads[i]);
+    }
+  if (pi.hThread)
+    CloseHandle(pi.hThread);
+  if (pi.hProcess)
+    CloseHandle(pi.hProcess);
+  if (job) {
+    TerminateJobObject(job, SANDBOX_WINDOWS_KILLED_EXIT);
+    CloseHandle(job); /* KILL_ON_JOB_CLOSE */
+  }
+  if (token)
+    CloseHandle(token);
+  if (attrs) {
+    DeleteProcThreadAttributeList(attrs);
+    free(attrs);
+  }
+  HANDLE hs[] = {out_r, out_w, err_r, err_w};
+  for (size_t i = 0; i < 4; i++)
+    if (hs[i])
+      CloseHandle(hs[i]);
+  if (nul != INVALID_HANDLE_VALUE)
+    CloseHandle(nul);
+  if (journal) {
+    int u = acl_journal_undo(journal, &plan->probe->ac);
+    if (u < 0 && r == 0 && !res->error)
+      job_result_fail(res, CORDON_E_INTERNAL,
+                      "ACL grants could not all be removed (%s); the next start retries",
+                      strerror(-u));
+  } else if (profile_made) {
+    plan->probe->ac.remove(plan->profile);
+  }
+  if (ac_sid)
+    FreeSid(ac_sid);
+  for (size_t i = 0; i < 2; i++)
+    if (cap_sids[i])
+      LocalFree(cap_sids[i]);
+  free(cmdline);
+  free(envblock);
+  free(wapp);
+  free(wcwd);
+  return r;
+}
+
+int sandbox_windows_attr_list(HANDLE *inherit, size_t n_inherit, SECURITY_CAPABILITIES *sc,
+                              LPPROC_THREAD_ATTRIBUTE_LIST *out_list) {
+  DWORD count = (n_inherit ? 1 : 0) + (sc ? 1 : 0);
+  SIZE_T size = 0;
+  InitializeProcThreadAttributeList(NULL, count, 0, &size);
+  if (size == 0)
+    return win_last_err();
+  LPPROC_THREAD_ATTRIBUTE_LIST list = malloc(size);
+  if (!list)
+    return -ENOMEM;
+  if (!InitializeProcThreadAttributeList(list, count, 0, &size)) {
+    int e = win_last_err();
+    free(list);
+    return e;
+  }
+  int r = 0;
+  if (n_inherit &&
+      !UpdateProcThreadAttribute(list, 0, PROC_THREAD_ATTRIBUTE_HANDLE_LIST, inherit,
+                                 n_inherit * sizeof(HANDLE), NULL, NULL))
+    r = win_last_err();
+  if (r == 0 && sc &&
+      !UpdateProcThreadAttribute(list, 0, PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES, sc,
+                                 sizeof(*sc), NULL, NULL))
+    r = win_last_err();
+  if (r < 0) {
+    DeleteProcThreadAttributeList(list);
+    free(list);
+    return r;
+  }
+  *out_list = list;
+  return 0;
+}

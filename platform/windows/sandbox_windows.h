@@ -1,0 +1,30 @@
+/* Pieces of the Windows sandbox exposed for tests (tests/windows/). */
+#ifndef CORDON_PLATFORM_WINDOWS_SANDBOX_WINDOWS_H
+#define CORDON_PLATFORM_WINDOWS_SANDBOX_WINDOWS_H
+
+#include <windows.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The exit code every process of a job gets when the agent terminates the
+ * job (timeout, cancel, or cleanup of what the entry left behind). */
+#define SANDBOX_WINDOWS_KILLED_EXIT 0xC000013Au /* STATUS_CONTROL_C_EXIT */
+
+struct job_limits_spec {
+  uint64_t memory_bytes; /* per process and for the whole job */
+  uint32_t processes;    /* active processes */
+  uint64_t cpu_s;        /* user time of the whole job */
+};
+
+/* A Job Object with the limits, UI restrictions, kill on close and no
+ * breakaway. Returns 0 or a negated errno. */
+int sandbox_windows_job_new(const struct job_limits_spec *spec, HANDLE *out_job);
+
+/* The attribute list for CreateProcess: the handles to inherit (only
+ * those) and, for AppContainer mode, the security capabilities. Free with
+ * DeleteProcThreadAttributeList() then free(). */
+int sandbox_windows_attr_list(HANDLE *inherit, size_t n_inherit, SECURITY_CAPABILITIES *sc,
+                              LPPROC_THREAD_ATTRIBUTE_LIST *out_list);
+
+#endif

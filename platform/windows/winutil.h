@@ -1,0 +1,36 @@
+/* Small Windows helpers shared by the windows platform layer: UTF-8 inside,
+ * UTF-16 at the API boundary; Win32 errors mapped once to negated errno
+ * values (STYLE.md). Nothing here prints. */
+#ifndef CORDON_PLATFORM_WINDOWS_WINUTIL_H
+#define CORDON_PLATFORM_WINDOWS_WINUTIL_H
+
+#include <windows.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* A UTF-16 copy of a UTF-8 string (malloc'd), NULL on invalid UTF-8 or no
+ * memory. '/' is kept as is. */
+wchar_t *win_wide(const char *utf8);
+/* A UTF-8 copy of a UTF-16 string (malloc'd), NULL on failure. */
+char *win_utf8(const wchar_t *wide);
+
+/* The negated errno for a Win32 error code (GetLastError()). */
+int win_errno(DWORD err);
+/* -errno for GetLastError(), for `return win_last_err();` */
+int win_last_err(void);
+
+/* The full path of an open file or directory handle, without the "\\?\"
+ * prefix where it is a plain drive path (malloc'd UTF-16), NULL on failure
+ * with errno set. */
+wchar_t *win_handle_path(HANDLE h);
+
+/* Join dir and a relative UTF-8 name ('/' becomes '\'), malloc'd. */
+wchar_t *win_join(const wchar_t *dir, const char *name);
+
+/* Is the process token elevated (an administrator's full token or SYSTEM)? */
+bool win_token_is_elevated(HANDLE token);
+/* Is the token's user LocalSystem (S-1-5-18)? */
+bool win_token_is_system(HANDLE token);
+
+#endif
