@@ -10,8 +10,8 @@
 #include "agent/hello.h"
 #include "agent/state.h"
 #include "net/conn.h"
-#include "proto/pairing.h"
 #include "proto/msg.h"
+#include "proto/pairing.h"
 
 struct pairing_run {
   const struct agent_config *cfg;
@@ -283,8 +283,9 @@ int agent_cmd_unpair(const struct agent_config *cfg) {
     fprintf(stderr, "cordon-agent: unpaired: the server revoked this device and the local keys "
                     "are wiped\n");
   else
-    fprintf(stderr, "cordon-agent: the local keys are wiped, but the server at %s:%d could not "
-                    "be told; revoke the device there\n",
+    fprintf(stderr,
+            "cordon-agent: the local keys are wiped, but the server at %s:%d could not "
+            "be told; revoke the device there\n",
             u.pairing.host, u.pairing.port);
   return 0;
 }

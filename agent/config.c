@@ -52,7 +52,8 @@ static int replace_str(char **dst, json_t *v, const char *field, bool abs_path,
   const char *s = json_string_value(v);
   if (!json_is_string(v) || json_string_length(v) == 0 || strlen(s) != json_string_length(v) ||
       json_string_length(v) > 255 || (abs_path && s[0] != '/'))
-    return BAD("field '%s': expected %s", field, abs_path ? "an absolute path" : "a non-empty string");
+    return BAD("field '%s': expected %s", field,
+               abs_path ? "an absolute path" : "a non-empty string");
   char *c = strdup(s);
   if (!c)
     return -ENOMEM;
@@ -87,8 +88,8 @@ static int parse(json_t *root, struct agent_config *c, struct cordon_diag *diag)
     } else if (strcmp(key, "bwrap_path") == 0) {
       r = replace_str(&c->bwrap_path, v, "bwrap_path", true, diag);
     } else if (strcmp(key, "trusted_publishers") == 0) {
-      r = str_list(v, "trusted_publishers", true, &c->trusted_publishers,
-                   &c->n_trusted_publishers, diag);
+      r = str_list(v, "trusted_publishers", true, &c->trusted_publishers, &c->n_trusted_publishers,
+                   diag);
     } else if (strcmp(key, "max_jobs") == 0) {
       if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 64)
         return BAD("field 'max_jobs': expected an integer in 1..64");

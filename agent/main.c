@@ -11,8 +11,8 @@
 
 #include "agent/commands.h"
 #include "agent/config.h"
-#include "agent/state.h"
 #include "agent/job.h"
+#include "agent/state.h"
 #include "platform/paths.h"
 #include "platform/sandbox.h"
 
@@ -36,14 +36,15 @@ int agent_usage(const char *message) {
 static int usage(const char *msg) {
   if (msg)
     fprintf(stderr, PROG ": usage: %s\n", msg);
-  fprintf(stderr,
-          "usage: " PROG " [--config DIR] COMMAND\n"
-          "  status [--json]                         sandbox diagnostics for this device\n"
-          "  explain DIR|FILE.cpkg [--json]          the sandbox plan, without running\n"
-          "  exec DIR|FILE.cpkg [--trust KEY] [-- ARGS...]  run a package locally\n"
-          "  pair --server HOST:PORT [--code CODE] [--name NAME]  enrol (the code may come on stdin)\n"
-          "  run                                     stay connected and run dispatched jobs\n"
-          "  unpair                                  forget the pairing\n");
+  fprintf(
+      stderr,
+      "usage: " PROG " [--config DIR] COMMAND\n"
+      "  status [--json]                         sandbox diagnostics for this device\n"
+      "  explain DIR|FILE.cpkg [--json]          the sandbox plan, without running\n"
+      "  exec DIR|FILE.cpkg [--trust KEY] [-- ARGS...]  run a package locally\n"
+      "  pair --server HOST:PORT [--code CODE] [--name NAME]  enrol (the code may come on stdin)\n"
+      "  run                                     stay connected and run dispatched jobs\n"
+      "  unpair                                  forget the pairing\n");
   return 2;
 }
 
@@ -77,8 +78,7 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
       c->n_args = (size_t)(argc - i - 1);
       break;
     } else if (strcmp(a, "--config") == 0 || strcmp(a, "--trust") == 0 ||
-               strcmp(a, "--server") == 0 || strcmp(a, "--code") == 0 ||
-               strcmp(a, "--name") == 0) {
+               strcmp(a, "--server") == 0 || strcmp(a, "--code") == 0 || strcmp(a, "--name") == 0) {
       if (i + 1 >= argc) {
         fprintf(stderr, PROG ": usage: %s needs a value\n", a);
         return 2;
@@ -194,7 +194,8 @@ static int cmd_exec(const struct cli *c, const struct agent_config *cfg, bool ex
     if (job.result.error) { /* a refused package: the job was attempted */
       rc = finish_job(&job.result);
     } else {
-      say_error(r == CORDON_E_MANIFEST_INVALID || r == CORDON_E_PACKAGE_TOO_LARGE ? r : CORDON_E_USAGE,
+      say_error(r == CORDON_E_MANIFEST_INVALID || r == CORDON_E_PACKAGE_TOO_LARGE ? r
+                                                                                  : CORDON_E_USAGE,
                 diag.msg);
       rc = 2;
     }

@@ -293,8 +293,8 @@ static void on_job(struct runner *rn, struct msg_job *mj) {
   char id[33];
   sodium_bin2hex(id, sizeof(id), mj->job_id, 16);
   struct ticket t;
-  int r = ticket_verify(mj->ticket.data, mj->ticket.len, mj->ticket_sig, rn->pairing.ticket_key,
-                        &t);
+  int r =
+      ticket_verify(mj->ticket.data, mj->ticket.len, mj->ticket_sig, rn->pairing.ticket_key, &t);
   if (r < 0) {
     refuse(rn, mj->job_id, CORDON_E_SIGNATURE_INVALID, "the ticket's signature does not verify");
     return;
@@ -303,7 +303,8 @@ static void on_job(struct runner *rn, struct msg_job *mj) {
   ticket_user_tag(rn->pairing.user, tag);
   ticket_args_hash(mj->args, mj->n_args, args_hash);
   if (sodium_memcmp(t.device_id, rn->pairing.device_id, 16) != 0 ||
-      sodium_memcmp(t.user_tag, tag, 16) != 0 || sodium_memcmp(t.session_id, rn->session_id, 16) != 0) {
+      sodium_memcmp(t.user_tag, tag, 16) != 0 ||
+      sodium_memcmp(t.session_id, rn->session_id, 16) != 0) {
     refuse(rn, mj->job_id, CORDON_E_WRONG_DEVICE,
            "the ticket is for another device, user or session");
     return;
@@ -377,8 +378,9 @@ static void work_done(uv_work_t *w, int status) {
   struct runner *rn = j->rn;
   rn->n_running--;
   logf_("job %s finished: %s", j->id,
-        j->job.result.error ? cordon_err_name(j->job.result.error)
-        : j->job.result.exited ? "exited" : "killed");
+        j->job.result.error    ? cordon_err_name(j->job.result.error)
+        : j->job.result.exited ? "exited"
+                               : "killed");
   deliver(rn, j->raw_id, &j->job.result);
   rjob_free(j);
 }

@@ -127,9 +127,9 @@ int agent_identity_load(const char *dir, uint8_t **out_priv, struct cordon_diag 
   return 0;
 }
 
-int agent_pairing_save(const char *dir, const uint8_t *identity_priv,
-                       const struct agent_pairing *p, const uint8_t (*publisher_keys)[32],
-                       size_t n_publisher_keys, struct cordon_diag *diag) {
+int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const struct agent_pairing *p,
+                       const uint8_t (*publisher_keys)[32], size_t n_publisher_keys,
+                       struct cordon_diag *diag) {
   char path[PATH_MAX];
   snprintf(path, sizeof(path), "%s/%s", dir, AGENT_PAIRING_FILE);
   if (access(path, F_OK) == 0)

@@ -33,9 +33,9 @@ int agent_pairing_load(const char *dir, struct agent_pairing *out_pairing,
 int agent_identity_load(const char *dir, uint8_t **out_priv, struct cordon_diag *diag);
 /* Store a completed pairing: identity, pairing record, publisher keys.
  * Refuses when already paired (-EEXIST). */
-int agent_pairing_save(const char *dir, const uint8_t *identity_priv,
-                       const struct agent_pairing *p, const uint8_t (*publisher_keys)[32],
-                       size_t n_publisher_keys, struct cordon_diag *diag);
+int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const struct agent_pairing *p,
+                       const uint8_t (*publisher_keys)[32], size_t n_publisher_keys,
+                       struct cordon_diag *diag);
 /* Forget the pairing (identity, record, the server's publisher keys). */
 int agent_pairing_remove(const char *dir, struct cordon_diag *diag);
 

@@ -51,9 +51,23 @@ static int cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static char *const ref[] = {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent",
-                            "--new-session", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc",
-                            "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "/bin/true", NULL};
+static char *const ref[] = {"/usr/bin/bwrap",
+                            "--unshare-all",
+                            "--die-with-parent",
+                            "--new-session",
+                            "--cap-drop",
+                            "ALL",
+                            "--ro-bind",
+                            "/",
+                            "/",
+                            "--proc",
+                            "/proc",
+                            "--dev",
+                            "/dev",
+                            "--tmpfs",
+                            "/tmp",
+                            "/bin/true",
+                            NULL};
 
 /* Run `make(i)` commands, `par` at a time; returns jobs per second. */
 static double throughput(char *const *(*make)(int), int total, int par) {
@@ -80,8 +94,8 @@ static char *const *make_ref(int i) {
   (void)i;
   return ref;
 }
-static char *dispatch_argv[] = {SERVER, "dispatch", "--user", "alice", pkg, "--wait",
-                                "--state", state, NULL};
+static char *dispatch_argv[] = {SERVER,   "dispatch", "--user", "alice", pkg,
+                                "--wait", "--state",  state,    NULL};
 static char *const *make_dispatch(int i) {
   (void)i;
   return dispatch_argv;
@@ -98,11 +112,12 @@ int main(int argc, char **argv) {
   snprintf(pkg, sizeof(pkg), "%s/true.cpkg", dir);
   char cmd[2048], log[300], code[128] = "";
   snprintf(log, sizeof(log), "%s/server.log", dir);
-  snprintf(cmd, sizeof(cmd),
-           "set -e; mkdir -p %s/p; echo '{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/true\"]}' "
-           "> %s/p/manifest.json; %s init --state %s >/dev/null 2>&1; "
-           "%s user add alice --state %s >/dev/null 2>&1; %s pack %s/p -o %s --state %s >/dev/null 2>&1",
-           dir, dir, SERVER, state, SERVER, state, SERVER, dir, pkg, state);
+  snprintf(
+      cmd, sizeof(cmd),
+      "set -e; mkdir -p %s/p; echo '{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/true\"]}' "
+      "> %s/p/manifest.json; %s init --state %s >/dev/null 2>&1; "
+      "%s user add alice --state %s >/dev/null 2>&1; %s pack %s/p -o %s --state %s >/dev/null 2>&1",
+      dir, dir, SERVER, state, SERVER, state, SERVER, dir, pkg, state);
   if (sh(cmd) < 0)
     return 1;
   char *srv[] = {SERVER, "run", "--state", state, "--listen", "127.0.0.1:0", NULL};
@@ -120,15 +135,18 @@ int main(int argc, char **argv) {
     if (f)
       fclose(f);
   }
-  snprintf(cmd, sizeof(cmd), "%s pair-code alice --state %s 2>/dev/null | head -n 1", SERVER, state);
+  snprintf(cmd, sizeof(cmd), "%s pair-code alice --state %s 2>/dev/null | head -n 1", SERVER,
+           state);
   FILE *p = popen(cmd, "r");
   if (!p || !fgets(code, sizeof(code), p))
     return 1;
   pclose(p);
   code[strcspn(code, "\n")] = '\0';
   mkdir(cfg, 0700);
-  snprintf(cmd, sizeof(cmd), "echo '{\"max_jobs\": 16}' > %s/config.json; %s --config %s pair "
-           "--server 127.0.0.1:%d --code %s 2>/dev/null", cfg, AGENT, cfg, port, code);
+  snprintf(cmd, sizeof(cmd),
+           "echo '{\"max_jobs\": 16}' > %s/config.json; %s --config %s pair "
+           "--server 127.0.0.1:%d --code %s 2>/dev/null",
+           cfg, AGENT, cfg, port, code);
   if (sh(cmd) < 0)
     return 1;
   char alog[300];
@@ -162,8 +180,8 @@ int main(int argc, char **argv) {
          geteuid() == 0 ? "root" : "a user");
   printf("  %-38s median %7.2f ms  p99 %7.2f ms\n", "reference bwrap /bin/true", a[n / 2],
          a[(n * 99) / 100]);
-  printf("  %-38s median %7.2f ms  p99 %7.2f ms\n", "dispatch --wait (/bin/true package)",
-         b[n / 2], b[(n * 99) / 100]);
+  printf("  %-38s median %7.2f ms  p99 %7.2f ms\n", "dispatch --wait (/bin/true package)", b[n / 2],
+         b[(n * 99) / 100]);
   printf("  latency ratio dispatch/bwrap: %.2f (target <= 1.3)\n", b[n / 2] / a[n / 2]);
   printf("  %-38s %7.1f jobs/s\n", "reference bwrap, 8 in flight", tr);
   printf("  %-38s %7.1f jobs/s\n", "dispatch --wait, 8 in flight", td);

@@ -3,6 +3,7 @@
  * in the same run. Prints both medians, the ratio (target <= 1.15) and the
  * agent's peak RSS (target < 8 MiB). Usage: bench_exec_overhead [N] */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 static double now_ms(void) {
   struct timespec ts;
@@ -64,9 +64,23 @@ int main(int argc, char **argv) {
   char pkg[256];
   snprintf(pkg, sizeof(pkg), "%s/pkg", dir);
   char *agent[] = {CORDON_BINARY_DIR "/cordon-agent", "--config", cfg, "exec", pkg, NULL};
-  char *ref[] = {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-                 "--cap-drop", "ALL", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-                 "--tmpfs", "/tmp", "/bin/true", NULL};
+  char *ref[] = {"/usr/bin/bwrap",
+                 "--unshare-all",
+                 "--die-with-parent",
+                 "--new-session",
+                 "--cap-drop",
+                 "ALL",
+                 "--ro-bind",
+                 "/",
+                 "/",
+                 "--proc",
+                 "/proc",
+                 "--dev",
+                 "/dev",
+                 "--tmpfs",
+                 "/tmp",
+                 "/bin/true",
+                 NULL};
   double *a = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double));
   long rss = 0, peak = 0;
   for (int i = 0; i < 5; i++) { /* warm caches */

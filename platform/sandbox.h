@@ -34,11 +34,11 @@ struct sandbox_job {
   const struct manifest *manifest;
   char *const *args; /* appended to the entry */
   size_t n_args;
-  const char *job_id;   /* 32 hex chars */
-  int package_dirfd;    /* the staged package: read-only for the job */
+  const char *job_id;       /* 32 hex chars */
+  int package_dirfd;        /* the staged package: read-only for the job */
   const char *package_path; /* its host path (for contained mode) */
-  const char *job_dir;  /* private per-job directory of the agent (0700) */
-  int cancel_fd;        /* -1, or readable when the job must be cancelled */
+  const char *job_dir;      /* private per-job directory of the agent (0700) */
+  int cancel_fd;            /* -1, or readable when the job must be cancelled */
 };
 
 struct sandbox_probe;

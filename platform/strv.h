@@ -7,7 +7,7 @@
 struct strv {
   char **v; /* NULL-terminated once anything was added */
   size_t n, cap;
-  int err;  /* sticky: -ENOMEM after any failed add */
+  int err; /* sticky: -ENOMEM after any failed add */
 };
 
 void strv_init(struct strv *s);

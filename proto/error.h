@@ -13,30 +13,31 @@
 
 #include <stddef.h>
 
-#define CORDON_ERR_MAP(X)                                                              \
-  X(SANDBOX_UNAVAILABLE, "sandbox_unavailable", "the required sandbox level is not available") \
-  X(CAPABILITY_DENIED, "capability_denied", "the package asks for more than the device owner allows") \
-  X(SCOPE_TOO_BROAD, "scope_too_broad", "a filesystem grant is too broad")            \
-  X(SIGNATURE_INVALID, "signature_invalid", "signature verification failed")          \
-  X(UNKNOWN_KEY, "unknown_key", "signed by a key that is not trusted")                \
-  X(PACKAGE_CORRUPT, "package_corrupt", "the package is corrupt")                     \
-  X(PACKAGE_TOO_LARGE, "package_too_large", "the package exceeds a size limit")       \
-  X(MANIFEST_INVALID, "manifest_invalid", "the manifest is invalid")                  \
-  X(CONFIG_INVALID, "config_invalid", "the configuration is invalid")                 \
-  X(TICKET_EXPIRED, "ticket_expired", "the ticket has expired")                       \
-  X(TICKET_REPLAYED, "ticket_replayed", "the ticket's job id was already seen")       \
-  X(WRONG_DEVICE, "wrong_device", "the ticket is for another device, user or session") \
-  X(SPAWN_FAILED, "spawn_failed", "the job could not be started")                     \
-  X(JOB_USER_MISSING, "job_user_missing", "the job user account does not exist")      \
-  X(NO_ELIGIBLE_DEVICE, "no_eligible_device", "no device can run this job")           \
-  X(CANCELLED, "cancelled", "the job was cancelled")                                  \
-  X(AGENT_RESTARTED, "agent_restarted", "the agent restarted while the job ran")      \
-  X(DEVICE_LOST, "device_lost", "the device did not come back before the deadline")   \
-  X(PLATFORM_MISMATCH, "platform_mismatch", "the package does not support this platform") \
-  X(USAGE, "usage", "bad usage")                                                      \
-  X(PROTOCOL, "protocol_error", "protocol error")                                     \
-  X(CRYPTO, "crypto_failed", "cryptographic operation failed")                        \
-  X(LIMIT, "limit_exceeded", "input exceeds a limit")                                 \
+#define CORDON_ERR_MAP(X)                                                                          \
+  X(SANDBOX_UNAVAILABLE, "sandbox_unavailable", "the required sandbox level is not available")     \
+  X(CAPABILITY_DENIED, "capability_denied",                                                        \
+    "the package asks for more than the device owner allows")                                      \
+  X(SCOPE_TOO_BROAD, "scope_too_broad", "a filesystem grant is too broad")                         \
+  X(SIGNATURE_INVALID, "signature_invalid", "signature verification failed")                       \
+  X(UNKNOWN_KEY, "unknown_key", "signed by a key that is not trusted")                             \
+  X(PACKAGE_CORRUPT, "package_corrupt", "the package is corrupt")                                  \
+  X(PACKAGE_TOO_LARGE, "package_too_large", "the package exceeds a size limit")                    \
+  X(MANIFEST_INVALID, "manifest_invalid", "the manifest is invalid")                               \
+  X(CONFIG_INVALID, "config_invalid", "the configuration is invalid")                              \
+  X(TICKET_EXPIRED, "ticket_expired", "the ticket has expired")                                    \
+  X(TICKET_REPLAYED, "ticket_replayed", "the ticket's job id was already seen")                    \
+  X(WRONG_DEVICE, "wrong_device", "the ticket is for another device, user or session")             \
+  X(SPAWN_FAILED, "spawn_failed", "the job could not be started")                                  \
+  X(JOB_USER_MISSING, "job_user_missing", "the job user account does not exist")                   \
+  X(NO_ELIGIBLE_DEVICE, "no_eligible_device", "no device can run this job")                        \
+  X(CANCELLED, "cancelled", "the job was cancelled")                                               \
+  X(AGENT_RESTARTED, "agent_restarted", "the agent restarted while the job ran")                   \
+  X(DEVICE_LOST, "device_lost", "the device did not come back before the deadline")                \
+  X(PLATFORM_MISMATCH, "platform_mismatch", "the package does not support this platform")          \
+  X(USAGE, "usage", "bad usage")                                                                   \
+  X(PROTOCOL, "protocol_error", "protocol error")                                                  \
+  X(CRYPTO, "crypto_failed", "cryptographic operation failed")                                     \
+  X(LIMIT, "limit_exceeded", "input exceeds a limit")                                              \
   X(INTERNAL, "internal_error", "internal error")
 
 enum cordon_err {
@@ -44,7 +45,7 @@ enum cordon_err {
 #define CORDON_ERR_ENUM_(name, str, msg) CORDON_E_##name,
   CORDON_ERR_MAP(CORDON_ERR_ENUM_)
 #undef CORDON_ERR_ENUM_
-  CORDON_E_END_
+      CORDON_E_END_
 };
 
 /* Stable code string for err ("io_error" for a negated errno). */

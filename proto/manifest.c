@@ -421,8 +421,7 @@ out_put:
   return r;
 }
 
-int manifest_load_file(const char *path, struct manifest **out_manifest,
-                       struct cordon_diag *diag) {
+int manifest_load_file(const char *path, struct manifest **out_manifest, struct cordon_diag *diag) {
   /* O_NONBLOCK: a FIFO must be refused, not waited on */
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0)

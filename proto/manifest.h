@@ -55,9 +55,9 @@ enum manifest_grant_base {
 };
 
 struct manifest_grant {
-  char *path;    /* as written */
+  char *path; /* as written */
   enum manifest_grant_base base;
-  char *rel;     /* path below the base, without leading '/'; "" for the base itself */
+  char *rel; /* path below the base, without leading '/'; "" for the base itself */
   bool rw;
 };
 
@@ -93,8 +93,7 @@ int manifest_parse(const char *json, size_t len, struct manifest **out_manifest,
 
 /* Read and parse a manifest file (refuses files over MANIFEST_MAX_BYTES
  * before reading them). Errors as manifest_parse, or a negated errno. */
-int manifest_load_file(const char *path, struct manifest **out_manifest,
-                       struct cordon_diag *diag);
+int manifest_load_file(const char *path, struct manifest **out_manifest, struct cordon_diag *diag);
 
 /* The entry argv for one platform (MANIFEST_PLATFORM_* bit), or NULL. */
 const struct manifest_argv *manifest_entry_for(const struct manifest *m, unsigned platform);

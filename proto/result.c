@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const limit_names[] = {"none", "cgroup", "rlimit", "job",
+static const char *const limit_names[] = {"none",  "cgroup",        "rlimit", "job",
                                           "tmpfs", "pid-namespace", "pgroup"};
 
 const char *limit_mech_name(enum limit_mech m) {
@@ -121,21 +121,27 @@ json_t *job_result_to_json(const struct job_result *r) {
     goto out_fail;
   int e = 0;
   e |= json_object_set_new(o, "job_id", json_string(r->job_id));
-  e |= json_object_set_new(o, "device_id", r->device_id[0] ? json_string(r->device_id) : json_null());
-  e |= json_object_set_new(o, "exit_code", r->ran && r->exited ? json_integer(r->exit_code) : json_null());
-  e |= json_object_set_new(o, "signal", r->ran && !r->exited ? json_integer(r->signal) : json_null());
+  e |= json_object_set_new(o, "device_id",
+                           r->device_id[0] ? json_string(r->device_id) : json_null());
+  e |= json_object_set_new(o, "exit_code",
+                           r->ran && r->exited ? json_integer(r->exit_code) : json_null());
+  e |= json_object_set_new(o, "signal",
+                           r->ran && !r->exited ? json_integer(r->signal) : json_null());
   e |= put_output(o, "stdout", &r->out);
   e |= put_output(o, "stderr", &r->err);
   e |= json_object_set_new(o, "stdout_truncated", json_boolean(r->out.truncated));
   e |= json_object_set_new(o, "stderr_truncated", json_boolean(r->err.truncated));
   e |= json_object_set_new(o, "wall_ms", json_integer((json_int_t)r->wall_ms));
   e |= json_object_set_new(o, "timed_out", json_boolean(r->timed_out));
-  e |= json_object_set_new(o, "oom_killed", r->oom_killed < 0 ? json_null() : json_boolean(r->oom_killed));
+  e |= json_object_set_new(o, "oom_killed",
+                           r->oom_killed < 0 ? json_null() : json_boolean(r->oom_killed));
   e |= json_object_set_new(o, "orphans_killed", json_integer(r->orphans_killed));
 
   e |= json_object_set_new(sb, "requested", json_string(sandbox_level_name(r->requested)));
-  e |= json_object_set_new(sb, "level", r->level_known ? json_string(sandbox_level_name(r->level)) : json_null());
-  e |= json_object_set_new(sb, "mechanism", r->mechanism[0] ? json_string(r->mechanism) : json_null());
+  e |= json_object_set_new(
+      sb, "level", r->level_known ? json_string(sandbox_level_name(r->level)) : json_null());
+  e |= json_object_set_new(sb, "mechanism",
+                           r->mechanism[0] ? json_string(r->mechanism) : json_null());
   e |= json_object_set_new(sb, "downgrade_reason",
                            r->downgrade_reason ? json_string(r->downgrade_reason) : json_null());
   e |= json_object_set_new(lim, "memory", json_string(limit_mech_name(r->lim_memory)));
@@ -152,8 +158,9 @@ json_t *job_result_to_json(const struct job_result *r) {
     if (!err)
       goto out_fail;
     e |= json_object_set_new(err, "code", json_string(cordon_err_name(r->error)));
-    e |= json_object_set_new(err, "message", json_string(r->error_message[0] ? r->error_message
-                                                                            : cordon_err_message(r->error)));
+    e |= json_object_set_new(
+        err, "message",
+        json_string(r->error_message[0] ? r->error_message : cordon_err_message(r->error)));
     e |= json_object_set_new(o, "error", err);
   } else {
     e |= json_object_set_new(o, "error", json_null());

@@ -35,23 +35,23 @@ struct result_buf {
 struct job_result {
   char job_id[33];
   char device_id[65];
-  bool ran;          /* false when refused: exit/signal are null */
-  bool exited;       /* exit_code valid */
+  bool ran;    /* false when refused: exit/signal are null */
+  bool exited; /* exit_code valid */
   int exit_code;
-  int signal;        /* valid when ran && !exited */
+  int signal; /* valid when ran && !exited */
   struct result_buf out, err;
   uint64_t wall_ms;
   bool timed_out;
-  int oom_killed;    /* 1, 0, or -1 when the mechanism cannot tell */
+  int oom_killed; /* 1, 0, or -1 when the mechanism cannot tell */
   unsigned orphans_killed;
   enum sandbox_level requested;
   enum sandbox_level level;
-  bool level_known;  /* false when refused before a level was chosen */
+  bool level_known; /* false when refused before a level was chosen */
   char mechanism[96];
   const char *downgrade_reason; /* static string, reason_store, or NULL */
   char reason_store[64];        /* a received reason (result_from_msg) */
   enum limit_mech lim_memory, lim_processes, lim_cpu, lim_time, lim_disk;
-  int error;         /* 0 or a CORDON_E_* code */
+  int error; /* 0 or a CORDON_E_* code */
   char error_message[512];
 };
 

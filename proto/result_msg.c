@@ -40,9 +40,10 @@ void result_to_msg(const struct job_result *r, const uint8_t job_id[MSG_ID_LEN],
   m->sandbox.has_level = r->level_known;
   m->sandbox.level = (enum msg_level)r->level;
   m->sandbox.mechanism = r->mechanism[0] ? (char *)r->mechanism : NULL;
-  m->sandbox.downgrade_reason = r->level_known && r->level != SANDBOX_LEVEL_ISOLATED
-                                    ? (char *)(r->downgrade_reason ? r->downgrade_reason : "unknown")
-                                    : NULL;
+  m->sandbox.downgrade_reason =
+      r->level_known && r->level != SANDBOX_LEVEL_ISOLATED
+          ? (char *)(r->downgrade_reason ? r->downgrade_reason : "unknown")
+          : NULL;
   m->sandbox.limits.memory = to_enforce(r->lim_memory);
   m->sandbox.limits.processes = to_enforce(r->lim_processes);
   m->sandbox.limits.cpu = to_enforce(r->lim_cpu);
@@ -51,8 +52,8 @@ void result_to_msg(const struct job_result *r, const uint8_t job_id[MSG_ID_LEN],
   if (r->error || !(m->has_exit_code || m->has_signal)) {
     m->has_error = true;
     m->error.code = (char *)cordon_err_name(r->error ? r->error : CORDON_E_INTERNAL);
-    m->error.message = (char *)(r->error_message[0] ? r->error_message
-                                                    : cordon_err_message(r->error));
+    m->error.message =
+        (char *)(r->error_message[0] ? r->error_message : cordon_err_message(r->error));
   }
 }
 

@@ -23,7 +23,8 @@ int admin_call(const char *state_dir, json_t *req, json_t **out_reply, struct co
   if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
     int e = errno;
     close(fd);
-    return cordon_diag_set(diag, -e, "the daemon is not running (%s: %s); start `cordon-server run`",
+    return cordon_diag_set(diag, -e,
+                           "the daemon is not running (%s: %s); start `cordon-server run`",
                            addr.sun_path, strerror(e));
   }
   char *text = json_dumps(req, JSON_COMPACT);

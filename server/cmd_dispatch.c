@@ -105,7 +105,7 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
       }
     } else {
       rc = server_cli_failf(st && strcmp(st, "expired") == 0 ? CORDON_E_DEVICE_LOST
-                                                              : CORDON_E_CANCELLED,
+                                                             : CORDON_E_CANCELLED,
                             "job %s ended %s without a result",
                             json_string_value(json_object_get(job, "id")), st ? st : "?");
     }

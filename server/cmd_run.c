@@ -45,8 +45,7 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       grace = strtol(optarg, &end, 10);
       if (*end || grace < 1 || grace > 86400)
         return server_cli_failf(CORDON_E_USAGE, "--job-grace: seconds in 1..86400");
-    }
-    else if (c == 's')
+    } else if (c == 's')
       state = optarg;
     else
       return server_cli_failf(CORDON_E_USAGE,

@@ -3,8 +3,8 @@
 #include <errno.h>
 #include <jansson.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,8 +168,7 @@ static void handle_pair_proof(struct session *s, struct msg_pair_proof *p) {
   if (server_db_user_get(d->db, user_id, &user, NULL) < 0)
     snprintf(user.name, sizeof(user.name), "?");
   struct msg m = {.type = MSG_PAIR_DONE};
-  sodium_hex2bin(m.pair_done.device_id, MSG_ID_LEN, device_id, strlen(device_id), NULL, NULL,
-                 NULL);
+  sodium_hex2bin(m.pair_done.device_id, MSG_ID_LEN, device_id, strlen(device_id), NULL, NULL, NULL);
   m.pair_done.user = user.name;
   m.pair_done.name = s->pair_name;
   m.pair_done.platform = s->pair_platform;
@@ -178,8 +177,8 @@ static void handle_pair_proof(struct session *s, struct msg_pair_proof *p) {
   m.pair_done.n_publisher_keys = 1;
   char sas[PAIRING_SAS_LEN];
   pairing_sas(hh, sas);
-  daemon_log("paired device %s (%s) for user %s; authentication string %s", device_id,
-             s->pair_name, user.name, sas);
+  daemon_log("paired device %s (%s) for user %s; authentication string %s", device_id, s->pair_name,
+             user.name, sas);
   (void)session_send(s, &m);
   s->state = SESSION_DONE;
 }

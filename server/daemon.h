@@ -8,7 +8,7 @@
 
 #define SERVER_ADMIN_SOCKET "admin.sock"
 #define SERVER_PING_MS 15000u
-#define SERVER_PAIR_RATE_MAX 10      /* pairing connections per address ... */
+#define SERVER_PAIR_RATE_MAX 10          /* pairing connections per address ... */
 #define SERVER_PAIR_RATE_WINDOW_MS 60000 /* ... per minute */
 
 struct daemon_options {

@@ -224,8 +224,8 @@ static int choose_device(struct daemon *d, int64_t user_id, const char *want,
     }
   }
   if (want && !named) /* another user's device is never named back */
-    json_array_append_new(reasons, json_pack("{s:s, s:s}", "device", want, "reason",
-                                             "no such device for this user"));
+    json_array_append_new(
+        reasons, json_pack("{s:s, s:s}", "device", want, "reason", "no such device for this user"));
   server_db_device_list_release(&list);
   return found ? 0 : CORDON_E_NO_ELIGIBLE_DEVICE;
 }
@@ -250,7 +250,8 @@ static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req
     const char *s = json_string_value(json_array_get(args, i));
     if (!s || strlen(s) > MSG_ARG_MAX) {
       free(argv);
-      admin_reply(a, admin_error(CORDON_E_USAGE, "arguments must be strings of at most 4096 bytes"));
+      admin_reply(a,
+                  admin_error(CORDON_E_USAGE, "arguments must be strings of at most 4096 bytes"));
       return;
     }
     argv[i] = (char *)s;
@@ -431,10 +432,9 @@ static void on_result(struct session *s, struct msg_result *mr) {
   bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
   enum server_db_job_state after;
   struct cordon_diag diag = {{0}};
-  rc = text ? server_db_job_record_result(d->db, id, s->device_id,
-                                          ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
-                                          r.error ? cordon_err_name(r.error) : NULL, text, &after,
-                                          &diag)
+  rc = text ? server_db_job_record_result(
+                  d->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
+                  r.error ? cordon_err_name(r.error) : NULL, text, &after, &diag)
             : -ENOMEM;
   free(text);
   job_result_release(&r);

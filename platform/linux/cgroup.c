@@ -116,7 +116,8 @@ static int open_procs(const char *dir) {
   return open(path, O_WRONLY | O_CLOEXEC);
 }
 
-static int try_v2(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes, unsigned max_pids) {
+static int try_v2(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
+                  unsigned max_pids) {
   const char *mnt = v2_mount();
   char own[2048], parent[4096], ctl[512];
   if (!mnt || own_cgroup(NULL, own, sizeof(own)) < 0)
@@ -181,7 +182,8 @@ int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_by
   char mem[32], pids[32];
   snprintf(mem, sizeof(mem), "%" PRIu64, mem_bytes);
   snprintf(pids, sizeof(pids), "%u", max_pids);
-  cg->mem_dir = try_v1("memory", job_id, "memory.limit_in_bytes", mem, "memory.memsw.limit_in_bytes", mem);
+  cg->mem_dir =
+      try_v1("memory", job_id, "memory.limit_in_bytes", mem, "memory.memsw.limit_in_bytes", mem);
   cg->pids_dir = try_v1("pids", job_id, "pids.max", pids, NULL, NULL);
   int n = 0;
   if (cg->mem_dir && (cg->procs_fd[n] = open_procs(cg->mem_dir)) >= 0)

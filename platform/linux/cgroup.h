@@ -14,10 +14,10 @@
 #include <stdint.h>
 
 struct cgroup_job {
-  int version;        /* 0 none, 1, 2 */
-  char *mem_dir;      /* NULL when memory is not limited by a cgroup */
-  char *pids_dir;     /* NULL when pids are not limited by a cgroup */
-  int procs_fd[2];    /* cgroup.procs of each created dir, O_WRONLY|O_CLOEXEC, or -1 */
+  int version;     /* 0 none, 1, 2 */
+  char *mem_dir;   /* NULL when memory is not limited by a cgroup */
+  char *pids_dir;  /* NULL when pids are not limited by a cgroup */
+  int procs_fd[2]; /* cgroup.procs of each created dir, O_WRONLY|O_CLOEXEC, or -1 */
 };
 
 void cgroup_job_init(struct cgroup_job *cg);

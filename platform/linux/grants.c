@@ -16,22 +16,55 @@
 /* Credentials and secrets, relative to the job user's home: never granted,
  * blinded wherever a grant would show them. docs/SECURITY.md has the list. */
 static const char *const forbidden_home[] = {
-    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config/gh", ".netrc", ".pypirc",
-    ".npmrc", ".git-credentials", ".config/git/credentials", ".mozilla", ".thunderbird",
-    ".config/google-chrome", ".config/chromium", ".config/BraveSoftware",
-    ".config/microsoft-edge", ".password-store", ".local/share/keyrings", ".config/cordon",
-    ".local/state/cordon-agent", ".pki",
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".config/gh",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".mozilla",
+    ".thunderbird",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    ".password-store",
+    ".local/share/keyrings",
+    ".config/cordon",
+    ".local/state/cordon-agent",
+    ".pki",
 };
 static const char *const forbidden_abs[] = {
-    "/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/ssl/private",
-    "/etc/security/opasswd", "/var/lib/cordon-agent", "/var/lib/cordon-server", "/root",
+    "/etc/shadow",           "/etc/gshadow",           "/etc/shadow-",
+    "/etc/gshadow-",         "/etc/ssl/private",       "/etc/security/opasswd",
+    "/var/lib/cordon-agent", "/var/lib/cordon-server", "/root",
 };
 /* Places where written code later runs outside the sandbox. A writable
  * grant that contains one of these (existing or not) is too broad. */
 static const char *const write_forbidden_home[] = {
-    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
-    ".zprofile", ".zlogin", ".xprofile", ".xsessionrc", ".pam_environment", ".config/autostart",
-    ".config/systemd", ".config/environment.d", ".config/fish", ".local/share/applications",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".xprofile",
+    ".xsessionrc",
+    ".pam_environment",
+    ".config/autostart",
+    ".config/systemd",
+    ".config/environment.d",
+    ".config/fish",
+    ".local/share/applications",
     ".local/bin",
 };
 /* Inside a writable grant, at its top or one level down: made read-only. */
@@ -289,7 +322,8 @@ static int check_forbidden_below(struct grant_set *gs, const struct manifest_gra
       continue;
     if (g->rw)
       return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD,
-                             "writable grant %s contains the forbidden path %s", g->path, f[i].real);
+                             "writable grant %s contains the forbidden path %s", g->path,
+                             f[i].real);
     const char *rel = below(f[i].real, greal);
     if (!rel)
       return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
@@ -314,9 +348,9 @@ static int check_write_forbidden(struct grant_set *gs, const struct manifest_gra
     if (pathf(p, sizeof(p), "%s/%s", home_real, write_forbidden_home[i]) < 0)
       continue;
     if (strcmp(p, greal) == 0 || below(p, greal))
-      return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD,
-                             "writable grant %s contains %s, where written code runs outside the sandbox",
-                             g->path, p);
+      return cordon_diag_set(
+          diag, CORDON_E_SCOPE_TOO_BROAD,
+          "writable grant %s contains %s, where written code runs outside the sandbox", g->path, p);
   }
   struct stat st;
   if (fstat(gfd, &st) < 0 || !S_ISDIR(st.st_mode))
@@ -437,7 +471,8 @@ int grants_resolve(const struct sandbox_policy *policy, const struct grant_user 
     }
     int gfd = open_as(user, hostpath, O_PATH | O_CLOEXEC);
     if (gfd < 0) {
-      r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED, "grant %s: %s", g->path, strerror(errno));
+      r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED, "grant %s: %s", g->path,
+                          strerror(errno));
       goto out;
     }
     r = add_mount(&gs, g->rw ? BWRAP_MOUNT_RW_FD : BWRAP_MOUNT_RO_FD, gfd, hostpath);
@@ -459,7 +494,8 @@ int grants_resolve(const struct sandbox_policy *policy, const struct grant_user 
                           g->path, greal);
     } else if (ancestor_match(gfd, false, roots, nroots) < 0) {
       r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
-                          "grant %s (%s) is not under any of the owner's grant roots", g->path, greal);
+                          "grant %s (%s) is not under any of the owner's grant roots", g->path,
+                          greal);
     } else {
       for (size_t k = 0; k < nf && r == 0; k++) {
         if (ancestor_match(gfd, false, &f[k].id, 1) >= 0)

@@ -20,20 +20,20 @@ struct launch_rlimit {
 };
 
 struct launch_spec {
-  const char *path;   /* executed as is, never searched in PATH */
+  const char *path; /* executed as is, never searched in PATH */
   char *const *argv;
   char *const *envp;
   int stdout_fd, stderr_fd; /* become 1 and 2; stdin is /dev/null */
-  const int *keep_fds; /* inherited under the same numbers; all others close */
+  const int *keep_fds;      /* inherited under the same numbers; all others close */
   size_t n_keep;
   const int *cgroup_procs_fds; /* the child writes its pid to each */
   size_t n_cgroup;
   const struct launch_rlimit *rlimits;
   size_t n_rlimits;
-  bool drop_uid;  /* setgroups({gid}), setresgid, setresuid */
+  bool drop_uid; /* setgroups({gid}), setresgid, setresuid */
   uid_t uid;
   gid_t gid;
-  const char *cwd; /* NULL: unchanged */
+  const char *cwd;                  /* NULL: unchanged */
   const struct sock_fprog *seccomp; /* NULL, or loaded just before exec */
 };
 

@@ -209,12 +209,37 @@ int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
       out[strcspn(out, "\n")] = '\0';
       snprintf(p->bwrap_version, sizeof(p->bwrap_version), "%.60s", out);
     }
-    char *trial[] = {p->bwrap_path, "--unshare-user", "--unshare-ipc", "--unshare-pid",
-                     "--unshare-net", "--unshare-uts", "--unshare-cgroup", "--disable-userns",
-                     "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind",
-                     "/usr", "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib",
-                     "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc", "--dev",
-                     "/dev", "--", "/usr/bin/true", NULL};
+    char *trial[] = {p->bwrap_path,
+                     "--unshare-user",
+                     "--unshare-ipc",
+                     "--unshare-pid",
+                     "--unshare-net",
+                     "--unshare-uts",
+                     "--unshare-cgroup",
+                     "--disable-userns",
+                     "--die-with-parent",
+                     "--new-session",
+                     "--cap-drop",
+                     "ALL",
+                     "--ro-bind",
+                     "/usr",
+                     "/usr",
+                     "--symlink",
+                     "usr/bin",
+                     "/bin",
+                     "--symlink",
+                     "usr/lib",
+                     "/lib",
+                     "--symlink",
+                     "usr/lib64",
+                     "/lib64",
+                     "--proc",
+                     "/proc",
+                     "--dev",
+                     "/dev",
+                     "--",
+                     "/usr/bin/true",
+                     NULL};
     char err[256];
     int wst = run_capture(p, trial, err, sizeof(err), 10000);
     p->bwrap_tried = true;
@@ -266,7 +291,8 @@ json_t *sandbox_probe_json(const struct sandbox_probe *p) {
   json_t *b = json_object();
   json_object_set_new(b, "path", json_string(p->bwrap_path));
   json_object_set_new(b, "present", json_boolean(p->bwrap_exists));
-  json_object_set_new(b, "version", p->bwrap_version[0] ? json_string(p->bwrap_version) : json_null());
+  json_object_set_new(b, "version",
+                      p->bwrap_version[0] ? json_string(p->bwrap_version) : json_null());
   json_object_set_new(b, "trial", p->bwrap_tried ? json_boolean(p->bwrap_works) : json_null());
   json_object_set_new(b, "error", p->bwrap_error[0] ? json_string(p->bwrap_error) : json_null());
   json_object_set_new(o, "bwrap", b);
@@ -297,7 +323,8 @@ json_t *sandbox_probe_json(const struct sandbox_probe *p) {
 static const struct bwrap_base *host_base(size_t *out_n) {
   static struct bwrap_base base[8];
   static char targets[8][64];
-  static const char *const dirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"};
+  static const char *const dirs[] = {"/usr",   "/bin",   "/sbin",   "/lib",
+                                     "/lib32", "/lib64", "/libx32", "/etc"};
   size_t n = 0;
   for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
     struct stat st;
@@ -333,8 +360,7 @@ int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_p
   result->requested = m->min_sandbox;
   const struct manifest_argv *entry = manifest_entry_for(m, MANIFEST_PLATFORM_LINUX);
   if (!entry)
-    return job_result_fail(result, CORDON_E_PLATFORM_MISMATCH,
-                           "the package does not run on linux");
+    return job_result_fail(result, CORDON_E_PLATFORM_MISMATCH, "the package does not run on linux");
   if (!probe->user_ok)
     return job_result_fail(result, CORDON_E_JOB_USER_MISSING, "%s", probe->user_error);
   if (m->net && !policy->net_allowed)
@@ -347,12 +373,11 @@ int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_p
     result->level = level;
     result->level_known = true;
     result->downgrade_reason = reason;
-    return job_result_fail(result, CORDON_E_SANDBOX_UNAVAILABLE,
-                           "this device can give '%s' (%s); the %s requires '%s'",
-                           sandbox_level_name(level), reason ? reason : "no reason",
-                           level < m->min_sandbox ? "package" : "device owner",
-                           sandbox_level_name(level < m->min_sandbox ? m->min_sandbox
-                                                                     : policy->lowest_level));
+    return job_result_fail(
+        result, CORDON_E_SANDBOX_UNAVAILABLE,
+        "this device can give '%s' (%s); the %s requires '%s'", sandbox_level_name(level),
+        reason ? reason : "no reason", level < m->min_sandbox ? "package" : "device owner",
+        sandbox_level_name(level < m->min_sandbox ? m->min_sandbox : policy->lowest_level));
   }
 
   struct sandbox_plan *plan = calloc(1, sizeof(*plan));
@@ -370,8 +395,8 @@ int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_p
   strv_init(&plan->envp);
 
   /* Grants are checked at every level: too broad is refused on every OS. */
-  struct grant_user gu = {.home = probe->home, .switch_fsuid = probe->is_root,
-                          .uid = probe->uid, .gid = probe->gid};
+  struct grant_user gu = {
+      .home = probe->home, .switch_fsuid = probe->is_root, .uid = probe->uid, .gid = probe->gid};
   struct cordon_diag diag = {{0}};
   int r = grants_resolve(policy, &gu, m, &plan->grants, &diag);
   if (r < 0) {
@@ -473,9 +498,8 @@ static void set_limits(const struct sandbox_plan *plan, bool mem_cg, bool pids_c
   res->lim_cpu = LIMIT_MECH_RLIMIT;
   res->lim_time = iso ? LIMIT_MECH_PID_NAMESPACE : pids_cg ? LIMIT_MECH_CGROUP : LIMIT_MECH_PGROUP;
   res->lim_disk = iso ? LIMIT_MECH_TMPFS : LIMIT_MECH_NONE;
-  snprintf(res->mechanism, sizeof(res->mechanism), "%sseccomp%s+rlimit%s",
-           iso ? "bwrap+" : "", (mem_cg || pids_cg) ? "+cgroup" : "",
-           (!iso && !pids_cg) ? "+pgroup" : "");
+  snprintf(res->mechanism, sizeof(res->mechanism), "%sseccomp%s+rlimit%s", iso ? "bwrap+" : "",
+           (mem_cg || pids_cg) ? "+cgroup" : "", (!iso && !pids_cg) ? "+pgroup" : "");
 }
 
 json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
@@ -485,7 +509,8 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
   set_limits(plan, plan->expect_cgroup, plan->expect_cgroup, &tmp);
   json_t *o = json_object();
   json_object_set_new(o, "level", json_string(sandbox_level_name(plan->level)));
-  json_object_set_new(o, "downgrade_reason", plan->reason ? json_string(plan->reason) : json_null());
+  json_object_set_new(o, "downgrade_reason",
+                      plan->reason ? json_string(plan->reason) : json_null());
   json_object_set_new(o, "requested", json_string(sandbox_level_name(m->min_sandbox)));
   json_object_set_new(o, "mechanism", json_string(tmp.mechanism));
   json_t *argv = json_array();
@@ -591,8 +616,8 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
 
   /* bwrap's own two processes count against the process limit too */
   unsigned nproc = m->processes + (iso ? 2 : 0);
-  if (probe->is_root && cgroup_job_create(&cg, plan->job->job_id, (uint64_t)m->memory_mb << 20,
-                                          nproc) < 0)
+  if (probe->is_root &&
+      cgroup_job_create(&cg, plan->job->job_id, (uint64_t)m->memory_mb << 20, nproc) < 0)
     return -ENOMEM;
   set_limits(plan, cg.mem_dir != NULL, cg.pids_dir != NULL, res);
 
@@ -601,8 +626,8 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   rl[nrl++] = (struct launch_rlimit){RLIMIT_CPU, {m->cpu_s, m->cpu_s + 1}};
   rl[nrl++] = (struct launch_rlimit){RLIMIT_CORE, {0, 0}};
   rl[nrl++] = (struct launch_rlimit){RLIMIT_NOFILE, {1024, 1024}};
-  rl[nrl++] = (struct launch_rlimit){RLIMIT_FSIZE,
-                                     {(rlim_t)m->disk_mb << 20, (rlim_t)m->disk_mb << 20}};
+  rl[nrl++] =
+      (struct launch_rlimit){RLIMIT_FSIZE, {(rlim_t)m->disk_mb << 20, (rlim_t)m->disk_mb << 20}};
   if (!cg.mem_dir) {
     /* address space, not resident memory: the honest rlimit substitute */
     rlim_t as = ((rlim_t)m->memory_mb << 20) + (iso ? (64u << 20) : 0);
@@ -672,8 +697,7 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   close(err_p[1]);
   out_p[1] = err_p[1] = -1;
   if (r < 0) {
-    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "cannot start %s: %s", spec.path,
-                        strerror(-r));
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "cannot start %s: %s", spec.path, strerror(-r));
     goto out;
   }
   res->ran = true;

@@ -22,24 +22,69 @@
 /* Denied outright with EPERM: kernel-level escapes and attack surface a
  * job has no business with. docs/SECURITY.md lists the same table. */
 static const char *const denied_eperm[] = {
-    "ptrace", "process_vm_readv", "process_vm_writev", "kexec_load", "kexec_file_load",
-    "init_module", "finit_module", "delete_module", "mount", "umount2", "fsopen", "fsconfig",
-    "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr", "pivot_root", "chroot",
-    "unshare", "setns", "bpf", "userfaultfd", "perf_event_open", "keyctl", "add_key",
-    "request_key", "io_uring_setup", "io_uring_enter", "io_uring_register", "pidfd_getfd",
-    "open_by_handle_at", "name_to_handle_at", "acct", "swapon", "swapoff", "reboot", "syslog",
-    "quotactl", "lookup_dcookie", "vhangup", "iopl", "ioperm", "settimeofday", "clock_settime",
-    "clock_adjtime", "adjtimex", "personality", "uselib", "nfsservctl", "kcmp",
-    "fanotify_init", "sethostname", "setdomainname",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "mount",
+    "umount2",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "move_mount",
+    "open_tree",
+    "mount_setattr",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "bpf",
+    "userfaultfd",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "pidfd_getfd",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "acct",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "syslog",
+    "quotactl",
+    "lookup_dcookie",
+    "vhangup",
+    "iopl",
+    "ioperm",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "personality",
+    "uselib",
+    "nfsservctl",
+    "kcmp",
+    "fanotify_init",
+    "sethostname",
+    "setdomainname",
 };
 
 static const struct {
   unsigned long flag;
   const char *name;
 } ns_flags[] = {
-    {CLONE_NEWUSER, "CLONE_NEWUSER"}, {CLONE_NEWNS, "CLONE_NEWNS"},
-    {CLONE_NEWPID, "CLONE_NEWPID"},   {CLONE_NEWNET, "CLONE_NEWNET"},
-    {CLONE_NEWUTS, "CLONE_NEWUTS"},   {CLONE_NEWIPC, "CLONE_NEWIPC"},
+    {CLONE_NEWUSER, "CLONE_NEWUSER"},     {CLONE_NEWNS, "CLONE_NEWNS"},
+    {CLONE_NEWPID, "CLONE_NEWPID"},       {CLONE_NEWNET, "CLONE_NEWNET"},
+    {CLONE_NEWUTS, "CLONE_NEWUTS"},       {CLONE_NEWIPC, "CLONE_NEWIPC"},
     {CLONE_NEWCGROUP, "CLONE_NEWCGROUP"}, {CLONE_NEWTIME, "CLONE_NEWTIME"},
 };
 
@@ -76,8 +121,7 @@ static int build(bool net, scmp_filter_ctx *out_ctx) {
     if (r == 0)
       r = rule_arg(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 0, SCMP_CMP_NE, AF_UNIX, 0);
     if (r == 0)
-      r = rule_arg(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 0, SCMP_CMP_NE, AF_UNIX,
-                   0);
+      r = rule_arg(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 0, SCMP_CMP_NE, AF_UNIX, 0);
   }
   if (r < 0) {
     seccomp_release(ctx);
@@ -100,7 +144,8 @@ int seccomp_job_filter_fd(bool net) {
   r = seccomp_export_bpf(ctx, fd);
   if (r == 0 && lseek(fd, 0, SEEK_SET) < 0)
     r = -errno;
-  if (r == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0)
+  if (r == 0 &&
+      fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0)
     r = -errno;
   if (r < 0) {
     close(fd);

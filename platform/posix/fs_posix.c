@@ -154,7 +154,8 @@ static int copy_dir(int sfd, int dfd, int depth, struct copy_state *cs) {
     } else if (S_ISDIR(st.st_mode) && st.st_dev == cs->dst_dev && st.st_ino == cs->dst_ino) {
       r = cordon_diag_set(cs->diag, CORDON_E_USAGE,
                           "%s: the source contains the staging directory (is the agent's "
-                          "config directory inside the package?)", cs->path);
+                          "config directory inside the package?)",
+                          cs->path);
     } else if (S_ISDIR(st.st_mode)) {
       if (mkdirat(dfd, de->d_name, 0755) < 0) {
         r = cordon_diag_set(cs->diag, -errno, "%s: %s", cs->path, strerror(errno));

@@ -27,12 +27,12 @@
 #define JOB_USER "cordon-job"
 
 struct env {
-  bool as_user;      /* agent runs as TEST_USER */
-  char root[256];    /* temp dir for this test */
-  char config[300];  /* agent --config */
-  char pkg[300];     /* package source dir */
-  char home[256];    /* home of whoever runs the job */
-  uid_t owner_uid;   /* who owns files the agent must write */
+  bool as_user;     /* agent runs as TEST_USER */
+  char root[256];   /* temp dir for this test */
+  char config[300]; /* agent --config */
+  char pkg[300];    /* package source dir */
+  char home[256];   /* home of whoever runs the job */
+  uid_t owner_uid;  /* who owns files the agent must write */
   gid_t owner_gid;
 };
 
@@ -81,8 +81,8 @@ static void setup_env(bool as_user) {
 }
 
 static void teardown_env(void) {
-  xsystem("rm -rf %s %s/.ssh %s/data %s/proj %s/sshlink %s/.config", E.root, E.home, E.home,
-          E.home, E.home, E.home);
+  xsystem("rm -rf %s %s/.ssh %s/data %s/proj %s/sshlink %s/.config", E.root, E.home, E.home, E.home,
+          E.home, E.home);
 }
 
 static void setup_root(void) {
@@ -226,8 +226,12 @@ static void assert_refused(struct run *r, const char *code) {
 /* Each behaviour is a function run twice: agent as root and as a user. */
 #define BOTH(name)                                                                                 \
   static void body_##name(void);                                                                   \
-  Test(sandbox_root, name, .init = setup_root, .fini = teardown_env) { body_##name(); }            \
-  Test(sandbox_user, name, .init = setup_user, .fini = teardown_env) { body_##name(); }            \
+  Test(sandbox_root, name, .init = setup_root, .fini = teardown_env) {                             \
+    body_##name();                                                                                 \
+  }                                                                                                \
+  Test(sandbox_user, name, .init = setup_user, .fini = teardown_env) {                             \
+    body_##name();                                                                                 \
+  }                                                                                                \
   static void body_##name(void)
 
 /* ---- positive cases ---- */
@@ -243,8 +247,10 @@ BOTH(runs_sh_as_the_job_user_with_package_and_workspace) {
   cr_assert_eq(r.status, 0);
   struct passwd *pw = getpwnam(E.as_user ? TEST_USER : JOB_USER);
   char want[256];
-  snprintf(want, sizeof(want), "uid=%u pwd=/cordon/package pkg=/cordon/package "
-           "ws=/cordon/workspace args=a b c\ndata\n", pw->pw_uid);
+  snprintf(want, sizeof(want),
+           "uid=%u pwd=/cordon/package pkg=/cordon/package "
+           "ws=/cordon/workspace args=a b c\ndata\n",
+           pw->pw_uid);
   cr_assert_str_eq(out_of(&r), want);
   cr_assert_eq(json_integer_value(jget(r.res, "exit_code")), 0);
   json_decref(r.res);
@@ -269,8 +275,9 @@ BOTH(reports_exit_code_and_exit_status_1) {
 }
 
 BOTH(a_read_grant_really_grants_and_a_write_grant_writes) {
-  xsystem("mkdir -p %s/data/in %s/data/out && echo granted > %s/data/in/file && chown -R %s: %s/data",
-          E.home, E.home, E.home, E.as_user ? TEST_USER : JOB_USER, E.home);
+  xsystem(
+      "mkdir -p %s/data/in %s/data/out && echo granted > %s/data/in/file && chown -R %s: %s/data",
+      E.home, E.home, E.home, E.as_user ? TEST_USER : JOB_USER, E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/data/in\",\"access\":\"ro\"},"
           "{\"path\":\"~/data/out\",\"access\":\"rw\"}]}",
           "cat ~/data/in/file; echo written > ~/data/out/new && echo W-OK;"
@@ -301,7 +308,8 @@ static const char *py_connect =
     "exec python3 -c '\n"
     "import socket,sys\n"
     "try:\n"
-    "  s=socket.create_connection((\"127.0.0.1\", int(sys.argv[1])), timeout=3); print(\"CONNECTED\")\n"
+    "  s=socket.create_connection((\"127.0.0.1\", int(sys.argv[1])), timeout=3); "
+    "print(\"CONNECTED\")\n"
     "except Exception as e: print(\"BLOCKED\", type(e).__name__)\n' \"$1\"\n";
 
 BOTH(net_true_reaches_a_loopback_listener) {
@@ -371,9 +379,10 @@ BOTH(a_grant_of_a_symlink_into_ssh_is_refused) {
 }
 
 BOTH(a_symlink_inside_a_grant_does_not_reach_ssh) {
-  xsystem("mkdir -p %s/proj && ln -sfn %s/.ssh/id_ed25519 %s/proj/key && ln -sfn ../.ssh %s/proj/dir"
-          " && chown -R %s: %s/proj",
-          E.home, E.home, E.home, E.home, E.as_user ? TEST_USER : JOB_USER, E.home);
+  xsystem(
+      "mkdir -p %s/proj && ln -sfn %s/.ssh/id_ed25519 %s/proj/key && ln -sfn ../.ssh %s/proj/dir"
+      " && chown -R %s: %s/proj",
+      E.home, E.home, E.home, E.home, E.as_user ? TEST_USER : JOB_USER, E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/proj\",\"access\":\"ro\"}]}",
           "cat ~/proj/key 2>&1; cat ~/proj/dir/id_ed25519 2>&1; echo END\n");
   struct run r = exec_pkg(NULL);
@@ -447,7 +456,9 @@ BOTH(host_unix_sockets_and_dirs_are_not_visible) {
                 "  try:\n"
                 "    c=socket.socket(socket.AF_UNIX); c.connect(addr); print(\"REACHED\", addr)\n"
                 "  except Exception as e: print(\"BLOCKED\")\n"
-                "for d in (\"/run\",\"/var\",\"/home\",\"/root\",\"/tmp/\"+os.path.basename(os.path.dirname(sys.argv[1]))):\n"
+                "for d in "
+                "(\"/run\",\"/var\",\"/home\",\"/root\",\"/tmp/"
+                "\"+os.path.basename(os.path.dirname(sys.argv[1]))):\n"
                 "  print(d, os.path.exists(d))\n' \"$1\"\n");
   const char *args[] = {sp, NULL};
   struct run r = exec_pkg(args);
@@ -506,21 +517,20 @@ BOTH(ptrace_unshare_clone_newuser_mount_are_denied_with_eperm) {
 }
 
 BOTH(a_fork_bomb_hits_the_process_limit) {
-  package("\"limits\":{\"processes\":8}",
-          "exec python3 -c '\n"
-          "import os, time, signal\n"
-          "kids = []\n"
-          "for i in range(200):\n"
-          "  try:\n"
-          "    pid = os.fork()\n"
-          "  except OSError:\n"
-          "    break\n"
-          "  if pid == 0:\n"
-          "    time.sleep(30); os._exit(0)\n"
-          "  kids.append(pid)\n"
-          "print(\"forked\", len(kids))\n"
-          "for k in kids: os.kill(k, signal.SIGKILL)\n"
-          "'\n");
+  package("\"limits\":{\"processes\":8}", "exec python3 -c '\n"
+                                          "import os, time, signal\n"
+                                          "kids = []\n"
+                                          "for i in range(200):\n"
+                                          "  try:\n"
+                                          "    pid = os.fork()\n"
+                                          "  except OSError:\n"
+                                          "    break\n"
+                                          "  if pid == 0:\n"
+                                          "    time.sleep(30); os._exit(0)\n"
+                                          "  kids.append(pid)\n"
+                                          "print(\"forked\", len(kids))\n"
+                                          "for k in kids: os.kill(k, signal.SIGKILL)\n"
+                                          "'\n");
   struct run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   int forked = -1;
@@ -533,7 +543,8 @@ BOTH(a_fork_bomb_hits_the_process_limit) {
 
 BOTH(memory_past_the_limit_is_stopped) {
   package("\"limits\":{\"memory_mb\":64}",
-          "exec python3 -c 'b = bytearray(256 * 1024 * 1024); b[::4096] = b\"x\" * len(b[::4096]); print(\"ALLOCATED\")'\n");
+          "exec python3 -c 'b = bytearray(256 * 1024 * 1024); b[::4096] = b\"x\" * len(b[::4096]); "
+          "print(\"ALLOCATED\")'\n");
   struct run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert(!strstr(out_of(&r), "ALLOCATED"));
@@ -549,7 +560,8 @@ BOTH(memory_past_the_limit_is_stopped) {
 BOTH(tmp_is_capped_at_the_disk_limit) {
   package("\"limits\":{\"disk_mb\":4}",
           "dd if=/dev/zero of=/tmp/fill bs=1M count=16 2>/dev/null; stat -c %s /tmp/fill;"
-          " dd if=/dev/zero of=$WORKSPACE/fill bs=1M count=16 2>/dev/null; stat -c %s $WORKSPACE/fill\n");
+          " dd if=/dev/zero of=$WORKSPACE/fill bs=1M count=16 2>/dev/null; stat -c %s "
+          "$WORKSPACE/fill\n");
   struct run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   long a = 0, b = 0;
@@ -560,7 +572,8 @@ BOTH(tmp_is_capped_at_the_disk_limit) {
 }
 
 BOTH(output_past_the_limit_is_truncated) {
-  package("\"limits\":{\"output_kb\":4}", "head -c 1000000 /dev/zero | tr '\\0' a; echo done >&2\n");
+  package("\"limits\":{\"output_kb\":4}",
+          "head -c 1000000 /dev/zero | tr '\\0' a; echo done >&2\n");
   struct run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert_eq(strlen(out_of(&r)), 4096);
@@ -580,8 +593,8 @@ BOTH(timeout_kills_the_whole_tree_including_setsid_children) {
   char marker[64];
   snprintf(marker, sizeof(marker), "300.%d1", getpid());
   char script[512];
-  snprintf(script, sizeof(script),
-           "setsid sleep %s & (sh -c 'sleep %s' &) ; sleep %s\n", marker, marker, marker);
+  snprintf(script, sizeof(script), "setsid sleep %s & (sh -c 'sleep %s' &) ; sleep %s\n", marker,
+           marker, marker);
   package("\"timeout_s\":1", script);
   struct run r = exec_pkg(NULL);
   cr_assert(r.res, "stderr: %s", r.err);
@@ -630,7 +643,8 @@ BOTH(missing_bwrap_refuses_an_isolated_package) {
 
 BOTH(missing_bwrap_downgrades_to_contained_when_both_sides_allow) {
   agent_config("{\"bwrap_path\": \"/nonexistent/bwrap\", \"lowest_level\": \"contained\"}");
-  package("\"min_sandbox\":\"contained\"", "echo \"uid=$(id -u)\"; echo x > \"$WORKSPACE/f\" && echo WS-OK\n");
+  package("\"min_sandbox\":\"contained\"",
+          "echo \"uid=$(id -u)\"; echo x > \"$WORKSPACE/f\" && echo WS-OK\n");
   struct run r = exec_pkg(NULL);
   cr_assert(r.res, "stderr %s", r.err);
   cr_assert(json_is_null(jget(r.res, "error")), "%s", jstr(r.res, "error.message"));
@@ -664,8 +678,8 @@ BOTH(contained_timeout_kills_setsid_children) {
   char marker[64];
   snprintf(marker, sizeof(marker), "300.%d2", getpid());
   char script[512];
-  snprintf(script, sizeof(script),
-           "setsid sleep %s & (setsid sh -c 'sleep %s' &); sleep %s\n", marker, marker, marker);
+  snprintf(script, sizeof(script), "setsid sleep %s & (setsid sh -c 'sleep %s' &); sleep %s\n",
+           marker, marker, marker);
   char extra[64];
   snprintf(extra, sizeof(extra), "\"min_sandbox\":\"contained\",\"timeout_s\":1");
   package(extra, script);

@@ -110,8 +110,10 @@ static void start_server(void) {
   char log[400];
   snprintf(log, sizeof(log), "%s/server.log", dir);
   (void)!truncate(log, 0);
-  const char *argv[] = {SERVER,      "run", "--state", state, "--job-grace", "1", "--listen",
-                        server_addr[0] ? server_addr : "127.0.0.1:0", NULL};
+  const char *argv[] = {
+      SERVER,        "run", "--state",  state,
+      "--job-grace", "1",   "--listen", server_addr[0] ? server_addr : "127.0.0.1:0",
+      NULL};
   server_pid = spawn_logged(log, argv);
   cr_assert(wait_log(log, "listening on 127.0.0.1:", 5000), "the server did not start");
   FILE *f = fopen(log, "r");
@@ -303,7 +305,8 @@ Test(daemon, a_wrong_code_fails_stores_nothing_and_five_failures_burn_the_code) 
   size_t n = strlen(bad);
   bad[n - 1] = bad[n - 1] == 'a' ? 'b' : 'a'; /* same id, wrong secret */
   for (int i = 0; i < 5; i++) {
-    struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", bad);
+    struct out *o =
+        RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", bad);
     cr_assert_eq(o->status, 1, "attempt %d: %s", i, o->err);
     cr_assert(strstr(o->err, "could not prove"), "%s", o->err);
     free(o);
@@ -342,10 +345,11 @@ Test(daemon, dispatch_wait_prints_the_result_and_job_json_keeps_it) {
   pair("laptop");
   start_agent();
   wait_online();
-  char *pkg = pack("hello", "{\"name\":\"hello\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
-                   "echo \"hi $1\"\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", state, "--",
-                      "there");
+  char *pkg =
+      pack("hello", "{\"name\":\"hello\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "echo \"hi $1\"\n");
+  struct out *o =
+      RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", state, "--", "there");
   cr_assert_eq(o->status, 0, "%s", o->err);
   json_t *r = json_loads(o->out, 0, NULL);
   cr_assert(r, "stdout is the result JSON: %s", o->out);
@@ -400,8 +404,9 @@ Test(daemon, cancel_kills_the_job_and_records_cancelled) {
   pair("laptop");
   start_agent();
   wait_online();
-  char *pkg = pack("slow", "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
-                   "sleep 300.424242\n");
+  char *pkg =
+      pack("slow", "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "sleep 300.424242\n");
   struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
   cr_assert_eq(o->status, 0);
   char id[33];
@@ -422,7 +427,8 @@ Test(daemon, cancel_kills_the_job_and_records_cancelled) {
   }
   cr_assert(job, "the agent's result arrived");
   cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "cancelled");
-  cr_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(job, "result"), "error"), "code")),
+  cr_assert_str_eq(json_string_value(json_object_get(
+                       json_object_get(json_object_get(job, "result"), "error"), "code")),
                    "cancelled");
   json_decref(job);
   cr_assert_neq(system("pgrep -f '^sleep 300.424242' >/dev/null"), 0, "the job's process is gone");
@@ -433,8 +439,9 @@ Test(daemon, an_agent_that_dies_mid_job_reports_agent_restarted) {
   pair("laptop");
   start_agent();
   wait_online();
-  char *pkg = pack("slow", "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
-                   "sleep 300.434343\n");
+  char *pkg =
+      pack("slow", "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "sleep 300.434343\n");
   struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
   char id[33];
   snprintf(id, sizeof(id), "%.32s", o->out);
@@ -448,7 +455,8 @@ Test(daemon, an_agent_that_dies_mid_job_reports_agent_restarted) {
   cr_assert(wait_state(id, "failed", 10000), "state %s", job_state(id, NULL));
   json_t *job;
   job_state(id, &job);
-  cr_assert_str_eq(json_string_value(json_object_get(json_object_get(json_object_get(job, "result"), "error"), "code")),
+  cr_assert_str_eq(json_string_value(json_object_get(
+                       json_object_get(json_object_get(job, "result"), "error"), "code")),
                    "agent_restarted");
   json_decref(job);
   free(pkg);
@@ -458,8 +466,9 @@ Test(daemon, a_result_survives_the_server_dying_and_is_redelivered) {
   pair("laptop");
   start_agent();
   wait_online();
-  char *pkg = pack("short", "{\"name\":\"short\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
-                   "sleep 2; echo finished\n");
+  char *pkg =
+      pack("short", "{\"name\":\"short\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "sleep 2; echo finished\n");
   struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
   char id[33];
   snprintf(id, sizeof(id), "%.32s", o->out);
@@ -580,8 +589,9 @@ Test(daemon, a_job_whose_device_does_not_come_back_expires_with_device_lost) {
   pair("laptop");
   start_agent();
   wait_online();
-  char *pkg = pack("lost", "{\"name\":\"lost\",\"version\":\"1\",\"timeout_s\":2,"
-                           "\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+  char *pkg = pack("lost",
+                   "{\"name\":\"lost\",\"version\":\"1\",\"timeout_s\":2,"
+                   "\"entry\":[\"/bin/sh\",\"run.sh\"]}",
                    "sleep 30\n");
   struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
   char id[33];
@@ -601,8 +611,9 @@ Test(daemon, fifty_concurrent_jobs_on_one_agent_all_finish_with_their_own_output
   pair("big");
   start_agent();
   wait_online();
-  char *pkg = pack("par", "{\"name\":\"par\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
-                          "\"limits\":{\"memory_mb\":32,\"output_kb\":1}}",
+  char *pkg = pack("par",
+                   "{\"name\":\"par\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+                   "\"limits\":{\"memory_mb\":32,\"output_kb\":1}}",
                    "sleep 1; echo \"job $1\"\n");
   char ids[50][33];
   for (int i = 0; i < 50; i++) {
