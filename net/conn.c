@@ -8,6 +8,21 @@
 #include "proto/error.h"
 #include "proto/frame.h"
 
+/* Buffers are reused rather than handed back to malloc at once: freeing and
+ * re-allocating 64 KiB per record lets the allocator give the pages back
+ * and fault them in again, which costs more than the encryption. */
+#define READ_BUF_LEN (256u << 10)
+#define SPARE_MAX 64                /* write buffers kept per connection, at most wq_high bytes */
+#define SPARE_KEEP_IDLE (16u << 10) /* larger spares go after a tick without sends */
+
+/* One read buffer, lent to one read at a time. libuv reads into it and
+ * on_read consumes it entirely before returning, so all connections of one
+ * loop can share it; a second reader while it is lent gets malloc. */
+struct read_buf {
+  uint8_t *base;
+  bool lent;
+};
+
 enum conn_state {
   CONN_CONNECTING,
   CONN_HANDSHAKE,
@@ -24,6 +39,7 @@ struct net_server {
   struct net_limits limits;
   const struct net_conn_ops *ops;
   void *data;
+  struct read_buf rbuf;   /* shared by the server's connections */
   struct net_conn *conns; /* linked list, every connection until freed */
   unsigned n_conns;       /* length of conns */
   unsigned n_live;        /* of those, accepted under the caps and not closing */
@@ -46,7 +62,7 @@ struct net_conn {
   struct net_limits limits;
   const struct net_conn_ops *ops;
   void *data;
-  uint8_t *static_priv; /* initiator: sodium_malloc copy; responder: the server's */
+  uint8_t *static_priv; /* responder: the server's; initiator: NULL (hs has it) */
   struct noise_handshake *hs;
   struct noise_session *session;
   struct frame_reader reader;
@@ -55,6 +71,12 @@ struct net_conn {
   bool reading;
   bool live; /* counted in server->n_live */
   size_t queued;
+  struct write_req *spare[SPARE_MAX]; /* finished write buffers for reuse */
+  unsigned n_spare;
+  size_t spare_bytes;
+  bool sent_this_tick;
+  struct read_buf own_rbuf; /* initiator */
+  struct read_buf *rbuf;    /* own_rbuf or the server's */
   int close_err;
   char peer[64];
 };
@@ -62,7 +84,8 @@ struct net_conn {
 struct write_req {
   uv_write_t req;
   struct net_conn *conn;
-  size_t len;
+  size_t len; /* bytes in buf being written */
+  size_t cap; /* capacity of buf */
   uint8_t buf[];
 };
 
@@ -80,17 +103,31 @@ void net_limits_default(struct net_limits *out_limits) {
   };
 }
 
+static void spares_release(struct net_conn *c, size_t keep_up_to) {
+  unsigned kept = 0;
+  for (unsigned i = 0; i < c->n_spare; i++) {
+    if (c->spare[i]->cap <= keep_up_to) {
+      c->spare[kept++] = c->spare[i];
+    } else {
+      c->spare_bytes -= c->spare[i]->cap;
+      free(c->spare[i]);
+    }
+  }
+  c->n_spare = kept;
+}
+
 static void conn_free(struct net_conn *c) {
+  spares_release(c, 0);
+  free(c->own_rbuf.base);
   noise_handshake_free(c->hs);
   noise_session_free(c->session);
   frame_reader_release(&c->reader);
-  if (c->role == NOISE_INITIATOR && c->static_priv)
-    sodium_free(c->static_priv);
   free(c);
 }
 
 static void maybe_free_server(struct net_server *s) {
   if (s->closing && s->listener_closed && s->n_conns == 0) {
+    free(s->rbuf.base);
     sodium_free(s->static_priv);
     free(s);
   }
@@ -140,7 +177,14 @@ static void on_write(uv_write_t *req, int status) {
   struct write_req *w = (struct write_req *)req;
   struct net_conn *c = w->conn;
   c->queued -= w->len;
-  free(w);
+  if (c->n_spare < SPARE_MAX && c->spare_bytes + w->cap <= c->limits.wq_high &&
+      c->state != CONN_CLOSING) {
+    c->spare[c->n_spare++] = w;
+    c->spare_bytes += w->cap;
+  } else {
+    free(w);
+  }
+
   if (status < 0) {
     net_conn_close(c, status == UV_ECANCELED ? c->close_err : -EPIPE);
     return;
@@ -165,9 +209,22 @@ static int queue_frame(struct net_conn *c, const uint8_t *body, size_t body_len,
     net_conn_close(c, CORDON_E_LIMIT);
     return CORDON_E_LIMIT;
   }
-  struct write_req *w = malloc(sizeof(*w) + FRAME_HEADER_LEN + enc_len);
-  if (!w)
-    return -ENOMEM;
+  size_t need = FRAME_HEADER_LEN + enc_len;
+  struct write_req *w = NULL;
+  for (unsigned i = 0; i < c->n_spare; i++)
+    if (c->spare[i]->cap >= need) {
+      w = c->spare[i];
+      c->spare[i] = c->spare[--c->n_spare];
+      c->spare_bytes -= w->cap;
+      break;
+    }
+  if (!w) {
+    size_t cap = need < 4096 - sizeof(*w) ? 4096 - sizeof(*w) : need;
+    w = malloc(sizeof(*w) + cap);
+    if (!w)
+      return -ENOMEM;
+    w->cap = cap;
+  }
   int r = frame_encode_header(enc_len, max, w->buf);
   if (r == 0 && encrypt) {
     size_t out_len;
@@ -191,6 +248,7 @@ static int queue_frame(struct net_conn *c, const uint8_t *body, size_t body_len,
     return -EPIPE;
   }
   c->queued += w->len;
+  c->sent_this_tick = true;
   if (c->queued > c->limits.wq_high && c->reading) {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = false;
@@ -296,10 +354,31 @@ static int handle_handshake(struct net_conn *c, const uint8_t *body, size_t len)
   return 0;
 }
 
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  struct net_conn *c = h->data;
+  struct read_buf *rb = c->rbuf;
+  if (!rb->lent && !rb->base)
+    rb->base = malloc(READ_BUF_LEN);
+  if (!rb->lent && rb->base) {
+    rb->lent = true;
+    *buf = uv_buf_init((char *)rb->base, READ_BUF_LEN);
+    return;
+  }
+  buf->base = malloc(READ_BUF_LEN);
+  buf->len = buf->base ? READ_BUF_LEN : 0;
+}
+
+static void read_buf_return(struct net_conn *c, const uv_buf_t *buf) {
+  if (buf->base && (uint8_t *)buf->base == c->rbuf->base)
+    c->rbuf->lent = false;
+  else
+    free(buf->base);
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   struct net_conn *c = stream->data;
   if (nread < 0) {
-    free(buf->base);
+    read_buf_return(c, buf);
     /* an orderly end only between two records of a finished handshake */
     bool orderly = nread == UV_EOF && c->state == CONN_READY && !frame_reader_in_frame(&c->reader);
     net_conn_close(c, orderly ? 0 : -ECONNRESET);
@@ -340,14 +419,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     if (r < 0)
       net_conn_close(c, r);
   }
-  free(buf->base);
-}
-
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)h;
-  size_t n = suggested < 65536 ? suggested : 65536;
-  buf->base = malloc(n);
-  buf->len = buf->base ? n : 0;
+  read_buf_return(c, buf);
 }
 
 static void conn_resume(struct net_conn *c) {
@@ -361,6 +433,9 @@ static void on_tick(uv_timer_t *t) {
   struct net_conn *c = t->data;
   uint64_t now = uv_now(c->loop);
   const struct net_limits *l = &c->limits;
+  if (!c->sent_this_tick && c->n_spare > 0)
+    spares_release(c, SPARE_KEEP_IDLE); /* not streaming: give large buffers back */
+  c->sent_this_tick = false;
   if (c->state == CONN_CONNECTING || c->state == CONN_HANDSHAKE) {
     if (l->handshake_ms && now - c->started >= l->handshake_ms)
       net_conn_close(c, -ETIMEDOUT);
@@ -405,6 +480,7 @@ static struct net_conn *conn_new(uv_loop_t *loop, const struct net_limits *limit
   uv_timer_init(loop, &c->timer);
   c->tcp.data = c;
   c->timer.data = c;
+  c->rbuf = &c->own_rbuf;
   c->handles_open = 2;
   c->started = c->last_rx = uv_now(loop);
   return c;
@@ -434,6 +510,7 @@ static void on_connection(uv_stream_t *listener, int status) {
   c->role = NOISE_RESPONDER;
   c->server = s;
   c->static_priv = s->static_priv;
+  c->rbuf = &s->rbuf;
   c->next = s->conns;
   if (s->conns)
     s->conns->pprev = &c->next;
@@ -552,14 +629,8 @@ static void on_connect(uv_connect_t *req, int status) {
   peer_name(c);
   uv_tcp_nodelay(&c->tcp, 1);
   c->state = CONN_HANDSHAKE;
-  uint8_t pro[NOISE_PROLOGUE_LEN];
-  size_t pl;
-  int r = noise_prologue_build(NOISE_WIRE_VERSION, c->mode, pro, sizeof(pro), &pl);
-  if (r == 0)
-    r = noise_handshake_new(NOISE_INITIATOR, c->static_priv, pro, pl, &c->hs);
   uint8_t mode = (uint8_t)c->mode;
-  if (r == 0)
-    r = write_hs(c, &mode, 1);
+  int r = write_hs(c, &mode, 1);
   if (r < 0) {
     net_conn_close(c, r);
     return;
@@ -586,15 +657,20 @@ int net_connect(uv_loop_t *loop, const char *host, int port,
   c->role = NOISE_INITIATOR;
   c->mode = mode;
   c->state = CONN_CONNECTING;
-  c->static_priv = sodium_malloc(NOISE_KEY_LEN);
-  if (!c->static_priv) {
+  /* the handshake keeps the only copy of the static key (in its secure
+   * memory); secure allocations are costly, so there is no second one */
+  uint8_t pro[NOISE_PROLOGUE_LEN];
+  size_t pl;
+  int r = noise_prologue_build(NOISE_WIRE_VERSION, mode, pro, sizeof(pro), &pl);
+  if (r == 0)
+    r = noise_handshake_new(NOISE_INITIATOR, static_priv, pro, pl, &c->hs);
+  if (r < 0) {
     c->ops = NULL; /* the caller hears of it from the return value only */
-    net_conn_close(c, -ENOMEM);
-    return -ENOMEM;
+    net_conn_close(c, r);
+    return r;
   }
-  memcpy(c->static_priv, static_priv, NOISE_KEY_LEN);
   c->connect_req.data = c;
-  int r = uv_tcp_connect(&c->connect_req, &c->tcp, (struct sockaddr *)&addr, on_connect);
+  r = uv_tcp_connect(&c->connect_req, &c->tcp, (struct sockaddr *)&addr, on_connect);
   if (r < 0) {
     c->ops = NULL;
     net_conn_close(c, r);
