@@ -1308,11 +1308,12 @@ Test(conn, eof_inside_a_record_is_an_error) {
 
 struct sink {
   int target;
-  atomic_bool reads; /* read everything, or never read */
-  bool small_window; /* shrink the receive buffer (a peer that reads slowly) */
-  atomic_size_t got; /* bytes read */
-  atomic_int ready;  /* handshake done */
-  atomic_int stop;   /* set by the test */
+  atomic_bool reads;             /* read everything, or never read */
+  bool small_window;             /* shrink the receive buffer (a peer that reads slowly) */
+  atomic_size_t got;             /* bytes read */
+  atomic_int ready;              /* handshake done */
+  atomic_int stop;               /* set by the test */
+  atomic_int send_one, sent_one; /* the test asks for one record */
   int hs_err;
   atomic_int done;
 };
@@ -1333,6 +1334,12 @@ static void *sink_main(void *arg) {
   atomic_store(&sk->ready, 1);
   static uint8_t buf[1 << 16];
   while (!atomic_load(&sk->stop)) {
+    if (atomic_exchange(&sk->send_one, 0)) {
+      uint8_t rec[64];
+      size_t n = raw_seal(s, "hello", 5, rec, sizeof(rec));
+      raw_send(fd, rec, n);
+      atomic_store(&sk->sent_one, 1);
+    }
     if (!atomic_load(&sk->reads) || !raw_wait(fd, 10)) {
       usleep(1000);
       continue;
@@ -1412,6 +1419,34 @@ Test(conn, peer_that_never_reads_is_closed_at_the_hard_limit) {
   atomic_store(&sk.stop, 1);
   pthread_join(t, NULL);
   uv_close((uv_handle_t *)&pump.timer, NULL);
+  finish();
+}
+
+/* Above the high-water mark the server stops reading from that peer, and
+ * starts again once the peer has read enough. */
+Test(conn, high_water_mark_stops_reading_until_drained) {
+  struct net_limits l = test_limits();
+  l.wq_high = 256u << 10;
+  l.wq_hard = 64u << 20;
+  server_start(MODE_BIT(NOISE_MODE_SESSION), &l);
+  struct sink sk = {.target = port};
+  pthread_t t = spawn(sink_main, &sk);
+  cr_assert(RUN_UNTIL(atomic_load(&sk.ready) && srv_conn_of(raw_pub), 3000));
+  struct net_conn *c = srv_conn_of(raw_pub);
+  static uint8_t rec[65536 - NOISE_TAG_LEN];
+  for (int i = 0; i < 128; i++) /* 8 MiB: more than the kernel takes */
+    cr_assert_eq(net_conn_send(c, rec, sizeof(rec)), 0);
+  atomic_store(&sk.send_one, 1);
+  cr_assert(RUN_UNTIL(atomic_load(&sk.sent_one), 3000));
+  run_for(200);
+  cr_assert_gt(net_conn_queued(c), l.wq_high / 2);
+  cr_assert_eq(srv.records, 0, "read while the queue was above the mark");
+  atomic_store(&sk.reads, true);
+  cr_assert(RUN_UNTIL(srv.records == 1, 5000), "never read again");
+  cr_assert_leq(net_conn_queued(c), l.wq_high / 2);
+  cr_assert_eq(srv.closed, 0);
+  atomic_store(&sk.stop, 1);
+  pthread_join(t, NULL);
   finish();
 }
 
