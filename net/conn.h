@@ -14,7 +14,16 @@
  * prologue from it; the prologue binds it, so a changed byte fails the
  * handshake. docs/protocol/wire.md describes the bytes.
  *
- * Nothing here knows what the records mean.
+ * Memory: a server's connections share one 256 KiB read buffer (an agent
+ * connection has its own); each connection has a frame reader (4 KiB, up to
+ * one record while one is arriving) and its send queue (at most wq_hard).
+ * Finished write buffers are kept for reuse while a connection keeps
+ * sending (at most wq_high bytes of them) and given back after a tick
+ * without sends: allocating and freeing 64 KiB per record let the allocator
+ * return and re-fault the pages, which cost more than the encryption.
+ *
+ * Nothing here knows what the records mean. docs/protocol/wire.md section 9
+ * describes the behaviour on the wire (mode byte, deadlines, limits).
  */
 #ifndef CORDON_NET_CONN_H
 #define CORDON_NET_CONN_H
