@@ -501,7 +501,9 @@ static void on_connection(uv_stream_t *listener, int status) {
   struct net_server *s = listener->data;
   if (status < 0 || s->closing)
     return;
-  struct net_conn *c = conn_new(s->loop, &s->limits, s->ops, s->data);
+  /* a connection's data starts NULL: the application sets it (typically in
+   * on_ready) and finds the server's via net_conn_server */
+  struct net_conn *c = conn_new(s->loop, &s->limits, s->ops, NULL);
   if (!c) {
     /* accept into a throwaway handle is not possible without memory: let
      * the kernel's backlog hold it */

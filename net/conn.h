@@ -122,6 +122,10 @@ void net_conn_close(struct net_conn *c, int err);
  * net/ after the first version; purely additive.) */
 void net_conn_flush_close(struct net_conn *c, int err);
 
+/* The application's pointer: for an agent connection the data given to
+ * net_connect; for a server connection NULL until net_conn_set_data (the
+ * server's data is net_server_data(net_conn_server(c))). on_close may see
+ * NULL for a connection whose handshake never finished. */
 void *net_conn_data(const struct net_conn *c);
 void net_conn_set_data(struct net_conn *c, void *data);
 enum noise_mode net_conn_mode(const struct net_conn *c);

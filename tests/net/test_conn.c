@@ -69,6 +69,7 @@ static uint8_t raw_pub[NOISE_KEY_LEN], raw_priv[NOISE_KEY_LEN];
 
 static struct {
   int ready, closed, quiet, records;
+  int data_not_null; /* a server connection's data must start NULL */
   int last_err;
   uint64_t last_close_ms;
   bool echo;           /* send every record back */
@@ -85,6 +86,9 @@ static int port;
 
 static int srv_on_ready(struct net_conn *c) {
   srv.ready++;
+  srv.data_not_null += net_conn_data(c) != NULL;
+  cr_assert_eq(net_conn_server(c), server);
+  cr_assert_eq(net_server_data(server), &srv);
   net_conn_remote_key(c, srv.remote);
   net_conn_handshake_hash(c, srv.hash);
   srv.mode = net_conn_mode(c);
@@ -112,6 +116,7 @@ static void srv_on_quiet(struct net_conn *c) {
 
 static void srv_on_close(struct net_conn *c, int err) {
   srv.closed++;
+  srv.data_not_null += net_conn_data(c) != NULL;
   srv.last_err = err;
   srv.last_close_ms = now_ms();
   for (int i = 0; i < MAX_TRACKED; i++)
@@ -276,6 +281,7 @@ static void finish(void) {
   uv_close((uv_handle_t *)&watch, NULL);
   cr_assert_eq(uv_run(&loop, UV_RUN_DEFAULT), 0);
   cr_assert_eq(uv_loop_close(&loop), 0, "a handle or request outlived its close");
+  cr_assert_eq(srv.data_not_null, 0, "a server connection started with someone's data");
   for (int i = 0; i < n_agents; i++)
     cr_assert_eq(agents[i].closed, 1, "agent %d: on_close ran %d times", i, agents[i].closed);
 }
