@@ -8,6 +8,7 @@
  *                   and sleep SECONDS
  *   orphan SECONDS  start a child that prints "pid N" and sleeps SECONDS; exit
  *   sleep SECONDS
+ *   service         run as the Windows service "cordon-wintest" until stopped
  */
 #include <windows.h>
 
@@ -16,6 +17,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "platform/windows/service_windows.h"
+
+static HANDLE stop_event;
+
+static int service_run(void *ctx) {
+  (void)ctx;
+  WaitForSingleObject(stop_event, INFINITE);
+  return 0;
+}
+
+static void service_stop(void *ctx) {
+  (void)ctx;
+  SetEvent(stop_event);
+}
 
 static int start_self(const char *args, HANDLE *out_proc) {
   char exe[MAX_PATH];
@@ -45,10 +61,19 @@ static int start_self(const char *args, HANDLE *out_proc) {
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
   _setmode(_fileno(stdout), _O_BINARY); /* "\n", not "\r\n" */
+  if (argc > 3 && strcmp(argv[1], "--config") == 0) { /* as the service is started */
+    argv += 2;
+    argc -= 2;
+  }
   if (argc < 2)
     return 2;
   const char *mode = argv[1];
   long n = argc > 2 ? strtol(argv[2], NULL, 10) : 0;
+  if (strcmp(mode, "service") == 0) {
+    stop_event = CreateEventW(NULL, TRUE, FALSE, NULL);
+    int r = service_windows_dispatch("cordon-wintest", service_run, service_stop, NULL);
+    return r == 0 ? 0 : 5;
+  }
   if (strcmp(mode, "exit") == 0)
     return (int)n;
   if (strcmp(mode, "env") == 0) {

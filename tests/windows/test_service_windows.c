@@ -1,0 +1,105 @@
+/* The Windows service: the command line the SCM runs, the refusal of
+ * LocalSystem, and install/start/stop/uninstall through the SCM (Wine's
+ * services.exe here) with wintest_helper.exe as the service program. */
+#include <windows.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "platform/windows/service_windows.h"
+#include "platform/windows/winutil.h"
+#include "tests/windows/wintest.h"
+
+WT_TEST(service, command_line_quotes_the_program) {
+  struct service_windows_options o = {
+      .agent_path = "C:\\Program Files\\cordon\\cordon-agent.exe",
+      .config_dir = "C:\\ProgramData\\cordon",
+  };
+  wchar_t *cl = NULL;
+  WT_EQ_INT(service_windows_command_line(&o, &cl), 0);
+  WT_CHECK(wcscmp(cl, L"\"C:\\Program Files\\cordon\\cordon-agent.exe\" --config "
+                      L"C:\\ProgramData\\cordon run") == 0,
+           "%ls", cl);
+  free(cl);
+  o.config_dir = "C:\\Program Data\\x";
+  WT_EQ_INT(service_windows_command_line(&o, &cl), 0);
+  WT_CHECK(wcsstr(cl, L"--config \"C:\\Program Data\\x\" run") != NULL, "%ls", cl);
+  free(cl);
+}
+
+WT_TEST(service, virtual_account_sid_is_derived_from_the_name) {
+  char sid[128];
+  /* a SID Windows documents: NT SERVICE\TrustedInstaller */
+  WT_EQ_INT(service_windows_sid("TrustedInstaller", sid, sizeof(sid)), 0);
+  WT_EQ_STR(sid, "S-1-5-80-956008885-3418522649-1831038044-1853292631-2271478464");
+  char lower[128];
+  WT_EQ_INT(service_windows_sid("trustedinstaller", lower, sizeof(lower)), 0);
+  WT_EQ_STR(lower, sid);
+}
+
+WT_TEST(service, relative_agent_path_is_refused) {
+  struct service_windows_options o = {.agent_path = "cordon-agent.exe"};
+  wchar_t *cl = NULL;
+  WT_EQ_INT(service_windows_command_line(&o, &cl), CORDON_E_USAGE);
+}
+
+WT_TEST(service, local_system_is_refused) {
+  struct service_windows_options o = {.name = "cordon-wintest-never",
+                                      .agent_path = "C:\\x\\cordon-agent.exe",
+                                      .account = "LocalSystem"};
+  struct cordon_diag diag = {{0}};
+  WT_EQ_INT(service_windows_install(&o, &diag), CORDON_E_USAGE);
+  json_t *st = NULL;
+  WT_EQ_INT(service_windows_status(&o, &st), 0);
+  WT_CHECK(json_is_false(json_object_get(st, "installed")), "installed anyway");
+  json_decref(st);
+}
+
+static const char *state_of(const struct service_windows_options *o) {
+  static char buf[32];
+  json_t *st = NULL;
+  WT_EQ_INT(service_windows_status(o, &st), 0);
+  json_t *s = json_object_get(st, "state");
+  snprintf(buf, sizeof(buf), "%s", json_is_string(s) ? json_string_value(s) : "null");
+  json_decref(st);
+  return buf;
+}
+
+WT_TEST(service, install_start_stop_uninstall) {
+  char helper[MAX_PATH];
+  GetModuleFileNameA(NULL, helper, sizeof(helper));
+  char *slash = strrchr(helper, '\\');
+  snprintf(slash + 1, sizeof(helper) - (size_t)(slash + 1 - helper), "wintest_helper.exe");
+  const char *cfg = wt_tmpdir();
+  struct service_windows_options o = {
+      .name = "cordon-wintest",
+      .agent_path = helper,
+      .config_dir = cfg,
+      .run_args = "service",
+  };
+  struct cordon_diag diag = {{0}};
+  WT_EQ_INT(service_windows_uninstall(&o, &diag), 0); /* a leftover of an earlier run */
+  int r = service_windows_install(&o, &diag);
+  WT_CHECK(r == 0, "install: %d %s", r, diag.msg);
+  json_t *st = NULL;
+  WT_EQ_INT(service_windows_status(&o, &st), 0);
+  WT_CHECK(json_is_true(json_object_get(st, "installed")), "not installed");
+  WT_EQ_STR(json_string_value(json_object_get(st, "start")), "auto");
+  WT_EQ_STR(json_string_value(json_object_get(st, "state")), "stopped");
+  const char *cl = json_string_value(json_object_get(st, "command_line"));
+  WT_CHECK(cl && strstr(cl, "wintest_helper.exe\" --config ") && strstr(cl, " service"), "%s",
+           cl ? cl : "(null)");
+  json_decref(st);
+  r = service_windows_start(&o, &diag);
+  WT_CHECK(r == 0, "start: %d %s", r, diag.msg);
+  WT_EQ_STR(state_of(&o), "running");
+  r = service_windows_stop(&o, &diag);
+  WT_CHECK(r == 0, "stop: %d %s", r, diag.msg);
+  WT_EQ_STR(state_of(&o), "stopped");
+  WT_EQ_INT(service_windows_uninstall(&o, &diag), 0);
+  WT_EQ_INT(service_windows_status(&o, &st), 0);
+  WT_CHECK(json_is_false(json_object_get(st, "installed")), "still installed");
+  json_decref(st);
+  /* removing what is not installed is not an error */
+  WT_EQ_INT(service_windows_uninstall(&o, &diag), 0);
+}
