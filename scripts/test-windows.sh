@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Cross-build the Windows agent (scripts/build-windows.sh), then run under
-# Wine: every Windows test program, `cordon-agent.exe status --json` and
-# `exec` of a small package. Fails on any failure.
+# Wine: every Windows test program, `cordon-agent.exe status --json`, `exec`
+# of a small package, and — when the Linux build's cordon-server exists
+# (build/cordon-server, or CORDON_SERVER_BIN) — `exec` of a signed .cpkg and
+# the refusal of a tampered one. Fails on any failure.
 # Wine runs with WINEDEBUG=-all in a private prefix under the build dir.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -92,6 +94,45 @@ code=$(printf '%s' "$result" | python3 -c 'import json,sys; d=json.load(sys.stdi
 if [ "$rc" != 1 ] || [ "$code" != "sandbox_unavailable None" ]; then
   echo "FAILED: isolated exec exited $rc with '$code', expected 1 and sandbox_unavailable" >&2
   fail=1
+fi
+
+echo "== cordon-agent.exe exec of a signed .cpkg (packed by the Linux cordon-server)"
+server=${CORDON_SERVER_BIN:-$root/build/cordon-server}
+if [ -x "$server" ]; then
+  cp=$build/wintest-cpkg
+  rm -rf "$cp"
+  mkdir -p "$cp/pkg"
+  cat >"$cp/pkg/manifest.json" <<'JSON'
+{"name": "hello-cpkg", "version": "1.0.0", "platforms": ["windows"],
+ "entry": {"windows": ["/Windows/System32/cmd.exe", "/c", "type", "greeting.txt"]},
+ "min_sandbox": "contained", "timeout_s": 30}
+JSON
+  echo "hello from a signed package" >"$cp/pkg/greeting.txt"
+  "$server" --state "$cp/state" init >/dev/null 2>&1
+  "$server" --state "$cp/state" pack "$cp/pkg" -o "$cp/hello.cpkg" >/dev/null 2>&1
+  set +e
+  out=$(runw "$exe" --config "Z:$cp/cfg" exec "Z:$cp/hello.cpkg" --trust "Z:$cp/state/publisher.pub" | tr -d '\r')
+  rc=$?
+  set -e
+  got=$(printf '%s' "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["exit_code"], d["stdout"].strip())' || echo bad)
+  if [ "$rc" != 0 ] || [ "$got" != "0 hello from a signed package" ]; then
+    echo "FAILED: signed .cpkg exec exited $rc: '$got'" >&2
+    fail=1
+  fi
+  # one flipped bit near the end: refused, nothing runs
+  python3 -c "import sys; b=bytearray(open(sys.argv[1],'rb').read()); b[-5]^=1; open(sys.argv[2],'wb').write(b)" \
+    "$cp/hello.cpkg" "$cp/bad.cpkg"
+  set +e
+  out=$(runw "$exe" --config "Z:$cp/cfg" exec "Z:$cp/bad.cpkg" --trust "Z:$cp/state/publisher.pub" 2>/dev/null | tr -d '\r')
+  rc=$?
+  set -e
+  got=$(printf '%s' "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["error"]["code"], d["exit_code"])' || echo bad)
+  if [ "$rc" != 1 ] || [ "$got" != "package_corrupt None" ]; then
+    echo "FAILED: tampered .cpkg exited $rc: '$got', expected 1 and package_corrupt" >&2
+    fail=1
+  fi
+else
+  echo "skipped: no Linux cordon-server at $server to pack with (scripts/test.sh builds it first)"
 fi
 
 wineserver -k 2>/dev/null || true

@@ -1044,11 +1044,34 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   }
   res->ran = true;
 
-  DWORD wait_ms = (DWORD)m->timeout_s * 1000;
-  DWORD w = WaitForSingleObject(pi.hProcess, wait_ms);
+  /* the cancel fd (a CRT pipe): readable or closed means cancel */
+  HANDLE cancel_h = INVALID_HANDLE_VALUE;
+  if (plan->job->cancel_fd >= 0) {
+    cancel_h = (HANDLE)_get_osfhandle(plan->job->cancel_fd);
+    if (cancel_h != INVALID_HANDLE_VALUE && GetFileType(cancel_h) != FILE_TYPE_PIPE)
+      cancel_h = INVALID_HANDLE_VALUE;
+  }
+  int64_t deadline = start + (int64_t)m->timeout_s * 1000;
+  bool cancelled = false;
+  DWORD w = WAIT_TIMEOUT;
+  for (;;) {
+    int64_t left = deadline - now_ms();
+    if (left <= 0)
+      break;
+    DWORD step = cancel_h != INVALID_HANDLE_VALUE && left > 50 ? 50 : (DWORD)left;
+    w = WaitForSingleObject(pi.hProcess, step);
+    if (w != WAIT_TIMEOUT)
+      break;
+    DWORD avail = 0;
+    if (cancel_h != INVALID_HANDLE_VALUE &&
+        (!PeekNamedPipe(cancel_h, NULL, 0, NULL, &avail, NULL) || avail > 0)) {
+      cancelled = true;
+      break;
+    }
+  }
   /* whatever the entry left behind (or, at the timeout, started) is
    * killed and counted */
-  if (w != WAIT_OBJECT_0)
+  if (w != WAIT_OBJECT_0 && !cancelled)
     res->timed_out = true;
   res->orphans_killed = live_processes(job, pi.dwProcessId);
   /* the whole tree, whatever happened to the entry */
@@ -1067,6 +1090,8 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
     res->exited = true;
     res->exit_code = (int)code;
   }
+  if (cancelled)
+    job_result_fail(res, CORDON_E_CANCELLED, "the job was cancelled");
   /* memory limit hits are not reported as kills by Windows: a process
    * whose allocation fails exits by itself; we cannot tell */
   res->oom_killed = -1;

@@ -2,6 +2,8 @@
  * (stage, probe, plan, run) with wintest_helper.exe as the job. */
 #include <windows.h>
 
+#include <fcntl.h>
+#include <io.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,6 +203,43 @@ WT_TEST(sandbox, timeout_kills_child_and_grandchild) {
   for (int i = 0; i < n; i++)
     WT_CHECK(process_gone(pids[i]), "process %lu of the job survived the timeout", pids[i]);
   WT_EQ_INT(r.job.result.orphans_killed, 2);
+  ran_release(&r);
+}
+
+static DWORD WINAPI cancel_later(void *arg) {
+  Sleep(1500);
+  _write(*(int *)arg, "x", 1);
+  return 0;
+}
+
+WT_TEST(sandbox, cancel_kills_the_tree) {
+  struct ran r;
+  memset(&r, 0, sizeof(r));
+  struct cordon_diag diag = {{0}};
+  WT_EQ_INT(agent_config_load(wt_tmpdir(), &r.cfg, &diag), 0);
+  const char *pkg = make_pkg("\"tree\", \"60\"", ", \"min_sandbox\": \"contained\", \"timeout_s\": 30");
+  WT_EQ_INT(agent_job_prepare(&r.job, r.cfg, pkg, NULL, &diag), 0);
+  WT_EQ_INT(agent_job_plan(&r.job, NULL, 0, false), 0);
+  int fds[2];
+  WT_EQ_INT(_pipe(fds, 256, _O_BINARY), 0);
+  r.job.sjob.cancel_fd = fds[0];
+  HANDLE t = CreateThread(NULL, 0, cancel_later, &fds[1], 0, NULL);
+  WT_EQ_INT(sandbox_run(r.job.plan, &r.job.result), 0);
+  WaitForSingleObject(t, INFINITE);
+  CloseHandle(t);
+  _close(fds[0]);
+  _close(fds[1]);
+  WT_EQ_INT(r.job.result.error, CORDON_E_CANCELLED);
+  WT_CHECK(!r.job.result.timed_out, "reported as a timeout");
+  WT_CHECK(r.job.result.wall_ms < 10000, "cancel took %llu ms",
+           (unsigned long long)r.job.result.wall_ms);
+  const char *out = out_text(&r.job.result);
+  int n = 0;
+  for (const char *p = strstr(out, "pid "); p; p = strstr(p + 4, "pid ")) {
+    WT_CHECK(process_gone((DWORD)strtoul(p + 4, NULL, 10)), "a process survived the cancel");
+    n++;
+  }
+  WT_EQ_INT(n, 3);
   ran_release(&r);
 }
 
