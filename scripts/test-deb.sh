@@ -83,8 +83,18 @@ PY
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["exit_code"]==0 and r["error"] is None, r; print("   exit_code=0 level=%s mechanism=%s" % (r["sandbox"]["level"], r["sandbox"]["mechanism"]))' /tmp/job.json \
     || fail "job result"
   rm -rf "$cfg" "$pkg"
-  echo "-- cordon-agent service status (units from the package)"
-  cordon-agent service status --json >/dev/null 2>&1 || echo "   (service command not wired in this build)"
+  echo "-- cordon-agent service install/uninstall (no systemd running: files only)"
+  if cordon-agent service print >/dev/null 2>&1; then
+    cordon-agent service install 2>/dev/null || fail "service install"
+    cmp -s /etc/systemd/system/cordon-agent.service /lib/systemd/system/cordon-agent.service \
+      || fail "service install wrote another unit than the package ships"
+    cordon-agent service status --json | grep -q '"installed": true' || fail "service status"
+    cordon-agent service uninstall 2>/dev/null || fail "service uninstall"
+    [ ! -e /etc/systemd/system/cordon-agent.service ] || fail "service uninstall left the unit"
+    echo "   install wrote the shipped unit; uninstall removed it"
+  else
+    echo "   skipped: this cordon-agent has no service command yet"
+  fi
 
   echo "-- purge"
   apt-get purge -y -qq cordon-agent cordon-server >/dev/null 2>/tmp/apt.err || { cat /tmp/apt.err >&2; fail "apt-get purge"; }
