@@ -13,7 +13,8 @@
  * and fault them in again, which costs more than the encryption. */
 #define READ_BUF_LEN (256u << 10)
 #define SPARE_MAX 64                /* write buffers kept per connection, at most wq_high bytes */
-#define SPARE_KEEP_IDLE (16u << 10) /* larger spares go after a tick without sends */
+#define SPARE_KEEP_IDLE (16u << 10) /* after a tick without sends, keep only */
+#define SPARE_KEEP_IDLE_N 2         /* this many spares of at most this size */
 
 /* One read buffer, lent to one read at a time. libuv reads into it and
  * on_read consumes it entirely before returning, so all connections of one
@@ -103,10 +104,10 @@ void net_limits_default(struct net_limits *out_limits) {
   };
 }
 
-static void spares_release(struct net_conn *c, size_t keep_up_to) {
+static void spares_release(struct net_conn *c, size_t keep_up_to, unsigned keep_n) {
   unsigned kept = 0;
   for (unsigned i = 0; i < c->n_spare; i++) {
-    if (c->spare[i]->cap <= keep_up_to) {
+    if (kept < keep_n && c->spare[i]->cap <= keep_up_to) {
       c->spare[kept++] = c->spare[i];
     } else {
       c->spare_bytes -= c->spare[i]->cap;
@@ -117,7 +118,7 @@ static void spares_release(struct net_conn *c, size_t keep_up_to) {
 }
 
 static void conn_free(struct net_conn *c) {
-  spares_release(c, 0);
+  spares_release(c, 0, 0);
   free(c->own_rbuf.base);
   noise_handshake_free(c->hs);
   noise_session_free(c->session);
@@ -199,7 +200,7 @@ static void on_write(uv_write_t *req, int status) {
     conn_resume(c);
 }
 
-/* Queue one frame whose body is produced by fill (into buf of body_len). */
+/* Queue one frame: body as it is (handshake) or sealed as the next record. */
 static int queue_frame(struct net_conn *c, const uint8_t *body, size_t body_len, bool encrypt) {
   size_t enc_len = encrypt ? body_len + NOISE_TAG_LEN : body_len;
   uint32_t max = encrypt ? FRAME_MAX_SESSION : FRAME_MAX_HANDSHAKE;
@@ -434,7 +435,7 @@ static void on_tick(uv_timer_t *t) {
   uint64_t now = uv_now(c->loop);
   const struct net_limits *l = &c->limits;
   if (!c->sent_this_tick && c->n_spare > 0)
-    spares_release(c, SPARE_KEEP_IDLE); /* not streaming: give large buffers back */
+    spares_release(c, SPARE_KEEP_IDLE, SPARE_KEEP_IDLE_N); /* not streaming: give them back */
   c->sent_this_tick = false;
   if (c->state == CONN_CONNECTING || c->state == CONN_HANDSHAKE) {
     if (l->handshake_ms && now - c->started >= l->handshake_ms)
