@@ -6,6 +6,8 @@
 # cordon-job) and as the unprivileged user cordon-test, so this needs root;
 # as another user only the tests that start no agent are run.
 # Usage: scripts/test-macos-layer.sh [BUILD_DIR]   (default build-macos)
+# CORDON_SANITIZE=ON builds with AddressSanitizer + UBSan (use another
+# BUILD_DIR, e.g. build-mac-asan).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -17,8 +19,13 @@ esac
 scripts/test-setup.sh
 
 echo "== configure and build ($dir, CORDON_PLATFORM=macos)"
-cmake -S . -B "$dir" -DCORDON_PLATFORM=macos -DCORDON_SERVER=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+extra=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+if [ "${CORDON_SANITIZE:-OFF}" = ON ]; then
+  extra=(-DCMAKE_BUILD_TYPE=Debug -DCORDON_SANITIZE=ON)
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+  export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+fi
+cmake -S . -B "$dir" -DCORDON_PLATFORM=macos -DCORDON_SERVER=OFF "${extra[@]}" >/dev/null
 targets=(cordon-agent)
 for src in tests/*/test_*_macos.c; do
   d=$(basename "$(dirname "$src")")
