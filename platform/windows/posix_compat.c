@@ -412,3 +412,59 @@ int compat_setenv(const char *name, const char *value, int overwrite) {
 int compat_unsetenv(const char *name) {
   return compat_setenv(name, "", 1);
 }
+
+FILE *compat_fopen(const char *path, const char *mode) {
+  wchar_t wmode[16];
+  size_t k = 0;
+  bool bin = false;
+  for (const char *m = mode; *m && k < 13; m++) {
+    if (*m == 'e')
+      continue;
+    bin |= *m == 'b' || *m == 't';
+    wmode[k++] = (wchar_t)(unsigned char)*m;
+  }
+  if (!bin)
+    wmode[k++] = L'b';
+  wmode[k] = 0;
+  wchar_t *w = win_wide(path);
+  if (!w) {
+    errno = EINVAL;
+    return NULL;
+  }
+  FILE *f = _wfopen(w, wmode);
+  free(w);
+  return f;
+}
+
+int compat_rename(const char *from, const char *to) {
+  wchar_t *a = win_wide(from), *b = win_wide(to);
+  int e = 0;
+  if (!a || !b)
+    e = -EINVAL;
+  else if (!MoveFileExW(a, b, MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH))
+    e = win_last_err();
+  free(a);
+  free(b);
+  return e ? fail(e) : 0;
+}
+
+int compat_unlink(const char *path) {
+  return compat_unlinkat(AT_FDCWD, path, 0);
+}
+
+int compat_rmdir(const char *path) {
+  return compat_unlinkat(AT_FDCWD, path, AT_REMOVEDIR);
+}
+
+int compat_access(const char *path, int mode) {
+  wchar_t *w = win_wide(path);
+  if (!w)
+    return fail(-EINVAL);
+  DWORD attr = GetFileAttributesW(w);
+  free(w);
+  if (attr == INVALID_FILE_ATTRIBUTES)
+    return fail(win_last_err());
+  if ((mode & W_OK) && (attr & FILE_ATTRIBUTE_READONLY) && !(attr & FILE_ATTRIBUTE_DIRECTORY))
+    return fail(-EACCES);
+  return 0;
+}

@@ -105,6 +105,27 @@ int compat_pipe2(int fds[2], int flags);
 #define SIGPIPE 13
 #endif
 
+/* path calls with UTF-8 names. rename() replaces an existing target
+ * atomically and writes through (MoveFileExW with REPLACE_EXISTING and
+ * WRITE_THROUGH), as the spool's write-then-rename needs; fopen() accepts
+ * glibc's "e" (dropped: handles reach jobs only through an explicit
+ * handle list) and always opens in binary mode. */
+FILE *compat_fopen(const char *path, const char *mode);
+int compat_rename(const char *from, const char *to);
+int compat_unlink(const char *path);
+int compat_rmdir(const char *path);
+int compat_access(const char *path, int mode);
+#undef fopen
+#undef rename
+#undef unlink
+#undef rmdir
+#undef access
+#define fopen(p, m) compat_fopen(p, m)
+#define rename(f, t) compat_rename(f, t)
+#define unlink(p) compat_unlink(p)
+#define rmdir(p) compat_rmdir(p)
+#define access(p, m) compat_access(p, m)
+
 /* environment of the agent process itself (jobs get an explicit block) */
 int compat_setenv(const char *name, const char *value, int overwrite);
 int compat_unsetenv(const char *name);

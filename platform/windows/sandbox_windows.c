@@ -872,8 +872,13 @@ static int grant_all(struct sandbox_plan *plan, PSID sid, struct acl_journal *j,
     r = acl_journal_grant(j, plan->profile, sid, plan->workspace, rw, false);
   for (size_t i = 0; r == 0 && i < plan->n_grants; i++) {
     const struct win_grant *g = &plan->grants[i];
-    if (g->deny && GetFileAttributesA(g->path) == INVALID_FILE_ATTRIBUTES)
-      continue; /* a forbidden place that does not exist */
+    if (g->deny) {
+      wchar_t *w = win_wide(g->path);
+      DWORD attr = w ? GetFileAttributesW(w) : INVALID_FILE_ATTRIBUTES;
+      free(w);
+      if (attr == INVALID_FILE_ATTRIBUTES)
+        continue; /* a forbidden place that does not exist */
+    }
     r = acl_journal_grant(j, plan->profile, sid, g->path, g->deny ? (GENERIC_ALL | FILE_ALL_ACCESS)
                                                            : g->rw ? rw : rx,
                           g->deny);
@@ -913,8 +918,9 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   if (!res->out.data || !res->err.data)
     return -ENOMEM;
 
-  if (fs_mkdir_p(plan->workspace, 0755) < 0)
-    return job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(errno));
+  r = fs_mkdir_p(plan->workspace, 0755);
+  if (r < 0)
+    return job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(-r));
 
   if (iso) {
     const wchar_t *cap_sddl[2];
