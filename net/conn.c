@@ -35,6 +35,8 @@ enum conn_state {
 struct net_server {
   uv_loop_t *loop;
   uv_tcp_t listener;
+  uv_timer_t retry;     /* accept again after running out of memory */
+  int handles_open;     /* listener and retry until closed */
   uint8_t *static_priv; /* sodium_malloc */
   unsigned modes;
   struct net_limits limits;
@@ -45,7 +47,6 @@ struct net_server {
   unsigned n_conns;       /* length of conns */
   unsigned n_live;        /* of those, accepted under the caps and not closing */
   bool closing;
-  bool listener_closed;
   int port;
 };
 
@@ -127,7 +128,7 @@ static void conn_free(struct net_conn *c) {
 }
 
 static void maybe_free_server(struct net_server *s) {
-  if (s->closing && s->listener_closed && s->n_conns == 0) {
+  if (s->closing && s->handles_open == 0 && s->n_conns == 0) {
     free(s->rbuf.base);
     sodium_free(s->static_priv);
     free(s);
@@ -498,6 +499,8 @@ static void peer_name(struct net_conn *c) {
   }
 }
 
+static void on_retry(uv_timer_t *t);
+
 static void on_connection(uv_stream_t *listener, int status) {
   struct net_server *s = listener->data;
   if (status < 0 || s->closing)
@@ -506,8 +509,9 @@ static void on_connection(uv_stream_t *listener, int status) {
    * on_ready) and finds the server's via net_conn_server */
   struct net_conn *c = conn_new(s->loop, &s->limits, s->ops, NULL);
   if (!c) {
-    /* accept into a throwaway handle is not possible without memory: let
-     * the kernel's backlog hold it */
+    /* libuv holds the connection and stops listening until it is accepted,
+     * which needs memory: try again shortly rather than stall for good */
+    uv_timer_start(&s->retry, on_retry, 100, 0);
     return;
   }
   c->role = NOISE_RESPONDER;
@@ -550,10 +554,21 @@ static int limits_check(const struct net_limits *l) {
   return 0;
 }
 
-static void on_listener_closed(uv_handle_t *h) {
+static void on_retry(uv_timer_t *t) {
+  struct net_server *s = t->data;
+  on_connection((uv_stream_t *)&s->listener, 0);
+}
+
+static void on_server_handle_closed(uv_handle_t *h) {
   struct net_server *s = h->data;
-  s->listener_closed = true;
+  s->handles_open--;
   maybe_free_server(s);
+}
+
+static void server_close_handles(struct net_server *s) {
+  s->closing = true;
+  uv_close((uv_handle_t *)&s->retry, on_server_handle_closed);
+  uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
 }
 
 int net_server_new(uv_loop_t *loop, const char *host, int port,
@@ -584,13 +599,15 @@ int net_server_new(uv_loop_t *loop, const char *host, int port,
   s->ops = ops;
   s->data = data;
   uv_tcp_init(loop, &s->listener);
+  uv_timer_init(loop, &s->retry);
   s->listener.data = s;
+  s->retry.data = s;
+  s->handles_open = 2;
   int r = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0);
   if (r == 0)
     r = uv_listen((uv_stream_t *)&s->listener, 128, on_connection);
   if (r < 0) {
-    s->closing = true;
-    uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+    server_close_handles(s);
     return r == UV_EADDRINUSE ? -EADDRINUSE : r == UV_EACCES ? -EACCES : -EINVAL;
   }
   struct sockaddr_storage bound;
@@ -615,8 +632,7 @@ unsigned net_server_count(const struct net_server *s) {
 void net_server_close(struct net_server *s) {
   if (!s || s->closing)
     return;
-  s->closing = true;
-  uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+  server_close_handles(s);
   for (struct net_conn *c = s->conns; c; c = c->next)
     net_conn_close(c, 0);
 }

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1307,6 +1308,83 @@ Test(conn, eof_inside_a_record_is_an_error) {
   cr_assert_eq(srv.last_err, 0);
   finish();
 }
+
+#ifndef __SANITIZE_ADDRESS__ /* ASan aborts when an allocation fails */
+struct late_peer {
+  int target;
+  atomic_int may_connect, connected, go;
+  int hs_err;
+  atomic_int done;
+};
+
+static void *late_peer_main(void *arg) {
+  struct late_peer *lp = arg;
+  struct noise_session *s = NULL;
+  while (!atomic_load(&lp->may_connect))
+    usleep(1000);
+  int fd = raw_connect(lp->target, NULL); /* the kernel completes it */
+  atomic_store(&lp->connected, 1);
+  while (!atomic_load(&lp->go))
+    usleep(1000);
+  lp->hs_err =
+      fd < 0 ? fd : raw_handshake(fd, raw_priv, NOISE_MODE_SESSION, NOISE_MODE_SESSION, &s);
+  if (fd >= 0)
+    close(fd);
+  noise_session_free(s);
+  atomic_store(&lp->done, 1);
+  return NULL;
+}
+
+/* Out of memory when a connection arrives: libuv stops listening until it
+ * is accepted, so the server must try again rather than stall for good. */
+Test(conn, listener_recovers_after_running_out_of_memory) {
+  struct net_limits l = test_limits();
+  server_start(MODE_BIT(NOISE_MODE_SESSION), &l);
+  struct late_peer lp = {.target = port};
+  pthread_t t = spawn(late_peer_main, &lp);
+  run_for(20);
+
+  /* no new address space from the kernel, and none left in the heap */
+  struct rlimit old, none;
+  size_t pages = 0;
+  FILE *statm = fopen("/proc/self/statm", "r");
+  cr_assert_not_null(statm);
+  cr_assert_eq(fscanf(statm, "%zu", &pages), 1);
+  fclose(statm);
+  cr_assert_eq(getrlimit(RLIMIT_AS, &old), 0);
+  none = old;
+  none.rlim_cur = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE);
+  cr_assert_eq(setrlimit(RLIMIT_AS, &none), 0);
+  void **hog = NULL;
+  size_t n_hog = 0;
+  for (size_t sz = 4096; sz >= 16; sz /= 2)
+    for (void *p; (p = malloc(sz)) != NULL;) {
+      *(void **)p = hog;
+      hog = p;
+      n_hog++;
+    }
+  atomic_store(&lp.may_connect, 1);
+  while (!atomic_load(&lp.connected))
+    usleep(1000);
+  run_for(300);
+  unsigned accepted = net_server_count(server);
+  while (hog) {
+    void *next = *hog;
+    free(hog);
+    hog = next;
+  }
+  cr_assert_eq(setrlimit(RLIMIT_AS, &old), 0);
+  cr_assert_gt(n_hog, 0);
+  cr_assert_eq(accepted, 0, "accepted without memory?");
+
+  atomic_store(&lp.go, 1);
+  cr_assert(RUN_UNTIL(srv.ready == 1, 3000), "the listener stalled");
+  cr_assert(RUN_UNTIL(atomic_load(&lp.done), 3000));
+  pthread_join(t, NULL);
+  cr_assert_eq(lp.hs_err, 0);
+  finish();
+}
+#endif
 
 /* ======================================================================= */
 /* Write queues                                                            */
