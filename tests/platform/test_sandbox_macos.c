@@ -125,9 +125,9 @@ static struct run run_agent(const char *cmd, bool with_pkg, const char *const *a
     close(out[0]);
     close(errp[0]);
     struct passwd *pw = getpwnam(E.as_user ? TEST_USER : "root");
-    clearenv();
-    setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
-    setenv("HOME", pw ? pw->pw_dir : "/", 1);
+    char home[300];
+    snprintf(home, sizeof(home), "HOME=%s", pw ? pw->pw_dir : "/");
+    char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", home, NULL};
     if (E.as_user && (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0))
       _exit(99);
     const char *argv[64];
@@ -146,7 +146,7 @@ static struct run run_agent(const char *cmd, bool with_pkg, const char *const *a
         argv[n++] = args[i];
     }
     argv[n] = NULL;
-    execv(AGENT, (char **)argv);
+    execve(AGENT, (char **)argv, envp);
     _exit(98);
   }
   close(out[1]);
@@ -243,6 +243,11 @@ static int assert_pids_dead(const char *out) {
   }
   return n;
 }
+
+/* setsid(1) is Linux-only; perl is on both systems. Defines `detach CMD...`
+ * (run CMD in a new session) for the job scripts below. */
+#define DETACH                                                                                     \
+  "detach() { perl -MPOSIX -e 'POSIX::setsid() or die \"setsid: $!\"; exec @ARGV' \"$@\"; }\n"
 
 #define BOTH(name)                                                                                 \
   static void body_##name(void);                                                                   \
@@ -351,11 +356,19 @@ BOTH(a_missing_entry_is_spawn_failed) {
 /* ---- timeout and the process-group kill ---- */
 
 BOTH(timeout_kills_the_group_and_a_setsid_escapee) {
-  package("\"timeout_s\":1", "setsid sh -c 'echo ESC-PID=$$; exec sleep 300' &\n"
-                             "sleep 300 &\necho BG-PID=$!\n"
-                             "echo LEADER-PID=$$\nsleep 300\n");
+  package("\"timeout_s\":1", DETACH
+          "detach sh -c 'echo ESC-PID=$$; perl -e \"print q(ESC-PGRP=), getpgrp(0), qq(\\\\n)\"; "
+          "exec sleep 300' &\n"
+          "sleep 300 &\necho BG-PID=$!\n"
+          "echo LEADER-PID=$$\nsleep 300\n");
   struct run r = exec_pkg(NULL);
   assert_none_ok(&r);
+  /* the escapee really left: its own group, not the leader's */
+  const char *esc = strstr(out_of(&r), "ESC-PID="), *grp = strstr(out_of(&r), "ESC-PGRP=");
+  const char *lead = strstr(out_of(&r), "LEADER-PID=");
+  cr_assert(esc && grp && lead, "stdout: %s", out_of(&r));
+  cr_assert_eq(atoi(esc + 8), atoi(grp + 9), "the escapee leads its own group: %s", out_of(&r));
+  cr_assert_neq(atoi(grp + 9), atoi(lead + 11));
   cr_assert_eq(r.status, 1);
   cr_assert(json_is_true(jget(r.res, "timed_out")));
   cr_assert(strstr(r.err, "timed_out"), "stderr: %s", r.err);
@@ -372,8 +385,8 @@ BOTH(timeout_kills_the_group_and_a_setsid_escapee) {
 BOTH(timeout_kills_an_escapee_whose_parent_exited_before_the_timeout) {
   /* the setsid'd process is re-parented away from the job half a second
    * in: the supervisor's snapshots saw it attached */
-  package("\"timeout_s\":2", "(setsid sh -c 'echo ESC-PID=$$; exec sleep 300' & sleep 0.5)\n"
-                             "sleep 300\n");
+  package("\"timeout_s\":2", DETACH "(detach sh -c 'echo ESC-PID=$$; exec sleep 300' & sleep 0.5)\n"
+                                    "sleep 300\n");
   struct run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert(json_is_true(jget(r.res, "timed_out")));
@@ -389,8 +402,8 @@ BOTH(timeout_kills_an_escapee_whose_parent_exited_before_the_timeout) {
  * this race is a documented limit (docs/MACOS.md), so it is not tested. */
 Test(sandbox_macos_root, timeout_kills_an_escapee_orphaned_at_once, .init = setup_root,
      .fini = teardown_env) {
-  package("\"timeout_s\":2", "(setsid sh -c 'echo ESC-PID=$$; exec sleep 300' &)\n"
-                             "sleep 300\n");
+  package("\"timeout_s\":2", DETACH "(detach sh -c 'echo ESC-PID=$$; exec sleep 300' &)\n"
+                                    "sleep 300\n");
   for (int i = 0; i < 3; i++) {
     struct run r = exec_pkg(NULL);
     assert_none_ok(&r);
@@ -417,8 +430,8 @@ BOTH(a_job_ignoring_sigterm_is_killed_after_the_grace_period) {
 }
 
 BOTH(leftovers_of_a_finished_job_are_killed_and_counted) {
-  package(NULL, "setsid sh -c 'echo ESC-PID=$$; exec sleep 300' &\n"
-                "sleep 300 &\necho BG-PID=$!\nsleep 0.3\nexit 0\n");
+  package(NULL, DETACH "detach sh -c 'echo ESC-PID=$$; exec sleep 300' &\n"
+                       "sleep 300 &\necho BG-PID=$!\nsleep 0.3\nexit 0\n");
   struct run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert_eq(r.status, 0);
