@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include "agent/commands.h"
+#if CORDON_WITH_SERVICE_CMD
+#include "agent/cmd_service.h"
+#endif
 #include "agent/config.h"
 #include "agent/job.h"
 #include "agent/state.h"
@@ -226,8 +229,42 @@ out:
   return rc;
 }
 
+/* `service ...` takes options of its own: hand it the rest of argv. */
+static int service_command(int argc, char **argv) {
+  const char *config_dir = NULL;
+  int i = 1;
+  for (; i < argc; i++) {
+    if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+      config_dir = argv[++i];
+    else
+      break;
+  }
+  struct agent_config *cfg;
+  struct cordon_diag diag = {{0}};
+  if (agent_config_load(config_dir, &cfg, &diag) < 0) {
+    say_error(CORDON_E_CONFIG_INVALID, diag.msg);
+    return 2;
+  }
+#if CORDON_WITH_SERVICE_CMD
+  int rc = agent_cmd_service(argc - i, argv + i, cfg);
+#else
+  int rc = agent_fail(CORDON_E_USAGE, "`service` is not available in this build");
+#endif
+  agent_config_free(cfg);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   struct cli c;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--config") == 0) {
+      i++;
+      continue;
+    }
+    if (strcmp(argv[i], "service") == 0)
+      return sodium_init() < 0 ? 1 : service_command(argc, argv);
+    break;
+  }
   int r = parse_cli(argc, argv, &c);
   if (r)
     return r;
