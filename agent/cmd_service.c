@@ -27,7 +27,7 @@ static int fail(int err, const char *detail) {
 }
 
 int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg) {
-  const char *action = NULL, *root = NULL, *agent_path = NULL;
+  const char *action = NULL, *root = NULL, *agent_path = NULL, *config_dir = NULL;
   bool json_only = false, have_scope = false, default_config = false;
   enum service_scope scope = service_default_scope();
   for (int i = 1; i < argc; i++) {
@@ -47,6 +47,8 @@ int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg) {
         root = v;
       else if (a[2] == 'a')
         agent_path = v;
+      else
+        config_dir = v;
     } else if (strcmp(a, "--default-config") == 0) {
       default_config = true;
     } else if (strcmp(a, "--json") == 0) {
@@ -66,10 +68,22 @@ int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg) {
   if (root && root[0] != '/')
     return service_usage("--root needs an absolute path");
 
+  /* --config after the action: that directory's config, not the caller's */
+  struct agent_config *own = NULL;
+  if (config_dir) {
+    struct cordon_diag cd = {{0}};
+    int cr = agent_config_load(config_dir, &own, &cd);
+    if (cr < 0)
+      return fail(cr, cd.msg);
+    cfg = own;
+  }
+
   char self[PATH_MAX];
   if (!agent_path) {
-    if (service_self_path(self, sizeof(self)) < 0)
+    if (service_self_path(self, sizeof(self)) < 0) {
+      agent_config_free(own);
       return fail(CORDON_E_USAGE, "cannot find this program's path; give --agent-path");
+    }
     agent_path = self;
   }
   if (root && strcmp(root, "/") == 0)
@@ -129,8 +143,10 @@ int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg) {
     }
   } else {
     fprintf(stderr, PROG ": usage: unknown service action %s\n", action);
+    agent_config_free(own);
     return 2;
   }
+  agent_config_free(own);
   if (r < 0)
     return fail(r, diag.msg);
   return 0;

@@ -11,8 +11,9 @@
  *   --agent-path PATH   the cordon-agent the service runs (default: this one)
  *   --json              status: JSON only (the default prints a summary on
  *                       stderr and the JSON on stdout)
- *   --config DIR        accepted and ignored here: cfg already holds it, and
- *                       the service runs the agent with --config cfg->dir
+ *   --config DIR        the agent's config dir (also accepted before
+ *                       `service`, which is what cfg holds): the service runs
+ *                       the agent with --config DIR
  *   --default-config    leave --config out of the unit (the agent's default
  *                       for the service's user; used for the shipped units)
  * Returns the process exit status: 0 done, 1 failed, 2 bad usage. Errors are

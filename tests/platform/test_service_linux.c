@@ -261,6 +261,28 @@ Test(service_linux, install_writes_the_unit_and_state_dir_uninstall_removes_the_
   cr_assert_eq(system(ls), 0);
 }
 
+Test(service_linux, a_config_dir_after_the_action_is_the_services, .init = make_root,
+     .fini = remove_root) {
+  const char *install[] = {"service",  "install",           "--root",       R,
+                           "--config", "/srv/cordon state", "--agent-path", "/usr/bin/cordon-agent",
+                           NULL};
+  cr_assert_eq(cmd(install), 0);
+  char unit[512], state[512];
+  snprintf(unit, sizeof(unit), "%s/etc/systemd/system/cordon-agent.service", R);
+  snprintf(state, sizeof(state), "%s/srv/cordon state", R);
+  char *got = slurp(unit);
+  cr_assert(got);
+  cr_assert(has_line(got, "ExecStart=\"/usr/bin/cordon-agent\" --config \"/srv/cordon state\" run"),
+            "%s", got);
+  cr_assert(has_line(got, "ReadWritePaths=\"/srv/cordon state\""), "%s", got);
+  free(got);
+  struct stat st;
+  cr_assert_eq(stat(state, &st), 0);
+  cr_assert_eq(st.st_mode & 07777, 0711);
+  const char *bad[] = {"service", "install", "--root", R, "--config", "relative", NULL};
+  cr_assert_eq(cmd(bad), 2, "a relative config dir cannot go into a unit");
+}
+
 Test(service_linux, user_install_goes_under_the_users_config, .init = make_root,
      .fini = remove_root) {
   setenv("HOME", "/home/alice", 1);
