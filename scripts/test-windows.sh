@@ -2,8 +2,9 @@
 # Cross-build the Windows agent (scripts/build-windows.sh), then run under
 # Wine: every Windows test program, `cordon-agent.exe status --json`, `exec`
 # of a small package, and — when the Linux build's cordon-server exists
-# (build/cordon-server, or CORDON_SERVER_BIN) — `exec` of a signed .cpkg and
-# the refusal of a tampered one. Fails on any failure.
+# (build/cordon-server, or CORDON_SERVER_BIN) — `exec` of a signed .cpkg,
+# the refusal of a tampered one, and the Windows agent pairing with that
+# server on loopback and running a dispatched job. Fails on any failure.
 # Wine runs with WINEDEBUG=-all in a private prefix under the build dir.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -129,6 +130,60 @@ JSON
   got=$(printf '%s' "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["error"]["code"], d["exit_code"])' || echo bad)
   if [ "$rc" != 1 ] || [ "$got" != "package_corrupt None" ]; then
     echo "FAILED: tampered .cpkg exited $rc: '$got', expected 1 and package_corrupt" >&2
+    fail=1
+  fi
+
+  echo "== cross-platform: cordon-agent.exe (Wine) pairs with the Linux cordon-server on loopback and runs a dispatched job"
+  e2e=$build/wintest-e2e
+  rm -rf "$e2e"
+  mkdir -p "$e2e"
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+  "$server" --state "$e2e/state" init >/dev/null 2>&1
+  "$server" --state "$e2e/state" user add alice >/dev/null 2>&1
+  "$server" --state "$e2e/state" pack "$cp/pkg" -o "$e2e/hello.cpkg" >/dev/null 2>&1
+  "$server" --state "$e2e/state" run --listen "127.0.0.1:$port" >"$e2e/server.log" 2>&1 &
+  server_pid=$!
+  code=""
+  for _ in $(seq 50); do
+    code=$("$server" --state "$e2e/state" pair-code alice 2>/dev/null | head -n1) && [ -n "$code" ] && break
+    sleep 0.2
+  done
+  agent_pid=""
+  e2e_ok=0
+  if [ -n "$code" ] &&
+     runw "$exe" --config "Z:$e2e/agent" pair --server "127.0.0.1:$port" --code "$code" --name wine-agent \
+       >"$e2e/pair.log" 2>&1; then
+    timeout 300 "$wine" "$exe" --config "Z:$e2e/agent" run >"$e2e/agent.log" 2>&1 &
+    agent_pid=$!
+    dev=""
+    for _ in $(seq 100); do
+      dev=$("$server" --state "$e2e/state" devices --json 2>/dev/null | python3 -c '
+import json, sys
+for d in json.load(sys.stdin):
+    if d["name"] == "wine-agent" and d["online"] and d["platform"] == "windows":
+        print(d["id"])' || true)
+      [ -n "$dev" ] && break
+      sleep 0.2
+    done
+    if [ -n "$dev" ]; then
+      set +e
+      out=$(timeout 120 "$server" --state "$e2e/state" dispatch --user alice --device "$dev" "$e2e/hello.cpkg" --wait 2>"$e2e/dispatch.err")
+      rc=$?
+      set -e
+      got=$(printf '%s' "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["exit_code"], d["device_id"] == sys.argv[1], d["sandbox"]["level"], d["stdout"].strip())' "$dev" || echo bad)
+      [ "$rc" = 0 ] && [ "$got" = "0 True contained hello from a signed package" ] && e2e_ok=1
+      [ "$e2e_ok" = 1 ] || echo "dispatch exited $rc: '$got' $(cat "$e2e/dispatch.err")" >&2
+    else
+      echo "the Windows agent never came online" >&2
+    fi
+  else
+    echo "pairing failed: $(cat "$e2e/pair.log" 2>/dev/null)" >&2
+  fi
+  [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null || true
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  if [ "$e2e_ok" != 1 ]; then
+    echo "FAILED: cross-platform pairing and dispatch (logs in $e2e)" >&2
     fail=1
   fi
 else

@@ -1,7 +1,9 @@
 /* POSIX file calls on Win32 for the shared code; see posix_compat.h. */
 #include <windows.h>
 
+#include <aclapi.h>
 #include <malloc.h>
+#include <sddl.h>
 #include <stdarg.h>
 #include <stdint.h>
 
@@ -20,8 +22,36 @@ static int fail(int neg_errno) {
   return -1;
 }
 
-/* Open a UTF-16 path per POSIX flags; returns a CRT fd or -1 with errno. */
-static int open_wide(const wchar_t *wpath, int flags) {
+/* A security descriptor that lets only the current account, SYSTEM and
+ * the Administrators in (what mode 0600/0700 means here); LocalFree it. */
+static PSECURITY_DESCRIPTOR owner_only_sd(void) {
+  HANDLE tok;
+  if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
+    return NULL;
+  union {
+    TOKEN_USER tu;
+    BYTE buf[256];
+  } u;
+  DWORD len;
+  BOOL ok = GetTokenInformation(tok, TokenUser, &u, sizeof(u), &len);
+  CloseHandle(tok);
+  LPWSTR me = NULL;
+  if (!ok || !ConvertSidToStringSidW(u.tu.User.Sid, &me))
+    return NULL;
+  wchar_t sddl[256];
+  _snwprintf(sddl, 256, L"D:P(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)(A;OICI;FA;;;%ls)", me);
+  sddl[255] = 0;
+  LocalFree(me);
+  PSECURITY_DESCRIPTOR sd = NULL;
+  if (!ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl, SDDL_REVISION_1, &sd, NULL))
+    return NULL;
+  return sd;
+}
+
+/* Open a UTF-16 path per POSIX flags; returns a CRT fd or -1 with errno.
+ * A file created with a mode that has no group/other bits gets an
+ * owner-only DACL; otherwise the parent's inheritable ACL applies. */
+static int open_wide(const wchar_t *wpath, int flags, unsigned mode) {
   DWORD access = 0;
   switch (flags & _O_ACCMODE) {
   case _O_WRONLY:
@@ -53,8 +83,15 @@ static int open_wide(const wchar_t *wpath, int flags) {
   if (flags & O_NOFOLLOW)
     fl |= FILE_FLAG_OPEN_REPARSE_POINT;
   SECURITY_ATTRIBUTES sa = {sizeof(sa), NULL, FALSE};
-  HANDLE h = CreateFileW(wpath, access, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
-                         &sa, disp, fl, NULL);
+  if ((flags & _O_CREAT) && (mode & 077) == 0) {
+    sa.lpSecurityDescriptor = owner_only_sd();
+    if (!sa.lpSecurityDescriptor)
+      return fail(-EACCES);
+  }
+  HANDLE h = CreateFileW(wpath, access | READ_CONTROL,
+                         FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, &sa, disp, fl, NULL);
+  if (sa.lpSecurityDescriptor)
+    LocalFree(sa.lpSecurityDescriptor);
   if (h == INVALID_HANDLE_VALUE)
     return fail(win_last_err());
   BY_HANDLE_FILE_INFORMATION info;
@@ -84,11 +121,19 @@ static int open_wide(const wchar_t *wpath, int flags) {
   return fd;
 }
 
+static unsigned mode_arg(int flags, va_list ap) {
+  return (flags & _O_CREAT) ? va_arg(ap, unsigned) : 0;
+}
+
 int compat_open(const char *path, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  unsigned mode = mode_arg(flags, ap);
+  va_end(ap);
   wchar_t *w = win_wide(path);
   if (!w)
     return fail(-EINVAL);
-  int fd = open_wide(w, flags);
+  int fd = open_wide(w, flags, mode);
   free(w);
   return fd;
 }
@@ -122,10 +167,14 @@ static wchar_t *at_path(int dirfd, const char *name) {
 }
 
 int compat_openat(int dirfd, const char *name, int flags, ...) {
+  va_list ap;
+  va_start(ap, flags);
+  unsigned mode = mode_arg(flags, ap);
+  va_end(ap);
   wchar_t *w = at_path(dirfd, name);
   if (!w)
     return -1;
-  int fd = open_wide(w, flags);
+  int fd = open_wide(w, flags, mode);
   free(w);
   return fd;
 }
@@ -135,12 +184,19 @@ int compat_mkdir(const char *path, unsigned mode) {
 }
 
 int compat_mkdirat(int dirfd, const char *name, unsigned mode) {
-  (void)mode; /* no mode bits: the parent's inheritable ACL applies */
   wchar_t *w = at_path(dirfd, name);
   if (!w)
     return -1;
-  BOOL ok = CreateDirectoryW(w, NULL);
+  /* no group/other bits: owner-only, as open() does; else inherited */
+  SECURITY_ATTRIBUTES sa = {sizeof(sa), NULL, FALSE};
+  if ((mode & 077) == 0 && !(sa.lpSecurityDescriptor = owner_only_sd())) {
+    free(w);
+    return fail(-EACCES);
+  }
+  BOOL ok = CreateDirectoryW(w, sa.lpSecurityDescriptor ? &sa : NULL);
   int e = ok ? 0 : win_last_err();
+  if (sa.lpSecurityDescriptor)
+    LocalFree(sa.lpSecurityDescriptor);
   free(w);
   return e ? fail(e) : 0;
 }
@@ -187,12 +243,51 @@ int compat_chmod(const char *path, unsigned mode) {
   return attr == INVALID_FILE_ATTRIBUTES ? fail(win_last_err()) : 0;
 }
 
-static void fill_stat(const BY_HANDLE_FILE_INFORMATION *info, struct stat *st) {
+/* Mode bits from the DACL: the owner bits always; "group/other" bits when
+ * a broad group (Everyone, Authenticated Users, Users, Guests, Anonymous)
+ * may read or write, or when there is no DACL at all. */
+static unsigned dacl_mode_bits(HANDLE h) {
+  PACL dacl = NULL;
+  PSECURITY_DESCRIPTOR sd = NULL;
+  if (GetSecurityInfo(h, SE_FILE_OBJECT, DACL_SECURITY_INFORMATION, NULL, NULL, &dacl, NULL,
+                      &sd) != ERROR_SUCCESS)
+    return 077; /* cannot tell: say it is open, never private */
+  unsigned bits = 0;
+  if (!dacl) {
+    bits = 077;
+  } else {
+    static const WELL_KNOWN_SID_TYPE broad[] = {WinWorldSid, WinAuthenticatedUserSid,
+                                                WinBuiltinUsersSid, WinBuiltinGuestsSid,
+                                                WinAnonymousSid};
+    for (DWORD i = 0; i < dacl->AceCount; i++) {
+      ACE_HEADER *hd;
+      if (!GetAce(dacl, i, (void **)&hd) || hd->AceType != ACCESS_ALLOWED_ACE_TYPE)
+        continue;
+      ACCESS_ALLOWED_ACE *a = (ACCESS_ALLOWED_ACE *)hd;
+      bool is_broad = false;
+      for (size_t k = 0; k < sizeof(broad) / sizeof(broad[0]) && !is_broad; k++)
+        is_broad = IsWellKnownSid((PSID)&a->SidStart, broad[k]) != FALSE;
+      if (!is_broad)
+        continue;
+      if (a->Mask & (FILE_READ_DATA | GENERIC_READ | GENERIC_ALL))
+        bits |= 044;
+      if (a->Mask & (FILE_WRITE_DATA | FILE_APPEND_DATA | GENERIC_WRITE | GENERIC_ALL))
+        bits |= 022;
+      if (a->Mask & (FILE_EXECUTE | GENERIC_EXECUTE | GENERIC_ALL))
+        bits |= 011;
+    }
+  }
+  LocalFree(sd);
+  return bits;
+}
+
+static void fill_stat(HANDLE h, const BY_HANDLE_FILE_INFORMATION *info, struct stat *st) {
   memset(st, 0, sizeof(*st));
+  unsigned other = dacl_mode_bits(h);
   if (info->dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY)
-    st->st_mode = S_IFDIR | 0755;
+    st->st_mode = (unsigned short)(S_IFDIR | 0700 | other);
   else
-    st->st_mode = S_IFREG | 0644;
+    st->st_mode = (unsigned short)(S_IFREG | 0600 | other);
   uint64_t size = ((uint64_t)info->nFileSizeHigh << 32) | info->nFileSizeLow;
   st->st_size = size > (uint64_t)LONG_MAX ? LONG_MAX : (_off_t)size;
   st->st_nlink = (short)info->nNumberOfLinks;
@@ -214,7 +309,7 @@ int compat_fstat(int fd, struct stat *st) {
   BY_HANDLE_FILE_INFORMATION info;
   if (!GetFileInformationByHandle(h, &info))
     return fail(win_last_err());
-  fill_stat(&info, st);
+  fill_stat(h, &info, st);
   return 0;
 }
 
@@ -222,19 +317,19 @@ int compat_stat(const char *path, struct stat *st) {
   wchar_t *w = win_wide(path);
   if (!w)
     return fail(-EINVAL);
-  HANDLE h = CreateFileW(w, FILE_READ_ATTRIBUTES, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
-                         NULL, OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, NULL);
+  HANDLE h = CreateFileW(w, FILE_READ_ATTRIBUTES | READ_CONTROL,
+                         FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL, OPEN_EXISTING,
+                         FILE_FLAG_BACKUP_SEMANTICS, NULL);
   free(w);
   if (h == INVALID_HANDLE_VALUE)
     return fail(win_last_err());
   BY_HANDLE_FILE_INFORMATION info;
   BOOL ok = GetFileInformationByHandle(h, &info);
   int e = ok ? 0 : win_last_err();
+  if (ok)
+    fill_stat(h, &info, st);
   CloseHandle(h);
-  if (e)
-    return fail(e);
-  fill_stat(&info, st);
-  return 0;
+  return e ? fail(e) : 0;
 }
 
 int compat_geteuid(void) {
@@ -281,7 +376,7 @@ compat_DIR *compat_fdopendir(int fd) {
 }
 
 compat_DIR *compat_opendir(const char *path) {
-  int fd = compat_open(path, O_RDONLY | O_DIRECTORY);
+  int fd = compat_open(path, O_RDONLY | O_DIRECTORY, 0);
   if (fd < 0)
     return NULL;
   compat_DIR *d = compat_fdopendir(fd);

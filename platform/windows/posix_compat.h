@@ -11,9 +11,11 @@
  * - openat/mkdirat/unlinkat resolve names against the directory handle's
  *   final path (GetFinalPathNameByHandleW), not atomically against the
  *   handle: the agent's directories are protected by their ACLs instead.
- * - fchmod/chmod: Windows has no mode bits; the agent's state directory is
- *   protected by its ACL (set by fs_mkdir_p for the state dir). fchmod
- *   succeeds without changing anything.
+ * - modes: a file created with no group/other bits (0600) gets an
+ *   owner-only DACL (the account, SYSTEM, Administrators); stat/fstat
+ *   report 0600/0700 plus group/other bits when a broad group (Everyone,
+ *   Users, ...) may read/write/execute it. fchmod/chmod succeed without a
+ *   change.
  * - geteuid() is 0 when the process is elevated or SYSTEM (the "root" case
  *   of the shared code), 1 otherwise.
  */

@@ -60,6 +60,25 @@ WT_TEST(posix_compat, create_exclusive) {
   close(dfd);
 }
 
+WT_TEST(posix_compat, private_modes_make_owner_only_files) {
+  const char *d = wt_tmpdir();
+  int dfd = open(d, O_RDONLY | O_DIRECTORY);
+  int fd = openat(dfd, "secret", O_WRONLY | O_CREAT | O_EXCL, 0600);
+  WT_CHECK(fd >= 0, "create: %s", strerror(errno));
+  struct stat st;
+  WT_EQ_INT(fstat(fd, &st), 0);
+  WT_EQ_INT(st.st_mode & 077, 0);
+  WT_EQ_INT(st.st_mode & 0600, 0600);
+  close(fd);
+  WT_EQ_INT(mkdirat(dfd, "private", 0700), 0);
+  char p[MAX_PATH * 3];
+  snprintf(p, sizeof(p), "%s\\private", d);
+  WT_EQ_INT(stat(p, &st), 0);
+  WT_CHECK(S_ISDIR(st.st_mode), "not a dir");
+  WT_EQ_INT(st.st_mode & 077, 0);
+  close(dfd);
+}
+
 WT_TEST(posix_compat, mkdirat_unlinkat_and_readdir) {
   const char *d = wt_tmpdir();
   int dfd = open(d, O_RDONLY | O_DIRECTORY);
