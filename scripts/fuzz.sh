@@ -4,7 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
-CC=clang scripts/build.sh build-fuzz -DCORDON_FUZZ=ON -DCORDON_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug
+CC=clang cmake -S . -B build-fuzz -DCORDON_FUZZ=ON -DCORDON_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+targets=()
+for src in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$src" .c)"); done
+cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]}"
 for src in tests/fuzz/fuzz_*.c; do
   name=$(basename "$src" .c)
   corpus=tests/fuzz/corpus/${name#fuzz_}

@@ -18,8 +18,15 @@ echo "== tests under ASan + UBSan"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
    ctest --output-on-failure -j1)
 
-if ls tests/fuzz/fuzz_*.c >/dev/null 2>&1; then
-  echo "== fuzz targets (bounded)"
-  scripts/fuzz.sh "${CORDON_FUZZ_SECONDS:-20}"
-fi
+echo "== fuzz targets (bounded)"
+scripts/fuzz.sh "${CORDON_FUZZ_SECONDS:-20}"
+
+echo "== the macOS platform layer, built and tested on Linux"
+scripts/test-macos-layer.sh build-macos
+
+echo "== the Windows agent: mingw-w64 cross-build, tests under Wine"
+scripts/test-windows.sh
+
+echo "== .deb packages: build, install, status, purge"
+scripts/test-deb.sh
 echo "== all tests passed in $(( $(date +%s) - start ))s"
