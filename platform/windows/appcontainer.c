@@ -18,9 +18,9 @@ int appcontainer_api_load(struct appcontainer_api *api) {
   if (!api->userenv)
     return -ENOSYS;
   api->create = (appcontainer_create_fn)(void (*)(void))GetProcAddress(api->userenv,
-                                                                        "CreateAppContainerProfile");
+                                                                       "CreateAppContainerProfile");
   api->remove = (appcontainer_delete_fn)(void (*)(void))GetProcAddress(api->userenv,
-                                                                        "DeleteAppContainerProfile");
+                                                                       "DeleteAppContainerProfile");
   api->derive = (appcontainer_derive_fn)(void (*)(void))GetProcAddress(
       api->userenv, "DeriveAppContainerSidFromAppContainerName");
   return api->create && api->remove && api->derive ? 0 : -ENOSYS;
@@ -78,9 +78,10 @@ int acl_open_anchored(const wchar_t *path, HANDLE *out_h) {
   DWORD n = GetFullPathNameW(path, sizeof(full) / sizeof(full[0]), full, NULL);
   if (n == 0 || n >= sizeof(full) / sizeof(full[0]))
     return n == 0 ? win_last_err() : -ENAMETOOLONG;
-  HANDLE h = CreateFileW(full, READ_CONTROL | WRITE_DAC | FILE_READ_ATTRIBUTES,
-                         FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL, OPEN_EXISTING,
-                         FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
+  HANDLE h =
+      CreateFileW(full, READ_CONTROL | WRITE_DAC | FILE_READ_ATTRIBUTES,
+                  FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL, OPEN_EXISTING,
+                  FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
   if (h == INVALID_HANDLE_VALUE)
     return win_last_err();
   int r = 0;
@@ -132,9 +133,9 @@ static int dacl_of(HANDLE h, PACL *out_dacl, PSECURITY_DESCRIPTOR *out_sd) {
 }
 
 int acl_has_sid(const wchar_t *path, PSID sid) {
-  HANDLE h = CreateFileW(path, READ_CONTROL, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
-                         NULL, OPEN_EXISTING,
-                         FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
+  HANDLE h =
+      CreateFileW(path, READ_CONTROL, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
+                  OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
   if (h == INVALID_HANDLE_VALUE)
     return win_last_err();
   PACL dacl = NULL;
@@ -205,9 +206,9 @@ static int revoke_handle(HANDLE h, PSID sid) {
 }
 
 int acl_revoke_sid(const wchar_t *path, PSID sid) {
-  HANDLE h = CreateFileW(path, READ_CONTROL | WRITE_DAC,
-                         FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL, OPEN_EXISTING,
-                         FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
+  HANDLE h = CreateFileW(
+      path, READ_CONTROL | WRITE_DAC, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
+      OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
   if (h == INVALID_HANDLE_VALUE) {
     DWORD e = GetLastError();
     /* gone: nothing left to undo */

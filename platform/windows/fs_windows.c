@@ -183,8 +183,8 @@ static int copy_dir(const wchar_t *src, const wchar_t *dst, int depth, struct co
                           cs->path);
     } else if (fd.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY) {
       HANDLE h = CreateFileW(s, FILE_READ_ATTRIBUTES, FILE_SHARE_READ | FILE_SHARE_WRITE, NULL,
-                             OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT,
-                             NULL);
+                             OPEN_EXISTING,
+                             FILE_FLAG_BACKUP_SEMANTICS | FILE_FLAG_OPEN_REPARSE_POINT, NULL);
       BY_HANDLE_FILE_INFORMATION info;
       if (h == INVALID_HANDLE_VALUE || !GetFileInformationByHandle(h, &info)) {
         r = diag_err(cs, win_last_err());
@@ -192,7 +192,8 @@ static int copy_dir(const wchar_t *src, const wchar_t *dst, int depth, struct co
                  info.nFileIndexLow == cs->dst_lo) {
         r = cordon_diag_set(cs->diag, CORDON_E_USAGE,
                             "%s: the source contains the staging directory (is the agent's "
-                            "config directory inside the package?)", cs->path);
+                            "config directory inside the package?)",
+                            cs->path);
       } else if (!CreateDirectoryW(d, NULL)) {
         r = diag_err(cs, win_last_err());
       } else {
@@ -315,8 +316,10 @@ int fs_mkdir_p(const char *path, unsigned mode) {
     wchar_t saved = w[i];
     w[i] = 0;
     bool last = saved == 0 || (saved == L'\\' && w[i + 1] == 0);
-    int e = (last && private_dir) ? make_private(w) : (CreateDirectoryW(w, NULL) ? 0 : win_last_err());
-    if (e < 0 && e != -EEXIST && !(e == -EACCES && GetFileAttributesW(w) != INVALID_FILE_ATTRIBUTES))
+    int e =
+        (last && private_dir) ? make_private(w) : (CreateDirectoryW(w, NULL) ? 0 : win_last_err());
+    if (e < 0 && e != -EEXIST &&
+        !(e == -EACCES && GetFileAttributesW(w) != INVALID_FILE_ATTRIBUTES))
       r = e;
     w[i] = saved;
   }

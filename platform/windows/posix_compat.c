@@ -88,8 +88,9 @@ static int open_wide(const wchar_t *wpath, int flags, unsigned mode) {
     if (!sa.lpSecurityDescriptor)
       return fail(-EACCES);
   }
-  HANDLE h = CreateFileW(wpath, access | READ_CONTROL,
-                         FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, &sa, disp, fl, NULL);
+  HANDLE h =
+      CreateFileW(wpath, access | READ_CONTROL,
+                  FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, &sa, disp, fl, NULL);
   if (sa.lpSecurityDescriptor)
     LocalFree(sa.lpSecurityDescriptor);
   if (h == INVALID_HANDLE_VALUE)
@@ -249,8 +250,8 @@ int compat_chmod(const char *path, unsigned mode) {
 static unsigned dacl_mode_bits(HANDLE h) {
   PACL dacl = NULL;
   PSECURITY_DESCRIPTOR sd = NULL;
-  if (GetSecurityInfo(h, SE_FILE_OBJECT, DACL_SECURITY_INFORMATION, NULL, NULL, &dacl, NULL,
-                      &sd) != ERROR_SUCCESS)
+  if (GetSecurityInfo(h, SE_FILE_OBJECT, DACL_SECURITY_INFORMATION, NULL, NULL, &dacl, NULL, &sd) !=
+      ERROR_SUCCESS)
     return 077; /* cannot tell: say it is open, never private */
   unsigned bits = 0;
   if (!dacl) {
@@ -292,8 +293,8 @@ static void fill_stat(HANDLE h, const BY_HANDLE_FILE_INFORMATION *info, struct s
   st->st_size = size > (uint64_t)LONG_MAX ? LONG_MAX : (_off_t)size;
   st->st_nlink = (short)info->nNumberOfLinks;
   st->st_dev = info->dwVolumeSerialNumber;
-  uint64_t t = ((uint64_t)info->ftLastWriteTime.dwHighDateTime << 32) |
-               info->ftLastWriteTime.dwLowDateTime;
+  uint64_t t =
+      ((uint64_t)info->ftLastWriteTime.dwHighDateTime << 32) | info->ftLastWriteTime.dwLowDateTime;
   st->st_mtime = (time_t)(t / 10000000ull - 11644473600ull);
 }
 
@@ -318,8 +319,8 @@ int compat_stat(const char *path, struct stat *st) {
   if (!w)
     return fail(-EINVAL);
   HANDLE h = CreateFileW(w, FILE_READ_ATTRIBUTES | READ_CONTROL,
-                         FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL, OPEN_EXISTING,
-                         FILE_FLAG_BACKUP_SEMANTICS, NULL);
+                         FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE, NULL,
+                         OPEN_EXISTING, FILE_FLAG_BACKUP_SEMANTICS, NULL);
   free(w);
   if (h == INVALID_HANDLE_VALUE)
     return fail(win_last_err());

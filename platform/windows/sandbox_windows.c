@@ -45,18 +45,18 @@ struct sandbox_probe {
   bool job_ok;
   char job_error[160];
   struct appcontainer_api ac;
-  bool ac_api;        /* userenv exports the functions */
+  bool ac_api; /* userenv exports the functions */
   bool ac_tried, ac_works;
   char ac_error[160];
-  int recovered;      /* journals of dead agents undone at this start */
+  int recovered; /* journals of dead agents undone at this start */
   enum sandbox_level best;
   const char *reason;
 };
 
 struct win_grant {
-  char *path;     /* absolute host path (UTF-8, '\' separators) */
+  char *path; /* absolute host path (UTF-8, '\' separators) */
   bool rw;
-  bool deny;      /* a forbidden path inside a read-only grant */
+  bool deny; /* a forbidden path inside a read-only grant */
 };
 
 struct sandbox_plan {
@@ -67,8 +67,8 @@ struct sandbox_plan {
   const char *reason;
   bool net;
   struct strv argv, envp;
-  char *app;        /* the program CreateProcess runs */
-  char *workspace;  /* <job dir>\workspace */
+  char *app;       /* the program CreateProcess runs */
+  char *workspace; /* <job dir>\workspace */
   wchar_t profile[APPCONTAINER_NAME_MAX];
   struct win_grant *grants;
   size_t n_grants;
@@ -111,8 +111,8 @@ static int job_token(HANDLE *out_token, char *err, size_t errlen) {
     }
   }
   HANDLE restricted = NULL;
-  BOOL ok = CreateRestrictedToken(self, DISABLE_MAX_PRIVILEGE, n, deny, 0, NULL, 0, NULL,
-                                  &restricted);
+  BOOL ok =
+      CreateRestrictedToken(self, DISABLE_MAX_PRIVILEGE, n, deny, 0, NULL, 0, NULL, &restricted);
   int r = ok ? 0 : win_last_err();
   if (!ok)
     snprintf(err, errlen, "CreateRestrictedToken: error %lu", GetLastError());
@@ -150,9 +150,9 @@ int sandbox_windows_job_new(const struct job_limits_spec *spec, HANDLE *out_job)
     r = win_last_err();
   JOBOBJECT_BASIC_UI_RESTRICTIONS ui = {
       JOB_OBJECT_UILIMIT_DESKTOP | JOB_OBJECT_UILIMIT_DISPLAYSETTINGS |
-      JOB_OBJECT_UILIMIT_EXITWINDOWS | JOB_OBJECT_UILIMIT_GLOBALATOMS |
-      JOB_OBJECT_UILIMIT_HANDLES | JOB_OBJECT_UILIMIT_READCLIPBOARD |
-      JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS | JOB_OBJECT_UILIMIT_WRITECLIPBOARD};
+      JOB_OBJECT_UILIMIT_EXITWINDOWS | JOB_OBJECT_UILIMIT_GLOBALATOMS | JOB_OBJECT_UILIMIT_HANDLES |
+      JOB_OBJECT_UILIMIT_READCLIPBOARD | JOB_OBJECT_UILIMIT_SYSTEMPARAMETERS |
+      JOB_OBJECT_UILIMIT_WRITECLIPBOARD};
   if (r == 0 && !SetInformationJobObject(job, JobObjectBasicUIRestrictions, &ui, sizeof(ui)))
     r = win_last_err();
   if (r < 0) {
@@ -343,9 +343,21 @@ static bool path_within(const char *inner, const char *outer) {
  * and everything in AppData (browser profiles, credential stores, the
  * Startup folder, where written code runs later outside the sandbox). */
 static const char *const forbidden_home[] = {
-    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config\\gh", ".netrc",
-    ".pypirc", ".npmrc", ".git-credentials", ".config\\git\\credentials", "AppData",
-    "NTUSER.DAT", ".password-store",
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".config\\gh",
+    ".netrc",
+    ".pypirc",
+    ".npmrc",
+    ".git-credentials",
+    ".config\\git\\credentials",
+    "AppData",
+    "NTUSER.DAT",
+    ".password-store",
 };
 
 /* Resolve a grant to an absolute host path; check it against the roots,
@@ -434,11 +446,11 @@ static int resolve_grant(struct sandbox_plan *plan, const struct manifest_grant 
       goto out;
     }
     if (path_within(path, f)) {
-      r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: a forbidden path (%s)",
-                          g->path, forbidden_home[i]);
+      r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: a forbidden path (%s)", g->path,
+                          forbidden_home[i]);
     } else if (path_within(f, path) && g->rw) {
-      r = job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD,
-                          "%s: a writable grant that contains %s", g->path, forbidden_home[i]);
+      r = job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD, "%s: a writable grant that contains %s",
+                          g->path, forbidden_home[i]);
     } else if (path_within(f, path)) {
       /* read-only and containing it: denied to the AppContainer by an ACE */
       struct win_grant *grown = realloc(plan->grants, (plan->n_grants + 1) * sizeof(*grown));
@@ -481,11 +493,10 @@ static int refuse_level(const struct sandbox_policy *policy, const struct manife
   result->level_known = true;
   result->downgrade_reason = reason;
   enum sandbox_level need = level < m->min_sandbox ? m->min_sandbox : policy->lowest_level;
-  return job_result_fail(result, CORDON_E_SANDBOX_UNAVAILABLE,
-                         "this device can give '%s' (%s); the %s requires '%s'",
-                         sandbox_level_name(level), reason ? reason : "no reason",
-                         level < m->min_sandbox ? "package" : "device owner",
-                         sandbox_level_name(need));
+  return job_result_fail(
+      result, CORDON_E_SANDBOX_UNAVAILABLE, "this device can give '%s' (%s); the %s requires '%s'",
+      sandbox_level_name(level), reason ? reason : "no reason",
+      level < m->min_sandbox ? "package" : "device owner", sandbox_level_name(need));
 }
 
 int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_probe *probe,
@@ -560,8 +571,7 @@ int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_p
         CloseHandle(h);
       } else if (a == -ELOOP) {
         r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
-                            "%s: a junction or symbolic link is not granted",
-                            plan->grants[i].path);
+                            "%s: a junction or symbolic link is not granted", plan->grants[i].path);
         goto out_fail;
       } else if (a == -ENOENT) {
         r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: does not exist",
@@ -700,7 +710,8 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
   json_t *deny = json_array();
   json_array_append_new(deny, json_string("BUILTIN\\Administrators"));
   json_array_append_new(deny, json_string("BUILTIN\\Power Users"));
-  json_array_append_new(deny, json_string("NT AUTHORITY\\Local account and member of Administrators group"));
+  json_array_append_new(
+      deny, json_string("NT AUTHORITY\\Local account and member of Administrators group"));
   json_object_set_new(tok, "deny_only_groups", deny);
   json_object_set_new(o, "token", tok);
 
@@ -745,8 +756,10 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
     for (size_t i = 0; i < plan->n_grants; i++) {
       row = json_object();
       json_object_set_new(row, "path", json_string(plan->grants[i].path));
-      json_object_set_new(row, "access", json_string(plan->grants[i].deny ? "deny"
-                                                     : plan->grants[i].rw ? "rw" : "rx"));
+      json_object_set_new(row, "access",
+                          json_string(plan->grants[i].deny ? "deny"
+                                      : plan->grants[i].rw ? "rw"
+                                                           : "rx"));
       json_array_append_new(acl, row);
     }
     json_object_set_new(ac, "acl_grants", acl);
@@ -879,8 +892,10 @@ static int grant_all(struct sandbox_plan *plan, PSID sid, struct acl_journal *j,
       if (attr == INVALID_FILE_ATTRIBUTES)
         continue; /* a forbidden place that does not exist */
     }
-    r = acl_journal_grant(j, plan->profile, sid, g->path, g->deny ? (GENERIC_ALL | FILE_ALL_ACCESS)
-                                                           : g->rw ? rw : rx,
+    r = acl_journal_grant(j, plan->profile, sid, g->path,
+                          g->deny ? (GENERIC_ALL | FILE_ALL_ACCESS)
+                          : g->rw ? rw
+                                  : rx,
                           g->deny);
     if (r < 0)
       job_result_fail(res, CORDON_E_SPAWN_FAILED, "ACL grant on %s: %s", g->path, strerror(-r));
@@ -1168,9 +1183,8 @@ int sandbox_windows_attr_list(HANDLE *inherit, size_t n_inherit, SECURITY_CAPABI
     return e;
   }
   int r = 0;
-  if (n_inherit &&
-      !UpdateProcThreadAttribute(list, 0, PROC_THREAD_ATTRIBUTE_HANDLE_LIST, inherit,
-                                 n_inherit * sizeof(HANDLE), NULL, NULL))
+  if (n_inherit && !UpdateProcThreadAttribute(list, 0, PROC_THREAD_ATTRIBUTE_HANDLE_LIST, inherit,
+                                              n_inherit * sizeof(HANDLE), NULL, NULL))
     r = win_last_err();
   if (r == 0 && sc &&
       !UpdateProcThreadAttribute(list, 0, PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES, sc,

@@ -162,10 +162,9 @@ static int protect_config_dir(const struct service_windows_options *o, const cha
         !GetSecurityDescriptorDacl(sd, &present, &dacl, &defaulted)) {
       r = fail_w32(diag, "security descriptor", GetLastError());
     } else {
-      DWORD e = SetNamedSecurityInfoW(wdir, SE_FILE_OBJECT,
-                                      DACL_SECURITY_INFORMATION |
-                                          PROTECTED_DACL_SECURITY_INFORMATION,
-                                      NULL, NULL, dacl, NULL);
+      DWORD e = SetNamedSecurityInfoW(
+          wdir, SE_FILE_OBJECT, DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION,
+          NULL, NULL, dacl, NULL);
       if (e != ERROR_SUCCESS)
         r = fail_w32(diag, "cannot protect the config directory", e);
     }
@@ -231,8 +230,8 @@ int service_windows_install(const struct service_windows_options *o, struct cord
     goto out;
   }
   SERVICE_DESCRIPTIONW desc = {L"Runs signed cordon executor packages in a sandbox."};
-  SC_ACTION acts[3] = {{SC_ACTION_RESTART, 5000}, {SC_ACTION_RESTART, 5000},
-                       {SC_ACTION_RESTART, 5000}};
+  SC_ACTION acts[3] = {
+      {SC_ACTION_RESTART, 5000}, {SC_ACTION_RESTART, 5000}, {SC_ACTION_RESTART, 5000}};
   SERVICE_FAILURE_ACTIONSW fa = {86400, NULL, NULL, 3, acts};
   SERVICE_FAILURE_ACTIONS_FLAG ff = {TRUE};
   SERVICE_SID_INFO sid = {SERVICE_SID_TYPE_UNRESTRICTED};
@@ -442,8 +441,7 @@ static void report(DWORD state, DWORD exit_code, DWORD wait_hint) {
   svc.status.dwWin32ExitCode = exit_code ? ERROR_SERVICE_SPECIFIC_ERROR : NO_ERROR;
   svc.status.dwServiceSpecificExitCode = exit_code;
   svc.status.dwWaitHint = wait_hint;
-  svc.status.dwCheckPoint =
-      state == SERVICE_RUNNING || state == SERVICE_STOPPED ? 0 : checkpoint++;
+  svc.status.dwCheckPoint = state == SERVICE_RUNNING || state == SERVICE_STOPPED ? 0 : checkpoint++;
   SetServiceStatus(svc.handle, &svc.status);
 }
 

@@ -25,11 +25,11 @@
 #define SERVICE_WINDOWS_DEFAULT_NAME "cordon-agent"
 
 struct service_windows_options {
-  const char *name;        /* NULL: "cordon-agent" (tests use their own) */
-  const char *agent_path;  /* absolute path of cordon-agent.exe; NULL: this program */
-  const char *config_dir;  /* passed as --config; NULL: the agent's default */
-  const char *account;     /* NULL: "NT SERVICE\<name>"; "LocalSystem" is refused */
-  const char *run_args;    /* the command after the options; NULL: "run" */
+  const char *name;       /* NULL: "cordon-agent" (tests use their own) */
+  const char *agent_path; /* absolute path of cordon-agent.exe; NULL: this program */
+  const char *config_dir; /* passed as --config; NULL: the agent's default */
+  const char *account;    /* NULL: "NT SERVICE\<name>"; "LocalSystem" is refused */
+  const char *run_args;   /* the command after the options; NULL: "run" */
 };
 
 /* The command line the SCM starts: "<agent>" [--config "<dir>"] <run_args>.

@@ -60,7 +60,7 @@ static int start_self(const char *args, HANDLE *out_proc) {
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IONBF, 0);
-  _setmode(_fileno(stdout), _O_BINARY); /* "\n", not "\r\n" */
+  _setmode(_fileno(stdout), _O_BINARY);               /* "\n", not "\r\n" */
   if (argc > 3 && strcmp(argv[1], "--config") == 0) { /* as the service is started */
     argv += 2;
     argc -= 2;

@@ -117,8 +117,8 @@ static bool host_keeps_dacls(const char *dir, PSID sid) {
     ea.Trustee.TrusteeForm = TRUSTEE_IS_SID;
     ea.Trustee.ptstrName = (LPWSTR)sid;
     if (SetEntriesInAclW(1, &ea, old, &na) == ERROR_SUCCESS &&
-        SetNamedSecurityInfoW(w, SE_FILE_OBJECT, DACL_SECURITY_INFORMATION, NULL, NULL, na,
-                              NULL) == ERROR_SUCCESS)
+        SetNamedSecurityInfoW(w, SE_FILE_OBJECT, DACL_SECURITY_INFORMATION, NULL, NULL, na, NULL) ==
+            ERROR_SUCCESS)
       kept = acl_has_sid(w, sid) == 1;
     LocalFree(na);
     LocalFree(sd);
@@ -249,8 +249,9 @@ WT_TEST(acl_journal, a_symlinked_grant_is_refused) {
   snprintf(link, sizeof(link), "%s\\link", dir);
   WT_EQ_INT(fs_mkdir_p(target, 0755), 0);
   DWORD attr = INVALID_FILE_ATTRIBUTES;
-  if (CreateSymbolicLinkA(link, target, SYMBOLIC_LINK_FLAG_DIRECTORY |
-                                            SYMBOLIC_LINK_FLAG_ALLOW_UNPRIVILEGED_CREATE))
+  if (CreateSymbolicLinkA(link, target,
+                          SYMBOLIC_LINK_FLAG_DIRECTORY |
+                              SYMBOLIC_LINK_FLAG_ALLOW_UNPRIVILEGED_CREATE))
     attr = GetFileAttributesA(link);
   /* Wine's CreateSymbolicLink reports success and makes nothing */
   if (attr == INVALID_FILE_ATTRIBUTES || !(attr & FILE_ATTRIBUTE_REPARSE_POINT))

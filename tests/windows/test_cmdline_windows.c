@@ -39,13 +39,17 @@ WT_TEST(cmdline, plain_arguments_are_not_quoted) {
 }
 
 WT_TEST(cmdline, spaces_quotes_and_backslashes_survive) {
-  char *argv[] = {"C:\\Program Files\\p.exe", "", "two words", "say \"hi\"", "ends\\",
-                  "ends with space\\", "a\\\\\"b", "\\\\server\\share\\", "tab\there", NULL};
+  char *argv[] = {
+      "C:\\Program Files\\p.exe", "",         "two words",           "say \"hi\"", "ends\\",
+      "ends with space\\",        "a\\\\\"b", "\\\\server\\share\\", "tab\there",  NULL};
   round_trip(argv);
 }
 
 WT_TEST(cmdline, utf8_arguments_survive) {
-  char *argv[] = {"C:\\p.exe", "gr\xc3\xbc\xc3\x9f" "e", "\xe6\x97\xa5\xe6\x9c\xac", NULL};
+  char *argv[] = {"C:\\p.exe",
+                  "gr\xc3\xbc\xc3\x9f"
+                  "e",
+                  "\xe6\x97\xa5\xe6\x9c\xac", NULL};
   round_trip(argv);
 }
 

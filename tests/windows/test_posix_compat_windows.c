@@ -86,7 +86,10 @@ WT_TEST(posix_compat, mkdirat_unlinkat_and_readdir) {
   WT_EQ_INT(mkdirat(dfd, "sub", 0700), -1);
   WT_EQ_INT(errno, EEXIST);
   put(d, "f", "x");
-  put(d, "gr\xc3\xbc\xc3\x9f" "e.txt", "utf8");
+  put(d,
+      "gr\xc3\xbc\xc3\x9f"
+      "e.txt",
+      "utf8");
   /* readdir sees every name, as UTF-8 */
   int dup_fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY);
   DIR *dir = fdopendir(dup_fd);
@@ -98,7 +101,8 @@ WT_TEST(posix_compat, mkdirat_unlinkat_and_readdir) {
     if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
       continue;
     seen++;
-    utf8 |= strcmp(de->d_name, "gr\xc3\xbc\xc3\x9f" "e.txt") == 0;
+    utf8 |= strcmp(de->d_name, "gr\xc3\xbc\xc3\x9f"
+                               "e.txt") == 0;
   }
   WT_CHECK(dirfd(dir) == dup_fd, "dirfd");
   closedir(dir);

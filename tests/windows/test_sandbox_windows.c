@@ -91,7 +91,8 @@ WT_TEST(sandbox, exit_code_is_reported) {
   WT_CHECK(r.job.result.exited, "no exit code");
   WT_EQ_INT(r.job.result.exit_code, 7);
   WT_CHECK(!r.job.result.timed_out, "timed out");
-  WT_EQ_STR(r.job.result.mechanism, r.job.result.level == SANDBOX_LEVEL_ISOLATED ? "appcontainer+job" : "job");
+  WT_EQ_STR(r.job.result.mechanism,
+            r.job.result.level == SANDBOX_LEVEL_ISOLATED ? "appcontainer+job" : "job");
   ran_release(&r);
 }
 
@@ -217,7 +218,8 @@ WT_TEST(sandbox, cancel_kills_the_tree) {
   memset(&r, 0, sizeof(r));
   struct cordon_diag diag = {{0}};
   WT_EQ_INT(agent_config_load(wt_tmpdir(), &r.cfg, &diag), 0);
-  const char *pkg = make_pkg("\"tree\", \"60\"", ", \"min_sandbox\": \"contained\", \"timeout_s\": 30");
+  const char *pkg =
+      make_pkg("\"tree\", \"60\"", ", \"min_sandbox\": \"contained\", \"timeout_s\": 30");
   WT_EQ_INT(agent_job_prepare(&r.job, r.cfg, pkg, NULL, &diag), 0);
   WT_EQ_INT(agent_job_plan(&r.job, NULL, 0, false), 0);
   int fds[2];
@@ -246,7 +248,8 @@ WT_TEST(sandbox, cancel_kills_the_tree) {
 WT_TEST(sandbox, leftovers_are_killed_when_the_entry_exits) {
   /* the entry starts a child that would sleep 60 s, prints its pid, exits */
   struct ran r;
-  run_pkg(&r, make_pkg("\"orphan\", \"60\"", ", \"min_sandbox\": \"contained\", \"timeout_s\": 30"));
+  run_pkg(&r,
+          make_pkg("\"orphan\", \"60\"", ", \"min_sandbox\": \"contained\", \"timeout_s\": 30"));
   WT_EQ_INT(r.run, 0);
   WT_CHECK(!r.job.result.timed_out, "timed out");
   WT_EQ_INT(r.job.result.exit_code, 0);
@@ -272,7 +275,8 @@ static bool wine_ignores_job_limits(void) {
     return false;
   JOBOBJECT_EXTENDED_LIMIT_INFORMATION li;
   memset(&li, 0, sizeof(li));
-  BOOL ok = QueryInformationJobObject(job, JobObjectExtendedLimitInformation, &li, sizeof(li), NULL);
+  BOOL ok =
+      QueryInformationJobObject(job, JobObjectExtendedLimitInformation, &li, sizeof(li), NULL);
   CloseHandle(job);
   return ok && li.BasicLimitInformation.LimitFlags == 0;
 }
