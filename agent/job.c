@@ -168,7 +168,7 @@ int agent_job_prepare(struct agent_job *job, const struct agent_config *cfg, con
   }
   if (r < 0)
     return r;
-  job->package_fd = open(job->package_path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  job->package_fd = open(job->package_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (job->package_fd < 0)
     return cordon_diag_set(diag, -errno, "staging: %s", strerror(errno));
   return 0;
@@ -194,7 +194,7 @@ int agent_job_end_stream(struct agent_job *job, struct manifest *m, struct cordo
   job->manifest = m;
   if (chmod(job->package_path, 0755) < 0)
     return cordon_diag_set(diag, -errno, "staging: %s", strerror(errno));
-  job->package_fd = open(job->package_path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  job->package_fd = open(job->package_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (job->package_fd < 0)
     return cordon_diag_set(diag, -errno, "staging: %s", strerror(errno));
   return 0;
