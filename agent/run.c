@@ -347,9 +347,14 @@ static void on_job(struct runner *rn, struct msg_job *mj) {
   j->next = rn->jobs;
   rn->jobs = j;
   j->args = calloc(mj->n_args + 1, sizeof(char *));
-  for (size_t i = 0; j->args && i < mj->n_args; i++)
-    j->args[i] = strdup(mj->args[i]);
-  j->n_args = mj->n_args;
+  bool copied = j->args != NULL;
+  for (size_t i = 0; copied && i < mj->n_args; i++)
+    copied = (j->args[i] = strdup(mj->args[i])) != NULL;
+  j->n_args = j->args ? mj->n_args : 0;
+  if (!copied) {
+    fail_job(j, CORDON_E_SPAWN_FAILED, "out of memory");
+    return;
+  }
   struct cordon_diag diag = {{0}};
   char running_name[64];
   snprintf(running_name, sizeof(running_name), "%s.running", id);

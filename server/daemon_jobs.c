@@ -35,7 +35,6 @@ struct daemon_job {
   int fd;                  /* the package, while sending */
   uint64_t size, sent;
   uv_timer_t pump;
-  bool pumping;
   struct waiter *waiters;
   struct daemon_job *next;
 };
@@ -246,7 +245,11 @@ static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req
     return;
   }
   char **argv = calloc(n_args + 1, sizeof(char *));
-  for (size_t i = 0; argv && i < n_args; i++) {
+  if (!argv) {
+    admin_reply(a, admin_error(-ENOMEM, "out of memory"));
+    return;
+  }
+  for (size_t i = 0; i < n_args; i++) {
     const char *s = json_string_value(json_array_get(args, i));
     if (!s || strlen(s) > MSG_ARG_MAX) {
       free(argv);
@@ -306,6 +309,15 @@ static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req
   }
   struct session *s = daemon_find_session(d, dev_id);
   struct daemon_job *j = calloc(1, sizeof(*j));
+  struct waiter *w = wait ? calloc(1, sizeof(*w)) : NULL;
+  if (!j || (wait && !w)) {
+    free(j);
+    free(w);
+    server_db_job_transition(d->db, job_id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_FAILED,
+                             "internal_error", NULL);
+    admin_reply(a, admin_error(-ENOMEM, "out of memory"));
+    goto out;
+  }
   j->d = d;
   j->fd = fd;
   fd = -1;
@@ -342,8 +354,7 @@ static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req
   session_send(s, &jm);
   uv_timer_start(&j->pump, pump, 0, 2);
   daemon_log("job %s sent to device %s (%s)", job_id, dev_id, user);
-  if (wait) {
-    struct waiter *w = calloc(1, sizeof(*w));
+  if (w) {
     w->client = a;
     j->waiters = w;
   } else {
@@ -384,7 +395,7 @@ static void admin_cancel(struct daemon *d, struct admin_client *a, json_t *req) 
     session_send(s, &m);
   }
   struct daemon_job *j = job_find(d, id);
-  if (j && j->pumping == false && j->session == NULL && !j->waiters)
+  if (j && j->session == NULL && !j->waiters) /* fully sent, nobody waiting */
     job_free(j);
   admin_reply(a, json_pack("{s:b, s:s}", "ok", 1, "state", "cancelled"));
 }
