@@ -106,6 +106,9 @@ static int peer_connect(void) {
   CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  /* close with a reset: no TIME_WAIT, or a long run exhausts the ports */
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
   return fd;
 }
 
