@@ -42,6 +42,8 @@ struct sandbox_probe {
   char *home;        /* the profile directory of the agent's account (UTF-8) */
   bool token_ok;
   char token_error[160];
+  bool low_ok; /* Low integrity jobs: the token and file labels both work */
+  char low_error[160];
   bool job_ok;
   char job_error[160];
   struct appcontainer_api ac;
@@ -88,7 +90,129 @@ static void to_backslashes(char *s) {
 
 /* The agent's token, restricted for a job: no privileges but
  * SeChangeNotify, the administrator groups deny-only. */
-static int job_token(HANDLE *out_token, char *err, size_t errlen) {
+static int job_token(HANDLE *out_token, bool low, char *err, size_t errlen);
+
+/* Give the token the Low integrity level. */
+static int set_low_integrity(HANDLE token) {
+  BYTE sid[SECURITY_MAX_SID_SIZE];
+  DWORD size = sizeof(sid);
+  if (!CreateWellKnownSid(WinLowLabelSid, NULL, sid, &size))
+    return win_last_err();
+  TOKEN_MANDATORY_LABEL tml;
+  tml.Label.Sid = sid;
+  tml.Label.Attributes = SE_GROUP_INTEGRITY;
+  if (!SetTokenInformation(token, TokenIntegrityLevel, &tml, sizeof(tml) + GetLengthSid(sid)))
+    return win_last_err();
+  return 0;
+}
+
+/* Set path's mandatory label from an SDDL SACL ("S:..."); protect stops
+ * the parent's label from being inherited. */
+static int set_label(const char *path, const wchar_t *sacl_sddl, bool protect) {
+  wchar_t *w = win_wide(path);
+  if (!w)
+    return -EINVAL;
+  PSECURITY_DESCRIPTOR sd = NULL;
+  PACL sacl = NULL;
+  BOOL present = FALSE, defaulted = FALSE;
+  int r = 0;
+  if (!ConvertStringSecurityDescriptorToSecurityDescriptorW(sacl_sddl, SDDL_REVISION_1, &sd,
+                                                            NULL) ||
+      !GetSecurityDescriptorSacl(sd, &present, &sacl, &defaulted)) {
+    r = win_last_err();
+  } else {
+    DWORD e = SetNamedSecurityInfoW(w, SE_FILE_OBJECT,
+                                    LABEL_SECURITY_INFORMATION |
+                                        (protect ? PROTECTED_SACL_SECURITY_INFORMATION : 0),
+                                    NULL, NULL, NULL, sacl);
+    r = e == ERROR_SUCCESS ? 0 : win_errno(e);
+  }
+  LocalFree(sd);
+  free(w);
+  return r;
+}
+
+/* The integrity level in path's label (its RID: 0x1000 Low, 0x2000
+ * Medium, ...), or -1 when it has none or it cannot be read. */
+static long label_rid(const char *path) {
+  wchar_t *w = win_wide(path);
+  if (!w)
+    return -1;
+  PACL sacl = NULL;
+  PSECURITY_DESCRIPTOR sd = NULL;
+  long rid = -1;
+  if (GetNamedSecurityInfoW(w, SE_FILE_OBJECT, LABEL_SECURITY_INFORMATION, NULL, NULL, NULL, &sacl,
+                            &sd) == ERROR_SUCCESS &&
+      sacl) {
+    for (DWORD i = 0; i < sacl->AceCount; i++) {
+      ACE_HEADER *hd;
+      if (GetAce(sacl, i, (void **)&hd) && hd->AceType == SYSTEM_MANDATORY_LABEL_ACE_TYPE) {
+        PSID sid = (PSID) & ((SYSTEM_MANDATORY_LABEL_ACE *)hd)->SidStart;
+        rid = (long)*GetSidSubAuthority(sid, *GetSidSubAuthorityCount(sid) - 1);
+        break;
+      }
+    }
+  }
+  LocalFree(sd);
+  free(w);
+  return rid;
+}
+
+/* The agent's state: no read, write or execute from below Medium. */
+#define STATE_LABEL L"S:(ML;OICI;NRNWNX;;;ME)"
+/* The job's package and workspace: a Low job may use them. */
+#define JOB_LABEL L"S:(ML;OICI;NW;;;LW)"
+
+/* Can jobs run at Low integrity here? The token takes the level and a
+ * file keeps a Low label (Wine keeps no file labels: then jobs run at the
+ * agent's level, and status says so). */
+static void probe_low_integrity(struct sandbox_probe *p) {
+  HANDLE tok = NULL;
+  char err[160];
+  int r = job_token(&tok, false, err, sizeof(err));
+  if (r == 0)
+    r = set_low_integrity(tok);
+  if (tok)
+    CloseHandle(tok);
+  if (r < 0) {
+    snprintf(p->low_error, sizeof(p->low_error), "the token does not take Low integrity: %s",
+             strerror(-r));
+    return;
+  }
+  /* a scratch directory in the temp dir: the state dir is not touched */
+  wchar_t wtmp[MAX_PATH + 1];
+  DWORD tl = GetTempPathW(MAX_PATH + 1, wtmp);
+  char *tmp = tl ? win_utf8(wtmp) : NULL;
+  if (!tmp) {
+    snprintf(p->low_error, sizeof(p->low_error), "no temp directory to try a label in");
+    return;
+  }
+  uint8_t raw[8];
+  randombytes_buf(raw, sizeof(raw));
+  char *dir = NULL;
+  int n = asprintf(&dir, "%s\\cordon-label-probe-%02x%02x%02x%02x%02x%02x%02x%02x", tmp, raw[0],
+                   raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7]);
+  free(tmp);
+  if (n < 0)
+    return;
+  to_backslashes(dir);
+  r = fs_mkdir_p(dir, 0700);
+  if (r == 0)
+    r = set_label(dir, JOB_LABEL, true);
+  long rid = r == 0 ? label_rid(dir) : -1;
+  if (r == 0 && rid == SECURITY_MANDATORY_LOW_RID)
+    p->low_ok = true;
+  else
+    snprintf(p->low_error, sizeof(p->low_error), "files do not keep integrity labels here (%s)",
+             r < 0 ? strerror(-r) : "the label did not stick");
+  wchar_t *w = win_wide(dir);
+  if (w)
+    RemoveDirectoryW(w);
+  free(w);
+  free(dir);
+}
+
+static int job_token(HANDLE *out_token, bool low, char *err, size_t errlen) {
   HANDLE self;
   if (!OpenProcessToken(GetCurrentProcess(),
                         TOKEN_DUPLICATE | TOKEN_QUERY | TOKEN_ASSIGN_PRIMARY |
@@ -117,18 +241,16 @@ static int job_token(HANDLE *out_token, char *err, size_t errlen) {
   if (!ok)
     snprintf(err, errlen, "CreateRestrictedToken: error %lu", GetLastError());
   CloseHandle(self);
+  if (r == 0 && low && (r = set_low_integrity(restricted)) < 0) {
+    snprintf(err, errlen, "Low integrity: %s", strerror(-r));
+    CloseHandle(restricted);
+  }
   if (r == 0)
     *out_token = restricted;
   return r;
 }
 
 /* ---- the job object ---- */
-
-struct job_limits {
-  uint64_t memory_bytes;
-  uint32_t processes;
-  uint64_t cpu_s;
-};
 
 int sandbox_windows_job_new(const struct job_limits_spec *spec, HANDLE *out_job) {
   HANDLE job = CreateJobObjectW(NULL, NULL);
@@ -227,9 +349,11 @@ int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
   probe_account(p);
 
   HANDLE tok = NULL;
-  p->token_ok = job_token(&tok, p->token_error, sizeof(p->token_error)) == 0;
+  p->token_ok = job_token(&tok, false, p->token_error, sizeof(p->token_error)) == 0;
   if (tok)
     CloseHandle(tok);
+  if (p->token_ok)
+    probe_low_integrity(p);
 
   struct job_limits_spec spec = {64u << 20, 4, 10};
   HANDLE job = NULL;
@@ -299,6 +423,8 @@ json_t *sandbox_probe_json(const struct sandbox_probe *p) {
   json_t *t = json_object();
   json_object_set_new(t, "restricted_token", json_boolean(p->token_ok));
   json_object_set_new(t, "error", str_or_null(p->token_error));
+  json_object_set_new(t, "low_integrity", json_boolean(p->low_ok));
+  json_object_set_new(t, "low_integrity_error", str_or_null(p->low_error));
   json_object_set_new(o, "token", t);
   json_t *u = json_object();
   json_object_set_new(u, "account", str_or_null(p->account));
@@ -713,6 +839,13 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
   json_array_append_new(
       deny, json_string("NT AUTHORITY\\Local account and member of Administrators group"));
   json_object_set_new(tok, "deny_only_groups", deny);
+  json_object_set_new(
+      tok, "integrity",
+      json_string(plan->probe->low_ok
+                      ? "low: the state directory is labelled no-read/write/execute-up at "
+                        "Medium, the package and workspace Low (the agent's own level if a "
+                        "label cannot be set at run time)"
+                      : "the agent's own: this host keeps no file integrity labels"));
   json_object_set_new(o, "token", tok);
 
   json_t *jo = json_object();
@@ -988,8 +1121,27 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
     job_result_fail(res, CORDON_E_SPAWN_FAILED, "Job Object: %s", strerror(-r));
     goto out;
   }
+  /* Low integrity: the agent's state unreadable from below Medium, the
+   * package and workspace usable at Low; if a label cannot be set, the
+   * job runs at the agent's level (what contained promises anyway) */
+  bool low = plan->probe->low_ok;
+  if (low && plan->policy->state_dir) {
+    char *state = strdup(plan->policy->state_dir), *pkg = strdup(plan->job->package_path);
+    if (state && pkg) {
+      to_backslashes(state);
+      to_backslashes(pkg);
+      low = set_label(state, STATE_LABEL, false) == 0 && set_label(pkg, JOB_LABEL, true) == 0 &&
+            set_label(plan->workspace, JOB_LABEL, true) == 0;
+    } else {
+      low = false;
+    }
+    free(state);
+    free(pkg);
+  } else {
+    low = false;
+  }
   char terr[160];
-  r = job_token(&token, terr, sizeof(terr));
+  r = job_token(&token, low, terr, sizeof(terr));
   if (r < 0) {
     job_result_fail(res, CORDON_E_SPAWN_FAILED, "%s", terr);
     goto out;

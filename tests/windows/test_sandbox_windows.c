@@ -2,6 +2,9 @@
  * (stage, probe, plan, run) with wintest_helper.exe as the job. */
 #include <windows.h>
 
+#include <aclapi.h>
+#include <sddl.h>
+
 #include <fcntl.h>
 #include <io.h>
 #include <stdlib.h>
@@ -374,6 +377,44 @@ WT_TEST(sandbox, job_object_carries_the_limits) {
   WT_CHECK(f & JOB_OBJECT_LIMIT_JOB_TIME, "no CPU time limit");
   WT_EQ_INT(li.BasicLimitInformation.PerJobUserTimeLimit.QuadPart, 7LL * 10000000LL);
   CloseHandle(job);
+}
+
+/* Does a Low label stick on a directory here? Checked with the plain API. */
+static bool labels_stick(void) {
+  const char *d = wt_tmpdir();
+  wchar_t w[MAX_PATH * 3];
+  MultiByteToWideChar(CP_UTF8, 0, d, -1, w, MAX_PATH * 3);
+  PSECURITY_DESCRIPTOR sd = NULL, got = NULL;
+  PACL sacl = NULL, back = NULL;
+  BOOL present, defaulted;
+  bool ok = false;
+  if (ConvertStringSecurityDescriptorToSecurityDescriptorW(L"S:(ML;OICI;NW;;;LW)", SDDL_REVISION_1,
+                                                           &sd, NULL) &&
+      GetSecurityDescriptorSacl(sd, &present, &sacl, &defaulted) &&
+      SetNamedSecurityInfoW(w, SE_FILE_OBJECT, LABEL_SECURITY_INFORMATION, NULL, NULL, NULL,
+                            sacl) == ERROR_SUCCESS &&
+      GetNamedSecurityInfoW(w, SE_FILE_OBJECT, LABEL_SECURITY_INFORMATION, NULL, NULL, NULL, &back,
+                            &got) == ERROR_SUCCESS)
+    ok = back && back->AceCount > 0;
+  LocalFree(sd);
+  LocalFree(got);
+  return ok;
+}
+
+WT_TEST(sandbox, low_integrity_is_reported_truthfully) {
+  struct sandbox_policy pol = {.net_allowed = true, .lowest_level = SANDBOX_LEVEL_CONTAINED};
+  struct sandbox_probe *p = NULL;
+  WT_EQ_INT(sandbox_probe_new(&pol, true, &p), 0);
+  json_t *j = sandbox_probe_json(p);
+  json_t *tok = json_object_get(j, "token");
+  bool low = json_is_true(json_object_get(tok, "low_integrity"));
+  bool sticks = labels_stick();
+  WT_CHECK(low == sticks, "status says low_integrity=%d, a label %s here", low,
+           sticks ? "sticks" : "does not stick");
+  if (!low)
+    WT_CHECK(json_is_string(json_object_get(tok, "low_integrity_error")), "no reason given");
+  json_decref(j);
+  sandbox_probe_free(p);
 }
 
 WT_TEST(sandbox, linux_only_package_is_refused) {
