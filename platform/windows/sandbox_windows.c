@@ -370,7 +370,7 @@ int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
     probe_appcontainer(p);
   } else {
     snprintf(p->ac_error, sizeof(p->ac_error),
-             "userenv.dll has no CreateAppContainerProfile (Windows 8 or later is needed)");
+             "userenv.dll exports no CreateAppContainerProfile (Windows before 8, or Wine)");
   }
   /* undo the ACL grants of jobs whose agent died (journals not held open) */
   if (policy && policy->state_dir && p->ac_api)
