@@ -386,13 +386,33 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     net_conn_close(c, orderly ? 0 : -ECONNRESET);
     return;
   }
-  const uint8_t *p = (const uint8_t *)buf->base;
+  uint8_t *p = (uint8_t *)buf->base; /* ours: records are decrypted in place */
   size_t left = (size_t)nread;
   if (left) {
     c->last_rx = uv_now(c->loop);
     c->quiet_signalled = false;
   }
   while (left > 0 && (c->state == CONN_HANDSHAKE || c->state == CONN_READY)) {
+    if (c->state == CONN_READY && left > FRAME_HEADER_LEN && !frame_reader_in_frame(&c->reader)) {
+      /* a whole record in this read: decrypt it where it lies rather than
+       * copy it into the reader. Any length the reader would refuse (0, over
+       * the limit) or that is not all here takes the reader's path. */
+      uint32_t flen = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+      if (flen >= 1 && flen <= FRAME_MAX_SESSION && flen <= left - FRAME_HEADER_LEN) {
+        uint8_t *rec = p + FRAME_HEADER_LEN;
+        size_t plen;
+        p += FRAME_HEADER_LEN + flen;
+        left -= FRAME_HEADER_LEN + flen;
+        int r = noise_session_decrypt(c->session, rec, flen, rec, flen, &plen);
+        if (r < 0) {
+          net_conn_close(c, r);
+          break;
+        }
+        if (c->ops->on_record)
+          c->ops->on_record(c, rec, plen);
+        continue;
+      }
+    }
     size_t used;
     const uint8_t *body;
     size_t blen;
