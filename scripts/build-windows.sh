@@ -97,7 +97,8 @@ if [ -f "$prefix/.complete" ]; then
   log "dependencies: reusing $prefix ($key)"
 else
   log "dependencies: building into $prefix ($key)"
-  as_root mkdir -p "$cache"
+  # owned by whoever builds, so a non-root developer can write the cache
+  [ -w "$cache" ] || as_root install -d -o "$(id -u)" -g "$(id -g)" "$cache"
   rm -rf "$prefix" "$prefix.work"
   mkdir -p "$prefix.work"
   work=$prefix.work
