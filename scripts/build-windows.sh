@@ -194,6 +194,13 @@ fi
 export PKG_CONFIG_LIBDIR=$prefix/lib/pkgconfig
 export PKG_CONFIG_PATH=
 unset PKG_CONFIG_SYSROOT_DIR || true
+# a build dir configured against another dependency prefix keeps stale
+# pkg-config results in its cache: start it afresh
+if [ -f "$build/CMakeCache.txt" ] &&
+   ! grep -qx "SODIUM_PREFIX:INTERNAL=$prefix" "$build/CMakeCache.txt"; then
+  log "dependencies changed: reconfiguring $build from scratch"
+  rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
+fi
 log "configuring cordon in $build"
 cmake -S "$root" -B "$build" -DCMAKE_TOOLCHAIN_FILE="$root/cmake/mingw-w64.cmake" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORDON_PLATFORM=windows -DCORDON_SERVER=OFF \
