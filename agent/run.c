@@ -68,6 +68,7 @@ struct runner {
   int64_t clock_offset_ms; /* server - local */
   uv_timer_t retry, ping;
   uv_signal_t sigterm, sigint;
+  uv_async_t stop_async; /* agent_run_request_stop, from another thread */
   unsigned backoff_ms;
   bool stopping;
   struct cpkg_trust *trust;
@@ -191,6 +192,16 @@ static void spool_recover(struct runner *rn) {
     uint8_t raw[16];
     if (sodium_hex2bin(raw, 16, id, 32, NULL, NULL, NULL) != 0)
       continue;
+    int killed = sandbox_reap_leftovers(id);
+    if (killed > 0)
+      logf_("job %s: killed %d process(es) left from before the restart", id, killed);
+    char jobs[PATH_MAX];
+    snprintf(jobs, sizeof(jobs), "%s/jobs", rn->cfg->dir);
+    int jfd = open(jobs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (jfd >= 0) { /* its staging directory */
+      fs_remove_tree_at(jfd, id);
+      close(jfd);
+    }
     struct job_result r;
     job_result_init(&r);
     snprintf(r.job_id, sizeof(r.job_id), "%s", id);
@@ -636,8 +647,42 @@ static void schedule_connect(struct runner *rn) {
   uv_timer_start(&rn->retry, do_connect, delay, 0);
 }
 
+/* agent_run_request_stop's target: the running loop's async handle, or
+ * NULL; stop_requested keeps a request that came before the loop was up. */
+static uv_once_t stop_once = UV_ONCE_INIT;
+static uv_mutex_t stop_lock;
+static uv_async_t *stop_target;
+static bool stop_requested;
+
+static void stop_lock_init(void) {
+  if (uv_mutex_init(&stop_lock) != 0)
+    abort();
+}
+
+void agent_run_request_stop(void) {
+  uv_once(&stop_once, stop_lock_init);
+  uv_mutex_lock(&stop_lock);
+  stop_requested = true;
+  if (stop_target)
+    uv_async_send(stop_target);
+  uv_mutex_unlock(&stop_lock);
+}
+
+static void stop_target_set(uv_async_t *target) {
+  uv_once(&stop_once, stop_lock_init);
+  uv_mutex_lock(&stop_lock);
+  stop_target = target;
+  if (target && stop_requested)
+    uv_async_send(target);
+  if (!target)
+    stop_requested = false;
+  uv_mutex_unlock(&stop_lock);
+}
+
 static void stop_running(struct runner *rn) {
   rn->stopping = true;
+  stop_target_set(NULL);
+  uv_close((uv_handle_t *)&rn->stop_async, NULL);
   for (struct rjob *j = rn->jobs; j; j = j->next)
     if (j->running)
       (void)!write(j->cancel_pipe[1], "c", 1);
@@ -652,6 +697,12 @@ static void stop_running(struct runner *rn) {
 static void on_signal(uv_signal_t *s, int signum) {
   struct runner *rn = s->data;
   logf_("signal %d: stopping", signum);
+  stop_running(rn);
+}
+
+static void on_stop_request(uv_async_t *a) {
+  struct runner *rn = a->data;
+  logf_("stop requested: stopping");
   stop_running(rn);
 }
 
@@ -697,6 +748,9 @@ int agent_cmd_run(const struct agent_config *cfg) {
   rn.sigterm.data = rn.sigint.data = &rn;
   uv_signal_start(&rn.sigterm, on_signal, SIGTERM);
   uv_signal_start(&rn.sigint, on_signal, SIGINT);
+  uv_async_init(&loop, &rn.stop_async, on_stop_request);
+  rn.stop_async.data = &rn;
+  stop_target_set(&rn.stop_async);
   spool_recover(&rn);
   uv_timer_start(&rn.retry, do_connect, 0, 0);
   uv_run(&loop, UV_RUN_DEFAULT);

@@ -68,4 +68,9 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan);
  * when the job was started (whatever its exit), or a CORDON_E_* code. */
 int sandbox_run(struct sandbox_plan *plan, struct job_result *result);
 
+/* A previous agent process died while this job ran: kill and remove what
+ * of the job may still be alive (Linux: the job's cgroups). Returns the
+ * number of processes killed, or a negated errno. */
+int sandbox_reap_leftovers(const char *job_id);
+
 #endif

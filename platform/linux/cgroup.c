@@ -264,6 +264,36 @@ void cgroup_job_release(struct cgroup_job *cg) {
   cgroup_job_init(cg);
 }
 
+unsigned cgroup_job_reap(const char *job_id) {
+  struct cgroup_job cg;
+  cgroup_job_init(&cg);
+  char own[2048], path[4096];
+  const char *mnt = v2_mount();
+  if (mnt && own_cgroup(NULL, own, sizeof(own)) == 0) {
+    snprintf(path, sizeof(path), "%s%s/cordon-%s", mnt, own, job_id);
+    if (access(path, F_OK) == 0) {
+      cg.version = 2;
+      cg.mem_dir = strdup(path);
+    }
+  }
+  static const char *const ctrls[] = {"memory", "pids"};
+  for (int i = 0; i < 2 && cg.version != 2; i++) {
+    if (own_cgroup(ctrls[i], own, sizeof(own)) < 0)
+      continue;
+    snprintf(path, sizeof(path), "/sys/fs/cgroup/%s%s/cordon-%s", ctrls[i], own, job_id);
+    if (access(path, F_OK) == 0) {
+      cg.version = 1;
+      if (i == 0)
+        cg.mem_dir = strdup(path);
+      else
+        cg.pids_dir = strdup(path);
+    }
+  }
+  unsigned n = cgroup_job_kill(&cg);
+  cgroup_job_release(&cg);
+  return n;
+}
+
 json_t *cgroup_probe_json(void) {
   json_t *o = json_object();
   const char *mnt = v2_mount();

@@ -34,6 +34,11 @@ int cgroup_job_oom_killed(const struct cgroup_job *cg);
 /* Kill what is left, remove the cgroups, close fds, free. */
 void cgroup_job_release(struct cgroup_job *cg);
 
+/* Find the cgroups a previous agent process made for job_id (same
+ * hierarchy rules as create), kill what is in them and remove them.
+ * Returns how many processes were signalled. */
+unsigned cgroup_job_reap(const char *job_id);
+
 /* Probe findings for `status`. */
 json_t *cgroup_probe_json(void);
 

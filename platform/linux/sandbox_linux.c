@@ -822,3 +822,9 @@ out:
   cgroup_job_release(&cg);
   return r;
 }
+
+int sandbox_reap_leftovers(const char *job_id) {
+  /* bwrap's own --die-with-parent has a window during its setup in which
+   * the sandbox can outlive a killed agent; the job's cgroups find it. */
+  return (int)cgroup_job_reap(job_id);
+}
