@@ -16,7 +16,16 @@ int agent_parse_host_port(const char *s, char *host, size_t host_len, int *out_p
 int agent_cmd_pair(const struct agent_config *cfg, const char *server, const char *code,
                    const char *name);
 int agent_cmd_unpair(const struct agent_config *cfg);
-/* run until SIGTERM/SIGINT; 0 after a clean stop. */
+/* run until SIGTERM/SIGINT or agent_run_request_stop; 0 after a clean stop. */
 int agent_cmd_run(const struct agent_config *cfg);
+/* Make agent_cmd_run stop as SIGTERM does (running jobs are cancelled and
+ * their results spooled). Safe from any thread; a request made before the
+ * run's loop is up stops it as soon as it is. */
+void agent_run_request_stop(void);
+/* `run --service` on Windows (agent/cmd_service_windows.c): agent_cmd_run
+ * under the Service Control Manager, which stops it through
+ * agent_run_request_stop. Exit status as agent_cmd_run; 2 when the process
+ * was not started by the SCM. */
+int agent_cmd_run_service(const struct agent_config *cfg);
 
 #endif

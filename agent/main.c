@@ -9,10 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/commands.h"
-#if CORDON_WITH_SERVICE_CMD
 #include "agent/cmd_service.h"
-#endif
+#include "agent/commands.h"
 #include "agent/config.h"
 #include "agent/job.h"
 #include "agent/state.h"
@@ -46,7 +44,8 @@ static int usage(const char *msg) {
       "  explain DIR|FILE.cpkg [--json]          the sandbox plan, without running\n"
       "  exec DIR|FILE.cpkg [--trust KEY] [-- ARGS...]  run a package locally\n"
       "  pair --server HOST:PORT [--code CODE] [--name NAME]  enrol (the code may come on stdin)\n"
-      "  run                                     stay connected and run dispatched jobs\n"
+      "  run [--service]                         stay connected and run dispatched jobs\n"
+      "                                          (--service: as the Windows service)\n"
       "  unpair                                  forget the pairing\n");
   return 2;
 }
@@ -68,6 +67,7 @@ struct cli {
   const char *trust;
   const char *server, *code, *name;
   bool json;
+  bool service; /* run --service: started by the Windows Service Control Manager */
   char **args;
   size_t n_args;
 };
@@ -99,6 +99,8 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
         c->name = v;
     } else if (strcmp(a, "--json") == 0) {
       c->json = true;
+    } else if (strcmp(a, "--service") == 0) {
+      c->service = true;
     } else if (a[0] == '-' && a[1] == '-') {
       fprintf(stderr, PROG ": usage: unknown option %s\n", a);
       return 2;
@@ -245,13 +247,21 @@ static int service_command(int argc, char **argv) {
     say_error(CORDON_E_CONFIG_INVALID, diag.msg);
     return 2;
   }
-#if CORDON_WITH_SERVICE_CMD
   int rc = agent_cmd_service(argc - i, argv + i, cfg);
-#else
-  int rc = agent_fail(CORDON_E_USAGE, "`service` is not available in this build");
-#endif
   agent_config_free(cfg);
   return rc;
+}
+
+/* `run --service`: only the Windows service's command line says it (see
+ * docs/WINDOWS.md); systemd and launchd run plain `run`. */
+static int cmd_run(const struct cli *c, const struct agent_config *cfg) {
+  if (!c->service)
+    return agent_cmd_run(cfg);
+#if CORDON_WITH_SCM
+  return agent_cmd_run_service(cfg);
+#else
+  return agent_usage("--service is for the Windows Service Control Manager only");
+#endif
 }
 
 int main(int argc, char **argv) {
@@ -268,6 +278,8 @@ int main(int argc, char **argv) {
   int r = parse_cli(argc, argv, &c);
   if (r)
     return r;
+  if (c.service && strcmp(c.cmd, "run") != 0)
+    return agent_usage("--service goes with run only");
   if (sodium_init() < 0) {
     fprintf(stderr, PROG ": crypto_failed: libsodium could not start\n");
     return 1;
@@ -289,7 +301,7 @@ int main(int argc, char **argv) {
   else if (strcmp(c.cmd, "pair") == 0)
     rc = agent_cmd_pair(cfg, c.server, c.code, c.name);
   else if (strcmp(c.cmd, "run") == 0)
-    rc = agent_cmd_run(cfg);
+    rc = cmd_run(&c, cfg);
   else if (strcmp(c.cmd, "unpair") == 0)
     rc = agent_cmd_unpair(cfg);
   else {

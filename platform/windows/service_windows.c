@@ -42,14 +42,23 @@ int service_windows_command_line(const struct service_windows_options *o, wchar_
   if (!(agent[0] && agent[1] == ':' && (agent[2] == '\\' || agent[2] == '/')) &&
       !(agent[0] == '\\' && agent[1] == '\\'))
     return CORDON_E_USAGE;
-  char *argv[8];
+  /* run_args: our own words, split at single spaces */
+  char words[128];
+  int wn = snprintf(words, sizeof(words), "%s", o->run_args ? o->run_args : "run --service");
+  if (wn < 0 || (size_t)wn >= sizeof(words))
+    return -EINVAL;
+  char *argv[3 + SERVICE_WINDOWS_MAX_RUN_WORDS + 1];
   size_t n = 0;
   argv[n++] = (char *)agent;
   if (o->config_dir) {
     argv[n++] = "--config";
     argv[n++] = (char *)o->config_dir;
   }
-  argv[n++] = (char *)(o->run_args ? o->run_args : "run");
+  for (char *w = words, *save = NULL; (w = strtok_r(w, " ", &save)); w = NULL) {
+    if (n >= 3 + SERVICE_WINDOWS_MAX_RUN_WORDS)
+      return -EINVAL;
+    argv[n++] = w;
+  }
   argv[n] = NULL;
   /* the program itself always quoted: a path with spaces must never be
    * split by the SCM into "C:\Program.exe" */

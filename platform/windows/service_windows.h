@@ -29,11 +29,16 @@ struct service_windows_options {
   const char *agent_path; /* absolute path of cordon-agent.exe; NULL: this program */
   const char *config_dir; /* passed as --config; NULL: the agent's default */
   const char *account;    /* NULL: "NT SERVICE\<name>"; "LocalSystem" is refused */
-  const char *run_args;   /* the command after the options; NULL: "run" */
+  const char *run_args;   /* the words after the options, separated by single
+                           * spaces (at most SERVICE_WINDOWS_MAX_RUN_WORDS);
+                           * NULL: "run --service" */
 };
 
-/* The command line the SCM starts: "<agent>" [--config "<dir>"] <run_args>.
- * Pure. 0, CORDON_E_USAGE (relative agent path), -EINVAL, -ENOMEM. */
+#define SERVICE_WINDOWS_MAX_RUN_WORDS 4
+
+/* The command line the SCM starts: "<agent>" [--config "<dir>"] <run_args>,
+ * each word quoted as the C runtime needs. Pure. 0, CORDON_E_USAGE
+ * (relative agent path), -EINVAL (too many or too long run_args), -ENOMEM. */
 int service_windows_command_line(const struct service_windows_options *o, wchar_t **out_cmdline);
 
 /* The SID of the virtual account NT SERVICE\<name>: S-1-5-80- and the

@@ -3,6 +3,7 @@
  * services.exe here) with wintest_helper.exe as the service program. */
 #include <windows.h>
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,13 +19,24 @@ WT_TEST(service, command_line_quotes_the_program) {
   wchar_t *cl = NULL;
   WT_EQ_INT(service_windows_command_line(&o, &cl), 0);
   WT_CHECK(wcscmp(cl, L"\"C:\\Program Files\\cordon\\cordon-agent.exe\" --config "
-                      L"C:\\ProgramData\\cordon run") == 0,
+                      L"C:\\ProgramData\\cordon run --service") == 0,
            "%ls", cl);
   free(cl);
   o.config_dir = "C:\\Program Data\\x";
   WT_EQ_INT(service_windows_command_line(&o, &cl), 0);
-  WT_CHECK(wcsstr(cl, L"--config \"C:\\Program Data\\x\" run") != NULL, "%ls", cl);
+  WT_CHECK(wcsstr(cl, L"--config \"C:\\Program Data\\x\" run --service") != NULL, "%ls", cl);
   free(cl);
+}
+
+WT_TEST(service, run_args_are_separate_words) {
+  struct service_windows_options o = {.agent_path = "C:\\cordon\\cordon-agent.exe",
+                                      .run_args = "run  --service"};
+  wchar_t *cl = NULL;
+  WT_EQ_INT(service_windows_command_line(&o, &cl), 0);
+  WT_CHECK(wcscmp(cl, L"\"C:\\cordon\\cordon-agent.exe\" run --service") == 0, "%ls", cl);
+  free(cl);
+  o.run_args = "a b c d e";
+  WT_EQ_INT(service_windows_command_line(&o, &cl), -EINVAL);
 }
 
 WT_TEST(service, virtual_account_sid_is_derived_from_the_name) {
