@@ -23,6 +23,7 @@
 #include "platform/linux/procs.h"
 #include "platform/linux/seccomp.h"
 #include "platform/sandbox.h"
+#include "platform/sandbox_common.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -442,29 +443,9 @@ int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_p
       r = -ENOMEM;
       goto out_fail;
     }
-    const char *argv0 = entry->argv[0];
-    if (argv0[0] == '/')
-      strv_add(&plan->argv, argv0);
-    else
-      strv_addf(&plan->argv, "%s/%s", job->package_path, argv0);
-    for (size_t i = 1; i < entry->argc; i++)
-      strv_add(&plan->argv, entry->argv[i]);
-    for (size_t i = 0; i < job->n_args; i++)
-      strv_add(&plan->argv, job->args[i]);
-    strv_add(&plan->envp, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-    strv_addf(&plan->envp, "HOME=%s", probe->home);
-    strv_addf(&plan->envp, "USER=%s", probe->user_name);
-    strv_addf(&plan->envp, "LOGNAME=%s", probe->user_name);
-    strv_addf(&plan->envp, "PACKAGE=%s", job->package_path);
-    strv_addf(&plan->envp, "WORKSPACE=%s", plan->workspace);
-    strv_addf(&plan->envp, "TMPDIR=%s", plan->workspace);
-    bool lang = false;
-    for (size_t i = 0; i < m->n_env; i++) {
-      lang |= strcmp(m->env[i].name, "LANG") == 0;
-      strv_addf(&plan->envp, "%s=%s", m->env[i].name, m->env[i].value);
-    }
-    if (!lang)
-      strv_add(&plan->envp, "LANG=C.UTF-8");
+    sandbox_direct_argv_env(m, entry, job->args, job->n_args, job->package_path, plan->workspace,
+                            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                            probe->home, probe->user_name, &plan->argv, &plan->envp);
     r = plan->argv.err ? plan->argv.err : plan->envp.err;
     if (r < 0)
       goto out_fail;
@@ -525,29 +506,7 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
   }
   json_object_set_new(o, "seccomp", seccomp_job_rules_json(plan->net));
   json_object_set_new(o, "net", json_boolean(plan->net));
-  json_t *lim = json_object();
-  struct {
-    const char *name;
-    uint64_t value;
-    const char *unit;
-    enum limit_mech mech;
-  } rows[] = {
-      {"memory", m->memory_mb, "MiB", tmp.lim_memory},
-      {"processes", m->processes, "processes", tmp.lim_processes},
-      {"cpu", m->cpu_s, "s", tmp.lim_cpu},
-      {"time", m->timeout_s, "s", tmp.lim_time},
-      {"disk", m->disk_mb, "MiB", tmp.lim_disk},
-      {"output", m->output_kb, "KiB per stream", LIMIT_MECH_NONE},
-  };
-  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-    json_t *row = json_object();
-    json_object_set_new(row, "value", json_integer((json_int_t)rows[i].value));
-    json_object_set_new(row, "unit", json_string(rows[i].unit));
-    json_object_set_new(row, "enforced_by",
-                        json_string(i == 5 ? "agent (reads at most this much, discards the rest)"
-                                           : limit_mech_name(rows[i].mech)));
-    json_object_set_new(lim, rows[i].name, row);
-  }
+  json_t *lim = sandbox_limits_json(m, &tmp);
   if (plan->expect_cgroup)
     json_object_set_new(o, "limits_note",
                         json_string("cgroup where the agent can create one at run time, "

@@ -32,6 +32,7 @@
 #include "platform/macos/os.h"
 #include "platform/macos/spawn.h"
 #include "platform/sandbox.h"
+#include "platform/sandbox_common.h"
 #include "platform/strv.h"
 
 #ifndef CORDON_WITH_RLIMIT_AS
@@ -370,29 +371,9 @@ int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_p
     r = -ENOMEM;
     goto out_fail;
   }
-  const char *argv0 = entry->argv[0];
-  if (argv0[0] == '/')
-    strv_add(&plan->argv, argv0);
-  else
-    strv_addf(&plan->argv, "%s/%s", job->package_path, argv0);
-  for (size_t i = 1; i < entry->argc; i++)
-    strv_add(&plan->argv, entry->argv[i]);
-  for (size_t i = 0; i < job->n_args; i++)
-    strv_add(&plan->argv, job->args[i]);
-  strv_add(&plan->envp, "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin");
-  strv_addf(&plan->envp, "HOME=%s", probe->home);
-  strv_addf(&plan->envp, "USER=%s", probe->user_name);
-  strv_addf(&plan->envp, "LOGNAME=%s", probe->user_name);
-  strv_addf(&plan->envp, "PACKAGE=%s", job->package_path);
-  strv_addf(&plan->envp, "WORKSPACE=%s", plan->workspace);
-  strv_addf(&plan->envp, "TMPDIR=%s", plan->workspace);
-  bool lang = false;
-  for (size_t i = 0; i < m->n_env; i++) {
-    lang |= strcmp(m->env[i].name, "LANG") == 0;
-    strv_addf(&plan->envp, "%s=%s", m->env[i].name, m->env[i].value);
-  }
-  if (!lang)
-    strv_add(&plan->envp, "LANG=C.UTF-8");
+  sandbox_direct_argv_env(m, entry, job->args, job->n_args, job->package_path, plan->workspace,
+                          "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", probe->home,
+                          probe->user_name, &plan->argv, &plan->envp);
   r = plan->argv.err ? plan->argv.err : plan->envp.err;
   if (r < 0)
     goto out_fail;

@@ -29,6 +29,7 @@
 
 #include "platform/fs.h"
 #include "platform/sandbox.h"
+#include "platform/sandbox_common.h"
 #include "platform/strv.h"
 #include "platform/windows/appcontainer.h"
 #include "platform/windows/cmdline.h"
@@ -910,29 +911,7 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
     json_object_set_new(o, "grants", g);
   }
 
-  json_t *lim = json_object();
-  struct {
-    const char *name;
-    uint64_t value;
-    const char *unit;
-    enum limit_mech mech;
-  } rows[] = {
-      {"memory", m->memory_mb, "MiB", tmp.lim_memory},
-      {"processes", m->processes, "processes", tmp.lim_processes},
-      {"cpu", m->cpu_s, "s", tmp.lim_cpu},
-      {"time", m->timeout_s, "s", tmp.lim_time},
-      {"disk", m->disk_mb, "MiB", tmp.lim_disk},
-      {"output", m->output_kb, "KiB per stream", LIMIT_MECH_NONE},
-  };
-  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-    json_t *r = json_object();
-    json_object_set_new(r, "value", json_integer((json_int_t)rows[i].value));
-    json_object_set_new(r, "unit", json_string(rows[i].unit));
-    json_object_set_new(r, "enforced_by",
-                        json_string(i == 5 ? "agent (reads at most this much, discards the rest)"
-                                           : limit_mech_name(rows[i].mech)));
-    json_object_set_new(lim, rows[i].name, r);
-  }
+  json_t *lim = sandbox_limits_json(m, &tmp);
   json_object_set_new(o, "limits", lim);
   json_object_set_new(o, "job_user", str_or_null(plan->probe->account));
   return o;
