@@ -6,6 +6,8 @@
 #include <windows.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <io.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,10 +154,32 @@ static void log_to_file(const char *dir) {
   struct stat st;
   if (stat(path, &st) == 0 && st.st_size > SERVICE_LOG_MAX_BYTES)
     rename(path, old);
+  /* A service starts without standard handles: the CRT's stderr has no
+   * descriptor (-2). freopen gives it the file; Wine's msvcrt refuses to
+   * reopen a stream without a descriptor, so there fd 2 is made the file
+   * and the (msvcrt, not opaque) stream pointed at it. */
   wchar_t *w = win_wide(path);
-  if (w && _wfreopen(w, L"a", stderr))
-    setvbuf(stderr, NULL, _IONBF, 0);
+  if (!w)
+    return;
+  bool ok = _wfreopen(w, L"ab", stderr) != NULL;
+#ifndef _UCRT
+  if (!ok && _fileno(stderr) < 0) {
+    int fd = _wopen(w, _O_WRONLY | _O_CREAT | _O_APPEND | _O_BINARY | _O_NOINHERIT,
+                    _S_IREAD | _S_IWRITE);
+    if (fd >= 0 && (fd == 2 || _dup2(fd, 2) == 0)) {
+      stderr->_file = 2;
+      clearerr(stderr);
+      ok = true;
+    }
+    if (fd >= 0 && fd != 2)
+      _close(fd);
+  }
+#endif
   free(w);
+  if (!ok)
+    return;
+  setvbuf(stderr, NULL, _IONBF, 0);
+  SetStdHandle(STD_ERROR_HANDLE, (HANDLE)_get_osfhandle(_fileno(stderr)));
 }
 
 static int service_run(void *ctx) {

@@ -4,7 +4,10 @@
 # of a small package, and — when the Linux build's cordon-server exists
 # (build/cordon-server, or CORDON_SERVER_BIN) — `exec` of a signed .cpkg,
 # the refusal of a tampered one, and the Windows agent pairing with that
-# server on loopback and running a dispatched job. Fails on any failure.
+# server on loopback and running a dispatched job, then the same agent as
+# the Windows service (Wine's services.exe): `service install`, `status
+# --json`, `start`, a dispatched job, `stop`, `uninstall`; without the
+# server, install/status/uninstall only. Fails on any failure.
 # Wine runs with WINEDEBUG=-all in a private prefix under the build dir.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +30,17 @@ if [ ! -f "$WINEPREFIX/system.reg" ]; then
   wineserver -w 2>/dev/null || true
 fi
 runw() { timeout 600 "$wine" "$@"; }
+# jq-like: print python expression E evaluated on the JSON document d on stdin
+jget() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" 2>/dev/null || echo bad; }
+# the Windows service under Wine's services.exe. Wine starts every
+# auto-start service whenever its wineserver boots, and ends them all when
+# the last ordinary process exits: keep one wineserver for the whole run
+# (`wineserver -k` at the end), and leave no service installed behind.
+svc() { runw "$exe" --config "Z:$1" service "${@:2}"; }
+svc_state() { svc "$1" status --json | tr -d '\r' | jget "d['installed'], d['state']"; }
 
+wineserver -p 2>/dev/null || true
+trap 'wineserver -k 2>/dev/null || true' EXIT
 fail=0
 echo "== Windows tests under Wine"
 for t in "$build"/*_test_*_windows.exe; do
@@ -97,6 +110,35 @@ if [ "$rc" != 1 ] || [ "$code" != "sandbox_unavailable None" ]; then
   fail=1
 fi
 
+echo "== cordon-agent.exe service install/status/uninstall (Wine's services.exe), run --service"
+svc "$cfg" uninstall >/dev/null 2>&1 || true # a leftover of an interrupted run
+set +e
+runw "$exe" --config "Z:$cfg" run --service 2>"$build/svc-console.err"
+rc=$?
+set -e
+cat "$build/svc-console.err"
+if [ "$rc" != 2 ] || ! grep -q "not started by the Service Control Manager" "$build/svc-console.err"; then
+  echo "FAILED: run --service in a console exited $rc, expected 2 and a usage error" >&2
+  fail=1
+fi
+if svc "$cfg" install; then
+  st=$(svc "$cfg" status --json | tr -d '\r')
+  echo "$st"
+  got=$(printf '%s' "$st" | jget "d['manager'], d['installed'], d['state'], d['start'], d['account'], d['command_line'].endswith('--config Z:$cfg run --service'), d['command_line'].startswith('\"')")
+  want="scm True stopped auto NT SERVICE\\cordon-agent True True"
+  if [ "$got" != "$want" ]; then
+    echo "FAILED: service status after install: '$got', expected '$want'" >&2
+    fail=1
+  fi
+else
+  echo "FAILED: service install" >&2
+  fail=1
+fi
+if ! svc "$cfg" uninstall || [ "$(svc_state "$cfg")" != "False None" ]; then
+  echo "FAILED: service uninstall" >&2
+  fail=1
+fi
+
 echo "== cordon-agent.exe exec of a signed .cpkg (packed by the Linux cordon-server)"
 server=${CORDON_SERVER_BIN:-$root/build/cordon-server}
 if [ -x "$server" ]; then
@@ -149,6 +191,7 @@ JSON
     sleep 0.2
   done
   agent_pid=""
+  dev=""
   e2e_ok=0
   if [ -n "$code" ] &&
      runw "$exe" --config "Z:$e2e/agent" pair --server "127.0.0.1:$port" --code "$code" --name wine-agent \
@@ -180,12 +223,52 @@ for d in json.load(sys.stdin):
     echo "pairing failed: $(cat "$e2e/pair.log" 2>/dev/null)" >&2
   fi
   [ -n "$agent_pid" ] && kill "$agent_pid" 2>/dev/null || true
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
   if [ "$e2e_ok" != 1 ]; then
     echo "FAILED: cross-platform pairing and dispatch (logs in $e2e)" >&2
     fail=1
   fi
+
+  echo "== the same agent as the Windows service: start, online, a dispatched job, stop, offline, uninstall"
+  online() {
+    "$server" --state "$e2e/state" devices --json 2>/dev/null |
+      python3 -c 'import json,sys; print([d["online"] for d in json.load(sys.stdin) if d["name"] == "wine-agent"] == [True])' ||
+      echo bad
+  }
+  wait_online() { for _ in $(seq 100); do [ "$(online)" = "$1" ] && return 0; sleep 0.2; done; return 1; }
+  svc_ok=0
+  svc "$e2e/agent" uninstall >/dev/null 2>&1 || true
+  # the console agent must be gone before the service connects as the same device
+  if [ -n "$dev" ] && wait_online False && svc "$e2e/agent" install && svc "$e2e/agent" start; then
+    s1=$(svc_state "$e2e/agent")
+    echo "after start: installed, state = $s1"
+    if [ "$s1" = "True running" ] && wait_online True; then
+      set +e
+      out=$(timeout 120 "$server" --state "$e2e/state" dispatch --user alice --device "$dev" "$e2e/hello.cpkg" --wait 2>"$e2e/svc-dispatch.err")
+      rc=$?
+      set -e
+      got=$(printf '%s' "$out" | jget "d['exit_code'], d['stdout'].strip()")
+      echo "job through the service: exit $rc, $got"
+      if [ "$rc" = 0 ] && [ "$got" = "0 hello from a signed package" ] &&
+         svc "$e2e/agent" stop; then
+        s2=$(svc_state "$e2e/agent")
+        echo "after stop: installed, state = $s2"
+        [ "$s2" = "True stopped" ] && wait_online False &&
+          grep -q "stop requested: stopping" "$e2e/agent/service.log" &&
+          grep -q "service stopped (exit status 0)" "$e2e/agent/service.log" && svc_ok=1
+      fi
+    fi
+  fi
+  if ! svc "$e2e/agent" uninstall || [ "$(svc_state "$e2e/agent")" != "False None" ]; then
+    svc_ok=0
+  fi
+  echo "-- service.log:"
+  cat "$e2e/agent/service.log" 2>/dev/null || true
+  if [ "$svc_ok" != 1 ]; then
+    echo "FAILED: the agent as a Windows service (logs in $e2e)" >&2
+    fail=1
+  fi
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
 else
   echo "skipped: no Linux cordon-server at $server to pack with (scripts/test.sh builds it first)"
 fi

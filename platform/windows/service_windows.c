@@ -54,11 +54,14 @@ int service_windows_command_line(const struct service_windows_options *o, wchar_
     argv[n++] = "--config";
     argv[n++] = (char *)o->config_dir;
   }
+  size_t n_words = 0;
   for (char *w = words, *save = NULL; (w = strtok_r(w, " ", &save)); w = NULL) {
-    if (n >= 3 + SERVICE_WINDOWS_MAX_RUN_WORDS)
+    if (n_words++ == SERVICE_WINDOWS_MAX_RUN_WORDS)
       return -EINVAL;
     argv[n++] = w;
   }
+  if (n_words == 0)
+    return -EINVAL;
   argv[n] = NULL;
   /* the program itself always quoted: a path with spaces must never be
    * split by the SCM into "C:\Program.exe" */
