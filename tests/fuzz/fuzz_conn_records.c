@@ -26,6 +26,7 @@
 #include <poll.h>
 #include <sodium.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -35,8 +36,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define CHECK(cond)                                                                                \
   do {                                                                                             \
-    if (!(cond))                                                                                   \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_conn_records:%d: %s\n", __LINE__, #cond);                              \
       abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static uv_loop_t loop;
@@ -99,14 +102,32 @@ static void init_once(void) {
 }
 
 static int peer_connect(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  CHECK(fd >= 0);
+  /* the server closes first, so its side keeps each address pair in
+   * TIME_WAIT: spread the source over 127.0.0.0/8 so that a long run does
+   * not run out of pairs */
+  static uint32_t n;
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  CHECK(connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-  int one = 1;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  CHECK(fd >= 0);
+  int one = 1; /* the port is chosen at connect, for this destination */
+  setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+  struct sockaddr_in src = {.sin_family = AF_INET};
+  src.sin_addr.s_addr = htonl(0x7f000001u + (n++ % 4096u) * 256u);
+  CHECK(bind(fd, (struct sockaddr *)&src, sizeof(src)) == 0);
+  /* non-blocking: libFuzzer's SIGALRM must not interrupt a blocking
+   * connect, which would go on in the background as a second connection */
+  if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+    CHECK(errno == EINPROGRESS);
+    struct pollfd pf = {.fd = fd, .events = POLLOUT};
+    while (poll(&pf, 1, 1000) <= 0)
+      CHECK(errno == EINTR || errno == 0);
+    int err = 0;
+    socklen_t len = sizeof(err);
+    CHECK(getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0);
+  }
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  /* close with a reset: no TIME_WAIT, or a long run exhausts the ports */
+  /* close with a reset: no TIME_WAIT on this side */
   struct linger lg = {.l_onoff = 1, .l_linger = 0};
   setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
   return fd;
