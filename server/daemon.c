@@ -62,12 +62,13 @@ void session_goaway(struct session *s, const char *code, const char *message) {
   m.goaway.code = (char *)code;
   m.goaway.message = (char *)message;
   (void)session_send(s, &m);
-  net_conn_close(s->conn, 0);
+  s->closing = true;
+  net_conn_flush_close(s->conn, 0); /* the goaway must reach the agent */
 }
 
 struct session *daemon_find_session(struct daemon *d, const char *device_id) {
   for (struct session *s = d->sessions; s; s = s->next)
-    if (s->state == SESSION_ACTIVE && strcmp(s->device_id, device_id) == 0)
+    if (s->state == SESSION_ACTIVE && !s->closing && strcmp(s->device_id, device_id) == 0)
       return s;
   return NULL;
 }
@@ -228,7 +229,6 @@ static void handle_session_hello(struct session *s, struct msg_hello *h) {
   w.welcome = s->welcome;
   (void)session_send(s, &w);
   daemon_log("device %s (%s) connected from %s", s->device_id, s->user, net_conn_peer(s->conn));
-  daemon_session_ready(s);
 }
 
 static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
@@ -322,12 +322,13 @@ static void on_close(struct net_conn *c, int err) {
   if (!s)
     return;
   struct daemon *d = s->d;
-  if (s->state == SESSION_ACTIVE || s->state == SESSION_CLOSED_ACTIVE) {
+  if (s->state == SESSION_ACTIVE) {
     daemon_session_closed(s);
     /* only if no newer session took over */
     bool other = false;
     for (struct session *o = d->sessions; o; o = o->next)
-      if (o != s && o->state == SESSION_ACTIVE && strcmp(o->device_id, s->device_id) == 0)
+      if (o != s && o->state == SESSION_ACTIVE && !o->closing &&
+          strcmp(o->device_id, s->device_id) == 0)
         other = true;
     if (!other)
       server_db_device_set_online(d->db, s->device_id, false, NULL);

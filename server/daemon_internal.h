@@ -50,13 +50,13 @@ enum session_state {
   SESSION_PAIR_PROOF,
   SESSION_ACTIVE,
   SESSION_DONE,
-  SESSION_CLOSED_ACTIVE,
 };
 
 struct session {
   struct daemon *d;
   struct net_conn *conn;
   enum session_state state;
+  bool closing; /* a goaway is on its way out: no longer a device's session */
   uint8_t session_id[16];
   struct msg_welcome welcome;
   /* session mode */
@@ -90,7 +90,6 @@ json_t *admin_error(int err, const char *message);
 /* daemon_jobs.c */
 void daemon_jobs_start(struct daemon *d);
 void daemon_jobs_shutdown(struct daemon *d);
-void daemon_session_ready(struct session *s);
 void daemon_session_message(struct session *s, struct msg *m);
 void daemon_session_closed(struct session *s);
 void daemon_admin_request(struct daemon *d, struct admin_client *a, json_t *req);

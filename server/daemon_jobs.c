@@ -486,10 +486,6 @@ void daemon_session_message(struct session *s, struct msg *m) {
   }
 }
 
-void daemon_session_ready(struct session *s) {
-  (void)s;
-}
-
 void daemon_session_closed(struct session *s) {
   /* jobs still being sent to this session stop; their deadline decides */
   for (struct daemon_job *j = s->d->jobs; j; j = j->next)
