@@ -15,6 +15,17 @@ const char *limit_mech_name(enum limit_mech m) {
   return limit_names[m];
 }
 
+void result_buf_append(struct result_buf *b, const uint8_t *data, size_t n, size_t cap) {
+  size_t room = cap > b->len ? cap - b->len : 0;
+  size_t take = n < room ? n : room;
+  if (take) {
+    memcpy(b->data + b->len, data, take);
+    b->len += take;
+  }
+  if (take < n)
+    b->truncated = true;
+}
+
 void job_result_init(struct job_result *r) {
   memset(r, 0, sizeof(*r));
   r->oom_killed = -1;

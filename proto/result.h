@@ -55,6 +55,10 @@ struct job_result {
   char error_message[512];
 };
 
+/* Keep at most cap bytes in b (whose data holds cap bytes); anything beyond
+ * is dropped and b->truncated set. */
+void result_buf_append(struct result_buf *b, const uint8_t *data, size_t n, size_t cap);
+
 void job_result_init(struct job_result *r);
 void job_result_release(struct job_result *r);
 /* Set error and message (formatted); returns err. */

@@ -23,6 +23,7 @@
 #include "platform/linux/procs.h"
 #include "platform/linux/seccomp.h"
 #include "platform/sandbox.h"
+#include "platform/posix/drain.h"
 #include "platform/sandbox_common.h"
 
 #ifndef SYS_pidfd_open
@@ -519,33 +520,6 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
 
 /* ---- running ---- */
 
-static void buf_take(struct result_buf *b, const uint8_t *data, size_t n, size_t cap) {
-  size_t room = cap > b->len ? cap - b->len : 0;
-  size_t take = n < room ? n : room;
-  if (take) {
-    memcpy(b->data + b->len, data, take);
-    b->len += take;
-  }
-  if (take < n)
-    b->truncated = true;
-}
-
-/* Read what is there; returns false at EOF or error. */
-static bool drain(int fd, struct result_buf *b, size_t cap) {
-  uint8_t chunk[16384];
-  for (;;) {
-    ssize_t n = read(fd, chunk, sizeof(chunk));
-    if (n > 0) {
-      buf_take(b, chunk, (size_t)n, cap);
-      continue;
-    }
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && errno == EAGAIN)
-      return true;
-    return false;
-  }
-}
 
 int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   const struct manifest *m = plan->job->manifest;
@@ -695,9 +669,9 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
     if (k < 0 && errno != EINTR)
       break;
     if (i_out >= 0 && (pf[i_out].revents & (POLLIN | POLLHUP | POLLERR)))
-      out_open = drain(out_p[0], &res->out, cap);
+      out_open = posix_drain_fd(out_p[0], &res->out, cap);
     if (i_err >= 0 && (pf[i_err].revents & (POLLIN | POLLHUP | POLLERR)))
-      err_open = drain(err_p[0], &res->err, cap);
+      err_open = posix_drain_fd(err_p[0], &res->err, cap);
     if (i_cancel >= 0 && (pf[i_cancel].revents & (POLLIN | POLLHUP))) {
       cancelled = true;
       break;
@@ -748,9 +722,9 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
     if (poll(pf, (nfds_t)n, 100) <= 0)
       continue;
     if (out_open)
-      out_open = drain(out_p[0], &res->out, cap);
+      out_open = posix_drain_fd(out_p[0], &res->out, cap);
     if (err_open)
-      err_open = drain(err_p[0], &res->err, cap);
+      err_open = posix_drain_fd(err_p[0], &res->err, cap);
   }
 
   if (WIFEXITED(status)) {

@@ -32,6 +32,7 @@
 #include "platform/macos/os.h"
 #include "platform/macos/spawn.h"
 #include "platform/sandbox.h"
+#include "platform/posix/drain.h"
 #include "platform/sandbox_common.h"
 #include "platform/strv.h"
 
@@ -468,33 +469,6 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
 
 /* ---- running ---- */
 
-static void buf_take(struct result_buf *b, const uint8_t *data, size_t n, size_t cap) {
-  size_t room = cap > b->len ? cap - b->len : 0;
-  size_t take = n < room ? n : room;
-  if (take) {
-    memcpy(b->data + b->len, data, take);
-    b->len += take;
-  }
-  if (take < n)
-    b->truncated = true;
-}
-
-/* Read what is there; false at EOF or error. */
-static bool drain(int fd, struct result_buf *b, size_t cap) {
-  uint8_t chunk[16384];
-  for (;;) {
-    ssize_t n = read(fd, chunk, sizeof(chunk));
-    if (n > 0) {
-      buf_take(b, chunk, (size_t)n, cap);
-      continue;
-    }
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0 && errno == EAGAIN)
-      return true;
-    return false;
-  }
-}
 
 /* Jobs of this agent process running now, and started so far: a job whose
  * life overlapped another's cannot tell whose an orphan is. */
@@ -560,9 +534,9 @@ static void pump(struct supervisor *s, int ms) {
   if (poll(pf, (nfds_t)n, ms) <= 0)
     return;
   if (i_out >= 0 && (pf[i_out].revents & (POLLIN | POLLHUP | POLLERR)))
-    s->out_open = drain(s->out_fd, &s->res->out, s->cap);
+    s->out_open = posix_drain_fd(s->out_fd, &s->res->out, s->cap);
   if (i_err >= 0 && (pf[i_err].revents & (POLLIN | POLLHUP | POLLERR)))
-    s->err_open = drain(s->err_fd, &s->res->err, s->cap);
+    s->err_open = posix_drain_fd(s->err_fd, &s->res->err, s->cap);
 }
 
 /* Kill what is left of the job: TERM first when graceful, then KILL until
