@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,7 @@
 #include "platform/linux/seccomp.h"
 #include "platform/sandbox.h"
 #include "platform/posix/drain.h"
+#include "platform/posix/job_user.h"
 #include "platform/sandbox_common.h"
 
 #ifndef SYS_pidfd_open
@@ -148,29 +148,19 @@ int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
   p->is_root = geteuid() == 0;
   p->bwrap_path = strdup(policy->bwrap_path ? policy->bwrap_path : "/usr/bin/bwrap");
 
-  struct passwd pwbuf, *pw = NULL;
-  char buf[4096];
-  if (p->is_root) {
-    getpwnam_r(policy->job_user, &pwbuf, buf, sizeof(buf), &pw);
-    if (!pw)
-      snprintf(p->user_error, sizeof(p->user_error), "job user '%s' does not exist",
-               policy->job_user);
-    else if (pw->pw_uid == 0 || pw->pw_gid == 0)
-      snprintf(p->user_error, sizeof(p->user_error), "job user '%s' is root", policy->job_user);
-  } else {
-    getpwuid_r(getuid(), &pwbuf, buf, sizeof(buf), &pw);
-    if (!pw)
-      snprintf(p->user_error, sizeof(p->user_error), "uid %u has no passwd entry", getuid());
+  struct posix_job_user ju;
+  int ur = posix_job_user_lookup(policy->job_user, p->is_root, &ju, p->user_error,
+                                 sizeof(p->user_error));
+  if (ur == -ENOMEM) {
+    sandbox_probe_free(p);
+    return -ENOMEM;
   }
-  if (pw && !p->user_error[0]) {
+  if (ur == 0) { /* the probe owns the strings from now on */
     p->user_ok = true;
-    p->uid = pw->pw_uid;
-    p->gid = pw->pw_gid;
-    p->user_name = strdup(pw->pw_name);
-    const char *home = pw->pw_dir;
-    if (!p->is_root && getenv("HOME") && getenv("HOME")[0] == '/')
-      home = getenv("HOME");
-    p->home = strdup(home);
+    p->uid = ju.uid;
+    p->gid = ju.gid;
+    p->user_name = ju.name;
+    p->home = ju.home;
   }
   if (!p->bwrap_path || (p->user_ok && (!p->user_name || !p->home))) {
     sandbox_probe_free(p);

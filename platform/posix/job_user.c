@@ -1,0 +1,53 @@
+#include "platform/posix/job_user.h"
+
+#include <errno.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int posix_job_user_lookup(const char *job_user, bool agent_is_root, struct posix_job_user *out,
+                          char *why, size_t why_len) {
+  struct passwd pwbuf, *pw = NULL;
+  char buf[4096];
+  if (agent_is_root) {
+    const char *name = job_user ? job_user : "";
+    getpwnam_r(name, &pwbuf, buf, sizeof(buf), &pw);
+    if (!pw) {
+      snprintf(why, why_len, "job user '%s' does not exist", name);
+      return -EPERM;
+    }
+    if (pw->pw_uid == 0 || pw->pw_gid == 0) {
+      snprintf(why, why_len, "job user '%s' is root", name);
+      return -EPERM;
+    }
+  } else {
+    getpwuid_r(getuid(), &pwbuf, buf, sizeof(buf), &pw);
+    if (!pw) {
+      snprintf(why, why_len, "uid %u has no passwd entry", getuid());
+      return -EPERM;
+    }
+  }
+  const char *home = pw->pw_dir;
+  const char *env_home = getenv("HOME");
+  if (!agent_is_root && env_home && env_home[0] == '/')
+    home = env_home;
+  struct posix_job_user u = {.uid = pw->pw_uid, .gid = pw->pw_gid};
+  u.name = strdup(pw->pw_name);
+  u.home = strdup(home);
+  if (!u.name || !u.home) {
+    posix_job_user_release(&u);
+    return -ENOMEM;
+  }
+  *out = u;
+  return 0;
+}
+
+void posix_job_user_release(struct posix_job_user *u) {
+  if (!u)
+    return;
+  free(u->name);
+  free(u->home);
+  u->name = u->home = NULL;
+}

@@ -1,0 +1,24 @@
+/* Who runs a job (DESIGN.md section 4), shared by the Linux and macOS
+ * layers: a root agent runs jobs as job_user, which must exist and must not
+ * be root; any other agent runs them as itself. */
+#ifndef CORDON_PLATFORM_POSIX_JOB_USER_H
+#define CORDON_PLATFORM_POSIX_JOB_USER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct posix_job_user {
+  uid_t uid;
+  gid_t gid;
+  char *name; /* owned */
+  char *home; /* owned: the account's home; a non-root agent's $HOME if absolute */
+};
+
+/* 0 and *out on success; -EPERM with a one-line reason in why when the
+ * account is missing or is root; -ENOMEM. */
+int posix_job_user_lookup(const char *job_user, bool agent_is_root, struct posix_job_user *out,
+                          char *why, size_t why_len);
+void posix_job_user_release(struct posix_job_user *u);
+
+#endif
