@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #include "platform/sandbox.h"
-#include "proto/error.h"
+#include "core/error.h"
 
 #define AGENT_CONFIG_MAX_BYTES (64 * 1024)
 

@@ -1,4 +1,5 @@
 #include "agent/cpkg_stage.h"
+#include "core/file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -163,20 +164,6 @@ static int enter_parent(struct agent_cpkg_stager *st, const char *path, struct c
   return 0;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t len) {
-  while (len > 0) {
-    ssize_t n = write(fd, p, len);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
 static int handle_event(struct agent_cpkg_stager *st, const struct cpkg_event *ev,
                         struct cordon_diag *diag) {
   const struct cpkg_index *idx = cpkg_stream_index(st->stream);
@@ -197,7 +184,7 @@ static int handle_event(struct agent_cpkg_stager *st, const struct cpkg_event *e
     return 0;
   }
   case CPKG_EVENT_FILE_DATA:
-    if ((err = write_all(st->file_fd, ev->data, ev->len)) != 0)
+    if ((err = core_write_all(st->file_fd, ev->data, ev->len)) != 0)
       return cordon_diag_set(diag, err, "staging '%s': %s", idx->files[ev->file].path,
                              strerror(-err));
     return 0;

@@ -26,8 +26,8 @@
 #include <stdint.h>
 
 #include "proto/cpkg.h"
-#include "proto/error.h"
-#include "proto/manifest.h"
+#include "core/error.h"
+#include "core/manifest.h"
 
 /* Bytes read from a package file at a time. */
 #define AGENT_CPKG_READ_SIZE (256u * 1024)

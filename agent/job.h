@@ -8,7 +8,7 @@
 
 #include "agent/config.h"
 #include "platform/sandbox.h"
-#include "proto/result.h"
+#include "core/result.h"
 
 struct agent_job {
   char id[33];

@@ -34,6 +34,7 @@
 #include "proto/msg.h"
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
+#include "core/file.h"
 
 struct runner;
 
@@ -110,7 +111,7 @@ static int send_msg(struct runner *rn, const struct msg *m) {
 
 static void write_connection_state(struct runner *rn, bool connected) {
   const char *s = connected ? "connected\n" : "disconnected\n";
-  agent_write_file_atomic(rn->cfg->dir, "connection", s, strlen(s), 0600);
+  core_write_file_atomic(rn->cfg->dir, "connection", s, strlen(s), 0600);
 }
 
 /* ---- spool ---- */
@@ -151,7 +152,7 @@ static void deliver(struct runner *rn, const uint8_t raw_id[16], struct job_resu
   }
   char name[64];
   snprintf(name, sizeof(name), "%s.result", id);
-  r = agent_write_file_atomic(rn->spool, name, buf, len, 0600);
+  r = core_write_file_atomic(rn->spool, name, buf, len, 0600);
   if (r < 0)
     logf_("job %s: cannot spool its result: %s", id, strerror(-r));
   char running[PATH_MAX];
@@ -238,7 +239,7 @@ static int seen_check_and_add(struct runner *rn, const char *id, uint64_t expire
     return CORDON_E_TICKET_REPLAYED;
   char text[32];
   int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", expires_ms);
-  return agent_write_file_atomic(rn->seen, id, text, (size_t)n, 0600);
+  return core_write_file_atomic(rn->seen, id, text, (size_t)n, 0600);
 }
 
 static void seen_prune(struct runner *rn) {
@@ -369,7 +370,7 @@ static void on_job(struct runner *rn, struct msg_job *mj) {
   struct cordon_diag diag = {{0}};
   char running_name[64];
   snprintf(running_name, sizeof(running_name), "%s.running", id);
-  if (agent_write_file_atomic(rn->spool, running_name, "", 0, 0600) < 0) {
+  if (core_write_file_atomic(rn->spool, running_name, "", 0, 0600) < 0) {
     fail_job(j, CORDON_E_SPAWN_FAILED, "cannot write the spool");
     return;
   }

@@ -14,45 +14,7 @@
 #include "agent/trust.h"
 #include "platform/fs.h"
 #include "proto/keyfile.h"
-
-int agent_write_file_atomic(const char *dir, const char *name, const void *data, size_t len,
-                            unsigned mode) {
-  char tmp[PATH_MAX], dst[PATH_MAX];
-  if (snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dir, name) >= (int)sizeof(tmp) ||
-      snprintf(dst, sizeof(dst), "%s/%s", dir, name) >= (int)sizeof(dst))
-    return -ENAMETOOLONG;
-  unlink(tmp);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-  if (fd < 0)
-    return -errno;
-  int r = 0;
-  const uint8_t *p = data;
-  for (size_t off = 0; off < len;) {
-    ssize_t w = write(fd, p + off, len - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      r = -errno;
-      break;
-    }
-    off += (size_t)w;
-  }
-  if (r == 0 && fsync(fd) < 0)
-    r = -errno;
-  close(fd);
-  if (r == 0 && rename(tmp, dst) < 0)
-    r = -errno;
-  if (r < 0) {
-    unlink(tmp);
-    return r;
-  }
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  return 0;
-}
+#include "core/file.h"
 
 static int hex_field(json_t *o, const char *key, uint8_t *out, size_t n) {
   const char *s = json_string_value(json_object_get(o, key));
@@ -143,7 +105,7 @@ int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const stru
   r = keyfile_format(KEYFILE_NOISE_SECRET, identity_priv, "cordon-agent identity", text,
                      sizeof(text), &len);
   if (r == 0)
-    r = agent_write_file_atomic(dir, AGENT_IDENTITY_FILE, text, len, 0600);
+    r = core_write_file_atomic(dir, AGENT_IDENTITY_FILE, text, len, 0600);
   sodium_memzero(text, sizeof(text));
   if (r < 0)
     return cordon_diag_set(diag, r, "cannot write the identity key: %s", strerror(-r));
@@ -154,7 +116,7 @@ int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const stru
     r = keyfile_format(KEYFILE_PUBLISHER_PUBLIC, publisher_keys[i], "the paired server", text,
                        sizeof(text), &len);
     if (r == 0)
-      r = agent_write_file_atomic(trusted, AGENT_SERVER_PUBLISHER_FILE, text, len, 0644);
+      r = core_write_file_atomic(trusted, AGENT_SERVER_PUBLISHER_FILE, text, len, 0644);
     if (r < 0)
       return cordon_diag_set(diag, r, "cannot write the publisher key");
   }
@@ -169,7 +131,7 @@ int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const stru
   json_decref(o);
   if (!s)
     return -ENOMEM;
-  r = agent_write_file_atomic(dir, AGENT_PAIRING_FILE, s, strlen(s), 0600);
+  r = core_write_file_atomic(dir, AGENT_PAIRING_FILE, s, strlen(s), 0600);
   free(s);
   if (r < 0)
     return cordon_diag_set(diag, r, "cannot write %s: %s", AGENT_PAIRING_FILE, strerror(-r));

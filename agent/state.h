@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 
 #define AGENT_IDENTITY_FILE "identity.key"
 #define AGENT_PAIRING_FILE "pairing.json"
@@ -38,9 +38,5 @@ int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const stru
                        struct cordon_diag *diag);
 /* Forget the pairing (identity, record, the server's publisher keys). */
 int agent_pairing_remove(const char *dir, struct cordon_diag *diag);
-
-/* Write data to dir/name atomically (tmp, fsync, rename, fsync dir). */
-int agent_write_file_atomic(const char *dir, const char *name, const void *data, size_t len,
-                            unsigned mode);
 
 #endif

@@ -15,7 +15,7 @@
 #define CORDON_AGENT_TRUST_H
 
 #include "proto/cpkg.h"
-#include "proto/error.h"
+#include "core/error.h"
 
 #define AGENT_TRUSTED_DIR "trusted"
 

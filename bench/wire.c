@@ -15,7 +15,7 @@
  * Medians, not means. Usage: bench_wire [round_trips] [bulk_MiB] [handshakes]
  */
 #include "net/conn.h"
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/noise.h"
 
 #include <errno.h>

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/frame.h"
 
 /* Buffers are reused rather than handed back to malloc at once: freeing and

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 
 #define STAGE_MAX_FILES 100000
 #define STAGE_MAX_DEPTH 64

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "proto/manifest.h"
+#include "core/manifest.h"
 
 /* The agent's default config dir (DESIGN.md section 7). Returns 0, or
  * -ENAMETOOLONG / -ENOENT when no home is known. */

@@ -16,8 +16,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "proto/manifest.h"
-#include "proto/result.h"
+#include "core/manifest.h"
+#include "core/result.h"
 
 /* The device owner's ceiling and the agent's own facts. Borrowed strings. */
 struct sandbox_policy {

@@ -5,8 +5,8 @@
 #include <jansson.h>
 
 #include "platform/strv.h"
-#include "proto/manifest.h"
-#include "proto/result.h"
+#include "core/manifest.h"
+#include "core/result.h"
 
 /* explain's "limits" object: each limit's value, unit and what enforces it
  * (mechs gives the lim_* fields). NULL on allocation failure. */

@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 
 enum service_scope {
   SERVICE_SCOPE_SYSTEM, /* Linux: a system unit, jobs as job_user */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/manifest.h"
+#include "core/manifest.h"
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -316,10 +316,10 @@ int cpkg_index_encode(const uint8_t *manifest_json, size_t manifest_len,
   return 0;
 }
 
-void cpkg_key_id(const uint8_t pk[CPKG_PUBLIC_KEY_SIZE], uint8_t out_id[CPKG_KEY_ID_SIZE]) {
+void cpkg_key_id(const uint8_t pk[CPKG_PUBLIC_KEY_SIZE], uint8_t out_id[CORDON_ID_LEN]) {
   uint8_t h[32];
   crypto_generichash(h, sizeof(h), pk, CPKG_PUBLIC_KEY_SIZE, NULL, 0);
-  memcpy(out_id, h, CPKG_KEY_ID_SIZE);
+  memcpy(out_id, h, CORDON_ID_LEN);
 }
 
 void cpkg_index_hash(const uint8_t *index, size_t len, uint8_t out_hash[CPKG_HASH_SIZE]) {
@@ -628,7 +628,7 @@ void cpkg_index_free(struct cpkg_index *index) {
 
 struct trusted_key {
   uint8_t pk[CPKG_PUBLIC_KEY_SIZE];
-  uint8_t id[CPKG_KEY_ID_SIZE];
+  uint8_t id[CORDON_ID_LEN];
 };
 
 struct cpkg_trust {
@@ -669,11 +669,11 @@ size_t cpkg_trust_count(const struct cpkg_trust *trust) {
 }
 
 const uint8_t *cpkg_trust_find(const struct cpkg_trust *trust,
-                               const uint8_t key_id[CPKG_KEY_ID_SIZE]) {
+                               const uint8_t key_id[CORDON_ID_LEN]) {
   if (!trust)
     return NULL;
   for (size_t i = 0; i < trust->n; i++)
-    if (memcmp(trust->keys[i].id, key_id, CPKG_KEY_ID_SIZE) == 0)
+    if (memcmp(trust->keys[i].id, key_id, CORDON_ID_LEN) == 0)
       return trust->keys[i].pk;
   return NULL;
 }
@@ -762,8 +762,8 @@ static int stream_header(struct cpkg_stream *s, struct cordon_diag *diag) {
                            CPKG_MAX_INDEX);
   s->pk = cpkg_trust_find(s->trust, h + 16);
   if (!s->pk) {
-    char hex[2 * CPKG_KEY_ID_SIZE + 1];
-    hex_encode(h + 16, CPKG_KEY_ID_SIZE, hex);
+    char hex[2 * CORDON_ID_LEN + 1];
+    hex_encode(h + 16, CORDON_ID_LEN, hex);
     return cordon_diag_set(diag, CORDON_E_UNKNOWN_KEY, "signed by key id %s, which is not trusted",
                            hex);
   }
@@ -778,8 +778,8 @@ static int stream_index(struct cpkg_stream *s, struct cordon_diag *diag) {
   cpkg_index_hash(s->index_buf, s->index_len, s->index_hash);
   signed_message(s->index_hash, msg);
   if (crypto_sign_verify_detached(s->header + 32, msg, sizeof(msg), s->pk) != 0) {
-    char hex[2 * CPKG_KEY_ID_SIZE + 1];
-    hex_encode(s->header + 16, CPKG_KEY_ID_SIZE, hex);
+    char hex[2 * CORDON_ID_LEN + 1];
+    hex_encode(s->header + 16, CORDON_ID_LEN, hex);
     return cordon_diag_set(diag, CORDON_E_SIGNATURE_INVALID,
                            "the index signature does not verify with key id %s", hex);
   }

@@ -31,13 +31,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/error.h"
+#include "core/error.h"
+#include "core/id.h"
 
 #define CPKG_MAGIC "CPKG\r\n\x1a\n"
 #define CPKG_MAGIC_SIZE 8
 #define CPKG_FORMAT_VERSION 1
 #define CPKG_HEADER_SIZE 96
-#define CPKG_KEY_ID_SIZE 16
 #define CPKG_PUBLIC_KEY_SIZE 32
 #define CPKG_SECRET_KEY_SIZE 64 /* libsodium's crypto_sign secret key (seed || public) */
 #define CPKG_SIG_SIZE 64
@@ -114,7 +114,7 @@ int cpkg_index_encode(const uint8_t *manifest_json, size_t manifest_len,
                       size_t *out_len, struct cordon_diag *diag);
 
 /* The key id of a publisher public key: the first 16 bytes of BLAKE2b-256(pk). */
-void cpkg_key_id(const uint8_t pk[CPKG_PUBLIC_KEY_SIZE], uint8_t out_id[CPKG_KEY_ID_SIZE]);
+void cpkg_key_id(const uint8_t pk[CPKG_PUBLIC_KEY_SIZE], uint8_t out_id[CORDON_ID_LEN]);
 
 /* BLAKE2b-256 of the index bytes: what is signed, and what tickets name. */
 void cpkg_index_hash(const uint8_t *index, size_t len, uint8_t out_hash[CPKG_HASH_SIZE]);
@@ -145,7 +145,7 @@ int cpkg_trust_add(struct cpkg_trust *trust, const uint8_t pk[CPKG_PUBLIC_KEY_SI
 size_t cpkg_trust_count(const struct cpkg_trust *trust);
 /* The trusted key with this key id, or NULL. */
 const uint8_t *cpkg_trust_find(const struct cpkg_trust *trust,
-                               const uint8_t key_id[CPKG_KEY_ID_SIZE]);
+                               const uint8_t key_id[CORDON_ID_LEN]);
 void cpkg_trust_free(struct cpkg_trust *trust);
 
 enum cpkg_event_type {

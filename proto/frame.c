@@ -1,6 +1,6 @@
 #include "proto/frame.h"
 
-#include "proto/error.h"
+#include "core/error.h"
 
 #include <errno.h>
 #include <stdlib.h>

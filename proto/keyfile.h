@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 
 #define KEYFILE_KEY_SIZE 32
 #define KEYFILE_MAX_COMMENT 200

@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 
 /* The deepest nesting any caller may allow. */
 #define MPCHECK_DEPTH_MAX 8

@@ -80,7 +80,7 @@ static const char *const mechanism_names[] = {
     "bwrap", "seccomp", "landlock", "cgroup", "rlimit", "appcontainer", "job", "pgroup", "none"};
 
 #define F_ID(st, m)                                                                                \
-  { .key = #m, .kind = K_BINFIX, .off = OFF(st, m), .hi = MSG_ID_LEN }
+  { .key = #m, .kind = K_BINFIX, .off = OFF(st, m), .hi = CORDON_ID_LEN }
 #define F_FIX(st, m, n)                                                                            \
   { .key = #m, .kind = K_BINFIX, .off = OFF(st, m), .hi = (n) }
 #define F_UINT(st, m, w, l, h)                                                                     \
@@ -101,7 +101,7 @@ static const struct field hello_fields[] = {
      .presence = P_OPTIONAL,
      .off = OFF(msg_hello, device_id),
      .aux = OFF(msg_hello, has_device_id),
-     .hi = MSG_ID_LEN},
+     .hi = CORDON_ID_LEN},
     {.key = "pair_code",
      .kind = K_STR,
      .presence = P_OPTIONAL,
@@ -301,7 +301,7 @@ static const struct field error_fields[] = {
      .presence = P_OPTIONAL,
      .off = OFF(msg_error, job_id),
      .aux = OFF(msg_error, has_job_id),
-     .hi = MSG_ID_LEN},
+     .hi = CORDON_ID_LEN},
 };
 
 struct type_desc {

@@ -42,14 +42,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/error.h"
+#include "core/error.h"
+#include "core/id.h"
 
 /* Protocol versions this build speaks (hello/welcome negotiation). */
 #define MSG_PROTO_VERSION_MIN 1
 #define MSG_PROTO_VERSION_MAX 1
 
 /* Fixed sizes of binary fields. */
-#define MSG_ID_LEN 16   /* job, device, server and session ids: 128-bit random */
 #define MSG_KEY_LEN 32  /* Ed25519 public key */
 #define MSG_SIG_LEN 64  /* Ed25519 signature */
 #define MSG_HASH_LEN 32 /* BLAKE2b-256 of the package index */
@@ -136,7 +136,7 @@ struct msg_hello {
   uint16_t proto_max;
   char *agent_version; /* printable ASCII, 1..MSG_VERSION_MAX */
   bool has_device_id;  /* optional: absent while pairing */
-  uint8_t device_id[MSG_ID_LEN];
+  uint8_t device_id[CORDON_ID_LEN];
   /* optional (NULL), pairing only: the public id part of the pairing code,
    * never its secret part (the server is not yet authenticated). Token of
    * 1..MSG_PAIR_CODE_MAX bytes, so a whole code does not fit. */
@@ -152,8 +152,8 @@ struct msg_hello {
 struct msg_welcome {
   uint16_t version; /* the chosen protocol version, >= 1 */
   uint64_t time_ms; /* server clock, ms since the Unix epoch */
-  uint8_t server_id[MSG_ID_LEN];
-  uint8_t session_id[MSG_ID_LEN];
+  uint8_t server_id[CORDON_ID_LEN];
+  uint8_t session_id[CORDON_ID_LEN];
   uint32_t ping_ms; /* ping interval the server expects, 10..3600000 */
 };
 
@@ -162,7 +162,7 @@ struct msg_ping { /* ping and pong */
 };
 
 struct msg_job {
-  uint8_t job_id[MSG_ID_LEN];
+  uint8_t job_id[CORDON_ID_LEN];
   struct msg_bytes ticket; /* the signed ticket body (proto/ticket.h), 1..MSG_TICKET_MAX */
   uint8_t ticket_sig[MSG_SIG_LEN];
   uint8_t pkg_hash[MSG_HASH_LEN];
@@ -172,13 +172,13 @@ struct msg_job {
 };
 
 struct msg_chunk {
-  uint8_t job_id[MSG_ID_LEN];
+  uint8_t job_id[CORDON_ID_LEN];
   uint64_t offset;       /* offset + data.len <= UINT64_MAX */
   struct msg_bytes data; /* 1..MSG_CHUNK_MAX */
 };
 
 struct msg_job_ref { /* running, ack, cancel */
-  uint8_t job_id[MSG_ID_LEN];
+  uint8_t job_id[CORDON_ID_LEN];
 };
 
 struct msg_limits_used {
@@ -205,8 +205,8 @@ struct msg_fault {
 };
 
 struct msg_result {
-  uint8_t job_id[MSG_ID_LEN];
-  uint8_t device_id[MSG_ID_LEN];
+  uint8_t job_id[CORDON_ID_LEN];
+  uint8_t device_id[CORDON_ID_LEN];
   bool has_exit_code;          /* nullable */
   int64_t exit_code;           /* INT32_MIN..UINT32_MAX (Windows codes are DWORDs) */
   bool has_signal;             /* nullable; never both exit_code and signal */
@@ -231,7 +231,7 @@ struct msg_pair_proof {
 };
 
 struct msg_pair_done {
-  uint8_t device_id[MSG_ID_LEN];
+  uint8_t device_id[CORDON_ID_LEN];
   char *user;     /* name, the user the device now belongs to */
   char *name;     /* name, the device name as recorded */
   char *platform; /* token, as recorded */
@@ -259,7 +259,7 @@ struct msg_error {
   char *code;
   char *message;
   bool has_job_id; /* optional */
-  uint8_t job_id[MSG_ID_LEN];
+  uint8_t job_id[CORDON_ID_LEN];
 };
 
 struct msg {

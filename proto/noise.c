@@ -1,6 +1,6 @@
 #include "proto/noise.h"
 
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/frame.h"
 
 #include <errno.h>

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 
 #define PAIRING_KEY_LEN 32
 #define PAIRING_MAC_LEN 32

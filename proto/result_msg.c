@@ -11,13 +11,13 @@ static enum msg_enforce to_enforce(enum limit_mech m) {
   return (enum msg_enforce)m;
 }
 
-void result_to_msg(const struct job_result *r, const uint8_t job_id[MSG_ID_LEN],
-                   const uint8_t device_id[MSG_ID_LEN], struct msg *out) {
+void result_to_msg(const struct job_result *r, const uint8_t job_id[CORDON_ID_LEN],
+                   const uint8_t device_id[CORDON_ID_LEN], struct msg *out) {
   memset(out, 0, sizeof(*out));
   out->type = MSG_RESULT;
   struct msg_result *m = &out->result;
-  memcpy(m->job_id, job_id, MSG_ID_LEN);
-  memcpy(m->device_id, device_id, MSG_ID_LEN);
+  memcpy(m->job_id, job_id, CORDON_ID_LEN);
+  memcpy(m->device_id, device_id, CORDON_ID_LEN);
   if (r->ran && r->exited) {
     m->has_exit_code = true;
     m->exit_code = r->exit_code;
@@ -69,8 +69,8 @@ static int copy_buf(struct result_buf *dst, const struct msg_bytes *src, bool tr
 }
 
 int result_from_msg(const struct msg_result *m, struct job_result *r) {
-  sodium_bin2hex(r->job_id, sizeof(r->job_id), m->job_id, MSG_ID_LEN);
-  sodium_bin2hex(r->device_id, sizeof(r->device_id), m->device_id, MSG_ID_LEN);
+  sodium_bin2hex(r->job_id, sizeof(r->job_id), m->job_id, CORDON_ID_LEN);
+  sodium_bin2hex(r->device_id, sizeof(r->device_id), m->device_id, CORDON_ID_LEN);
   r->ran = m->has_exit_code || m->has_signal;
   r->exited = m->has_exit_code;
   r->exit_code = (int)m->exit_code;

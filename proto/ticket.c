@@ -17,13 +17,13 @@ static uint64_t get64(const uint8_t *p) {
   return v;
 }
 
-void ticket_user_tag(const char *user, uint8_t out_tag[TICKET_ID_LEN]) {
+void ticket_user_tag(const char *user, uint8_t out_tag[CORDON_ID_LEN]) {
   static const char dom[] = "cordon-user-v1";
   crypto_generichash_state st;
-  crypto_generichash_init(&st, NULL, 0, TICKET_ID_LEN);
+  crypto_generichash_init(&st, NULL, 0, CORDON_ID_LEN);
   crypto_generichash_update(&st, (const uint8_t *)dom, sizeof(dom));
   crypto_generichash_update(&st, (const uint8_t *)user, strlen(user));
-  crypto_generichash_final(&st, out_tag, TICKET_ID_LEN);
+  crypto_generichash_final(&st, out_tag, CORDON_ID_LEN);
 }
 
 void ticket_args_hash(char *const *args, size_t n_args, uint8_t out_hash[32]) {

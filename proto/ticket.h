@@ -18,24 +18,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/error.h"
+#include "core/error.h"
+#include "core/id.h"
 
 #define TICKET_BODY_LEN 161
 #define TICKET_SIG_LEN 64
-#define TICKET_ID_LEN 16
 
 struct ticket {
-  uint8_t job_id[TICKET_ID_LEN];
-  uint8_t device_id[TICKET_ID_LEN];
-  uint8_t user_tag[TICKET_ID_LEN];
-  uint8_t session_id[TICKET_ID_LEN];
+  uint8_t job_id[CORDON_ID_LEN];
+  uint8_t device_id[CORDON_ID_LEN];
+  uint8_t user_tag[CORDON_ID_LEN];
+  uint8_t session_id[CORDON_ID_LEN];
   uint8_t index_hash[32];
   uint8_t args_hash[32];
   uint64_t issued_ms;
   uint64_t expires_ms;
 };
 
-void ticket_user_tag(const char *user, uint8_t out_tag[TICKET_ID_LEN]);
+void ticket_user_tag(const char *user, uint8_t out_tag[CORDON_ID_LEN]);
 void ticket_args_hash(char *const *args, size_t n_args, uint8_t out_hash[32]);
 void ticket_encode(const struct ticket *t, uint8_t out_body[TICKET_BODY_LEN]);
 /* Sign with an Ed25519 secret key (64 bytes). */

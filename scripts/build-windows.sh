@@ -23,7 +23,7 @@ srcpkgs=(libsodium libuv1 msgpack-c jansson)
 log() { echo "build-windows: $*" >&2; }
 
 # --- 1. tools -------------------------------------------------------------
-need=(gcc-mingw-w64-x86-64 binutils-mingw-w64-x86-64 mingw-w64-x86-64-dev wine wine64
+need=(gcc-mingw-w64-x86-64 g++-mingw-w64-x86-64-win32 binutils-mingw-w64-x86-64 mingw-w64-x86-64-dev wine wine64
       dpkg-dev cmake make pkg-config autoconf automake libtool)
 missing=()
 for p in "${need[@]}"; do

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 #include "server/db.h"
 
 /* Open STATE/cordon.db (never creating it). On failure prints the error and

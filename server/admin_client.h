@@ -4,7 +4,7 @@
 
 #include <jansson.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 
 /* Send req to the daemon of state_dir and wait for its reply (no timeout
  * when wait is set: a dispatch --wait lasts as long as the job). Returns 0

@@ -8,7 +8,7 @@
 #ifndef CORDON_SERVER_CLI_H
 #define CORDON_SERVER_CLI_H
 
-#include "proto/error.h"
+#include "core/error.h"
 
 #define SERVER_PROG "cordon-server"
 #define SERVER_DEFAULT_STATE "/var/lib/cordon-server"

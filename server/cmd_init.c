@@ -105,15 +105,15 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
   }
   uint8_t *ticket_seed = secrets, *noise_secret = secrets + 32, *pub_seed = secrets + 64;
   uint8_t *pub_sk = secrets + 96;
-  uint8_t pub_pk[crypto_sign_PUBLICKEYBYTES], key_id[CPKG_KEY_ID_SIZE];
+  uint8_t pub_pk[crypto_sign_PUBLICKEYBYTES], key_id[CORDON_ID_LEN];
   randombytes_buf(ticket_seed, 32);
   randombytes_buf(noise_secret, 32); /* X25519 private key; clamped where it is used */
   randombytes_buf(pub_seed, 32);
   crypto_sign_seed_keypair(pub_pk, pub_sk, pub_seed);
   cpkg_key_id(pub_pk, key_id);
-  char comment[2 * CPKG_KEY_ID_SIZE + 8];
+  char comment[2 * CORDON_ID_LEN + 8];
   memcpy(comment, "id=", 3);
-  for (size_t i = 0; i < CPKG_KEY_ID_SIZE; i++)
+  for (size_t i = 0; i < CORDON_ID_LEN; i++)
     snprintf(comment + 3 + 2 * i, 3, "%02x", key_id[i]);
   const uint8_t *keys[] = {ticket_seed, noise_secret, pub_seed, pub_pk};
   for (written = 0; written < n_files; written++) {

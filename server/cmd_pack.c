@@ -64,7 +64,7 @@ int server_cmd_pack(const struct server_cli *cli, int argc, char **argv) {
   sodium_free(sk);
   if (err)
     return server_cli_fail(err, &diag);
-  char hash[2 * CPKG_HASH_SIZE + 1], id[2 * CPKG_KEY_ID_SIZE + 1];
+  char hash[2 * CPKG_HASH_SIZE + 1], id[2 * CORDON_ID_LEN + 1];
   sodium_bin2hex(hash, sizeof(hash), sum.index_hash, sizeof(sum.index_hash));
   sodium_bin2hex(id, sizeof(id), sum.key_id, sizeof(sum.key_id));
   fprintf(stderr, "%s: packed %zu files (%llu bytes) into %s (%llu bytes); index %s, key id %s\n",

@@ -155,7 +155,7 @@ static void handle_pair_proof(struct session *s, struct msg_pair_proof *p) {
       .downgrade_reason = s->pair_reason,
       .max_jobs = s->pair_max_jobs,
   };
-  char device_id[SERVER_DB_ID_SIZE];
+  char device_id[CORDON_ID_HEX_SIZE];
   int64_t user_id;
   struct cordon_diag diag = {{0}};
   int r = server_db_pair_complete(d->db, s->code_id, key, &info, device_id, &user_id, &diag);
@@ -169,7 +169,7 @@ static void handle_pair_proof(struct session *s, struct msg_pair_proof *p) {
   if (server_db_user_get(d->db, user_id, &user, NULL) < 0)
     snprintf(user.name, sizeof(user.name), "?");
   struct msg m = {.type = MSG_PAIR_DONE};
-  sodium_hex2bin(m.pair_done.device_id, MSG_ID_LEN, device_id, strlen(device_id), NULL, NULL, NULL);
+  sodium_hex2bin(m.pair_done.device_id, CORDON_ID_LEN, device_id, strlen(device_id), NULL, NULL, NULL);
   m.pair_done.user = user.name;
   m.pair_done.name = s->pair_name;
   m.pair_done.platform = s->pair_platform;
@@ -195,8 +195,8 @@ static void handle_session_hello(struct session *s, struct msg_hello *h) {
     session_goaway(s, MSG_GOAWAY_UNPAIRED, "this device is not paired with this server");
     return;
   }
-  char hex[SERVER_DB_ID_SIZE];
-  sodium_bin2hex(hex, sizeof(hex), h->device_id, MSG_ID_LEN);
+  char hex[CORDON_ID_HEX_SIZE];
+  sodium_bin2hex(hex, sizeof(hex), h->device_id, CORDON_ID_LEN);
   if (!h->has_device_id || strcmp(hex, dev.id) != 0) {
     server_db_device_release(&dev);
     session_goaway(s, MSG_GOAWAY_PROTOCOL, "device_id does not match the session key");
@@ -262,8 +262,8 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
     struct msg w = {.type = MSG_WELCOME};
     w.welcome.version = v;
     w.welcome.time_ms = daemon_now_ms();
-    memcpy(w.welcome.server_id, s->d->server_id, MSG_ID_LEN);
-    memcpy(w.welcome.session_id, s->session_id, MSG_ID_LEN);
+    memcpy(w.welcome.server_id, s->d->server_id, CORDON_ID_LEN);
+    memcpy(w.welcome.session_id, s->session_id, CORDON_ID_LEN);
     w.welcome.ping_ms = SERVER_PING_MS;
     bool pairing = net_conn_mode(c) == NOISE_MODE_PAIRING;
     if (!pairing) {

@@ -4,7 +4,7 @@
 #define CORDON_SERVER_DAEMON_H
 
 #include "net/conn.h"
-#include "proto/error.h"
+#include "core/error.h"
 
 #define SERVER_ADMIN_SOCKET "admin.sock"
 #define SERVER_PING_MS 15000u

@@ -9,7 +9,7 @@
 #include <uv.h>
 
 #include "net/conn.h"
-#include "proto/manifest.h"
+#include "core/manifest.h"
 #include "proto/msg.h"
 #include "server/daemon.h"
 #include "server/db.h"
@@ -60,7 +60,7 @@ struct session {
   uint8_t session_id[16];
   struct msg_welcome welcome;
   /* session mode */
-  char device_id[SERVER_DB_ID_SIZE];
+  char device_id[CORDON_ID_HEX_SIZE];
   int64_t user_id;
   char user[SERVER_DB_NAME_MAX + 1];
   uint32_t max_jobs;

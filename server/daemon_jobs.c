@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "proto/cpkg.h"
-#include "proto/manifest.h"
+#include "core/manifest.h"
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
 #include "server/daemon_internal.h"
@@ -28,9 +28,9 @@ struct waiter {
 /* A job the daemon is sending or waiting for. */
 struct daemon_job {
   struct daemon *d;
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   uint8_t raw_id[16];
-  char device_id[SERVER_DB_ID_SIZE];
+  char device_id[CORDON_ID_HEX_SIZE];
   struct session *session; /* while it is being sent */
   int fd;                  /* the package, while sending */
   uint64_t size, sent;
@@ -189,7 +189,7 @@ static unsigned platform_bit(const char *p) {
 
 /* Choose a device; on failure, reasons names why each candidate was not. */
 static int choose_device(struct daemon *d, int64_t user_id, const char *want,
-                         const struct manifest *m, char out_id[SERVER_DB_ID_SIZE],
+                         const struct manifest *m, char out_id[CORDON_ID_HEX_SIZE],
                          json_t *reasons) {
   struct server_db_device_list list;
   int r = server_db_device_list(d->db, user_id, &list, NULL);
@@ -218,7 +218,7 @@ static int choose_device(struct daemon *d, int64_t user_id, const char *want,
       json_array_append_new(reasons, json_pack("{s:s, s:s, s:s}", "device", dev->id, "name",
                                                dev->name, "reason", why));
     } else {
-      snprintf(out_id, SERVER_DB_ID_SIZE, "%s", dev->id);
+      snprintf(out_id, CORDON_ID_HEX_SIZE, "%s", dev->id);
       found = true;
     }
   }
@@ -279,7 +279,7 @@ static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req
     goto out;
   }
   json_t *reasons = json_array();
-  char dev_id[SERVER_DB_ID_SIZE];
+  char dev_id[CORDON_ID_HEX_SIZE];
   r = choose_device(d, u.id, device, m, dev_id, reasons);
   if (r < 0) {
     json_t *e = admin_error(CORDON_E_NO_ELIGIBLE_DEVICE, "no device can run this job");
@@ -297,7 +297,7 @@ static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req
       .args_json = args_json,
       .deadline = (int64_t)(daemon_now_ms() / 1000) + m->timeout_s + d->job_grace_s,
   };
-  char job_id[SERVER_DB_ID_SIZE];
+  char job_id[CORDON_ID_HEX_SIZE];
   r = server_db_job_add(d->db, &nj, job_id, &diag);
   free(args_json);
   if (r == 0)
@@ -375,7 +375,7 @@ static void admin_cancel(struct daemon *d, struct admin_client *a, json_t *req) 
     return;
   }
   enum server_db_job_state st = job.state;
-  char dev[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE];
   snprintf(dev, sizeof(dev), "%s", job.device_id);
   server_db_job_release(&job);
   if (server_db_job_state_is_final(st)) {
@@ -432,7 +432,7 @@ void daemon_admin_request(struct daemon *d, struct admin_client *a, json_t *req)
 
 static void on_result(struct session *s, struct msg_result *mr) {
   struct daemon *d = s->d;
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   sodium_bin2hex(id, sizeof(id), mr->job_id, 16);
   struct job_result r;
   job_result_init(&r);
@@ -468,7 +468,7 @@ static void on_result(struct session *s, struct msg_result *mr) {
 }
 
 void daemon_session_message(struct session *s, struct msg *m) {
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   switch (m->type) {
   case MSG_RUNNING:
     sodium_bin2hex(id, sizeof(id), m->running.job_id, 16);

@@ -479,18 +479,18 @@ static int check_device_info(const struct server_db_device_info *info, bool need
 }
 
 static bool valid_hex_id(const char *id) {
-  if (!id || strlen(id) != SERVER_DB_ID_HEX)
+  if (!id || strlen(id) != CORDON_ID_HEX_LEN)
     return false;
-  for (size_t i = 0; i < SERVER_DB_ID_HEX; i++)
+  for (size_t i = 0; i < CORDON_ID_HEX_LEN; i++)
     if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
       return false;
   return true;
 }
 
-static void random_id(char out[SERVER_DB_ID_SIZE]) {
+static void random_id(char out[CORDON_ID_HEX_SIZE]) {
   uint8_t b[DB_ID_BYTES];
   randombytes_buf(b, sizeof(b));
-  sodium_bin2hex(out, SERVER_DB_ID_SIZE, b, sizeof(b));
+  sodium_bin2hex(out, CORDON_ID_HEX_SIZE, b, sizeof(b));
 }
 
 /* --- open and migrate ----------------------------------------------------- */
@@ -1123,9 +1123,9 @@ void server_db_device_list_release(struct server_db_device_list *list) {
 
 static int device_insert(struct server_db *db, int64_t user_id,
                          const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
-                         const struct server_db_device_info *info, char out_id[SERVER_DB_ID_SIZE],
+                         const struct server_db_device_info *info, char out_id[CORDON_ID_HEX_SIZE],
                          struct cordon_diag *diag) {
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   random_id(id);
   sqlite3_stmt *st = NULL;
   int err = db_stmt(db, Q_DEVICE_ADD, &st, diag);
@@ -1156,13 +1156,13 @@ static int device_insert(struct server_db *db, int64_t user_id,
   }
   db_done(st);
   if (!err)
-    memcpy(out_id, id, SERVER_DB_ID_SIZE);
+    memcpy(out_id, id, CORDON_ID_HEX_SIZE);
   return err;
 }
 
 int server_db_device_add(struct server_db *db, int64_t user_id,
                          const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
-                         const struct server_db_device_info *info, char out_id[SERVER_DB_ID_SIZE],
+                         const struct server_db_device_info *info, char out_id[CORDON_ID_HEX_SIZE],
                          struct cordon_diag *diag) {
   if (!public_key)
     return cordon_diag_set(diag, -EINVAL, "no public key");
@@ -1175,7 +1175,7 @@ int server_db_device_add(struct server_db *db, int64_t user_id,
 int server_db_pair_complete(struct server_db *db, const char *code_id,
                             const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
                             const struct server_db_device_info *info,
-                            char out_device_id[SERVER_DB_ID_SIZE], int64_t *out_user_id,
+                            char out_device_id[CORDON_ID_HEX_SIZE], int64_t *out_user_id,
                             struct cordon_diag *diag) {
   if (!public_key)
     return cordon_diag_set(diag, -EINVAL, "no public key");
@@ -1185,13 +1185,13 @@ int server_db_pair_complete(struct server_db *db, const char *code_id,
   if ((err = tx_begin(db, diag)))
     return err;
   int64_t user;
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   if ((err = code_consume(db, code_id, &user, diag)) ||
       (err = device_insert(db, user, public_key, info, id, diag)) || (err = tx_commit(db, diag))) {
     tx_rollback(db);
     return err;
   }
-  memcpy(out_device_id, id, SERVER_DB_ID_SIZE);
+  memcpy(out_device_id, id, CORDON_ID_HEX_SIZE);
   if (out_user_id)
     *out_user_id = user;
   return 0;
@@ -1218,7 +1218,7 @@ static int device_get(struct server_db *db, enum db_stmt q, const char *id, cons
       err = cordon_diag_set(diag, -ENOMEM, "out of memory");
     }
   } else if (rc == SQLITE_DONE) {
-    err = id ? cordon_diag_set(diag, -ENOENT, "no device '%.*s'", SERVER_DB_ID_HEX, id)
+    err = id ? cordon_diag_set(diag, -ENOENT, "no device '%.*s'", CORDON_ID_HEX_LEN, id)
              : cordon_diag_set(diag, -ENOENT, "no device with this public key");
   } else {
     err = db_fail(db, rc, "get device", diag);
@@ -1233,7 +1233,7 @@ int server_db_device_get(struct server_db *db, const char *id, struct server_db_
                          struct cordon_diag *diag) {
   if (!valid_hex_id(id))
     return cordon_diag_set(diag, -ENOENT, "no device '%.*s' (ids are %d hex digits)",
-                           SERVER_DB_ID_HEX, id ? id : "", SERVER_DB_ID_HEX);
+                           CORDON_ID_HEX_LEN, id ? id : "", CORDON_ID_HEX_LEN);
   return device_get(db, Q_DEVICE_GET, id, NULL, out_dev, diag);
 }
 
@@ -1261,7 +1261,7 @@ static int device_why_unchanged(struct server_db *db, const char *id, bool *out_
     const char *s = (const char *)sqlite3_column_text(st, 0);
     *out_revoked = s && strcmp(s, "revoked") == 0;
   } else if (rc == SQLITE_DONE) {
-    err = cordon_diag_set(diag, -ENOENT, "no device '%.*s'", SERVER_DB_ID_HEX, id);
+    err = cordon_diag_set(diag, -ENOENT, "no device '%.*s'", CORDON_ID_HEX_LEN, id);
   } else {
     err = db_fail(db, rc, "get device", diag);
   }
@@ -1350,7 +1350,7 @@ int server_db_device_set_all_offline(struct server_db *db, struct cordon_diag *d
 int server_db_device_revoke(struct server_db *db, const char *id, struct cordon_diag *diag) {
   if (!valid_hex_id(id))
     return cordon_diag_set(diag, -ENOENT, "no device '%.*s' (ids are %d hex digits)",
-                           SERVER_DB_ID_HEX, id ? id : "", SERVER_DB_ID_HEX);
+                           CORDON_ID_HEX_LEN, id ? id : "", CORDON_ID_HEX_LEN);
   sqlite3_stmt *st = NULL;
   int err = db_stmt(db, Q_DEVICE_REVOKE, &st, diag);
   if (err)
@@ -1488,7 +1488,7 @@ void server_db_job_list_release(struct server_db_job_list *list) {
 }
 
 int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
-                      char out_id[SERVER_DB_ID_SIZE], struct cordon_diag *diag) {
+                      char out_id[CORDON_ID_HEX_SIZE], struct cordon_diag *diag) {
   if (!job || !job->package_hash)
     return cordon_diag_set(diag, -EINVAL, "job without a package hash");
   if (job->device_id && !valid_hex_id(job->device_id))
@@ -1498,7 +1498,7 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
                            SERVER_DB_ARGS_MAX);
   if (job->deadline < 0)
     return cordon_diag_set(diag, -EINVAL, "negative deadline");
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   random_id(id);
   sqlite3_stmt *st = NULL;
   int err = db_stmt(db, Q_JOB_ADD, &st, diag);
@@ -1522,13 +1522,13 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   }
   db_done(st);
   if (!err)
-    memcpy(out_id, id, SERVER_DB_ID_SIZE);
+    memcpy(out_id, id, CORDON_ID_HEX_SIZE);
   return err;
 }
 
 /* Why an UPDATE keyed by job id changed nothing. */
 static int job_peek(struct server_db *db, const char *id, enum server_db_job_state *out_state,
-                    char out_device[SERVER_DB_ID_SIZE], bool *out_has_result,
+                    char out_device[CORDON_ID_HEX_SIZE], bool *out_has_result,
                     struct cordon_diag *diag) {
   sqlite3_stmt *st = NULL;
   int err = db_stmt(db, Q_JOB_PEEK, &st, diag);
@@ -1543,7 +1543,7 @@ static int job_peek(struct server_db *db, const char *id, enum server_db_job_sta
     enum server_db_job_state s = SERVER_DB_JOB_FAILED;
     server_db_job_state_parse((const char *)sqlite3_column_text(st, 0), &s);
     *out_state = s;
-    col_text(st, 1, out_device, SERVER_DB_ID_SIZE);
+    col_text(st, 1, out_device, CORDON_ID_HEX_SIZE);
     *out_has_result = sqlite3_column_int(st, 2) != 0;
   } else if (rc == SQLITE_DONE) {
     err = cordon_diag_set(diag, -ENOENT, "no job '%s'", id);
@@ -1581,7 +1581,7 @@ int server_db_job_transition(struct server_db *db, const char *id, enum server_d
   if (sqlite3_changes(db->h) == 1)
     return 0;
   enum server_db_job_state now_state;
-  char dev[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE];
   bool has_result;
   if ((err = job_peek(db, id, &now_state, dev, &has_result, diag)))
     return err;
@@ -1634,7 +1634,7 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
     return err;
   if (!updated) {
     enum server_db_job_state s;
-    char dev[SERVER_DB_ID_SIZE];
+    char dev[CORDON_ID_HEX_SIZE];
     bool has_result;
     if ((err = job_peek(db, id, &s, dev, &has_result, diag)))
       return err;
@@ -1653,8 +1653,8 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
 int server_db_job_get(struct server_db *db, const char *id, struct server_db_job *out_job,
                       struct cordon_diag *diag) {
   if (!valid_hex_id(id))
-    return cordon_diag_set(diag, -ENOENT, "no job '%.*s' (ids are %d hex digits)", SERVER_DB_ID_HEX,
-                           id ? id : "", SERVER_DB_ID_HEX);
+    return cordon_diag_set(diag, -ENOENT, "no job '%.*s' (ids are %d hex digits)", CORDON_ID_HEX_LEN,
+                           id ? id : "", CORDON_ID_HEX_LEN);
   sqlite3_stmt *st = NULL;
   int err = db_stmt(db, Q_JOB_GET, &st, diag);
   if (err)

@@ -50,15 +50,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/error.h"
-#include "proto/manifest.h" /* enum sandbox_level */
+#include "core/error.h"
+#include "core/id.h"
+#include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
 #define SERVER_DB_SCHEMA_VERSION 1 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
-#define SERVER_DB_ID_HEX 32                      /* device and job ids: 128 bits, lowercase hex */
-#define SERVER_DB_ID_SIZE (SERVER_DB_ID_HEX + 1) /* with the NUL */
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
 #define SERVER_DB_PLATFORM_MAX 16                /* bytes of a platform name */
 #define SERVER_DB_CODE_MAX 64                    /* bytes of an error code string */
@@ -203,7 +202,7 @@ struct server_db_device_info {
 };
 
 struct server_db_device {
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   int64_t user_id;
   char owner[SERVER_DB_NAME_MAX + 1]; /* the user's name */
   char name[SERVER_DB_NAME_MAX + 1];
@@ -232,7 +231,7 @@ void server_db_device_list_release(struct server_db_device_list *list);
  * public key is already known (whatever that device's state). */
 int server_db_device_add(struct server_db *db, int64_t user_id,
                          const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
-                         const struct server_db_device_info *info, char out_id[SERVER_DB_ID_SIZE],
+                         const struct server_db_device_info *info, char out_id[CORDON_ID_HEX_SIZE],
                          struct cordon_diag *diag);
 
 /* Pairing completion in one transaction: consume the code (as
@@ -242,7 +241,7 @@ int server_db_device_add(struct server_db *db, int64_t user_id,
 int server_db_pair_complete(struct server_db *db, const char *code_id,
                             const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
                             const struct server_db_device_info *info,
-                            char out_device_id[SERVER_DB_ID_SIZE], int64_t *out_user_id,
+                            char out_device_id[CORDON_ID_HEX_SIZE], int64_t *out_user_id,
                             struct cordon_diag *diag);
 
 int server_db_device_get(struct server_db *db, const char *id, struct server_db_device *out_dev,
@@ -302,10 +301,10 @@ struct server_db_job_new {
 };
 
 struct server_db_job {
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   int64_t user_id;
   char user[SERVER_DB_NAME_MAX + 1];
-  char device_id[SERVER_DB_ID_SIZE]; /* "" when none */
+  char device_id[CORDON_ID_HEX_SIZE]; /* "" when none */
   uint8_t package_hash[SERVER_DB_HASH_SIZE];
   char *args_json; /* heap, never NULL after a successful get */
   enum server_db_job_state state;
@@ -324,7 +323,7 @@ void server_db_job_list_release(struct server_db_job_list *list);
 
 /* Add a queued job with a new random 128-bit id. */
 int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
-                      char out_id[SERVER_DB_ID_SIZE], struct cordon_diag *diag);
+                      char out_id[CORDON_ID_HEX_SIZE], struct cordon_diag *diag);
 
 /* from -> to in one conditional UPDATE. error_code (a stable code string,
  * may be NULL) is stored when given. -EPERM if not an edge, -ESTALE if the

@@ -1,4 +1,5 @@
 #include "server/keys.h"
+#include "core/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -6,21 +7,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int write_all(int fd, const void *buf, size_t len) {
-  const char *p = buf;
-  while (len > 0) {
-    ssize_t n = write(fd, p, len);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
 
 int keys_write_file(int dirfd, const char *name, enum keyfile_kind kind,
                     const uint8_t key[KEYFILE_KEY_SIZE], mode_t mode, const char *comment,
@@ -39,7 +25,7 @@ int keys_write_file(int dirfd, const char *name, enum keyfile_kind kind,
     err = cordon_diag_set(diag, -errno, "%s: %s", name, strerror(errno));
     goto out_free_line;
   }
-  if ((err = fchmod(fd, mode) < 0 ? -errno : 0) == 0 && (err = write_all(fd, line, len)) == 0)
+  if ((err = fchmod(fd, mode) < 0 ? -errno : 0) == 0 && (err = core_write_all(fd, line, len)) == 0)
     err = fsync(fd) < 0 ? -errno : 0;
   if (close(fd) < 0 && !err)
     err = -errno;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/keyfile.h"
 
 #define SERVER_TICKET_KEY_FILE "ticket.key"

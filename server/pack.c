@@ -10,7 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "proto/manifest.h"
+#include "core/manifest.h"
+#include "core/file.h"
 
 #define PACK_BUF_SIZE (1u << 20)
 
@@ -130,37 +131,6 @@ static int entry_cmp(const void *a, const void *b) {
   return cpkg_path_cmp(((const struct pack_entry *)a)->path, ((const struct pack_entry *)b)->path);
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-  const char *p = buf;
-  while (len > 0) {
-    ssize_t n = write(fd, p, len);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
-static int pwrite_all(int fd, const void *buf, size_t len, off_t off) {
-  const char *p = buf;
-  while (len > 0) {
-    ssize_t n = pwrite(fd, p, len, off);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += n;
-    off += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
 static ssize_t read_some(int fd, void *buf, size_t len) {
   for (;;) {
     ssize_t n = read(fd, buf, len);
@@ -229,7 +199,7 @@ static int copy_file(int rootfd, const char *root, const struct pack_entry *e, i
     if (n == 0)
       goto changed;
     crypto_generichash_update(&h, buf, (size_t)n);
-    if ((err = write_all(outfd, buf, (size_t)n)) != 0) {
+    if ((err = core_write_all(outfd, buf, (size_t)n)) != 0) {
       cordon_diag_set(diag, err, "writing the package: %s", strerror(-err));
       goto out_close;
     }
@@ -390,8 +360,8 @@ int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_ke
     cordon_diag_set(diag, err, "cannot sign the index");
     goto out;
   }
-  if ((err = pwrite_all(outfd, header, sizeof(header), 0)) != 0 ||
-      (err = pwrite_all(outfd, index, index_len, CPKG_HEADER_SIZE)) != 0 ||
+  if ((err = core_pwrite_all(outfd, header, sizeof(header), 0)) != 0 ||
+      (err = core_pwrite_all(outfd, index, index_len, CPKG_HEADER_SIZE)) != 0 ||
       (err = fchmod(outfd, 0644) < 0 ? -errno : 0) != 0 ||
       (err = fsync(outfd) < 0 ? -errno : 0) != 0) {
     cordon_diag_set(diag, err, "%s: %s", tmp, strerror(-err));
@@ -414,7 +384,7 @@ int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_ke
     struct pack_summary s = {
         .n_files = w.n, .total = total, .size = CPKG_HEADER_SIZE + index_len + total};
     cpkg_index_hash(index, index_len, s.index_hash);
-    memcpy(s.key_id, header + 16, CPKG_KEY_ID_SIZE);
+    memcpy(s.key_id, header + 16, CORDON_ID_LEN);
     *out_summary = s;
   }
   err = 0;

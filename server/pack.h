@@ -22,14 +22,14 @@
 #include <stdint.h>
 
 #include "proto/cpkg.h"
-#include "proto/error.h"
+#include "core/error.h"
 
 struct pack_summary {
   size_t n_files;
   uint64_t total; /* bytes of file contents */
   uint64_t size;  /* bytes of the package */
   uint8_t index_hash[CPKG_HASH_SIZE];
-  uint8_t key_id[CPKG_KEY_ID_SIZE];
+  uint8_t key_id[CORDON_ID_LEN];
 };
 
 /* secret_key: libsodium crypto_sign secret key (64 bytes). out_summary may be NULL. */

@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 #include "platform/strv.h"
-#include "proto/manifest.h"
+#include "core/manifest.h"
 
 /* Where the job sees its package and workspace. */
 #define SANDBOX_PACKAGE_DIR "/cordon/package"

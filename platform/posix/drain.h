@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "proto/result.h"
+#include "core/result.h"
 
 /* Read everything a non-blocking fd has now into b (at most cap kept).
  * Returns false at EOF or on an error, true when it would block. */

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <wchar.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 
 #define SERVICE_WINDOWS_DEFAULT_NAME "cordon-agent"
 

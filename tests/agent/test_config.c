@@ -1,7 +1,7 @@
 /* Tests for agent/config.c: the device owner's ceiling (config.json). */
 #include "agent/config.h"
 #include "platform/sandbox.h"
-#include "proto/error.h"
+#include "core/error.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>

@@ -15,7 +15,7 @@
  * as sealed, in order; and the server must stay able to serve the next
  * connection. */
 #include "net/conn.h"
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/frame.h"
 #include "proto/noise.h"
 

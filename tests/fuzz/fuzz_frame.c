@@ -5,7 +5,7 @@
  * bytes 1..4 seed the chunk sizes; the rest is the byte stream. The reader,
  * fed in pseudo-random chunks, must agree exactly with a one-shot reference
  * parse of the same stream. */
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/frame.h"
 
 #include <stdint.h>

@@ -9,7 +9,7 @@
  * Keys are fixed so that runs are reproducible. Anything may be rejected;
  * nothing may crash, leak or read out of bounds, and a failed object must
  * stay failed. */
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/noise.h"
 
 #include <stdint.h>

@@ -8,7 +8,7 @@
  * joining them. Every test ends in finish(): close everything, uv_run must
  * return and uv_loop_close must return 0. */
 #include "net/conn.h"
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/frame.h"
 #include "proto/noise.h"
 

@@ -5,7 +5,7 @@
 #include "platform/linux/bwrap.h"
 #include "platform/linux/grants.h"
 #include "platform/strv.h"
-#include "proto/manifest.h"
+#include "core/manifest.h"
 
 #include <criterion/criterion.h>
 #include <inttypes.h>

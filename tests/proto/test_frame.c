@@ -1,5 +1,5 @@
 /* Tests for proto/frame.c: the length-prefixed frame codec. */
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/frame.h"
 
 #include <criterion/criterion.h>

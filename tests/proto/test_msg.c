@@ -61,9 +61,9 @@ static long alloc_calls __attribute__((unused)), alloc_live __attribute__((unuse
 
 /* ---- samples: one fully populated message of every type ---------------- */
 
-static uint8_t id_job[MSG_ID_LEN] = {0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
+static uint8_t id_job[CORDON_ID_LEN] = {0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
                                      0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f};
-static uint8_t id_dev[MSG_ID_LEN] = {0xd0, 0xd1, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7,
+static uint8_t id_dev[CORDON_ID_LEN] = {0xd0, 0xd1, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7,
                                      0xd8, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf};
 static uint8_t ticket_bytes[40] = {0x83, 0xa1, 'x', 0x01};
 static uint8_t chunk_bytes[300];
@@ -89,7 +89,7 @@ static struct msg sample(enum msg_type t) {
     m.hello.proto_max = 3;
     m.hello.agent_version = "0.1.0+git.abc";
     m.hello.has_device_id = true;
-    memcpy(m.hello.device_id, id_dev, MSG_ID_LEN);
+    memcpy(m.hello.device_id, id_dev, CORDON_ID_LEN);
     m.hello.name = "laptop \xe2\x80\x94 alice";
     m.hello.platform = "linux";
     m.hello.best_level = MSG_LEVEL_CONTAINED;
@@ -100,8 +100,8 @@ static struct msg sample(enum msg_type t) {
   case MSG_WELCOME:
     m.welcome.version = 1;
     m.welcome.time_ms = 1795000000123ull;
-    memset(m.welcome.server_id, 0x5e, MSG_ID_LEN);
-    memset(m.welcome.session_id, 0x55, MSG_ID_LEN);
+    memset(m.welcome.server_id, 0x5e, CORDON_ID_LEN);
+    memset(m.welcome.session_id, 0x55, CORDON_ID_LEN);
     m.welcome.ping_ms = 15000;
     break;
   case MSG_PING:
@@ -111,7 +111,7 @@ static struct msg sample(enum msg_type t) {
     m.pong.nonce = 7;
     break;
   case MSG_JOB:
-    memcpy(m.job.job_id, id_job, MSG_ID_LEN);
+    memcpy(m.job.job_id, id_job, CORDON_ID_LEN);
     m.job.ticket.data = ticket_bytes;
     m.job.ticket.len = sizeof(ticket_bytes);
     memset(m.job.ticket_sig, 0x51, MSG_SIG_LEN);
@@ -121,17 +121,17 @@ static struct msg sample(enum msg_type t) {
     m.job.n_args = sizeof(sample_args) / sizeof(sample_args[0]);
     break;
   case MSG_CHUNK:
-    memcpy(m.chunk.job_id, id_job, MSG_ID_LEN);
+    memcpy(m.chunk.job_id, id_job, CORDON_ID_LEN);
     m.chunk.offset = 65536;
     m.chunk.data.data = chunk_bytes;
     m.chunk.data.len = sizeof(chunk_bytes);
     break;
   case MSG_RUNNING:
-    memcpy(m.running.job_id, id_job, MSG_ID_LEN);
+    memcpy(m.running.job_id, id_job, CORDON_ID_LEN);
     break;
   case MSG_RESULT:
-    memcpy(m.result.job_id, id_job, MSG_ID_LEN);
-    memcpy(m.result.device_id, id_dev, MSG_ID_LEN);
+    memcpy(m.result.job_id, id_job, CORDON_ID_LEN);
+    memcpy(m.result.device_id, id_dev, CORDON_ID_LEN);
     m.result.has_exit_code = true;
     m.result.exit_code = 3;
     m.result.stdout_buf.data = out_bytes;
@@ -157,17 +157,17 @@ static struct msg sample(enum msg_type t) {
     m.result.error.message = "the job was cancelled";
     break;
   case MSG_ACK:
-    memcpy(m.ack.job_id, id_job, MSG_ID_LEN);
+    memcpy(m.ack.job_id, id_job, CORDON_ID_LEN);
     break;
   case MSG_CANCEL:
-    memcpy(m.cancel.job_id, id_job, MSG_ID_LEN);
+    memcpy(m.cancel.job_id, id_job, CORDON_ID_LEN);
     break;
   case MSG_PAIR_PROOF:
     m.pair_proof.role = MSG_ROLE_AGENT;
     memset(m.pair_proof.mac, 0xac, MSG_MAC_LEN);
     break;
   case MSG_PAIR_DONE:
-    memcpy(m.pair_done.device_id, id_dev, MSG_ID_LEN);
+    memcpy(m.pair_done.device_id, id_dev, CORDON_ID_LEN);
     m.pair_done.user = "alice";
     m.pair_done.name = "laptop";
     m.pair_done.platform = "linux";
@@ -194,7 +194,7 @@ static struct msg sample(enum msg_type t) {
     m.error.code = "protocol_error";
     m.error.message = "";
     m.error.has_job_id = true;
-    memcpy(m.error.job_id, id_job, MSG_ID_LEN);
+    memcpy(m.error.job_id, id_job, CORDON_ID_LEN);
     break;
   }
   return m;
@@ -414,7 +414,7 @@ Test(msg, decoded_fields_match_what_was_sent) {
   cr_expect_eq(d.hello.proto_max, 3);
   cr_expect_str_eq(d.hello.agent_version, "0.1.0+git.abc");
   cr_expect(d.hello.has_device_id);
-  cr_expect(memcmp(d.hello.device_id, id_dev, MSG_ID_LEN) == 0);
+  cr_expect(memcmp(d.hello.device_id, id_dev, CORDON_ID_LEN) == 0);
   cr_expect_str_eq(d.hello.name, m.hello.name);
   cr_expect_str_eq(d.hello.platform, "linux");
   cr_expect_eq(d.hello.best_level, MSG_LEVEL_CONTAINED);
@@ -1299,7 +1299,7 @@ Test(msg, documented_examples_hold) {
 
   memset(&m, 0, sizeof(m));
   m.type = MSG_ACK;
-  memcpy(m.ack.job_id, id_job, MSG_ID_LEN);
+  memcpy(m.ack.job_id, id_job, CORDON_ID_LEN);
   wn = unhex("82 a1 74 a3 61 63 6b a6 6a 6f 62 5f 69 64 c4 10 10 11 12 13 14 15 16 17 18 19 1a 1b "
              "1c 1d 1e 1f",
              want, sizeof(want));
@@ -1310,8 +1310,8 @@ Test(msg, documented_examples_hold) {
   m.type = MSG_WELCOME;
   m.welcome.version = 1;
   m.welcome.time_ms = 1795000000123ull;
-  memset(m.welcome.server_id, 0x5e, MSG_ID_LEN);
-  memset(m.welcome.session_id, 0x55, MSG_ID_LEN);
+  memset(m.welcome.server_id, 0x5e, CORDON_ID_LEN);
+  memset(m.welcome.session_id, 0x55, CORDON_ID_LEN);
   m.welcome.ping_ms = 15000;
   wn = unhex("86 a1 74 a7 77 65 6c 63 6f 6d 65 a7 76 65 72 73 69 6f 6e 01 a7 74 69 6d 65 5f 6d 73 "
              "cf 00 00 01 a1 ee 56 5e 7b a9 73 65 72 76 65 72 5f 69 64 "

@@ -1,7 +1,7 @@
 /* Tests for proto/noise.c: the published Noise_XX_25519_ChaChaPoly_BLAKE2b
  * vectors, tampering, pinning, low-order keys, transport record misuse and
  * rekeying. */
-#include "proto/error.h"
+#include "core/error.h"
 #include "proto/noise.h"
 
 #include <criterion/criterion.h>

@@ -230,7 +230,7 @@ Test(admin, pair_code_ttl_cap_and_unknown_user) {
   assert_one_line_error(&r, 2, "usage");
 }
 
-static void add_device(const char *user, uint8_t key_byte, char out_id[SERVER_DB_ID_SIZE]) {
+static void add_device(const char *user, uint8_t key_byte, char out_id[CORDON_ID_HEX_SIZE]) {
   struct server_db *db = open_state();
   struct server_db_user u;
   cr_assert_eq(server_db_user_get_by_name(db, user, &u, NULL), 0);
@@ -257,7 +257,7 @@ Test(admin, devices_json_is_an_array_of_the_documented_shape) {
 
   run(&r, "user", "add", "alice", NULL);
   run(&r, "user", "add", "bob", NULL);
-  char dev[SERVER_DB_ID_SIZE], bobs[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], bobs[CORDON_ID_HEX_SIZE];
   add_device("alice", 1, dev);
   add_device("bob", 2, bobs);
   run(&r, "devices", "--json", "--user", "alice", NULL);
@@ -291,7 +291,7 @@ Test(admin, revoke_marks_the_device_revoked_for_good) {
   init_state();
   struct run r;
   run(&r, "user", "add", "alice", NULL);
-  char dev[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE];
   add_device("alice", 1, dev);
   run(&r, "revoke", dev, NULL);
   cr_assert_eq(r.status, 0, "%s", r.err);
@@ -322,7 +322,7 @@ Test(admin, job_and_jobs_json) {
   init_state();
   struct run r;
   run(&r, "user", "add", "alice", NULL);
-  char dev[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE], queued[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE], queued[CORDON_ID_HEX_SIZE];
   add_device("alice", 1, dev);
   struct server_db *db = open_state();
   struct server_db_user u;

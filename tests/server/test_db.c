@@ -66,7 +66,7 @@ static const struct server_db_device_info laptop = {
 };
 
 static void add_device(struct server_db *db, int64_t user, uint8_t key_byte,
-                       char out_id[SERVER_DB_ID_SIZE]) {
+                       char out_id[CORDON_ID_HEX_SIZE]) {
   uint8_t pk[32];
   memset(pk, key_byte, sizeof(pk));
   struct cordon_diag d = {{0}};
@@ -75,7 +75,7 @@ static void add_device(struct server_db *db, int64_t user, uint8_t key_byte,
 }
 
 static void add_job(struct server_db *db, int64_t user, const char *device,
-                    char out_id[SERVER_DB_ID_SIZE]) {
+                    char out_id[CORDON_ID_HEX_SIZE]) {
   uint8_t hash[32] = {7};
   struct server_db_job_new j = {
       .user_id = user, .device_id = device, .package_hash = hash, .args_json = "[\"world\"]"};
@@ -435,7 +435,7 @@ static void *race_consume(void *arg) {
   if (r->pair) {
     uint8_t pk[32];
     memset(pk, r->key_byte, sizeof(pk));
-    char dev[SERVER_DB_ID_SIZE];
+    char dev[CORDON_ID_HEX_SIZE];
     r->result = server_db_pair_complete(db, r->code_id, pk, &laptop, dev, NULL, NULL);
   } else {
     int64_t who;
@@ -517,7 +517,7 @@ Test(db, racing_processes_exactly_one_pairs) {
           _exit(3);
         uint8_t pk[32];
         memset(pk, round * PROCS + i + 1, sizeof(pk));
-        char dev[SERVER_DB_ID_SIZE];
+        char dev[CORDON_ID_HEX_SIZE];
         int err = server_db_pair_complete(mine, id, pk, &laptop, dev, NULL, NULL);
         server_db_close(mine);
         _exit(err == 0 ? 0 : err == -EACCES ? 1 : 2);
@@ -579,7 +579,7 @@ Test(db, pair_complete_binds_the_device_to_the_code_minter) {
   char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
   mint(db, alice, code, id);
   uint8_t pk[32] = {1};
-  char dev[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE];
   int64_t owner = 0;
   cr_assert_eq(server_db_pair_complete(db, id, pk, &laptop, dev, &owner, NULL), 0);
   cr_assert_eq(owner, alice);
@@ -594,13 +594,13 @@ Test(db, pair_complete_binds_the_device_to_the_code_minter) {
 Test(db, failed_pair_complete_leaves_the_code_live) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
-  char dev[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 0x11, dev);
   char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
   mint(db, alice, code, id);
   uint8_t pk[32];
   memset(pk, 0x11, sizeof(pk)); /* already paired key */
-  char dev2[SERVER_DB_ID_SIZE] = "untouched";
+  char dev2[CORDON_ID_HEX_SIZE] = "untouched";
   cr_assert_eq(server_db_pair_complete(db, id, pk, &laptop, dev2, NULL, NULL), -EEXIST);
   cr_assert_str_eq(dev2, "untouched");
   struct server_db_code c;
@@ -621,7 +621,7 @@ Test(db, device_add_get_and_fields) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
   server_db_set_clock(db, 777);
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 0x33, id);
   cr_assert_eq(strlen(id), 32);
   struct server_db_device d;
@@ -646,7 +646,7 @@ Test(db, device_add_get_and_fields) {
   cr_assert_eq(server_db_device_get_by_key(db, pk, &d, NULL), 0);
   cr_assert_str_eq(d.id, id);
   server_db_device_release(&d);
-  char other[SERVER_DB_ID_SIZE];
+  char other[CORDON_ID_HEX_SIZE];
   cr_assert_eq(server_db_device_add(db, alice, pk, &laptop, other, NULL), -EEXIST);
   pk[0] = 0;
   cr_assert_eq(server_db_device_get_by_key(db, pk, &d, NULL), -ENOENT);
@@ -660,7 +660,7 @@ Test(db, device_info_is_validated) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
   uint8_t pk[32] = {9};
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   struct server_db_device_info i = laptop;
   i.name = "";
   cr_assert_eq(server_db_device_add(db, alice, pk, &i, id, NULL), -EINVAL);
@@ -684,7 +684,7 @@ Test(db, device_info_is_validated) {
 Test(db, device_online_seen_and_info) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 0x44, id);
   server_db_set_clock(db, 1234);
   cr_assert_eq(server_db_device_set_online(db, id, true, NULL), 0);
@@ -718,7 +718,7 @@ Test(db, device_online_seen_and_info) {
 Test(db, revoke_is_terminal) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 0x55, id);
   cr_assert_eq(server_db_device_set_online(db, id, true, NULL), 0);
   cr_assert_eq(server_db_device_revoke(db, id, NULL), 0);
@@ -734,7 +734,7 @@ Test(db, revoke_is_terminal) {
   /* its key stays known: pairing it again is refused */
   uint8_t pk[32];
   memset(pk, 0x55, sizeof(pk));
-  char again[SERVER_DB_ID_SIZE];
+  char again[CORDON_ID_HEX_SIZE];
   cr_assert_eq(server_db_device_add(db, alice, pk, &laptop, again, NULL), -EEXIST);
   server_db_close(db);
 
@@ -751,7 +751,7 @@ Test(db, revoke_is_terminal) {
 Test(db, device_list_all_and_by_user) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice"), bob = add_user(db, "bob");
-  char id[SERVER_DB_ID_SIZE];
+  char id[CORDON_ID_HEX_SIZE];
   add_device(db, bob, 1, id);
   add_device(db, alice, 2, id);
   add_device(db, alice, 3, id);
@@ -775,7 +775,7 @@ Test(db, device_list_all_and_by_user) {
 Test(db, job_add_and_get) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
-  char dev[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 1, dev);
   add_job(db, alice, dev, job);
   struct server_db_job j;
@@ -791,7 +791,7 @@ Test(db, job_add_and_get) {
   server_db_job_release(&j);
   uint8_t hash[32] = {0};
   struct server_db_job_new bad = {.user_id = alice, .package_hash = hash, .args_json = "{}"};
-  char out[SERVER_DB_ID_SIZE];
+  char out[CORDON_ID_HEX_SIZE];
   cr_assert_eq(server_db_job_add(db, &bad, out, NULL), -EINVAL);
   bad.args_json = NULL;
   bad.device_id = "ffffffffffffffffffffffffffffffff";
@@ -828,7 +828,7 @@ Test(db, job_transition_table) {
 Test(db, job_transitions_legal_and_illegal) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
-  char dev[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 1, dev);
   add_job(db, alice, dev, job);
   cr_assert_eq(
@@ -864,7 +864,7 @@ Test(db, job_transitions_legal_and_illegal) {
 Test(db, result_is_recorded_exactly_once) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
-  char dev[SERVER_DB_ID_SIZE], other[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], other[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 1, dev);
   add_device(db, alice, 2, other);
   add_job(db, alice, dev, job);
@@ -899,7 +899,7 @@ Test(db, result_is_recorded_exactly_once) {
 Test(db, result_after_cancel_keeps_the_final_state) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
-  char dev[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 1, dev);
   add_job(db, alice, dev, job);
   server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL);
@@ -934,7 +934,7 @@ Test(db, racing_results_exactly_one_recorded) {
   enum { THREADS = 6 };
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
-  char dev[SERVER_DB_ID_SIZE], job[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 1, dev);
   add_job(db, alice, dev, job);
   server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL);
@@ -962,7 +962,7 @@ Test(db, racing_results_exactly_one_recorded) {
 Test(db, job_lists) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice"), bob = add_user(db, "bob");
-  char dev[SERVER_DB_ID_SIZE], j1[SERVER_DB_ID_SIZE], j2[SERVER_DB_ID_SIZE], j3[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], j1[CORDON_ID_HEX_SIZE], j2[CORDON_ID_HEX_SIZE], j3[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 1, dev);
   server_db_set_clock(db, 100);
   add_job(db, alice, dev, j1);
@@ -1004,7 +1004,7 @@ Test(db, two_handles_see_each_others_commits) {
   int64_t alice = add_user(a, "alice");
   struct server_db_user u;
   cr_assert_eq(server_db_user_get(b, alice, &u, NULL), 0);
-  char dev[SERVER_DB_ID_SIZE];
+  char dev[CORDON_ID_HEX_SIZE];
   add_device(b, alice, 1, dev);
   cr_assert_eq(server_db_device_revoke(a, dev, NULL), 0);
   cr_assert_eq(server_db_device_set_online(b, dev, true, NULL), -EPERM);

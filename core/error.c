@@ -1,4 +1,4 @@
-#include "proto/error.h"
+#include "core/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/manifest.h"
+#include "core/manifest.h"
 
 /* How one limit was enforced; names are the §5 vocabulary. */
 enum limit_mech {

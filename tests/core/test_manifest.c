@@ -1,10 +1,10 @@
-/* Tests for proto/manifest.c: the strict manifest parser (DESIGN.md §3).
+/* Tests for core/manifest.c: the strict manifest parser (DESIGN.md §3).
  *
  * Tables of JSON documents, each either accepted with known values or
  * rejected with CORDON_E_MANIFEST_INVALID and a diag that names the field.
  * Rows are checked with cr_expect so one run reports every failing row. */
-#include "proto/error.h"
-#include "proto/manifest.h"
+#include "core/error.h"
+#include "core/manifest.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>

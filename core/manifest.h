@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/error.h"
+#include "core/error.h"
 
 #define MANIFEST_MAX_BYTES (64 * 1024)
 #define MANIFEST_MAX_ARGS 256

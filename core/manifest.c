@@ -1,12 +1,11 @@
-#include "proto/manifest.h"
+#include "core/manifest.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+
+#include "core/file.h"
 
 static const char *const level_names[] = {"none", "contained", "isolated"};
 
@@ -422,52 +421,14 @@ out_put:
 }
 
 int manifest_load_file(const char *path, struct manifest **out_manifest, struct cordon_diag *diag) {
-  /* O_NONBLOCK: a FIFO must be refused, not waited on */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-  if (fd < 0)
-    return cordon_diag_set(diag, -errno, "manifest: cannot open %s: %s", path, strerror(errno));
-  int r;
-  struct stat st;
-  char *buf = NULL;
-  if (fstat(fd, &st) < 0) {
-    r = cordon_diag_set(diag, -errno, "manifest: cannot stat %s: %s", path, strerror(errno));
-    goto out_close;
-  }
-  if (!S_ISREG(st.st_mode)) {
-    r = BAD("%s is not a regular file", path);
-    goto out_close;
-  }
-  if (st.st_size > MANIFEST_MAX_BYTES) {
-    r = BAD("%s is larger than %d bytes", path, MANIFEST_MAX_BYTES);
-    goto out_close;
-  }
-  buf = malloc((size_t)st.st_size + 1);
-  if (!buf) {
-    r = -ENOMEM;
-    goto out_close;
-  }
-  size_t have = 0;
-  for (;;) {
-    ssize_t n = read(fd, buf + have, (size_t)st.st_size + 1 - have);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0) {
-      r = cordon_diag_set(diag, -errno, "manifest: cannot read %s: %s", path, strerror(errno));
-      goto out_free;
-    }
-    if (n == 0)
-      break;
-    have += (size_t)n;
-    if (have > (size_t)st.st_size) {
-      r = BAD("%s grew while being read", path);
-      goto out_free;
-    }
-  }
-  r = manifest_parse(buf, have, out_manifest, diag);
-out_free:
+  char *buf;
+  size_t len;
+  int r = core_read_file(path, MANIFEST_MAX_BYTES, CORDON_E_MANIFEST_INVALID, "manifest", &buf,
+                         &len, diag);
+  if (r < 0)
+    return r;
+  r = manifest_parse(buf, len, out_manifest, diag);
   free(buf);
-out_close:
-  close(fd);
   return r;
 }
 

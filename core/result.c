@@ -1,4 +1,4 @@
-#include "proto/result.h"
+#include "core/result.h"
 
 #include <sodium.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
-/* Tests for proto/result.c: UTF-8 validation and the §5 result JSON. */
-#include "proto/error.h"
-#include "proto/result.h"
+/* Tests for core/result.c: UTF-8 validation and the §5 result JSON. */
+#include "core/error.h"
+#include "core/result.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>

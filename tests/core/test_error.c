@@ -1,5 +1,5 @@
-/* Tests for proto/error.c: the one table of error codes. */
-#include "proto/error.h"
+/* Tests for core/error.c: the one table of error codes. */
+#include "core/error.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
