@@ -1,6 +1,7 @@
 #include "core/error.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,12 +47,54 @@ int cordon_err_from_name(const char *name) {
   return 0;
 }
 
+void cordon_escape_controls(char *buf, size_t size) {
+  if (size == 0)
+    return;
+  size_t len = strnlen(buf, size - 1), ctl = 0;
+  buf[len] = '\0';
+  for (size_t i = 0; i < len; i++)
+    ctl += (unsigned char)buf[i] < 0x20 || buf[i] == 0x7f;
+  if (ctl == 0)
+    return;
+  /* from the end: each control byte becomes \xNN; what does not fit in
+   * size - 1 bytes is cut, never half an escape */
+  static const char hex[] = "0123456789abcdef";
+  char tmp[1024];
+  char *out = size <= sizeof(tmp) ? tmp : NULL;
+  if (!out) { /* larger buffers than any message cordon keeps: cut them */
+    size = sizeof(tmp);
+    out = tmp;
+    buf[size - 1] = '\0';
+    len = strnlen(buf, size - 1);
+  }
+  size_t o = 0;
+  for (size_t i = 0; i < len; i++) {
+    unsigned char c = (unsigned char)buf[i];
+    bool esc = c < 0x20 || c == 0x7f;
+    size_t need = esc ? 4 : 1;
+    if (o + need > size - 1)
+      break;
+    if (esc) {
+      out[o++] = '\\';
+      out[o++] = 'x';
+      out[o++] = hex[c >> 4];
+      out[o++] = hex[c & 15];
+    } else {
+      out[o++] = (char)c;
+    }
+  }
+  out[o] = '\0';
+  memcpy(buf, out, o + 1);
+}
+
 int cordon_diag_set(struct cordon_diag *diag, int err, const char *fmt, ...) {
   if (diag) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(diag->msg, sizeof(diag->msg), fmt, ap);
     va_end(ap);
+    /* details name what a package or a peer sent: never raw to a terminal */
+    cordon_escape_controls(diag->msg, sizeof(diag->msg));
   }
   return err;
 }

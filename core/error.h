@@ -60,7 +60,13 @@ struct cordon_diag {
   char msg[512];
 };
 
-/* Format into diag (NULL-safe), returns err so callers can `return diag_set(...)`. */
+/* Rewrite, in place, every control byte (below 0x20, and 0x7f) of the
+ * NUL-terminated string in buf as the four characters \xNN, cutting the
+ * tail when the result would not fit in size bytes. Messages cordon prints
+ * name bytes that packages and peers chose; a terminal must not act on them. */
+void cordon_escape_controls(char *buf, size_t size);
+/* Format into diag (NULL-safe), control bytes escaped; returns err so
+ * callers can `return diag_set(...)`. */
 int cordon_diag_set(struct cordon_diag *diag, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -54,8 +54,9 @@ int core_write_file_atomic(const char *dir, const char *name, const void *data, 
 
 int core_read_file(const char *path, size_t max, int bad_code, const char *what, char **out_buf,
                    size_t *out_len, struct cordon_diag *diag) {
-  /* O_NONBLOCK: a FIFO must be refused, not waited on */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  /* O_NONBLOCK: a FIFO must be refused, not waited on; O_NOFOLLOW: the
+   * file itself, never what a symlink in its place points to */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0)
     return cordon_diag_set(diag, -errno, "%s: cannot open %s: %s", what, path, strerror(errno));
   int r;

@@ -20,7 +20,8 @@ int core_write_file_atomic(const char *dir, const char *name, const void *data, 
 
 /* Read a regular file of at most max bytes into a fresh NUL-terminated
  * buffer (*out_buf, caller frees; *out_len excludes the NUL). The path is
- * opened O_NONBLOCK so a FIFO is refused, not waited on. Failures of the
+ * opened O_NONBLOCK so a FIFO is refused, not waited on, and O_NOFOLLOW so
+ * a symlink as the last component is refused (-ELOOP), not followed. Failures of the
  * system calls return -errno; a file that is not regular, larger than max
  * or grew while read returns bad_code. diag says which, prefixed by
  * "<what>: ". Outputs are written only on success. */

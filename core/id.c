@@ -41,4 +41,6 @@ bool cordon_id_hex_valid(const char *s) {
   return true;
 }
 
-void cordon_id_random(uint8_t out[CORDON_ID_LEN]) { randombytes_buf(out, CORDON_ID_LEN); }
+void cordon_id_random(uint8_t out[CORDON_ID_LEN]) {
+  randombytes_buf(out, CORDON_ID_LEN);
+}

@@ -5,7 +5,9 @@
 
 static const char *log_program = "cordon";
 
-void core_log_set_program(const char *name) { log_program = name ? name : "cordon"; }
+void core_log_set_program(const char *name) {
+  log_program = name ? name : "cordon";
+}
 
 void core_log(const char *fmt, ...) {
   char line[2048];

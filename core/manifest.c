@@ -396,8 +396,16 @@ int manifest_parse(const char *json, size_t len, struct manifest **out_manifest,
   json_error_t jerr;
   /* NULs are allowed through so that the field holding one is named */
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-  if (!root)
+  if (!root) {
+    /* jansson's text quotes the input ("near '...'"): kept where it names
+     * a key, cut otherwise, so an error never echoes the bytes of a file
+     * that is not a manifest (a root agent reading what a package chose) */
+    char *near = strstr(jerr.text, " near ");
+    if (near && strncmp(jerr.text, "duplicate object key", 20) != 0 &&
+        strncmp(jerr.text, "NUL byte in object key", 22) != 0)
+      *near = '\0';
     return BAD("not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+  }
   struct manifest *m = calloc(1, sizeof(*m));
   int r = -ENOMEM;
   if (!m)

@@ -65,6 +65,7 @@ int job_result_fail(struct job_result *r, int err, const char *fmt, ...) {
   vsnprintf(r->error_message, sizeof(r->error_message), fmt, ap);
   va_end(ap);
   utf8_sanitize(r->error_message);
+  cordon_escape_controls(r->error_message, sizeof(r->error_message));
   r->error = err;
   return err;
 }

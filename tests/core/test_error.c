@@ -145,3 +145,36 @@ Test(error, diag_set_truncates_to_the_buffer) {
   cr_assert_eq(strlen(d.msg), sizeof(d.msg) - 1);
   cr_assert_eq(d.msg[sizeof(d.msg) - 1], '\0');
 }
+
+/* ---- control bytes never reach a terminal raw ---- */
+
+Test(error, diag_escapes_control_bytes_a_package_chose) {
+  struct cordon_diag d = {{0}};
+  cordon_diag_set(&d, CORDON_E_MANIFEST_INVALID, "manifest: unknown key '%s'",
+                  "a\x1b]0;pwned\x07\nb\x7f");
+  cr_assert_str_eq(d.msg, "manifest: unknown key 'a\\x1b]0;pwned\\x07\\x0ab\\x7f'");
+  for (const char *p = d.msg; *p; p++)
+    cr_assert((unsigned char)*p >= 0x20 && *p != 0x7f, "raw control byte at %zu", p - d.msg);
+}
+
+Test(error, escaping_cuts_whole_escapes_at_the_buffer_end) {
+  char buf[8] = "ab\x01\x02";
+  cordon_escape_controls(buf, sizeof(buf));
+  /* "ab\x01" is 6 bytes; the second escape would need 4 more: cut */
+  cr_assert_str_eq(buf, "ab\\x01");
+  char plain[8] = "abc";
+  cordon_escape_controls(plain, sizeof(plain));
+  cr_assert_str_eq(plain, "abc");
+}
+
+Test(error, a_long_message_of_control_bytes_stays_terminated) {
+  struct cordon_diag d = {{0}};
+  char evil[600];
+  memset(evil, '\x1b', sizeof(evil) - 1);
+  evil[sizeof(evil) - 1] = '\0';
+  cordon_diag_set(&d, CORDON_E_USAGE, "%s", evil);
+  size_t n = strlen(d.msg);
+  cr_assert_lt(n, sizeof(d.msg));
+  cr_assert_eq(n % 4, 0, "a cut escape: %zu bytes", n);
+  cr_assert(strchr(d.msg, '\x1b') == NULL);
+}

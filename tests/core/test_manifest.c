@@ -1095,12 +1095,11 @@ Test(manifest_file, empty_file_is_invalid) {
   cr_assert_eq(m, UNTOUCHED);
 }
 
-/* Regression (was a bug, fixed): manifest_load_file() opens the path with a blocking open() and only
- * then checks S_ISREG, so a FIFO named manifest.json blocks forever instead
- * of being refused as "not a regular file". Reproduced end to end:
- * `mkfifo DIR/manifest.json; cordon-agent exec DIR` hangs (killed by
- * timeout(1) after 5 s). Expected: CORDON_E_MANIFEST_INVALID at once (e.g.
- * open with O_NONBLOCK, or fstat before reading). */
+/* Regression (was a bug, fixed): manifest_load_file() opens the path with a blocking open() and
+ * only then checks S_ISREG, so a FIFO named manifest.json blocks forever instead of being refused
+ * as "not a regular file". Reproduced end to end: `mkfifo DIR/manifest.json; cordon-agent exec DIR`
+ * hangs (killed by timeout(1) after 5 s). Expected: CORDON_E_MANIFEST_INVALID at once (e.g. open
+ * with O_NONBLOCK, or fstat before reading). */
 Test(manifest_file, fifo_is_refused_without_blocking, .timeout = 3) {
   char path[128];
   snprintf(path, sizeof(path), "%s/fifo.json", tmpdir);

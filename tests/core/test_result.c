@@ -548,8 +548,8 @@ Test(result, long_non_ascii_error_message_still_serialises) {
   json_decref(j);
 }
 
-/* Regression (was a bug, fixed): see above; a message with a non-UTF-8 byte (a Latin-1 path) loses the
- * whole result: job_result_to_json() returns NULL. */
+/* Regression (was a bug, fixed): see above; a message with a non-UTF-8 byte (a Latin-1 path) loses
+ * the whole result: job_result_to_json() returns NULL. */
 Test(result, non_utf8_error_message_still_serialises) {
   struct job_result r;
   job_result_init(&r);
