@@ -9,6 +9,7 @@
 #include "agent/commands.h"
 #include "agent/hello.h"
 #include "agent/state.h"
+#include "core/id.h"
 #include "net/conn.h"
 #include "proto/msg.h"
 #include "proto/pairing.h"
@@ -90,7 +91,7 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
     snprintf(rec.host, sizeof(rec.host), "%s", p->host);
     rec.port = p->port;
     net_conn_remote_key(c, rec.server_key);
-    memcpy(rec.device_id, m.pair_done.device_id, 16);
+    memcpy(rec.device_id, m.pair_done.device_id, CORDON_ID_LEN);
     snprintf(rec.user, sizeof(rec.user), "%s", m.pair_done.user);
     snprintf(rec.name, sizeof(rec.name), "%s", m.pair_done.name);
     memcpy(rec.ticket_key, m.pair_done.ticket_key, 32);
@@ -101,9 +102,9 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
     if (r < 0) {
       fail(p, c, r, d2.msg);
     } else {
-      char sas[PAIRING_SAS_LEN], dev[33];
+      char sas[PAIRING_SAS_LEN], dev[CORDON_ID_HEX_SIZE];
       pairing_sas(h, sas);
-      sodium_bin2hex(dev, sizeof(dev), rec.device_id, 16);
+      cordon_id_to_hex(rec.device_id, dev);
       fprintf(stderr,
               "cordon-agent: paired as device %s (%s) of user %s\n"
               "cordon-agent: authentication string %s — the server printed the same\n",
@@ -221,7 +222,7 @@ static int unpair_ready(struct net_conn *c) {
   struct msg m;
   agent_hello_fill(&u->facts, u->cfg, &m);
   m.hello.has_device_id = true;
-  memcpy(m.hello.device_id, u->pairing.device_id, 16);
+  memcpy(m.hello.device_id, u->pairing.device_id, CORDON_ID_LEN);
   return send_msg(c, &m);
 }
 

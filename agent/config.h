@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "platform/sandbox.h"
 #include "core/error.h"
+#include "platform/sandbox.h"
 
 #define AGENT_CONFIG_MAX_BYTES (64 * 1024)
 

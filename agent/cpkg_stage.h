@@ -25,9 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/cpkg.h"
 #include "core/error.h"
 #include "core/manifest.h"
+#include "proto/cpkg.h"
 
 /* Bytes read from a package file at a time. */
 #define AGENT_CPKG_READ_SIZE (256u * 1024)

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,15 +14,16 @@
 #include "platform/fs.h"
 #include "platform/paths.h"
 
-/* id: the job id (32 hex) from a ticket, or NULL for a new random one. */
+/* id: the job id (CORDON_ID_HEX_LEN hex digits) from a ticket, or NULL
+ * for a new random one. */
 static int make_job_dir(struct agent_job *job, const struct agent_config *cfg, const char *id,
                         struct cordon_diag *diag) {
-  uint8_t raw[16];
-  randombytes_buf(raw, sizeof(raw));
+  uint8_t raw[CORDON_ID_LEN];
+  cordon_id_random(raw);
   if (id)
     snprintf(job->id, sizeof(job->id), "%s", id);
   else
-    sodium_bin2hex(job->id, sizeof(job->id), raw, sizeof(raw));
+    cordon_id_to_hex(raw, job->id);
   memcpy(job->result.job_id, job->id, sizeof(job->id));
   /* A root agent's contained jobs reach their package by path as the job
    * user: the state and jobs dirs are then searchable (0711), never

@@ -7,11 +7,12 @@
 #include <stdint.h>
 
 #include "agent/config.h"
-#include "platform/sandbox.h"
+#include "core/id.h"
 #include "core/result.h"
+#include "platform/sandbox.h"
 
 struct agent_job {
-  char id[33];
+  char id[CORDON_ID_HEX_SIZE];
   char *dir;          /* <config>/jobs/<id>, 0700 (0711 when root) */
   char *package_path; /* <dir>/package */
   int package_fd;     /* O_PATH of the staged package */

@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "agent/trust.h"
+#include "core/file.h"
 #include "platform/fs.h"
 #include "proto/keyfile.h"
-#include "core/file.h"
 
 static int hex_field(json_t *o, const char *key, uint8_t *out, size_t n) {
   const char *s = json_string_value(json_object_get(o, key));
@@ -48,7 +48,7 @@ int agent_pairing_load(const char *dir, struct agent_pairing *out_pairing,
   json_t *port = o ? json_object_get(o, "port") : NULL;
   if (!o || str_field(o, "host", p.host, sizeof(p.host)) < 0 || !json_is_integer(port) ||
       hex_field(o, "server_key", p.server_key, 32) < 0 ||
-      hex_field(o, "device_id", p.device_id, 16) < 0 ||
+      hex_field(o, "device_id", p.device_id, CORDON_ID_LEN) < 0 ||
       str_field(o, "user", p.user, sizeof(p.user)) < 0 ||
       str_field(o, "name", p.name, sizeof(p.name)) < 0 ||
       hex_field(o, "ticket_key", p.ticket_key, 32) < 0) {
@@ -120,9 +120,9 @@ int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const stru
     if (r < 0)
       return cordon_diag_set(diag, r, "cannot write the publisher key");
   }
-  char sk[65], dev[33], tk[65];
+  char sk[65], dev[CORDON_ID_HEX_SIZE], tk[65];
   sodium_bin2hex(sk, sizeof(sk), p->server_key, 32);
-  sodium_bin2hex(dev, sizeof(dev), p->device_id, 16);
+  cordon_id_to_hex(p->device_id, dev);
   sodium_bin2hex(tk, sizeof(tk), p->ticket_key, 32);
   json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:s}", "host", p->host, "port", p->port,
                         "server_key", sk, "device_id", dev, "user", p->user, "name", p->name,

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "core/id.h"
 
 #define AGENT_IDENTITY_FILE "identity.key"
 #define AGENT_PAIRING_FILE "pairing.json"
@@ -20,7 +21,7 @@ struct agent_pairing {
   char host[256];
   int port;
   uint8_t server_key[32];
-  uint8_t device_id[16];
+  uint8_t device_id[CORDON_ID_LEN];
   char user[129];
   char name[129];
   uint8_t ticket_key[32];

@@ -14,8 +14,8 @@
 #ifndef CORDON_AGENT_TRUST_H
 #define CORDON_AGENT_TRUST_H
 
-#include "proto/cpkg.h"
 #include "core/error.h"
+#include "proto/cpkg.h"
 
 #define AGENT_TRUSTED_DIR "trusted"
 

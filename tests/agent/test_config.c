@@ -1,7 +1,7 @@
 /* Tests for agent/config.c: the device owner's ceiling (config.json). */
 #include "agent/config.h"
-#include "platform/sandbox.h"
 #include "core/error.h"
+#include "platform/sandbox.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -385,10 +385,9 @@ Test(config, refuses_a_symlinked_config) {
   cr_assert(strstr(d.msg, "config.json") != NULL, "%s", d.msg);
 }
 
-/* Regression (was a bug, fixed): agent_config_load() opens config.json with a blocking open() before
- * checking S_ISREG, so a FIFO there hangs the agent at start instead of
- * failing with config_invalid ("not a regular file"). Same shape as the
- * manifest_load_file FIFO bug. */
+/* Regression (was a bug, fixed): agent_config_load() opens config.json with a blocking open()
+ * before checking S_ISREG, so a FIFO there hangs the agent at start instead of failing with
+ * config_invalid ("not a regular file"). Same shape as the manifest_load_file FIFO bug. */
 Test(config, fifo_config_is_refused_without_blocking, .timeout = 3) {
   char path[128];
   snprintf(path, sizeof(path), "%s/config.json", tmpdir);

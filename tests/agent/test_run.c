@@ -21,7 +21,16 @@
 
 #define AGENT CORDON_BINARY_DIR "/cordon-agent"
 
-enum { J_REPLAY_FIRST, J_REPLAY_AGAIN, J_OTHER_SESSION, J_EXPIRED, J_BAD_SIG, J_ARGS, J_OTHER_DEVICE, J_N };
+enum {
+  J_REPLAY_FIRST,
+  J_REPLAY_AGAIN,
+  J_OTHER_SESSION,
+  J_EXPIRED,
+  J_BAD_SIG,
+  J_ARGS,
+  J_OTHER_DEVICE,
+  J_N
+};
 
 static struct {
   uv_loop_t loop;
@@ -140,8 +149,8 @@ static int on_ready(struct net_conn *c) {
   return 0;
 }
 
-static const struct net_conn_ops ops = {.on_ready = on_ready, .on_record = on_record,
-                                        .on_close = on_close};
+static const struct net_conn_ops ops = {
+    .on_ready = on_ready, .on_record = on_record, .on_close = on_close};
 
 static void on_deadline(uv_timer_t *t) {
   (void)t;

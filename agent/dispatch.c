@@ -1,0 +1,343 @@
+#include "agent/dispatch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/cpkg_stage.h"
+#include "agent/job.h"
+#include "core/log.h"
+#include "platform/fs.h"
+#include "platform/sandbox.h"
+#include "proto/result_msg.h"
+#include "proto/ticket.h"
+
+struct agent_dispatch_job {
+  struct agent_dispatch *d;
+  uint8_t raw_id[CORDON_ID_LEN];
+  char id[CORDON_ID_HEX_SIZE];
+  struct agent_job job;
+  bool job_made;
+  struct agent_cpkg_stager *stager;
+  int stage_fd;
+  uint64_t pkg_size, received;
+  uint8_t index_hash[CPKG_HASH_SIZE];
+  char **args;
+  size_t n_args;
+  int cancel_pipe[2];
+  bool running; /* in the thread pool */
+  uv_work_t work;
+  struct agent_dispatch_job *next;
+};
+
+void agent_dispatch_init(struct agent_dispatch *d, uv_loop_t *loop, const struct agent_config *cfg,
+                         const struct agent_pairing *pairing, const struct cpkg_trust *trust,
+                         struct agent_session *session, const struct agent_spool *spool,
+                         const struct agent_seen *seen) {
+  *d = (struct agent_dispatch){.cfg = cfg,
+                               .pairing = pairing,
+                               .trust = trust,
+                               .loop = loop,
+                               .session = session,
+                               .spool = spool,
+                               .seen = seen};
+}
+
+/* Spool the result, then send it. */
+static void deliver(struct agent_dispatch *d, const uint8_t raw_id[CORDON_ID_LEN],
+                    struct job_result *res) {
+  char id[CORDON_ID_HEX_SIZE];
+  cordon_id_to_hex(raw_id, id);
+  struct msg m;
+  result_to_msg(res, raw_id, d->pairing->device_id, &m);
+  uint8_t *buf;
+  size_t len;
+  struct cordon_diag diag = {{0}};
+  int r = msg_encode_alloc(&m, &buf, &len, &diag);
+  if (r < 0) {
+    core_log("job %s: cannot encode its result: %s", id, diag.msg);
+    return;
+  }
+  r = agent_spool_put_result(d->spool, raw_id, buf, len);
+  if (r < 0)
+    core_log("job %s: cannot spool its result: %s", id, strerror(-r));
+  agent_session_send_encoded(d->session, buf, len);
+  free(buf);
+}
+
+static void refuse(struct agent_dispatch *d, const uint8_t raw_id[CORDON_ID_LEN], int err,
+                   const char *why) {
+  struct job_result res;
+  job_result_init(&res);
+  cordon_id_to_hex(raw_id, res.job_id);
+  job_result_fail(&res, err, "%s", why);
+  core_log("job %s refused: %s: %s", res.job_id, cordon_err_name(err), why);
+  deliver(d, raw_id, &res);
+  job_result_release(&res);
+}
+
+static struct agent_dispatch_job *job_find(struct agent_dispatch *d,
+                                           const uint8_t raw[CORDON_ID_LEN]) {
+  for (struct agent_dispatch_job *j = d->jobs; j; j = j->next)
+    if (memcmp(j->raw_id, raw, CORDON_ID_LEN) == 0)
+      return j;
+  return NULL;
+}
+
+static void job_free(struct agent_dispatch_job *j) {
+  struct agent_dispatch *d = j->d;
+  for (struct agent_dispatch_job **pp = &d->jobs; *pp; pp = &(*pp)->next)
+    if (*pp == j) {
+      *pp = j->next;
+      break;
+    }
+  agent_cpkg_stager_free(j->stager);
+  if (j->stage_fd >= 0)
+    close(j->stage_fd);
+  if (j->job_made)
+    agent_job_release(&j->job);
+  for (size_t i = 0; i < j->n_args; i++)
+    free(j->args[i]);
+  free(j->args);
+  for (int i = 0; i < 2; i++)
+    if (j->cancel_pipe[i] >= 0)
+      close(j->cancel_pipe[i]);
+  free(j);
+}
+
+static void fail_job(struct agent_dispatch_job *j, int err, const char *why) {
+  refuse(j->d, j->raw_id, err, why);
+  job_free(j);
+}
+
+void agent_dispatch_on_job(struct agent_dispatch *d, struct msg_job *mj) {
+  char id[CORDON_ID_HEX_SIZE];
+  cordon_id_to_hex(mj->job_id, id);
+  struct ticket t;
+  int r =
+      ticket_verify(mj->ticket.data, mj->ticket.len, mj->ticket_sig, d->pairing->ticket_key, &t);
+  if (r < 0) {
+    refuse(d, mj->job_id, CORDON_E_SIGNATURE_INVALID, "the ticket's signature does not verify");
+    return;
+  }
+  uint8_t tag[CORDON_ID_LEN], args_hash[32];
+  ticket_user_tag(d->pairing->user, tag);
+  ticket_args_hash(mj->args, mj->n_args, args_hash);
+  if (sodium_memcmp(t.device_id, d->pairing->device_id, CORDON_ID_LEN) != 0 ||
+      sodium_memcmp(t.user_tag, tag, CORDON_ID_LEN) != 0 ||
+      sodium_memcmp(t.session_id, d->session->id, CORDON_ID_LEN) != 0) {
+    refuse(d, mj->job_id, CORDON_E_WRONG_DEVICE,
+           "the ticket is for another device, user or session");
+    return;
+  }
+  if (memcmp(t.job_id, mj->job_id, CORDON_ID_LEN) != 0 ||
+      memcmp(t.index_hash, mj->pkg_hash, sizeof(t.index_hash)) != 0 ||
+      memcmp(t.args_hash, args_hash, sizeof(args_hash)) != 0) {
+    refuse(d, mj->job_id, CORDON_E_SIGNATURE_INVALID, "the job does not match its ticket");
+    return;
+  }
+  if ((int64_t)t.expires_ms < agent_session_server_now_ms(d->session)) {
+    refuse(d, mj->job_id, CORDON_E_TICKET_EXPIRED, "the ticket has expired");
+    return;
+  }
+  r = agent_seen_check_and_add(d->seen, mj->job_id, t.expires_ms);
+  if (r == CORDON_E_TICKET_REPLAYED) {
+    refuse(d, mj->job_id, r, "this job id was already seen");
+    return;
+  }
+  if (r < 0) {
+    refuse(d, mj->job_id, CORDON_E_SPAWN_FAILED, "cannot record the job id");
+    return;
+  }
+  if (d->n_running >= d->cfg->max_jobs) {
+    refuse(d, mj->job_id, CORDON_E_SPAWN_FAILED, "the agent is at its max_jobs limit");
+    return;
+  }
+  struct agent_dispatch_job *j = calloc(1, sizeof(*j));
+  if (!j) {
+    refuse(d, mj->job_id, CORDON_E_SPAWN_FAILED, "out of memory");
+    return;
+  }
+  j->d = d;
+  j->stage_fd = -1;
+  j->cancel_pipe[0] = j->cancel_pipe[1] = -1;
+  memcpy(j->raw_id, mj->job_id, CORDON_ID_LEN);
+  memcpy(j->index_hash, t.index_hash, sizeof(j->index_hash));
+  snprintf(j->id, sizeof(j->id), "%s", id);
+  j->pkg_size = mj->pkg_size;
+  j->next = d->jobs;
+  d->jobs = j;
+  j->args = calloc(mj->n_args + 1, sizeof(char *));
+  bool copied = j->args != NULL;
+  for (size_t i = 0; copied && i < mj->n_args; i++)
+    copied = (j->args[i] = strdup(mj->args[i])) != NULL;
+  j->n_args = j->args ? mj->n_args : 0;
+  if (!copied) {
+    fail_job(j, CORDON_E_SPAWN_FAILED, "out of memory");
+    return;
+  }
+  struct cordon_diag diag = {{0}};
+  if (agent_spool_mark_running(d->spool, j->raw_id) < 0) {
+    fail_job(j, CORDON_E_SPAWN_FAILED, "cannot write the spool");
+    return;
+  }
+  r = agent_job_begin_stream(&j->job, d->cfg, id, &j->stage_fd, &diag);
+  j->job_made = true;
+  if (r == 0)
+    r = agent_cpkg_stager_new(d->trust, j->stage_fd, &j->stager, &diag);
+  if (r < 0)
+    fail_job(j, CORDON_E_SPAWN_FAILED, diag.msg);
+}
+
+static void work_run(uv_work_t *w) {
+  struct agent_dispatch_job *j = w->data;
+  int r = sandbox_run(j->job.plan, &j->job.result);
+  if (r < 0 && !j->job.result.error)
+    job_result_fail(&j->job.result, r, "%s", cordon_err_message(r));
+}
+
+static void work_done(uv_work_t *w, int status) {
+  (void)status;
+  struct agent_dispatch_job *j = w->data;
+  struct agent_dispatch *d = j->d;
+  d->n_running--;
+  core_log("job %s finished: %s", j->id,
+           j->job.result.error    ? cordon_err_name(j->job.result.error)
+           : j->job.result.exited ? "exited"
+                                  : "killed");
+  deliver(d, j->raw_id, &j->job.result);
+  job_free(j);
+}
+
+/* The whole package arrived: verify, plan, and run it on the pool. */
+static void start_job(struct agent_dispatch_job *j) {
+  struct agent_dispatch *d = j->d;
+  struct manifest *m = NULL;
+  uint8_t hash[CPKG_HASH_SIZE];
+  struct cordon_diag diag = {{0}};
+  int r = agent_cpkg_stager_finish(j->stager, &m, hash, &diag);
+  if (r < 0) {
+    fail_job(j, r, diag.msg);
+    return;
+  }
+  if (memcmp(hash, j->index_hash, sizeof(hash)) != 0) {
+    manifest_free(m);
+    fail_job(j, CORDON_E_SIGNATURE_INVALID, "the package is not the one the ticket names");
+    return;
+  }
+  close(j->stage_fd);
+  j->stage_fd = -1;
+  r = agent_job_end_stream(&j->job, m, &diag);
+  if (r < 0) {
+    fail_job(j, CORDON_E_SPAWN_FAILED, diag.msg);
+    return;
+  }
+  if (pipe2(j->cancel_pipe, O_CLOEXEC) < 0) {
+    fail_job(j, CORDON_E_SPAWN_FAILED, "pipe");
+    return;
+  }
+  /* min_sandbox and the owner's ceiling are checked again, here */
+  r = agent_job_plan(&j->job, j->args, j->n_args, false);
+  if (r < 0) {
+    struct job_result *res = &j->job.result;
+    if (!res->error)
+      job_result_fail(res, r, "%s", cordon_err_message(r));
+    core_log("job %s refused: %s: %s", j->id, cordon_err_name(res->error), res->error_message);
+    deliver(d, j->raw_id, res);
+    job_free(j);
+    return;
+  }
+  j->job.sjob.cancel_fd = j->cancel_pipe[0];
+  memcpy(j->job.result.job_id, j->id, sizeof(j->id));
+  cordon_id_to_hex(d->pairing->device_id, j->job.result.device_id);
+  struct msg running = {.type = MSG_RUNNING};
+  memcpy(running.running.job_id, j->raw_id, CORDON_ID_LEN);
+  agent_session_send(d->session, &running);
+  j->running = true;
+  d->n_running++;
+  j->work.data = j;
+  core_log("job %s started", j->id);
+  uv_queue_work(d->loop, &j->work, work_run, work_done);
+}
+
+void agent_dispatch_on_chunk(struct agent_dispatch *d, const struct msg_chunk *c) {
+  struct agent_dispatch_job *j = job_find(d, c->job_id);
+  if (!j || j->running || !j->stager)
+    return; /* refused already, or a stray chunk */
+  if (c->offset != j->received || c->data.len > j->pkg_size - j->received) {
+    fail_job(j, CORDON_E_PACKAGE_CORRUPT, "chunks out of order or past the package size");
+    return;
+  }
+  struct cordon_diag diag = {{0}};
+  int r = agent_cpkg_stager_feed(j->stager, c->data.data, c->data.len, &diag);
+  if (r < 0) {
+    fail_job(j, r, diag.msg);
+    return;
+  }
+  j->received += c->data.len;
+  if (j->received == j->pkg_size)
+    start_job(j);
+}
+
+void agent_dispatch_on_cancel(struct agent_dispatch *d, const uint8_t job_id[CORDON_ID_LEN]) {
+  struct agent_dispatch_job *j = job_find(d, job_id);
+  if (!j)
+    return;
+  if (j->running) {
+    (void)!write(j->cancel_pipe[1], "c", 1);
+  } else {
+    fail_job(j, CORDON_E_CANCELLED, "the job was cancelled before it started");
+  }
+}
+
+static void recover_one(void *ctx, const uint8_t raw[CORDON_ID_LEN]) {
+  struct agent_dispatch *d = ctx;
+  char id[CORDON_ID_HEX_SIZE];
+  cordon_id_to_hex(raw, id);
+  int killed = sandbox_reap_leftovers(id);
+  if (killed > 0)
+    core_log("job %s: killed %d process(es) left from before the restart", id, killed);
+  char jobs[PATH_MAX];
+  snprintf(jobs, sizeof(jobs), "%s/jobs", d->cfg->dir);
+  int jfd = open(jobs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (jfd >= 0) { /* its staging directory */
+    fs_remove_tree_at(jfd, id);
+    close(jfd);
+  }
+  struct job_result res;
+  job_result_init(&res);
+  snprintf(res.job_id, sizeof(res.job_id), "%s", id);
+  job_result_fail(&res, CORDON_E_AGENT_RESTARTED, "the agent restarted while the job ran");
+  deliver(d, raw, &res);
+  job_result_release(&res);
+}
+
+void agent_dispatch_recover(struct agent_dispatch *d) {
+  agent_spool_each_orphan(d->spool, recover_one, d);
+}
+
+void agent_dispatch_connection_lost(struct agent_dispatch *d) {
+  /* jobs whose package was still arriving cannot finish without it */
+  for (struct agent_dispatch_job *j = d->jobs, *n; j; j = n) {
+    n = j->next;
+    if (!j->running)
+      fail_job(j, CORDON_E_DEVICE_LOST, "the connection closed while the package arrived");
+  }
+}
+
+void agent_dispatch_cancel_running(struct agent_dispatch *d) {
+  for (struct agent_dispatch_job *j = d->jobs; j; j = j->next)
+    if (j->running)
+      (void)!write(j->cancel_pipe[1], "c", 1);
+}
+
+void agent_dispatch_release(struct agent_dispatch *d) {
+  while (d->jobs)
+    job_free(d->jobs);
+}

@@ -1,0 +1,56 @@
+#include "agent/seen.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "platform/fs.h"
+
+/* an entry is one decimal u64 and a newline */
+#define SEEN_ENTRY_MAX 32
+
+int agent_seen_init(struct agent_seen *s, const char *config_dir) {
+  snprintf(s->dir, sizeof(s->dir), "%s/seen", config_dir);
+  return fs_mkdir_p(s->dir, 0700);
+}
+
+int agent_seen_check_and_add(const struct agent_seen *s, const uint8_t id[CORDON_ID_LEN],
+                             uint64_t expires_ms) {
+  char hex[CORDON_ID_HEX_SIZE], path[PATH_MAX];
+  cordon_id_to_hex(id, hex);
+  snprintf(path, sizeof(path), "%s/%s", s->dir, hex);
+  if (access(path, F_OK) == 0)
+    return CORDON_E_TICKET_REPLAYED;
+  char text[SEEN_ENTRY_MAX];
+  int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", expires_ms);
+  return core_write_file_atomic(s->dir, hex, text, (size_t)n, 0600);
+}
+
+void agent_seen_prune(const struct agent_seen *s, int64_t now_ms) {
+  DIR *d = opendir(s->dir);
+  if (!d)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.')
+      continue;
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
+    char *text;
+    size_t len;
+    unsigned long long exp = 0;
+    if (core_read_file(path, SEEN_ENTRY_MAX, -EFBIG, "seen", &text, &len, NULL) == 0) {
+      if (sscanf(text, "%llu", &exp) != 1)
+        exp = 0;
+      free(text);
+    }
+    if (exp && (int64_t)exp < now_ms - AGENT_SEEN_GRACE_MS)
+      unlink(path);
+  }
+  closedir(d);
+}

@@ -1,0 +1,82 @@
+/* The session of `cordon-agent run` with its paired server: connect over
+ * Noise (the server's key pinned at pairing), hello/welcome, pings, the
+ * server's goaway, and reconnecting with backoff (0.5 s doubling to 30 s,
+ * jittered) until closed. CONFIG/connection says "connected" or
+ * "disconnected" for `status`.
+ *
+ * The session knows no jobs: what it receives for them it hands to its
+ * owner through agent_session_ops, and the owner sends through it. It logs
+ * its own events (core_log). The struct is the caller's storage and holds
+ * libuv handles: it must not move between agent_session_init and the end of
+ * the loop run after agent_session_close. Loop thread only. */
+#ifndef CORDON_AGENT_SESSION_H
+#define CORDON_AGENT_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "agent/config.h"
+#include "agent/hello.h"
+#include "agent/state.h"
+#include "core/id.h"
+#include "net/conn.h"
+#include "proto/msg.h"
+
+struct agent_session_ops {
+  /* The welcome came: the session is ready; results may be sent. */
+  void (*on_welcome)(void *ctx);
+  /* A message of a ready session that is not the session's own (job,
+   * chunk, cancel, ack, or one this agent does not know); valid during the
+   * call only. */
+  void (*on_message)(void *ctx, struct msg *m);
+  /* A connection ended; unless closed, the session tries again. */
+  void (*on_lost)(void *ctx);
+  /* The server says this device is revoked or unpaired: it will never take
+   * it again. why is for the log. The connection closes after this. */
+  void (*on_revoked)(void *ctx, const char *why);
+};
+
+struct agent_session {
+  /* read-only outside session.c */
+  bool ready;                /* the welcome came on this connection */
+  uint8_t id[CORDON_ID_LEN]; /* the welcome's session id (tickets name it) */
+  /* private */
+  uv_loop_t *loop;
+  const struct agent_config *cfg;
+  const struct agent_pairing *pairing;
+  const struct agent_facts *facts;
+  const uint8_t *priv;
+  const struct agent_session_ops *ops;
+  void *ctx;
+  struct net_limits limits;
+  struct net_conn *conn;
+  int64_t clock_offset_ms; /* server - local */
+  uv_timer_t retry;
+  unsigned backoff_ms;
+  bool stopping;
+  uint64_t ping_nonce;
+};
+
+/* Set up (no connection yet). cfg, pairing, facts and priv (the identity
+ * key) are borrowed for the session's life. */
+void agent_session_init(struct agent_session *s, uv_loop_t *loop, const struct agent_config *cfg,
+                        const struct agent_pairing *pairing, const struct agent_facts *facts,
+                        const uint8_t *priv, const struct agent_session_ops *ops, void *ctx);
+/* Connect from the next loop turn on. */
+void agent_session_start(struct agent_session *s);
+/* Encode and send one message: 0, -ENOTCONN when no session is ready, or
+ * the codec's or net_conn_send's error. */
+int agent_session_send(struct agent_session *s, const struct msg *m);
+/* Send an encoded message: as agent_session_send. */
+int agent_session_send_encoded(struct agent_session *s, const uint8_t *buf, size_t len);
+/* Now on the server's clock (ms since the epoch), as of the last welcome. */
+int64_t agent_session_server_now_ms(const struct agent_session *s);
+/* For good: no reconnecting; the retry timer and the connection close
+ * (their callbacks run in the loop; on_lost is still called). */
+void agent_session_close(struct agent_session *s);
+/* After the loop has ended: CONFIG/connection says disconnected. */
+void agent_session_release(struct agent_session *s);
+
+#endif

@@ -1,0 +1,48 @@
+/* The result spool of `cordon-agent run`: a result is on disk before it is
+ * sent and is sent again on every new session until the server acks it, so
+ * every result is delivered at least once, across restarts of either side.
+ *
+ *   SPOOL/<id>.running  written (fsync) when a job is accepted
+ *   SPOOL/<id>.result   the encoded result message (fsync + rename) before
+ *                       it is sent; removed at the server's ack
+ * A .running without a .result means the agent died while the job ran.
+ *
+ * SPOOL is CONFIG/spool (0700). Ids are raw CORDON_ID_LEN bytes and become
+ * their lowercase hex in the names, so nothing from the wire reaches a path
+ * unchecked. Files only: nothing here sends, decodes or logs; failures are
+ * returned as -errno. The struct is plain storage (no release); use it from
+ * one thread. */
+#ifndef CORDON_AGENT_SPOOL_H
+#define CORDON_AGENT_SPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/id.h"
+
+struct agent_spool {
+  char dir[3072]; /* short enough for SPOOL/<id>.<ext> in PATH_MAX */
+};
+
+/* Name CONFIG/spool (a longer path is cut) and make it, 0700: 0 or -errno
+ * (the names are set either way). */
+int agent_spool_init(struct agent_spool *sp, const char *config_dir);
+/* The job was accepted: SPOOL/<id>.running, empty. 0 or -errno. */
+int agent_spool_mark_running(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]);
+/* Store the job's encoded result message as SPOOL/<id>.result, then drop
+ * its .running whether or not the store worked (the job is over either
+ * way). 0 or the store's -errno. */
+int agent_spool_put_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN],
+                           const uint8_t *msg, size_t len);
+/* The server has the result: forget it. */
+void agent_spool_ack(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]);
+/* Call fn with each stored result of 1..max bytes (msg valid during the
+ * call only); unreadable, empty and larger files are skipped. */
+void agent_spool_each_result(const struct agent_spool *sp, size_t max,
+                             void (*fn)(void *ctx, const uint8_t *msg, size_t len), void *ctx);
+/* Call fn with the id of each job that has a .running and no .result (the
+ * agent died while it ran). fn may put that job's result. */
+void agent_spool_each_orphan(const struct agent_spool *sp,
+                             void (*fn)(void *ctx, const uint8_t id[CORDON_ID_LEN]), void *ctx);
+
+#endif
