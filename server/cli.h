@@ -1,5 +1,5 @@
 /* cordon-server command plumbing: shared option handling and the one-line
- * error format `cordon-server: <code>: <message>` (docs/DESIGN.md section 2).
+ * error format `cordon-server: <code>: <message>` (DESIGN.md section 2).
  *
  * Every command is `int server_cmd_<name>(const struct server_cli *cli, int
  * argc, char **argv)` and returns the process exit status: 0 success, 1 a
