@@ -1,4 +1,4 @@
-/* The agent's config.json: the device owner's ceiling (DESIGN.md section 3).
+/* The agent's config.json: the device owner's ceiling (docs/DESIGN.md section 3).
  * A missing directory or file means the defaults. Unknown keys, bad types
  * and out-of-range values are refused with the field named. */
 #ifndef CORDON_AGENT_CONFIG_H

@@ -1,5 +1,5 @@
 /* Verifying a .cpkg and unpacking it into a staging directory
- * (DESIGN.md section 3, docs/protocol/package.md).
+ * (docs/DESIGN.md section 3, docs/protocol/package.md).
  *
  * The stager writes into stage_dirfd, which the caller created (0700) and
  * which must be empty. The package is fed in chunks (a file, or the network

@@ -1,4 +1,4 @@
-/* What the agent keeps once paired (DESIGN.md section 7), in its config dir:
+/* What the agent keeps once paired (docs/DESIGN.md section 7), in its config dir:
  *   identity.key   the agent's Noise static key (X25519), 0600
  *   pairing.json   server address, the server's pinned Noise key, device
  *                  id, user, device name, the server's ticket key; 0600

@@ -1,4 +1,4 @@
-/* Executor package manifests (DESIGN.md section 3).
+/* Executor package manifests (docs/DESIGN.md section 3).
  *
  * manifest_parse() validates strictly: unknown keys, bad types, relative or
  * `..` paths and out-of-range values are rejected with the field named in

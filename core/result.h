@@ -1,4 +1,4 @@
-/* The job result of DESIGN.md section 5, and its JSON form.
+/* The job result of docs/DESIGN.md section 5, and its JSON form.
  *
  * A result owns its output buffers (at most the manifest's output cap each).
  * result_to_json() emits strings for valid UTF-8 output and *_base64 fields

@@ -7,7 +7,7 @@
 
 #include "core/manifest.h"
 
-/* The agent's default config dir (DESIGN.md section 7). Returns 0, or
+/* The agent's default config dir (docs/DESIGN.md section 7). Returns 0, or
  * -ENAMETOOLONG / -ENOENT when no home is known. */
 int paths_agent_config_dir(char *out, size_t len);
 enum sandbox_level paths_default_lowest_level(void);

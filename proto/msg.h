@@ -107,7 +107,7 @@ enum msg_level {
   MSG_LEVEL_ISOLATED = 2,
 };
 
-/* How one limit was enforced (DESIGN.md section 5). Wire strings: "none",
+/* How one limit was enforced (docs/DESIGN.md section 5). Wire strings: "none",
  * "cgroup", "rlimit", "job", "tmpfs", "pid-namespace", "pgroup". */
 enum msg_enforce {
   MSG_ENFORCE_NONE = 0,

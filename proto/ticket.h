@@ -1,4 +1,4 @@
-/* Job tickets (DESIGN.md section 3, docs/protocol/ticket.md).
+/* Job tickets (docs/DESIGN.md section 3, docs/protocol/ticket.md).
  *
  * A ticket is a fixed 161-byte body signed with the server's ticket key
  * (Ed25519) over "cordon-ticket-v1" 0x00 || body:

@@ -1,4 +1,4 @@
-/* cordon-server devices [--user U] [--json]: the paired devices (DESIGN.md
+/* cordon-server devices [--user U] [--json]: the paired devices (docs/DESIGN.md
  * section 2). Names and platforms come from the devices: printed escaped. */
 #include <getopt.h>
 #include <jansson.h>

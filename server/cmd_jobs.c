@@ -1,6 +1,6 @@
 /* cordon-server jobs [--user U] [--json] and job ID [--json]: job states and
  * results. `job ID --json` prints {"id","user","device","state","result"}
- * with result the stored DESIGN.md section 5 object or null. */
+ * with result the stored docs/DESIGN.md section 5 object or null. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>

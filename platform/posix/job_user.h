@@ -1,4 +1,4 @@
-/* Who runs a job (DESIGN.md section 4), shared by the Linux and macOS
+/* Who runs a job (docs/DESIGN.md section 4), shared by the Linux and macOS
  * layers: a root agent runs jobs as job_user, which must exist and must not
  * be root; any other agent runs them as itself. */
 #ifndef CORDON_PLATFORM_POSIX_JOB_USER_H

@@ -1,4 +1,4 @@
-/* The Windows sandbox (DESIGN.md sections 4 and 8).
+/* The Windows sandbox (docs/DESIGN.md sections 4 and 8).
  *
  * contained: a restricted token derived from the agent's own (every
  *   privilege but SeChangeNotify removed, the administrator groups made

@@ -1,4 +1,4 @@
-/* Tests for core/manifest.c: the strict manifest parser (DESIGN.md §3).
+/* Tests for core/manifest.c: the strict manifest parser (docs/DESIGN.md §3).
  *
  * Tables of JSON documents, each either accepted with known values or
  * rejected with CORDON_E_MANIFEST_INVALID and a diag that names the field.

@@ -530,7 +530,7 @@ Test(result, fail_truncates_long_messages) {
  * escaped) message. Reproduced end to end: `cordon-agent exec DIR` on a manifest
  * whose grant is {"path": "~/" + 300 x "\u00e9", "access": "ro"} (missing)
  * is refused with capability_denied, prints the stderr line but NO result
- * JSON on stdout (DESIGN.md §2: the result is printed also when refused). */
+ * JSON on stdout (docs/DESIGN.md §2: the result is printed also when refused). */
 Test(result, long_non_ascii_error_message_still_serialises) {
   struct job_result r;
   job_result_init(&r);

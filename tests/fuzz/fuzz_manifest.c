@@ -1,7 +1,7 @@
 /* libFuzzer target for the manifest parser (core/manifest.c).
  *
  * Input: the raw bytes handed to manifest_parse(). A parsed manifest must
- * satisfy every rule of DESIGN.md §3 (ranges, paths, env names), a refusal
+ * satisfy every rule of docs/DESIGN.md §3 (ranges, paths, env names), a refusal
  * must be manifest_invalid with a diag and leave the output untouched. */
 #include "core/error.h"
 #include "core/manifest.h"
