@@ -1,5 +1,5 @@
 /* The daemons' log: one line per event on stderr, "<program>: <message>".
- * Library code does not log (STYLE.md); the programs and their daemons do,
+ * Library code does not log; the programs and their daemons do,
  * through this one function, so the format is decided in one place. */
 #ifndef CORDON_CORE_LOG_H
 #define CORDON_CORE_LOG_H
