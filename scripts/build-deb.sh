@@ -71,10 +71,12 @@ log "dpkg-buildpackage: cordon $version ($build/src/build.log)"
   { tail -n 40 "$build/src/build.log" >&2; log "dpkg-buildpackage failed"; exit 1; }
 
 changes=$build/src/cordon_${version}_${arch}.changes
-for f in $(sed -n '/^Files:/,/^[^ ]/s/^ [0-9a-f]\{32\} [0-9]* [^ ]* [^ ]* //p' "$changes"); do
-  cp "$build/src/$f" "$out/"
-done
+# the files the .changes lists: the .debs, -dbgsym .debs, the .buildinfo
+listed=$(sed -n '/^Files:/,/^[^ ]/s/^ [0-9a-f]\{32\} [0-9]* [^ ]* [^ ]* //p' "$changes")
 cp "$changes" "$out/"
-for f in $(sed -n '/^Files:/,/^[^ ]/s/^ [0-9a-f]\{32\} [0-9]* [^ ]* [^ ]* //p' "$changes"); do
+while IFS= read -r f; do
+  cp "$build/src/$f" "$out/"
+done <<<"$listed"
+while IFS= read -r f; do
   case $f in *.deb) echo "$out/$f" ;; esac
-done
+done <<<"$listed"

@@ -29,7 +29,7 @@ debs=$(scripts/build-deb.sh "$out")
 out=$(cd "$out" && pwd)
 agent_deb=$(ls "$out"/cordon-agent_*.deb)
 server_deb=$(ls "$out"/cordon-server_*.deb)
-echo "== built in $(( $(date +%s) - start ))s:" $debs
+echo "== built in $(( $(date +%s) - start ))s:" $debs # one a line, joined
 
 echo "== lintian --pedantic"
 if ! command -v lintian >/dev/null; then
