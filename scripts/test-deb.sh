@@ -191,9 +191,16 @@ PY
   else
     getent passwd cordon-job >/dev/null || fail "a cordon-job account that existed before was removed"
   fi
-  left=$(find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /tmp -o -path /run \
-         -o -path /work -o -path /root -o -path /home -o -path /var/log -o -path /var/tmp \) -prune -o \
-         -name '*cordon*' -newer /var/tmp/round.mark -print 2>/dev/null || true)
+  # in the copy, look only at what changed in it (the overlay's upper
+  # layer, without deletion marks): other work on this machine shows
+  # through the lower layer and is not ours
+  base=/
+  if [ "$mode" = overlay ]; then base=/tmp/upper; fi
+  b=${base%/}
+  left=$(find "$base" -xdev \( -path "$b/proc" -o -path "$b/sys" -o -path "$b/dev" -o -path "$b/tmp" \
+         -o -path "$b/run" -o -path "$b/work" -o -path "$b/root" -o -path "$b/home" -o -path "$b/var/log" \
+         -o -path "$b/var/tmp" \) -prune -o \
+         -name '*cordon*' ! -type c -newer /var/tmp/round.mark -print 2>/dev/null || true)
   [ -z "$left" ] || fail "files named *cordon* left: $left"
   rm -f /var/tmp/round.mark
   echo "   nothing left"
@@ -218,7 +225,8 @@ else
     mount -t overlay overlay -o "lowerdir=/,upperdir=$t/upper,workdir=$t/work" "$t/root"
     for d in dev proc sys run; do mount --rbind "/$d" "$t/root/$d"; done
     mount -t tmpfs tmpfs "$t/root/tmp"
-    mkdir -p "$t/root/tmp/debs" "$t/root/tmp/bin" "$t/root/tmp/oldroot"
+    mkdir -p "$t/root/tmp/debs" "$t/root/tmp/bin" "$t/root/tmp/oldroot" "$t/root/tmp/upper"
+    mount --bind "$t/upper" "$t/root/tmp/upper"
     cp "$debs"/*.deb "$t/root/tmp/debs/"
     cp "$t/inner.sh" "$t/root/tmp/bin/inner.sh"
     cd "$t/root"
