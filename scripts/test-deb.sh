@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Build the .deb packages, install them with `apt-get install ./…deb`, run
-# `cordon-agent status` and a job, purge them, and check that nothing of
+# Build the .deb packages (scripts/build-deb.sh: dpkg-buildpackage), check
+# them with `lintian --pedantic` (any E: or W: fails) and their -dbgsym
+# packages, install them with `apt-get install ./…deb`, run `cordon-agent
+# status` and a job, check that the server listens on loopback only until
+# the operator chooses an address, purge them, and check that nothing of
 # them is left: files, units, state, accounts.
 #
 # By default this runs in a throwaway copy of this machine: an overlay of /
@@ -19,11 +22,58 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "test-deb: needs root (apt-get install, a mount namespace)" >&2
   exit 1
 fi
-rm -f "$out"/cordon-agent_*.deb "$out"/cordon-server_*.deb
-scripts/build-deb.sh "$out" >/dev/null
+fail() { echo "test-deb: FAIL: $*" >&2; exit 1; }
+mkdir -p "$out"
+rm -f "$out"/*.deb "$out"/*.changes "$out"/*.buildinfo
+debs=$(scripts/build-deb.sh "$out")
 out=$(cd "$out" && pwd)
 agent_deb=$(ls "$out"/cordon-agent_*.deb)
 server_deb=$(ls "$out"/cordon-server_*.deb)
+echo "== built in $(( $(date +%s) - start ))s:" $debs # one a line, joined
+
+echo "== lintian --pedantic"
+if ! command -v lintian >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends lintian >/dev/null
+fi
+# lintian warns when run as root; it only reads the files
+lint=$(lintian --pedantic -I -E "$agent_deb" "$server_deb" 2>&1 |
+       grep -v '^running with root privileges' || true)
+[ -z "$lint" ] || printf '%s\n' "$lint" | sed 's/^/   /'
+if printf '%s\n' "$lint" | grep '^[EW]: ' >/dev/null; then
+  fail "lintian reports errors or warnings (above)"
+fi
+echo "   no errors, no warnings"
+
+echo "== -dbgsym packages hold the debug info of the shipped binaries"
+for p in cordon-agent cordon-server; do
+  deb=$(ls "$out/${p}"_*.deb) dbg=$(ls "$out/${p}-dbgsym"_*.deb 2>/dev/null) || fail "no ${p}-dbgsym package"
+  x=$(mktemp -d)
+  dpkg-deb -x "$deb" "$x/pkg"
+  dpkg-deb -x "$dbg" "$x/dbg"
+  id=$(readelf -n "$x/pkg/usr/bin/$p" | sed -n 's/^ *Build ID: //p')
+  [ -n "$id" ] || fail "$p has no build id"
+  f=$x/dbg/usr/lib/debug/.build-id/${id:0:2}/${id:2}.debug
+  [ -f "$f" ] || fail "${p}-dbgsym has no $f"
+  readelf -S "$f" 2>/dev/null | grep '\.debug_info' >/dev/null || fail "$f has no .debug_info"
+  ! readelf -S "$x/pkg/usr/bin/$p" | grep '\.debug_info' >/dev/null || fail "$p is not stripped"
+  echo "   $p: stripped, build id $id in ${p}-dbgsym"
+  rm -rf "$x"
+done
+
+echo "== man pages"
+pages=$(ls docs/man/*.scd 2>/dev/null || true)
+if [ -z "$pages" ]; then
+  echo "   none: docs/man/*.scd is not there yet"
+else
+  for scd in $pages; do
+    page=$(basename "$scd" .scd)            # cordon-agent.8
+    sec=${page##*.}
+    case $page in cordon-server.*) deb=$server_deb ;; *) deb=$agent_deb ;; esac
+    dpkg-deb -c "$deb" | grep " \./usr/share/man/man$sec/$page\.gz\$" >/dev/null ||
+      fail "$(basename "$deb") has no /usr/share/man/man$sec/$page.gz"
+    echo "   $page.gz in $(basename "$deb")"
+  done
+fi
 
 # The checks, run inside the copy (or on the host). $1: the .deb dir.
 inner=$(cat <<'EOF'
@@ -60,6 +110,27 @@ round() { # $1: fresh (no cordon-job before) or kept (cordon-job exists before)
   [ -f /usr/lib/systemd/user/cordon-agent.service ] || fail "agent user unit"
   [ -L /etc/systemd/system/multi-user.target.wants/cordon-server.service ] || fail "server unit not enabled"
   [ ! -e /etc/systemd/system/multi-user.target.wants/cordon-agent.service ] || fail "agent enabled before pairing"
+  echo "-- cordon-server listens where the unit says: loopback until the operator chooses"
+  # what the unit's ExecStart gets: Environment=, then EnvironmentFile= over it
+  listen=$(sed -n 's/^Environment=CORDON_SERVER_LISTEN=//p' /lib/systemd/system/cordon-server.service)
+  [ "$listen" = 127.0.0.1:7443 ] || fail "the unit's default address is $listen"
+  grep -q '^EnvironmentFile=-/etc/default/cordon-server$' /lib/systemd/system/cordon-server.service ||
+    fail "the unit does not read /etc/default/cordon-server"
+  listen=$(. /etc/default/cordon-server && echo "$CORDON_SERVER_LISTEN")
+  [ "$listen" = 127.0.0.1:7443 ] || fail "/etc/default/cordon-server listens on $listen"
+  # run the unit's command as its user (setpriv execs it: $! is the server), in a network namespace of its own
+  # (port 7443 of this machine may be in use), and read its sockets
+  unshare --net sh -c '
+    ip link set lo up 2>/dev/null || true
+    setpriv --reuid=cordon-server --regid=cordon-server --clear-groups \
+      /usr/bin/cordon-server --state /var/lib/cordon-server run --listen "$1" 2>/tmp/srv.err &
+    pid=$!
+    for i in $(seq 50); do grep -q ":1D13 00000000:0000 0A" /proc/net/tcp && break; sleep 0.1; done
+    cat /proc/net/tcp >/tmp/tcp.txt
+    kill -TERM $pid; wait $pid' sh "$listen" || { cat /tmp/srv.err >&2; fail "cordon-server run"; }
+  grep -q " 0100007F:1D13 00000000:0000 0A " /tmp/tcp.txt || { cat /tmp/srv.err /tmp/tcp.txt >&2; fail "no listener on 127.0.0.1:7443"; }
+  ! grep -q " 00000000:1D13 00000000:0000 0A " /tmp/tcp.txt || fail "a listener on 0.0.0.0:7443"
+  echo "   127.0.0.1:7443 only; nothing on 0.0.0.0"
   echo "-- cordon-agent status --json"
   cordon-agent status --json >/tmp/status.json || fail "cordon-agent status exited $?"
   python3 - /tmp/status.json <<'PY' || fail "status JSON"
@@ -120,9 +191,16 @@ PY
   else
     getent passwd cordon-job >/dev/null || fail "a cordon-job account that existed before was removed"
   fi
-  left=$(find / -xdev \( -path /proc -o -path /sys -o -path /dev -o -path /tmp -o -path /run \
-         -o -path /work -o -path /root -o -path /home -o -path /var/log \) -prune -o \
-         -name '*cordon*' -newer /var/tmp/round.mark -print 2>/dev/null || true)
+  # in the copy, look only at what changed in it (the overlay's upper
+  # layer, without deletion marks): other work on this machine shows
+  # through the lower layer and is not ours
+  base=/
+  if [ "$mode" = overlay ]; then base=/tmp/upper; fi
+  b=${base%/}
+  left=$(find "$base" -xdev \( -path "$b/proc" -o -path "$b/sys" -o -path "$b/dev" -o -path "$b/tmp" \
+         -o -path "$b/run" -o -path "$b/work" -o -path "$b/root" -o -path "$b/home" -o -path "$b/var/log" \
+         -o -path "$b/var/tmp" \) -prune -o \
+         -name '*cordon*' ! -type c -newer /var/tmp/round.mark -print 2>/dev/null || true)
   [ -z "$left" ] || fail "files named *cordon* left: $left"
   rm -f /var/tmp/round.mark
   echo "   nothing left"
@@ -147,7 +225,8 @@ else
     mount -t overlay overlay -o "lowerdir=/,upperdir=$t/upper,workdir=$t/work" "$t/root"
     for d in dev proc sys run; do mount --rbind "/$d" "$t/root/$d"; done
     mount -t tmpfs tmpfs "$t/root/tmp"
-    mkdir -p "$t/root/tmp/debs" "$t/root/tmp/bin" "$t/root/tmp/oldroot"
+    mkdir -p "$t/root/tmp/debs" "$t/root/tmp/bin" "$t/root/tmp/oldroot" "$t/root/tmp/upper"
+    mount --bind "$t/upper" "$t/root/tmp/upper"
     cp "$debs"/*.deb "$t/root/tmp/debs/"
     cp "$t/inner.sh" "$t/root/tmp/bin/inner.sh"
     cd "$t/root"
