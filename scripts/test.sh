@@ -7,10 +7,17 @@ start=$(date +%s)
 scripts/deps.sh
 scripts/test-setup.sh
 
+echo "== layering: includes across forbidden boundaries"
+scripts/check-layers.sh
+
 echo "== build (warnings as errors)"
 scripts/build.sh build
 echo "== tests"
 (cd build && ctest --output-on-failure -j1)
+echo "== layering: no library calls into its program's main.c"
+scripts/check-layers.sh build
+echo "== man pages"
+scripts/test-man.sh build
 
 echo "== build (ASan + UBSan)"
 scripts/build.sh build-asan -DCORDON_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
@@ -26,6 +33,8 @@ scripts/test-macos-layer.sh build-macos
 
 echo "== the Windows agent: mingw-w64 cross-build, tests under Wine"
 scripts/test-windows.sh
+echo "== the Windows MSI: install, status, upgrade, uninstall under Wine"
+scripts/test-msi.sh
 
 echo "== .deb packages: build, install, status, purge"
 scripts/test-deb.sh
