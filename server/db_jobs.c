@@ -3,6 +3,7 @@
 #include "server/db.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,6 +291,19 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
   if (!err)
     *out_job = j;
   return err;
+}
+
+json_t *server_db_job_result_to_json(const struct server_db_job *job) {
+  /* the database holds only JSON objects: a parse failure is a damaged row */
+  json_t *r = job->result_json ? json_loads(job->result_json, 0, NULL) : NULL;
+  return r ? r : json_null();
+}
+
+json_t *server_db_job_to_json(const struct server_db_job *job) {
+  return json_pack("{s:s, s:s, s:s?, s:s, s:o}", "id", job->id, "user", job->user, "device",
+                   job->device_id[0] ? job->device_id : NULL, "state",
+                   server_db_job_state_name(job->state), "result",
+                   server_db_job_result_to_json(job));
 }
 
 /* Collect the rows of a bound job query. */
