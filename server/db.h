@@ -10,8 +10,8 @@
  * - Races are settled by SQLite, not by the caller: consuming a pairing code,
  *   a job transition and recording a result are single conditional UPDATEs;
  *   of two racing callers (threads, processes) exactly one gets 0.
- * - A handle is used by one thread at a time. Other processes (admin
- *   commands while the daemon runs) open their own handles; WAL and a 5 s
+ * - A handle is used by one thread at a time. Other processes (the
+ *   commands, while the daemon runs) open their own handles; WAL and a 5 s
  *   busy timeout make that safe.
  * - Pairing-code secrets are never stored: only a code id (the public lookup
  *   part) and key = BLAKE2b-256("cordon-pair-code-v1" || code). The key is

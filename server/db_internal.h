@@ -10,8 +10,9 @@
  *                    transaction, through db_code_consume)
  *   db_jobs.c        jobs: the state graph, transitions, results, lists
  *
- * The table files call db.c and db_devices.c calls db_pair_codes.c; nothing
- * calls back. Every statement is prepared once per handle from
+ * Calls go one way: every table file calls db.c; db_devices.c also calls
+ * db_pair_codes.c (consuming the code), which calls db_users.c (the user a
+ * code is minted for). Nothing calls back. Every statement is prepared once per handle from
  * DB_STATEMENTS; user data is only ever bound, never spliced into SQL. */
 #ifndef CORDON_SERVER_DB_INTERNAL_H
 #define CORDON_SERVER_DB_INTERNAL_H
