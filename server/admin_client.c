@@ -1,3 +1,4 @@
+/* The admin socket, command-line side (server/admin_client.h). */
 #include "server/admin_client.h"
 
 #include <errno.h>
@@ -8,13 +9,17 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "server/daemon.h"
+#include "core/file.h"
+#include "server/admin_ops.h"
 
-#define ADMIN_REPLY_MAX (16u << 20)
-
-int admin_call(const char *state_dir, json_t *req, json_t **out_reply, struct cordon_diag *diag) {
+int admin_call(const char *state_dir, const json_t *req, json_t **out_reply,
+               struct cordon_diag *diag) {
+  enum admin_op op;
+  int r = admin_request_check(req, &op, diag);
+  if (r < 0)
+    return r;
   struct sockaddr_un addr = {.sun_family = AF_UNIX};
-  if (snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s", state_dir, SERVER_ADMIN_SOCKET) >=
+  if (snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s", state_dir, ADMIN_SOCKET_FILE) >=
       (int)sizeof(addr.sun_path))
     return cordon_diag_set(diag, -ENAMETOOLONG, "state directory path too long for a socket");
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -28,25 +33,19 @@ int admin_call(const char *state_dir, json_t *req, json_t **out_reply, struct co
                            addr.sun_path, strerror(e));
   }
   char *text = json_dumps(req, JSON_COMPACT);
-  int r = 0;
+  char *buf = NULL;
   if (!text) {
     r = -ENOMEM;
     goto out;
   }
   size_t n = strlen(text);
   text[n] = '\n'; /* json_dumps leaves room for its NUL: reuse it */
-  for (size_t off = 0; off <= n;) {
-    ssize_t w = write(fd, text + off, n + 1 - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w < 0) {
-      r = cordon_diag_set(diag, -errno, "admin socket: %s", strerror(errno));
-      goto out;
-    }
-    off += (size_t)w;
+  if ((r = core_write_all(fd, text, n + 1)) < 0) {
+    cordon_diag_set(diag, r, "admin socket: %s", strerror(-r));
+    goto out;
   }
   size_t cap = 65536, len = 0;
-  char *buf = malloc(cap);
+  buf = malloc(cap);
   for (;;) {
     if (!buf) {
       r = -ENOMEM;
@@ -82,8 +81,8 @@ int admin_call(const char *state_dir, json_t *req, json_t **out_reply, struct co
     else
       *out_reply = reply;
   }
-  free(buf);
 out:
+  free(buf);
   free(text);
   close(fd);
   return r;

@@ -1,4 +1,5 @@
-/* The admin socket, client side: one JSON request line, one JSON reply. */
+/* The admin socket, command-line side: one request to the running daemon,
+ * one reply (server/admin_ops.h is the protocol). */
 #ifndef CORDON_SERVER_ADMIN_CLIENT_H
 #define CORDON_SERVER_ADMIN_CLIENT_H
 
@@ -6,9 +7,13 @@
 
 #include "core/error.h"
 
-/* Send req to the daemon of state_dir and wait for its reply (no timeout
- * when wait is set: a dispatch --wait lasts as long as the job). Returns 0
- * and *out_reply, -ECONNREFUSED/-ENOENT when no daemon runs, or an error. */
-int admin_call(const char *state_dir, json_t *req, json_t **out_reply, struct cordon_diag *diag);
+/* Check req (admin_request_new + admin_request_set) against the op table,
+ * send it to the daemon of state_dir and wait for its reply, however long
+ * it takes (a dispatch --wait lasts as long as the job). Returns 0 and
+ * *out_reply (ok or not: admin_reply_is_ok), -ECONNREFUSED/-ENOENT when no
+ * daemon runs, CORDON_E_USAGE for a request the table refuses, or another
+ * error, with diag. */
+int admin_call(const char *state_dir, const json_t *req, json_t **out_reply,
+               struct cordon_diag *diag);
 
 #endif

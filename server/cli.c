@@ -1,7 +1,12 @@
 #include "server/cli.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 int server_cli_exit_status(int err) {
   switch (err) {
@@ -31,4 +36,98 @@ int server_cli_failf(int err, const char *fmt, ...) {
   vsnprintf(d.msg, sizeof(d.msg), fmt, ap);
   va_end(ap);
   return server_cli_fail(err, &d);
+}
+
+int server_cli_db_fail(int err, const struct cordon_diag *diag) {
+  if (err == -EINVAL)
+    err = CORDON_E_USAGE;
+  return server_cli_fail(err, diag);
+}
+
+int server_cli_open_db(const char *state_dir, struct server_db **out_db) {
+  struct cordon_diag diag = {{0}};
+  struct server_db *db = NULL;
+  int err = server_db_open(state_dir, 0, &db, &diag);
+  if (err)
+    return server_cli_fail(err, &diag);
+  *out_db = db;
+  return 0;
+}
+
+void server_cli_format_time(int64_t t, const char *never, char *buf, size_t size) {
+  struct tm tm;
+  time_t tt = (time_t)t;
+  if (t == 0 || !gmtime_r(&tt, &tm) || strftime(buf, size, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+    snprintf(buf, size, "%s", t == 0 ? never : "?");
+}
+
+json_t *server_cli_json_time(int64_t t) {
+  if (t == 0)
+    return json_null();
+  char buf[64];
+  server_cli_format_time(t, "", buf, sizeof(buf));
+  return json_string(buf);
+}
+
+void server_cli_escape(const char *s, char *buf, size_t size) {
+  size_t o = 0;
+  if (size == 0)
+    return;
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    char tmp[8];
+    size_t n;
+    if (*p < 0x20 || *p == 0x7f) {
+      n = (size_t)snprintf(tmp, sizeof(tmp), "\\x%02x", *p);
+    } else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+      n = (size_t)snprintf(tmp, sizeof(tmp), "\\x%02x", p[1]);
+      p++;
+    } else if (*p == '\\') {
+      n = 2;
+      memcpy(tmp, "\\\\", 2);
+    } else {
+      tmp[0] = (char)*p;
+      n = 1;
+    }
+    if (o + n >= size)
+      break;
+    memcpy(buf + o, tmp, n);
+    o += n;
+  }
+  buf[o] = '\0';
+}
+
+int server_cli_parse_duration(const char *s, int64_t *out_seconds) {
+  if (!s || !*s || *s == '-' || *s == '+')
+    return -EINVAL;
+  char *end = NULL;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s)
+    return -EINVAL;
+  int64_t mult;
+  if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
+    mult = 1;
+  else if (strcmp(end, "m") == 0)
+    mult = 60;
+  else if (strcmp(end, "h") == 0)
+    mult = 3600;
+  else if (strcmp(end, "d") == 0)
+    mult = 86400;
+  else
+    return -EINVAL;
+  if (v > INT64_MAX / mult)
+    return -EINVAL;
+  *out_seconds = (int64_t)v * mult;
+  return 0;
+}
+
+int server_cli_print_json(json_t *j, int ascii) {
+  if (!j)
+    return server_cli_failf(-ENOMEM, "out of memory");
+  int rc =
+      json_dumpf(j, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER | (ascii ? JSON_ENSURE_ASCII : 0));
+  json_decref(j);
+  if (rc != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0)
+    return server_cli_failf(-EIO, "cannot write to stdout");
+  return 0;
 }

@@ -4,7 +4,6 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "server/admin.h"
 #include "server/cli.h"
 #include "server/db.h"
 
@@ -19,7 +18,7 @@ static json_t *device_json(const struct server_db_device *d) {
   return json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:b, s:o, s:s}", "id", d->id, "name", d->name,
                    "owner", d->owner, "platform", d->platform[0] ? d->platform : NULL, "best_level",
                    d->has_level ? sandbox_level_name(d->best_level) : NULL, "online", d->online,
-                   "last_seen", admin_json_time(d->last_seen), "state",
+                   "last_seen", server_cli_json_time(d->last_seen), "state",
                    device_state_name(d->state));
 }
 
@@ -29,9 +28,9 @@ static void print_table(const struct server_db_device_list *l) {
   for (size_t i = 0; i < l->count; i++) {
     const struct server_db_device *d = &l->items[i];
     char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1], seen[64];
-    admin_escape(d->name, name, sizeof(name));
-    admin_escape(d->platform[0] ? d->platform : "-", platform, sizeof(platform));
-    admin_format_time(d->last_seen, "never", seen, sizeof(seen));
+    server_cli_escape(d->name, name, sizeof(name));
+    server_cli_escape(d->platform[0] ? d->platform : "-", platform, sizeof(platform));
+    server_cli_format_time(d->last_seen, "never", seen, sizeof(seen));
     const char *level = d->has_level ? sandbox_level_name(d->best_level) : "-";
     printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %s\n", d->id, name, d->owner, platform,
            level ? level : "-", d->online ? "online" : "offline", seen,
@@ -69,7 +68,7 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
   if (optind != argc)
     return server_cli_failf(CORDON_E_USAGE, "%s", devices_usage);
   struct server_db *db = NULL;
-  int status = admin_open_db(state, &db);
+  int status = server_cli_open_db(state, &db);
   if (status)
     return status;
   struct cordon_diag diag = {{0}};
@@ -80,7 +79,7 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
     err = server_db_device_list(db, user ? u.id : 0, &l, &diag);
   server_db_close(db);
   if (err)
-    return admin_fail(err, &diag);
+    return server_cli_db_fail(err, &diag);
   if (json) {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < l.count; i++)
@@ -88,7 +87,7 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
         json_decref(arr);
         arr = NULL;
       }
-    status = admin_print_json(arr, 0);
+    status = server_cli_print_json(arr, 0);
   } else {
     print_table(&l);
   }

@@ -1,4 +1,5 @@
 /* cordon-server dispatch / cancel: requests to the running daemon. */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 
 #include "server/admin_client.h"
+#include "server/admin_ops.h"
 #include "server/cli.h"
 
 static void print_json(json_t *j) {
@@ -21,9 +23,9 @@ static void print_json(json_t *j) {
 /* A daemon error reply: its code and message, and for no_eligible_device
  * each candidate's reason on stderr. */
 static int reply_error(json_t *reply) {
-  const char *code = json_string_value(json_object_get(reply, "code"));
-  const char *message = json_string_value(json_object_get(reply, "message"));
-  json_t *cands = json_object_get(reply, "candidates");
+  const char *message;
+  int err = admin_reply_err(reply, &message);
+  json_t *cands = json_object_get(reply, ADMIN_REPLY_CANDIDATES);
   size_t i;
   json_t *c;
   json_array_foreach(cands, i, c) {
@@ -32,8 +34,7 @@ static int reply_error(json_t *reply) {
             name ? " (" : "", name ? name : "", name ? ")" : "",
             json_string_value(json_object_get(c, "reason")));
   }
-  int err = code ? cordon_err_from_name(code) : CORDON_E_INTERNAL;
-  return server_cli_failf(err ? err : CORDON_E_INTERNAL, "%s", message ? message : "failed");
+  return server_cli_failf(err, "%s", message ? message : "failed");
 }
 
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
@@ -75,22 +76,33 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   json_t *args = json_array();
   for (int i = optind + 1; i < argc; i++)
     json_array_append_new(args, json_string(argv[i]));
-  json_t *req = json_pack("{s:s, s:s, s:s?, s:s, s:o, s:b}", "op", "dispatch", "user", user,
-                          "device", device, "package", pkg, "args", args, "wait", wait);
-  json_t *reply;
+  json_t *req = admin_request_new(ADMIN_OP_DISPATCH);
+  int r = req ? admin_request_set(req, ADMIN_ARG_ARGS, args) : -ENOMEM;
+  if (!req)
+    json_decref(args);
+  if (r == 0)
+    r = admin_request_set(req, ADMIN_ARG_USER, json_string(user));
+  if (r == 0 && device)
+    r = admin_request_set(req, ADMIN_ARG_DEVICE, json_string(device));
+  if (r == 0)
+    r = admin_request_set(req, ADMIN_ARG_PACKAGE, json_string(pkg));
+  if (r == 0)
+    r = admin_request_set(req, ADMIN_ARG_WAIT, json_boolean(wait));
+  json_t *reply = NULL;
   struct cordon_diag diag = {{0}};
-  int r = admin_call(state, req, &reply, &diag);
+  if (r == 0)
+    r = admin_call(state, req, &reply, &diag);
   json_decref(req);
   if (r < 0)
     return server_cli_fail(r, &diag);
   int rc;
-  if (!json_is_true(json_object_get(reply, "ok"))) {
+  if (!admin_reply_is_ok(reply)) {
     rc = reply_error(reply);
   } else if (!wait) {
-    printf("%s\n", json_string_value(json_object_get(reply, "job_id")));
+    printf("%s\n", json_string_value(json_object_get(reply, ADMIN_REPLY_JOB_ID)));
     rc = 0;
   } else {
-    json_t *job = json_object_get(reply, "job");
+    json_t *job = json_object_get(reply, ADMIN_REPLY_JOB);
     json_t *res = json_object_get(job, "result");
     const char *st = json_string_value(json_object_get(job, "state"));
     if (json_is_object(res)) {
@@ -127,14 +139,16 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
   }
   if (optind + 1 != argc)
     return server_cli_failf(CORDON_E_USAGE, "cancel JOB");
-  json_t *req = json_pack("{s:s, s:s}", "op", "cancel", "job", argv[optind]);
-  json_t *reply;
+  json_t *req = admin_request_new(ADMIN_OP_CANCEL);
+  int r = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(argv[optind])) : -ENOMEM;
+  json_t *reply = NULL;
   struct cordon_diag diag = {{0}};
-  int r = admin_call(state, req, &reply, &diag);
+  if (r == 0)
+    r = admin_call(state, req, &reply, &diag);
   json_decref(req);
   if (r < 0)
     return server_cli_fail(r, &diag);
-  int rc = json_is_true(json_object_get(reply, "ok")) ? 0 : reply_error(reply);
+  int rc = admin_reply_is_ok(reply) ? 0 : reply_error(reply);
   if (rc == 0)
     fprintf(stderr, "cordon-server: job %s cancelled\n", argv[optind]);
   json_decref(reply);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/id.h"
 #include "proto/cpkg.h"
 #include "server/cli.h"
 #include "server/db.h"
@@ -79,8 +80,10 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
     if (err) {
       close(dirfd);
       if (err == -EEXIST)
-        return server_cli_failf(err, "state directory %s already exists and is not empty; "
-                                     "refusing to overwrite it", state);
+        return server_cli_failf(err,
+                                "state directory %s already exists and is not empty; "
+                                "refusing to overwrite it",
+                                state);
       return server_cli_failf(err, "%s: %s", state, strerror(-err));
     }
     if (fchmod(dirfd, 0700) < 0) {
@@ -111,10 +114,9 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
   randombytes_buf(pub_seed, 32);
   crypto_sign_seed_keypair(pub_pk, pub_sk, pub_seed);
   cpkg_key_id(pub_pk, key_id);
-  char comment[2 * CORDON_ID_LEN + 8];
-  memcpy(comment, "id=", 3);
-  for (size_t i = 0; i < CORDON_ID_LEN; i++)
-    snprintf(comment + 3 + 2 * i, 3, "%02x", key_id[i]);
+  char key_hex[CORDON_ID_HEX_SIZE], comment[sizeof("id=") + CORDON_ID_HEX_LEN];
+  cordon_id_to_hex(key_id, key_hex);
+  snprintf(comment, sizeof(comment), "id=%s", key_hex);
   const uint8_t *keys[] = {ticket_seed, noise_secret, pub_seed, pub_pk};
   for (written = 0; written < n_files; written++) {
     int err = keys_write_file(dirfd, files[written].name, files[written].kind, keys[written],

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "server/admin.h"
 #include "server/cli.h"
 #include "server/db.h"
 
@@ -20,17 +19,8 @@ static json_t *job_summary_json(const struct server_db_job *j) {
   return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:o, s:o}", "id", j->id, "user", j->user, "device",
                    j->device_id[0] ? j->device_id : NULL, "state",
                    server_db_job_state_name(j->state), "error", j->error[0] ? j->error : NULL,
-                   "created", admin_json_time(j->created), "updated", admin_json_time(j->updated));
-}
-
-/* The stored result as JSON (null when none; the database holds only JSON
- * objects, so a parse failure means a damaged row: null too). */
-static json_t *job_result_json(const struct server_db_job *j) {
-  if (!j->result_json)
-    return json_null();
-  json_error_t jerr;
-  json_t *r = json_loads(j->result_json, 0, &jerr);
-  return r ? r : json_null();
+                   "created", server_cli_json_time(j->created), "updated",
+                   server_cli_json_time(j->updated));
 }
 
 static int parse_opts(int argc, char **argv, const char *usage, int with_filters,
@@ -82,7 +72,7 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
   if (optind != argc)
     return server_cli_failf(CORDON_E_USAGE, "%s", jobs_usage);
   struct server_db *db = NULL;
-  if ((status = admin_open_db(state, &db)))
+  if ((status = server_cli_open_db(state, &db)))
     return status;
   struct cordon_diag diag = {{0}};
   struct server_db_user u = {0};
@@ -92,7 +82,7 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
     err = server_db_job_list(db, user ? u.id : 0, limit, &l, &diag);
   server_db_close(db);
   if (err)
-    return admin_fail(err, &diag);
+    return server_cli_db_fail(err, &diag);
   if (json) {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < l.count; i++)
@@ -100,14 +90,14 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
         json_decref(arr);
         arr = NULL;
       }
-    status = admin_print_json(arr, 0);
+    status = server_cli_print_json(arr, 0);
   } else {
     printf("%-32s  %-12s %-32s  %-9s %-20s %s\n", "ID", "USER", "DEVICE", "STATE", "CREATED",
            "ERROR");
     for (size_t i = 0; i < l.count; i++) {
       const struct server_db_job *j = &l.items[i];
       char created[64];
-      admin_format_time(j->created, "-", created, sizeof(created));
+      server_cli_format_time(j->created, "-", created, sizeof(created));
       printf("%-32s  %-12s %-32s  %-9s %-20s %s\n", j->id, j->user,
              j->device_id[0] ? j->device_id : "-", server_db_job_state_name(j->state), created,
              j->error[0] ? j->error : "-");
@@ -127,24 +117,21 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   if (argc - optind != 1)
     return server_cli_failf(CORDON_E_USAGE, "%s", job_usage);
   struct server_db *db = NULL;
-  if ((status = admin_open_db(state, &db)))
+  if ((status = server_cli_open_db(state, &db)))
     return status;
   struct cordon_diag diag = {{0}};
   struct server_db_job j;
   int err = server_db_job_get(db, argv[optind], &j, &diag);
   server_db_close(db);
   if (err)
-    return admin_fail(err, &diag);
+    return server_cli_db_fail(err, &diag);
   if (json) {
-    json_t *o = json_pack("{s:s, s:s, s:s?, s:s, s:o}", "id", j.id, "user", j.user, "device",
-                          j.device_id[0] ? j.device_id : NULL, "state",
-                          server_db_job_state_name(j.state), "result", job_result_json(&j));
-    status = admin_print_json(o, 0);
+    status = server_cli_print_json(server_db_job_to_json(&j), 0);
   } else {
     char created[64], updated[64], deadline[64];
-    admin_format_time(j.created, "-", created, sizeof(created));
-    admin_format_time(j.updated, "-", updated, sizeof(updated));
-    admin_format_time(j.deadline, "none", deadline, sizeof(deadline));
+    server_cli_format_time(j.created, "-", created, sizeof(created));
+    server_cli_format_time(j.updated, "-", updated, sizeof(updated));
+    server_cli_format_time(j.deadline, "none", deadline, sizeof(deadline));
     json_error_t jerr;
     json_t *args = json_loads(j.args_json, 0, &jerr);
     char *args_text = args ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
@@ -156,7 +143,7 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
     free(args_text);
     if (j.result_json) {
       fflush(stdout);
-      status = admin_print_json(job_result_json(&j), 1);
+      status = server_cli_print_json(server_db_job_result_to_json(&j), 1);
     } else {
       printf("none\n");
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/id.h"
 #include "server/cli.h"
 #include "server/keys.h"
 #include "server/pack.h"
@@ -64,9 +65,9 @@ int server_cmd_pack(const struct server_cli *cli, int argc, char **argv) {
   sodium_free(sk);
   if (err)
     return server_cli_fail(err, &diag);
-  char hash[2 * CPKG_HASH_SIZE + 1], id[2 * CORDON_ID_LEN + 1];
+  char hash[2 * CPKG_HASH_SIZE + 1], id[CORDON_ID_HEX_SIZE];
   sodium_bin2hex(hash, sizeof(hash), sum.index_hash, sizeof(sum.index_hash));
-  sodium_bin2hex(id, sizeof(id), sum.key_id, sizeof(sum.key_id));
+  cordon_id_to_hex(sum.key_id, id);
   fprintf(stderr, "%s: packed %zu files (%llu bytes) into %s (%llu bytes); index %s, key id %s\n",
           SERVER_PROG, sum.n_files, (unsigned long long)sum.total, out,
           (unsigned long long)sum.size, hash, id);

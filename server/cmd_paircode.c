@@ -5,7 +5,6 @@
 #include <sodium.h>
 #include <stdio.h>
 
-#include "server/admin.h"
 #include "server/cli.h"
 #include "server/db.h"
 
@@ -27,7 +26,7 @@ int server_cmd_paircode(const struct server_cli *cli, int argc, char **argv) {
       state = optarg;
       break;
     case 't':
-      if (admin_parse_duration(optarg, &ttl) < 0 || ttl < 1 || ttl > SERVER_DB_CODE_TTL_MAX)
+      if (server_cli_parse_duration(optarg, &ttl) < 0 || ttl < 1 || ttl > SERVER_DB_CODE_TTL_MAX)
         return server_cli_failf(CORDON_E_USAGE,
                                 "--ttl '%s': a duration like 90s, 10m or 2h, at most 7d", optarg);
       break;
@@ -41,7 +40,7 @@ int server_cmd_paircode(const struct server_cli *cli, int argc, char **argv) {
   if (argc - optind != 1)
     return server_cli_failf(CORDON_E_USAGE, "%s", paircode_usage);
   struct server_db *db = NULL;
-  int status = admin_open_db(state, &db);
+  int status = server_cli_open_db(state, &db);
   if (status)
     return status;
   struct cordon_diag diag = {{0}};
@@ -53,12 +52,12 @@ int server_cmd_paircode(const struct server_cli *cli, int argc, char **argv) {
     err = server_db_code_mint(db, u.id, ttl, code, &expires, &diag);
   server_db_close(db);
   if (err)
-    return admin_fail(err, &diag);
+    return server_cli_db_fail(err, &diag);
   printf("%s\n", code);
   fflush(stdout);
   sodium_memzero(code, sizeof(code));
   char until[64];
-  admin_format_time(expires, "-", until, sizeof(until));
+  server_cli_format_time(expires, "-", until, sizeof(until));
   fprintf(stderr,
           "%s: pairing code for user %s: single use, %d attempts, valid until %s (%lld s).\n"
           "%s: on the device: cordon-agent pair --server HOST:PORT --name NAME, "

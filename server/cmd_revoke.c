@@ -8,8 +8,8 @@
 #include <jansson.h>
 #include <stdio.h>
 
-#include "server/admin.h"
 #include "server/admin_client.h"
+#include "server/admin_ops.h"
 #include "server/cli.h"
 #include "server/db.h"
 
@@ -17,9 +17,11 @@ static const char revoke_usage[] = "usage: cordon-server revoke DEVICE [--state 
 
 /* Ask a running daemon to close the device's live session. */
 static int tell_daemon(const char *state, const char *id) {
-  json_t *req = json_pack("{s:s, s:s}", "op", "revoke", "device", id), *reply = NULL;
+  json_t *req = admin_request_new(ADMIN_OP_REVOKE), *reply = NULL;
   struct cordon_diag diag = {{0}};
-  int err = req ? admin_call(state, req, &reply, &diag) : -ENOMEM;
+  int err = req ? admin_request_set(req, ADMIN_ARG_DEVICE, json_string(id)) : -ENOMEM;
+  if (err == 0)
+    err = admin_call(state, req, &reply, &diag);
   json_decref(req);
   if (err == -ENOENT || err == -ECONNREFUSED)
     return 0; /* no daemon: nothing is connected */
@@ -29,13 +31,14 @@ static int tell_daemon(const char *state, const char *id) {
                             "close a live session: %s",
                             diag.msg[0] ? diag.msg : cordon_err_message(err));
   int status = 0;
-  if (!json_is_true(json_object_get(reply, "ok"))) {
-    const char *msg = json_string_value(json_object_get(reply, "message"));
+  if (!admin_reply_is_ok(reply)) {
+    const char *msg;
+    (void)admin_reply_err(reply, &msg);
     status = server_cli_failf(CORDON_E_INTERNAL,
                               "revoked in the database, but the daemon refused to close a live "
                               "session: %s",
                               msg ? msg : "no reason given");
-  } else if (json_is_true(json_object_get(reply, "disconnected"))) {
+  } else if (json_is_true(json_object_get(reply, ADMIN_REPLY_DISCONNECTED))) {
     fprintf(stderr, "%s: its live session was closed\n", SERVER_PROG);
   }
   json_decref(reply);
@@ -64,7 +67,7 @@ int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
     return server_cli_failf(CORDON_E_USAGE, "%s", revoke_usage);
   const char *id = argv[optind];
   struct server_db *db = NULL;
-  int status = admin_open_db(state, &db);
+  int status = server_cli_open_db(state, &db);
   if (status)
     return status;
   struct cordon_diag diag = {{0}};
@@ -77,13 +80,13 @@ int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
       err = 0;
     } else if (!err) {
       char name[4 * SERVER_DB_NAME_MAX + 1];
-      admin_escape(d.name, name, sizeof(name));
+      server_cli_escape(d.name, name, sizeof(name));
       fprintf(stderr, "%s: revoked device %s (%s, owner %s)\n", SERVER_PROG, d.id, name, d.owner);
     }
     server_db_device_release(&d);
   }
   server_db_close(db);
   if (err)
-    return admin_fail(err, &diag);
+    return server_cli_db_fail(err, &diag);
   return tell_daemon(state, id);
 }

@@ -7,8 +7,7 @@
 #include "server/cli.h"
 #include "server/daemon.h"
 
-int server_parse_host_port(const char *s, char *host, size_t host_len, int *out_port);
-int server_parse_host_port(const char *s, char *host, size_t host_len, int *out_port) {
+static int parse_host_port(const char *s, char *host, size_t host_len, int *out_port) {
   const char *colon = strrchr(s, ':');
   if (!colon || colon == s || (size_t)(colon - s) >= host_len)
     return -1;
@@ -55,7 +54,7 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
     return server_cli_failf(CORDON_E_USAGE, "run --listen HOST:PORT [--state DIR]");
   char host[256];
   int port;
-  if (server_parse_host_port(listen, host, sizeof(host), &port) < 0)
+  if (parse_host_port(listen, host, sizeof(host), &port) < 0)
     return server_cli_failf(CORDON_E_USAGE, "--listen: expected HOST:PORT, got '%s'", listen);
   struct daemon_options opt = {
       .state_dir = state, .host = host, .port = port, .job_grace_s = (unsigned)grace};

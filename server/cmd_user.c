@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/admin.h"
 #include "server/cli.h"
 #include "server/db.h"
 
@@ -13,7 +12,7 @@ static const char user_usage[] =
 
 static json_t *user_json(const struct server_db_user *u) {
   return json_pack("{s:I, s:s, s:o}", "id", (json_int_t)u->id, "name", u->name, "created",
-                   admin_json_time(u->created));
+                   server_cli_json_time(u->created));
 }
 
 static int user_add(struct server_db *db, const char *name, int json) {
@@ -21,12 +20,12 @@ static int user_add(struct server_db *db, const char *name, int json) {
   int64_t id;
   int err = server_db_user_add(db, name, &id, &diag);
   if (err)
-    return admin_fail(err, &diag);
+    return server_cli_db_fail(err, &diag);
   struct server_db_user u;
   if ((err = server_db_user_get(db, id, &u, &diag)))
-    return admin_fail(err, &diag);
+    return server_cli_db_fail(err, &diag);
   fprintf(stderr, "%s: added user %s (id %lld)\n", SERVER_PROG, u.name, (long long)u.id);
-  return json ? admin_print_json(user_json(&u), 0) : 0;
+  return json ? server_cli_print_json(user_json(&u), 0) : 0;
 }
 
 static int user_list(struct server_db *db, int json) {
@@ -34,7 +33,7 @@ static int user_list(struct server_db *db, int json) {
   struct server_db_user_list l = {0};
   int err = server_db_user_list(db, &l, &diag);
   if (err)
-    return admin_fail(err, &diag);
+    return server_cli_db_fail(err, &diag);
   int status = 0;
   if (json) {
     json_t *arr = json_array();
@@ -43,12 +42,12 @@ static int user_list(struct server_db *db, int json) {
         json_decref(arr);
         arr = NULL;
       }
-    status = admin_print_json(arr, 0);
+    status = server_cli_print_json(arr, 0);
   } else {
     printf("%-6s %-24s %s\n", "ID", "NAME", "CREATED");
     for (size_t i = 0; i < l.count; i++) {
       char created[64];
-      admin_format_time(l.items[i].created, "-", created, sizeof(created));
+      server_cli_format_time(l.items[i].created, "-", created, sizeof(created));
       printf("%-6lld %-24s %s\n", (long long)l.items[i].id, l.items[i].name, created);
     }
   }
@@ -86,7 +85,7 @@ int server_cmd_user(const struct server_cli *cli, int argc, char **argv) {
   if (!add && !list)
     return server_cli_failf(CORDON_E_USAGE, "%s", user_usage);
   struct server_db *db = NULL;
-  int status = admin_open_db(state, &db);
+  int status = server_cli_open_db(state, &db);
   if (status)
     return status;
   status = add ? user_add(db, argv[optind + 1], json) : user_list(db, json);

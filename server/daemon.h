@@ -1,15 +1,26 @@
-/* The cordon-server daemon: agents' sessions and pairing over net/conn, the
- * admin socket, job dispatch. One libuv loop, one thread. */
+/* The cordon-server daemon: one libuv loop, one thread.
+ *
+ * daemon.c owns the loop, the keys, the database handle, the signals and
+ * the shutdown, and composes the parts; calls go one way, down:
+ *
+ *   daemon.c ──> session.c     agents' connections: hello, welcome,
+ *      │                       ping, unpair, goaway, online state
+ *      ├──────> pair.c         pairing mode ──> session.c
+ *      ├──────> jobs.c         dispatch, results, cancel, expiry
+ *      │                          ──> session.c, admin_sock.c
+ *      ├──────> admin_sock.c   the local admin socket (framing only)
+ *      └──────> admin_ops.c    the admin ops' one table
+ *   and all of them ──> db*.c, net/, proto/, core/
+ *
+ * Upward events are callbacks that daemon.c installs: session.c reports
+ * pairing messages, job messages and closes through struct session_hooks,
+ * admin_sock.c reports requests through its admin_request_fn; daemon.c
+ * routes them (the handler column of ADMIN_OPS names its daemon_op_*). */
 #ifndef CORDON_SERVER_DAEMON_H
 #define CORDON_SERVER_DAEMON_H
 
-#include "net/conn.h"
 #include "core/error.h"
-
-#define SERVER_ADMIN_SOCKET "admin.sock"
-#define SERVER_PING_MS 15000u
-#define SERVER_PAIR_RATE_MAX 10          /* pairing connections per address ... */
-#define SERVER_PAIR_RATE_WINDOW_MS 60000 /* ... per minute */
+#include "net/conn.h"
 
 struct daemon_options {
   const char *state_dir;

@@ -10,8 +10,8 @@
  * - Races are settled by SQLite, not by the caller: consuming a pairing code,
  *   a job transition and recording a result are single conditional UPDATEs;
  *   of two racing callers (threads, processes) exactly one gets 0.
- * - A handle is used by one thread at a time. Other processes (admin
- *   commands while the daemon runs) open their own handles; WAL and a 5 s
+ * - A handle is used by one thread at a time. Other processes (the
+ *   commands, while the daemon runs) open their own handles; WAL and a 5 s
  *   busy timeout make that safe.
  * - Pairing-code secrets are never stored: only a code id (the public lookup
  *   part) and key = BLAKE2b-256("cordon-pair-code-v1" || code). The key is
@@ -46,6 +46,7 @@
 #ifndef CORDON_SERVER_DB_H
 #define CORDON_SERVER_DB_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,14 +59,14 @@
 #define SERVER_DB_SCHEMA_VERSION 1 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
-#define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
-#define SERVER_DB_PLATFORM_MAX 16                /* bytes of a platform name */
-#define SERVER_DB_CODE_MAX 64                    /* bytes of an error code string */
-#define SERVER_DB_FACTS_MAX (16 * 1024)          /* bytes of a device's facts JSON */
-#define SERVER_DB_ARGS_MAX (64 * 1024)           /* bytes of a job's args JSON */
-#define SERVER_DB_RESULT_MAX (4 * 1024 * 1024)   /* bytes of a job's result JSON */
-#define SERVER_DB_PUBKEY_SIZE 32                 /* X25519 static public key */
-#define SERVER_DB_HASH_SIZE 32                   /* package index hash (CPKG_HASH_SIZE) */
+#define SERVER_DB_NAME_MAX 64                  /* bytes of a user or device name */
+#define SERVER_DB_PLATFORM_MAX 16              /* bytes of a platform name */
+#define SERVER_DB_CODE_MAX 64                  /* bytes of an error code string */
+#define SERVER_DB_FACTS_MAX (16 * 1024)        /* bytes of a device's facts JSON */
+#define SERVER_DB_ARGS_MAX (64 * 1024)         /* bytes of a job's args JSON */
+#define SERVER_DB_RESULT_MAX (4 * 1024 * 1024) /* bytes of a job's result JSON */
+#define SERVER_DB_PUBKEY_SIZE 32               /* X25519 static public key */
+#define SERVER_DB_HASH_SIZE 32                 /* package index hash (CPKG_HASH_SIZE) */
 
 /* Pairing codes (docs/OPERATIONS.md, "Server state"): 200 bits in Crockford
  * base32 (0-9 a-z without i l o u), 8 groups of 5 joined by '-':
@@ -347,6 +348,13 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
 
 int server_db_job_get(struct server_db *db, const char *id, struct server_db_job *out_job,
                       struct cordon_diag *diag);
+/* The job as one JSON object, the shape `cordon-server job ID --json` prints
+ * and a dispatch --wait reply carries: {"id", "user", "device" (null when
+ * none), "state", "result" (the stored result object, null when none or
+ * unreadable)}. New reference; NULL when out of memory. */
+json_t *server_db_job_to_json(const struct server_db_job *job);
+/* Its "result" alone: a new reference, JSON null when there is none. */
+json_t *server_db_job_result_to_json(const struct server_db_job *job);
 /* user_id 0 = all; newest first; at most `limit` (0 = no limit). */
 int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
                        struct server_db_job_list *out_list, struct cordon_diag *diag);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "server/cli.h"
 
 struct server_command {
@@ -38,6 +39,7 @@ int main(int argc, char **argv) {
   static const struct option opts[] = {
       {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
   struct server_cli cli = {.state_dir = SERVER_DEFAULT_STATE};
+  core_log_set_program(SERVER_PROG);
   int c;
   while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
     switch (c) {

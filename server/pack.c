@@ -10,10 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/manifest.h"
 #include "core/file.h"
+#include "core/manifest.h"
 
 #define PACK_BUF_SIZE (1u << 20)
+/* Where the key id sits in the header (proto/cpkg.h): after the magic, the
+ * u16 version, the u16 flags and the u32 index length. */
+#define PACK_HEADER_KEY_ID_OFF (CPKG_MAGIC_SIZE + 2 + 2 + 4)
 
 struct pack_entry {
   char *path;
@@ -400,7 +403,7 @@ int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_ke
     struct pack_summary s = {
         .n_files = w.n, .total = total, .size = CPKG_HEADER_SIZE + index_len + total};
     cpkg_index_hash(index, index_len, s.index_hash);
-    memcpy(s.key_id, header + 16, CORDON_ID_LEN);
+    memcpy(s.key_id, header + PACK_HEADER_KEY_ID_OFF, CORDON_ID_LEN);
     *out_summary = s;
   }
   err = 0;

@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/cpkg.h"
 #include "core/error.h"
+#include "proto/cpkg.h"
 
 struct pack_summary {
   size_t n_files;

@@ -1,4 +1,5 @@
-/* The admin commands, run as the built cordon-server binary against a real
+/* The commands on the state database (user, pair-code, devices, revoke,
+ * jobs, job) and init, run as the built cordon-server binary against a real
  * state directory. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -20,7 +21,7 @@ static char tmp_dir[256], state_dir[300];
 
 static void setup(void) {
   cr_assert(sodium_init() >= 0);
-  snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/cordon-test-admin-XXXXXX");
+  snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/cordon-test-commands-XXXXXX");
   cr_assert_not_null(mkdtemp(tmp_dir));
   snprintf(state_dir, sizeof(state_dir), "%s/state", tmp_dir);
 }
@@ -31,7 +32,7 @@ static void teardown(void) {
   cr_assert_eq(system(cmd), 0);
 }
 
-TestSuite(admin, .init = setup, .fini = teardown);
+TestSuite(commands, .init = setup, .fini = teardown);
 
 struct run {
   int status;
@@ -120,7 +121,7 @@ static json_t *parse_stdout(const struct run *r) {
   return j;
 }
 
-Test(admin, init_creates_the_database_with_its_schema) {
+Test(commands, init_creates_the_database_with_its_schema) {
   init_state();
   char path[512];
   struct stat st;
@@ -134,14 +135,14 @@ Test(admin, init_creates_the_database_with_its_schema) {
   server_db_close(db);
 }
 
-Test(admin, commands_without_a_database_say_run_init) {
+Test(commands, commands_without_a_database_say_run_init) {
   struct run r;
   run(&r, "devices", NULL);
   assert_one_line_error(&r, 1, "init");
   cr_assert_eq(access(state_dir, F_OK), -1, "nothing created");
 }
 
-Test(admin, user_add_list_and_duplicate) {
+Test(commands, user_add_list_and_duplicate) {
   init_state();
   struct run r;
   run(&r, "user", "add", "alice", NULL);
@@ -171,7 +172,7 @@ Test(admin, user_add_list_and_duplicate) {
   json_decref(j);
 }
 
-Test(admin, pair_code_prints_the_code_alone_on_the_first_line) {
+Test(commands, pair_code_prints_the_code_alone_on_the_first_line) {
   init_state();
   struct run r;
   run(&r, "user", "add", "alice", NULL);
@@ -198,7 +199,7 @@ Test(admin, pair_code_prints_the_code_alone_on_the_first_line) {
   server_db_close(db);
 }
 
-Test(admin, pair_code_ttl_cap_and_unknown_user) {
+Test(commands, pair_code_ttl_cap_and_unknown_user) {
   init_state();
   struct run r;
   run(&r, "user", "add", "alice", NULL);
@@ -245,7 +246,7 @@ static void add_device(const char *user, uint8_t key_byte, char out_id[CORDON_ID
   server_db_close(db);
 }
 
-Test(admin, devices_json_is_an_array_of_the_documented_shape) {
+Test(commands, devices_json_is_an_array_of_the_documented_shape) {
   init_state();
   struct run r;
   run(&r, "devices", "--json", NULL);
@@ -287,7 +288,7 @@ Test(admin, devices_json_is_an_array_of_the_documented_shape) {
   assert_one_line_error(&r, 1, "nobody");
 }
 
-Test(admin, revoke_marks_the_device_revoked_for_good) {
+Test(commands, revoke_marks_the_device_revoked_for_good) {
   init_state();
   struct run r;
   run(&r, "user", "add", "alice", NULL);
@@ -307,7 +308,7 @@ Test(admin, revoke_marks_the_device_revoked_for_good) {
   assert_one_line_error(&r, 1, "no device");
 }
 
-Test(admin, job_of_an_unknown_id_fails_with_one_line) {
+Test(commands, job_of_an_unknown_id_fails_with_one_line) {
   init_state();
   struct run r;
   run(&r, "job", "0123456789abcdef0123456789abcdef", "--json", NULL);
@@ -318,7 +319,7 @@ Test(admin, job_of_an_unknown_id_fails_with_one_line) {
   assert_one_line_error(&r, 2, "usage");
 }
 
-Test(admin, job_and_jobs_json) {
+Test(commands, job_and_jobs_json) {
   init_state();
   struct run r;
   run(&r, "user", "add", "alice", NULL);

@@ -1,46 +1,62 @@
-/* Jobs in the daemon: choosing a device, tickets, streaming the package in
- * chunks, results recorded exactly once, cancel, revoke, expiry. */
+/* Jobs in the daemon (server/jobs.h): choosing a device, tickets,
+ * streaming the package in chunks, results recorded exactly once, cancel,
+ * expiry. */
+#include "server/jobs.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "proto/cpkg.h"
+#include "core/clock.h"
+#include "core/id.h"
+#include "core/log.h"
 #include "core/manifest.h"
+#include "proto/cpkg.h"
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
-#include "server/daemon_internal.h"
+#include "server/admin_ops.h"
 
 #define JOB_CHUNK (60u << 10)
 #define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
 #define JOB_TICKET_TTL_S 600
 
 struct waiter {
-  struct admin_client *client;
+  struct admin_conn *conn;
   struct waiter *next;
 };
 
+struct jobs {
+  uv_loop_t *loop;
+  struct server_db *db;
+  struct sessions *sessions;
+  const uint8_t *ticket_sk, *publisher_pk;
+  unsigned grace_s;
+  uv_timer_t expiry;
+  bool started;
+  struct live_job *list;
+};
+
 /* A job the daemon is sending or waiting for. */
-struct daemon_job {
-  struct daemon *d;
+struct live_job {
+  struct jobs *owner;
   char id[CORDON_ID_HEX_SIZE];
-  uint8_t raw_id[16];
+  uint8_t raw_id[CORDON_ID_LEN];
   char device_id[CORDON_ID_HEX_SIZE];
   struct session *session; /* while it is being sent */
   int fd;                  /* the package, while sending */
   uint64_t size, sent;
   uv_timer_t pump;
   struct waiter *waiters;
-  struct daemon_job *next;
+  struct live_job *next;
 };
 
-static void job_unlink(struct daemon_job *j) {
-  for (struct daemon_job **pp = &j->d->jobs; *pp; pp = &(*pp)->next)
+static void job_unlink(struct live_job *j) {
+  for (struct live_job **pp = &j->owner->list; *pp; pp = &(*pp)->next)
     if (*pp == j) {
       *pp = j->next;
       break;
@@ -51,49 +67,41 @@ static void job_pump_closed(uv_handle_t *h) {
   free(h->data);
 }
 
-static void job_free(struct daemon_job *j) {
+static void job_free(struct live_job *j) {
   job_unlink(j);
   if (j->fd >= 0)
     close(j->fd);
   for (struct waiter *w = j->waiters, *n; w; w = n) {
     n = w->next;
-    admin_reply(w->client, admin_error(CORDON_E_INTERNAL, "the server is shutting down"));
+    admin_conn_reply(w->conn, admin_reply_error(CORDON_E_INTERNAL, "the server is shutting down"));
     free(w);
   }
   uv_close((uv_handle_t *)&j->pump, job_pump_closed);
 }
 
-static struct daemon_job *job_find(struct daemon *d, const char *id) {
-  for (struct daemon_job *j = d->jobs; j; j = j->next)
+static struct live_job *job_find(struct jobs *js, const char *id) {
+  for (struct live_job *j = js->list; j; j = j->next)
     if (strcmp(j->id, id) == 0)
       return j;
   return NULL;
 }
 
-static json_t *job_json(struct daemon *d, const char *id) {
+static json_t *job_json(struct jobs *js, const char *id) {
   struct server_db_job job;
-  if (server_db_job_get(d->db, id, &job, NULL) < 0)
+  if (server_db_job_get(js->db, id, &job, NULL) < 0)
     return NULL;
-  json_t *result = json_null();
-  if (job.result_json) {
-    json_t *parsed = json_loads(job.result_json, 0, NULL);
-    if (parsed)
-      result = parsed;
-  }
-  json_t *o = json_pack("{s:s, s:s, s:s?, s:s, s:o}", "id", job.id, "user", job.user, "device",
-                        job.device_id[0] ? job.device_id : NULL, "state",
-                        server_db_job_state_name(job.state), "result", result);
+  json_t *o = server_db_job_to_json(&job);
   server_db_job_release(&job);
   return o;
 }
 
 /* Tell everyone waiting for j that it is over, then forget it. */
-static void job_finished(struct daemon_job *j) {
-  json_t *o = job_json(j->d, j->id);
+static void job_finished(struct live_job *j) {
+  json_t *o = job_json(j->owner, j->id);
   for (struct waiter *w = j->waiters, *n; w; w = n) {
     n = w->next;
-    admin_reply(w->client, o ? json_pack("{s:b, s:O}", "ok", 1, "job", o)
-                             : admin_error(CORDON_E_INTERNAL, "job lost"));
+    admin_conn_reply(w->conn, o ? json_pack("{s:b, s:O}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB, o)
+                                : admin_reply_error(CORDON_E_INTERNAL, "job lost"));
     free(w);
   }
   j->waiters = NULL;
@@ -102,7 +110,7 @@ static void job_finished(struct daemon_job *j) {
 }
 
 static void pump(uv_timer_t *t) {
-  struct daemon_job *j = t->data;
+  struct live_job *j = t->data;
   struct session *s = j->session;
   if (!s || s->state != SESSION_ACTIVE) {
     uv_timer_stop(t);
@@ -113,13 +121,13 @@ static void pump(uv_timer_t *t) {
     size_t want = j->size - j->sent < sizeof(buf) ? (size_t)(j->size - j->sent) : sizeof(buf);
     ssize_t n = pread(j->fd, buf, want, (off_t)j->sent);
     if (n <= 0) {
-      daemon_log("job %s: cannot read the package: %s", j->id, n < 0 ? strerror(errno) : "EOF");
+      core_log("job %s: cannot read the package: %s", j->id, n < 0 ? strerror(errno) : "EOF");
       session_goaway(s, MSG_GOAWAY_PROTOCOL, "package unreadable on the server");
       uv_timer_stop(t);
       return;
     }
     struct msg m = {.type = MSG_CHUNK};
-    memcpy(m.chunk.job_id, j->raw_id, 16);
+    memcpy(m.chunk.job_id, j->raw_id, CORDON_ID_LEN);
     m.chunk.offset = j->sent;
     m.chunk.data.data = buf;
     m.chunk.data.len = (size_t)n;
@@ -138,14 +146,15 @@ static void pump(uv_timer_t *t) {
 }
 
 /* Read the package's signed index with the server's own publisher key. */
-static int read_package(struct daemon *d, int fd, struct manifest **out_m, uint8_t hash[32],
-                        uint64_t *out_size, struct cordon_diag *diag) {
+static int read_package(struct jobs *js, int fd, struct manifest **out_m,
+                        uint8_t hash[CPKG_HASH_SIZE], uint64_t *out_size,
+                        struct cordon_diag *diag) {
   struct cpkg_trust *trust;
   struct cpkg_stream *st = NULL;
   int r = cpkg_trust_new(&trust);
   if (r < 0)
     return r;
-  r = cpkg_trust_add(trust, d->publisher_pk);
+  r = cpkg_trust_add(trust, js->publisher_pk);
   if (r == 0)
     r = cpkg_stream_new(trust, &st);
   uint8_t buf[65536];
@@ -188,11 +197,11 @@ static unsigned platform_bit(const char *p) {
 }
 
 /* Choose a device; on failure, reasons names why each candidate was not. */
-static int choose_device(struct daemon *d, int64_t user_id, const char *want,
+static int choose_device(struct jobs *js, int64_t user_id, const char *want,
                          const struct manifest *m, char out_id[CORDON_ID_HEX_SIZE],
                          json_t *reasons) {
   struct server_db_device_list list;
-  int r = server_db_device_list(d->db, user_id, &list, NULL);
+  int r = server_db_device_list(js->db, user_id, &list, NULL);
   if (r < 0)
     return r;
   bool found = false, named = false;
@@ -203,10 +212,10 @@ static int choose_device(struct daemon *d, int64_t user_id, const char *want,
     named = true;
     const char *why = NULL;
     size_t in_flight = 0;
-    server_db_job_count_in_flight(d->db, dev->id, &in_flight, NULL);
+    server_db_job_count_in_flight(js->db, dev->id, &in_flight, NULL);
     if (dev->state != SERVER_DB_DEVICE_ACTIVE)
       why = "revoked";
-    else if (!daemon_find_session(d, dev->id))
+    else if (!sessions_find(js->sessions, dev->id))
       why = "offline";
     else if (!(m->platforms & platform_bit(dev->platform)))
       why = "platform not in the package's platforms";
@@ -229,32 +238,28 @@ static int choose_device(struct daemon *d, int64_t user_id, const char *want,
   return found ? 0 : CORDON_E_NO_ELIGIBLE_DEVICE;
 }
 
-static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req) {
-  const char *user = json_string_value(json_object_get(req, "user"));
-  const char *device = json_string_value(json_object_get(req, "device"));
-  const char *path = json_string_value(json_object_get(req, "package"));
-  json_t *args = json_object_get(req, "args");
-  bool wait = json_is_true(json_object_get(req, "wait"));
-  if (!user || !path || (args && !json_is_array(args))) {
-    admin_reply(a, admin_error(CORDON_E_USAGE, "dispatch needs user, package and args"));
-    return;
-  }
+void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) {
+  const char *user = admin_request_string(req, ADMIN_ARG_USER);
+  const char *device = admin_request_string(req, ADMIN_ARG_DEVICE);
+  const char *path = admin_request_string(req, ADMIN_ARG_PACKAGE);
+  json_t *args = admin_request_get(req, ADMIN_ARG_ARGS);
+  bool wait = admin_request_flag(req, ADMIN_ARG_WAIT);
   size_t n_args = args ? json_array_size(args) : 0;
   if (n_args > MSG_ARGS_MAX) {
-    admin_reply(a, admin_error(CORDON_E_USAGE, "too many arguments"));
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "too many arguments"));
     return;
   }
   char **argv = calloc(n_args + 1, sizeof(char *));
   if (!argv) {
-    admin_reply(a, admin_error(-ENOMEM, "out of memory"));
+    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
     return;
   }
   for (size_t i = 0; i < n_args; i++) {
     const char *s = json_string_value(json_array_get(args, i));
     if (!s || strlen(s) > MSG_ARG_MAX) {
       free(argv);
-      admin_reply(a,
-                  admin_error(CORDON_E_USAGE, "arguments must be strings of at most 4096 bytes"));
+      admin_conn_reply(
+          c, admin_reply_error(CORDON_E_USAGE, "arguments must be strings of at most 4096 bytes"));
       return;
     }
     argv[i] = (char *)s;
@@ -264,101 +269,102 @@ static void admin_dispatch(struct daemon *d, struct admin_client *a, json_t *req
   struct manifest *m = NULL;
   int fd = -1;
   char msgbuf[600];
-  if (server_db_user_get_by_name(d->db, user, &u, NULL) < 0) {
+  if (server_db_user_get_by_name(js->db, user, &u, NULL) < 0) {
     snprintf(msgbuf, sizeof(msgbuf), "no user '%s'", user);
-    admin_reply(a, admin_error(CORDON_E_USAGE, msgbuf));
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, msgbuf));
     goto out;
   }
   fd = open(path, O_RDONLY | O_CLOEXEC);
-  uint8_t hash[32];
+  uint8_t hash[CPKG_HASH_SIZE];
   uint64_t size;
   int r = fd < 0 ? cordon_diag_set(&diag, CORDON_E_USAGE, "%s: %s", path, strerror(errno))
-                 : read_package(d, fd, &m, hash, &size, &diag);
+                 : read_package(js, fd, &m, hash, &size, &diag);
   if (r < 0) {
-    admin_reply(a, admin_error(r, diag.msg[0] ? diag.msg : cordon_err_message(r)));
+    admin_conn_reply(c, admin_reply_error(r, diag.msg[0] ? diag.msg : cordon_err_message(r)));
     goto out;
   }
   json_t *reasons = json_array();
   char dev_id[CORDON_ID_HEX_SIZE];
-  r = choose_device(d, u.id, device, m, dev_id, reasons);
+  r = choose_device(js, u.id, device, m, dev_id, reasons);
   if (r < 0) {
-    json_t *e = admin_error(CORDON_E_NO_ELIGIBLE_DEVICE, "no device can run this job");
-    json_object_set_new(e, "candidates", reasons);
-    admin_reply(a, e);
+    json_t *e = admin_reply_error(CORDON_E_NO_ELIGIBLE_DEVICE, "no device can run this job");
+    json_object_set_new(e, ADMIN_REPLY_CANDIDATES, reasons);
+    admin_conn_reply(c, e);
     goto out;
   }
   json_decref(reasons);
   /* the job, committed before anything is sent */
-  char *args_json = json_dumps(args ? args : json_array(), JSON_COMPACT);
+  char *args_json = args ? json_dumps(args, JSON_COMPACT) : strdup("[]");
   struct server_db_job_new nj = {
       .user_id = u.id,
       .device_id = dev_id,
       .package_hash = hash,
       .args_json = args_json,
-      .deadline = (int64_t)(daemon_now_ms() / 1000) + m->timeout_s + d->job_grace_s,
+      .deadline = (int64_t)(core_wall_ms() / 1000) + m->timeout_s + js->grace_s,
   };
   char job_id[CORDON_ID_HEX_SIZE];
-  r = server_db_job_add(d->db, &nj, job_id, &diag);
+  r = server_db_job_add(js->db, &nj, job_id, &diag);
   free(args_json);
   if (r == 0)
-    r = server_db_job_transition(d->db, job_id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL,
+    r = server_db_job_transition(js->db, job_id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL,
                                  &diag);
   if (r < 0) {
-    admin_reply(a, admin_error(r, diag.msg));
+    admin_conn_reply(c, admin_reply_error(r, diag.msg));
     goto out;
   }
-  struct session *s = daemon_find_session(d, dev_id);
-  struct daemon_job *j = calloc(1, sizeof(*j));
+  struct session *s = sessions_find(js->sessions, dev_id);
+  struct live_job *j = calloc(1, sizeof(*j));
   struct waiter *w = wait ? calloc(1, sizeof(*w)) : NULL;
   if (!j || (wait && !w)) {
     free(j);
     free(w);
-    server_db_job_transition(d->db, job_id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_FAILED,
+    server_db_job_transition(js->db, job_id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_FAILED,
                              "internal_error", NULL);
-    admin_reply(a, admin_error(-ENOMEM, "out of memory"));
+    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
     goto out;
   }
-  j->d = d;
+  j->owner = js;
   j->fd = fd;
   fd = -1;
   j->size = size;
   j->session = s;
   snprintf(j->id, sizeof(j->id), "%s", job_id);
   snprintf(j->device_id, sizeof(j->device_id), "%s", dev_id);
-  sodium_hex2bin(j->raw_id, 16, job_id, strlen(job_id), NULL, NULL, NULL);
-  uv_timer_init(d->loop, &j->pump);
+  cordon_id_from_hex(job_id, j->raw_id);
+  uv_timer_init(js->loop, &j->pump);
   j->pump.data = j;
-  j->next = d->jobs;
-  d->jobs = j;
+  j->next = js->list;
+  js->list = j;
 
   struct ticket t = {0};
-  memcpy(t.job_id, j->raw_id, 16);
-  sodium_hex2bin(t.device_id, 16, dev_id, strlen(dev_id), NULL, NULL, NULL);
+  memcpy(t.job_id, j->raw_id, CORDON_ID_LEN);
+  cordon_id_from_hex(dev_id, t.device_id);
   ticket_user_tag(user, t.user_tag);
-  memcpy(t.session_id, s->session_id, 16);
-  memcpy(t.index_hash, hash, 32);
+  memcpy(t.session_id, s->session_id, CORDON_ID_LEN);
+  memcpy(t.index_hash, hash, CPKG_HASH_SIZE);
   ticket_args_hash(argv, n_args, t.args_hash);
-  t.issued_ms = daemon_now_ms();
+  t.issued_ms = core_wall_ms();
   t.expires_ms = t.issued_ms + JOB_TICKET_TTL_S * 1000ull;
   uint8_t body[TICKET_BODY_LEN];
   ticket_encode(&t, body);
   struct msg jm = {.type = MSG_JOB};
-  memcpy(jm.job.job_id, j->raw_id, 16);
+  memcpy(jm.job.job_id, j->raw_id, CORDON_ID_LEN);
   jm.job.ticket.data = body;
   jm.job.ticket.len = sizeof(body);
-  ticket_sign(body, d->ticket_sk, jm.job.ticket_sig);
-  memcpy(jm.job.pkg_hash, hash, 32);
+  ticket_sign(body, js->ticket_sk, jm.job.ticket_sig);
+  memcpy(jm.job.pkg_hash, hash, CPKG_HASH_SIZE);
   jm.job.pkg_size = size;
   jm.job.args = argv;
   jm.job.n_args = n_args;
   session_send(s, &jm);
   uv_timer_start(&j->pump, pump, 0, 2);
-  daemon_log("job %s sent to device %s (%s)", job_id, dev_id, user);
+  core_log("job %s sent to device %s (%s)", job_id, dev_id, user);
   if (w) {
-    w->client = a;
+    w->conn = c;
     j->waiters = w;
   } else {
-    admin_reply(a, json_pack("{s:b, s:s, s:s}", "ok", 1, "job_id", job_id, "device", dev_id));
+    admin_conn_reply(c, json_pack("{s:b, s:s, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB_ID, job_id,
+                                  ADMIN_REPLY_DEVICE, dev_id));
   }
 out:
   if (fd >= 0)
@@ -367,11 +373,11 @@ out:
   free(argv);
 }
 
-static void admin_cancel(struct daemon *d, struct admin_client *a, json_t *req) {
-  const char *id = json_string_value(json_object_get(req, "job"));
+void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
+  const char *id = admin_request_string(req, ADMIN_ARG_JOB);
   struct server_db_job job;
-  if (!id || server_db_job_get(d->db, id, &job, NULL) < 0) {
-    admin_reply(a, admin_error(CORDON_E_USAGE, "no such job"));
+  if (server_db_job_get(js->db, id, &job, NULL) < 0) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such job"));
     return;
   }
   enum server_db_job_state st = job.state;
@@ -379,61 +385,32 @@ static void admin_cancel(struct daemon *d, struct admin_client *a, json_t *req) 
   snprintf(dev, sizeof(dev), "%s", job.device_id);
   server_db_job_release(&job);
   if (server_db_job_state_is_final(st)) {
-    admin_reply(a, admin_error(CORDON_E_USAGE, "the job has already finished"));
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "the job has already finished"));
     return;
   }
-  struct session *s = dev[0] ? daemon_find_session(d, dev) : NULL;
+  struct session *s = dev[0] ? sessions_find(js->sessions, dev) : NULL;
   /* recorded first; the device's late result is still stored, state stays */
-  int r = server_db_job_transition(d->db, id, st, SERVER_DB_JOB_CANCELLED, "cancelled", NULL);
+  int r = server_db_job_transition(js->db, id, st, SERVER_DB_JOB_CANCELLED, "cancelled", NULL);
   if (r < 0) {
-    admin_reply(a, admin_error(r, "the job changed state meanwhile; try again"));
+    admin_conn_reply(c, admin_reply_error(r, "the job changed state meanwhile; try again"));
     return;
   }
   if (s) {
     struct msg m = {.type = MSG_CANCEL};
-    sodium_hex2bin(m.cancel.job_id, 16, id, strlen(id), NULL, NULL, NULL);
+    cordon_id_from_hex(id, m.cancel.job_id);
     session_send(s, &m);
   }
-  struct daemon_job *j = job_find(d, id);
+  struct live_job *j = job_find(js, id);
   if (j && j->session == NULL && !j->waiters) /* fully sent, nobody waiting */
     job_free(j);
-  admin_reply(a, json_pack("{s:b, s:s}", "ok", 1, "state", "cancelled"));
-}
-
-static void admin_revoke(struct daemon *d, struct admin_client *a, json_t *req) {
-  const char *id = json_string_value(json_object_get(req, "device"));
-  if (!id) {
-    admin_reply(a, admin_error(CORDON_E_USAGE, "revoke needs a device"));
-    return;
-  }
-  struct session *s = daemon_find_session(d, id);
-  if (s)
-    session_goaway(s, MSG_GOAWAY_REVOKED, "this device was revoked");
-  admin_reply(a, json_pack("{s:b, s:b}", "ok", 1, "disconnected", s != NULL));
-}
-
-void daemon_admin_request(struct daemon *d, struct admin_client *a, json_t *req) {
-  const char *op = json_string_value(json_object_get(req, "op"));
-  if (!op)
-    admin_reply(a, admin_error(CORDON_E_USAGE, "missing op"));
-  else if (strcmp(op, "dispatch") == 0)
-    admin_dispatch(d, a, req);
-  else if (strcmp(op, "cancel") == 0)
-    admin_cancel(d, a, req);
-  else if (strcmp(op, "revoke") == 0)
-    admin_revoke(d, a, req);
-  else if (strcmp(op, "ping") == 0)
-    admin_reply(a, json_pack("{s:b}", "ok", 1));
-  else
-    admin_reply(a, admin_error(CORDON_E_USAGE, "unknown op"));
+  admin_conn_reply(c, json_pack("{s:b, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_STATE, "cancelled"));
 }
 
 /* ---- from the agent ---- */
 
-static void on_result(struct session *s, struct msg_result *mr) {
-  struct daemon *d = s->d;
+static void on_result(struct jobs *js, struct session *s, struct msg_result *mr) {
   char id[CORDON_ID_HEX_SIZE];
-  sodium_bin2hex(id, sizeof(id), mr->job_id, 16);
+  cordon_id_to_hex(mr->job_id, id);
   struct job_result r;
   job_result_init(&r);
   int rc = result_from_msg(mr, &r);
@@ -444,7 +421,7 @@ static void on_result(struct session *s, struct msg_result *mr) {
   enum server_db_job_state after;
   struct cordon_diag diag = {{0}};
   rc = text ? server_db_job_record_result(
-                  d->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
+                  js->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
                   r.error ? cordon_err_name(r.error) : NULL, text, &after, &diag)
             : -ENOMEM;
   free(text);
@@ -452,43 +429,37 @@ static void on_result(struct session *s, struct msg_result *mr) {
   if (rc == 0 || rc == -EALREADY) {
     /* recorded (now or before): the agent may forget it */
     struct msg ack = {.type = MSG_ACK};
-    memcpy(ack.ack.job_id, mr->job_id, 16);
+    memcpy(ack.ack.job_id, mr->job_id, CORDON_ID_LEN);
     session_send(s, &ack);
-    daemon_log("job %s: result from %s recorded%s", id, s->device_id,
-               rc == -EALREADY ? " already" : "");
+    core_log("job %s: result from %s recorded%s", id, s->device_id,
+             rc == -EALREADY ? " already" : "");
   } else {
-    daemon_log("job %s: result from %s not recorded: %s", id, s->device_id, diag.msg);
-    if (rc == -ENOENT) { /* not this device's job: never ack, never store */
+    core_log("job %s: result from %s not recorded: %s", id, s->device_id, diag.msg);
+    if (rc == -ENOENT) /* not this device's job: never ack, never store */
       return;
-    }
   }
-  struct daemon_job *dj = job_find(d, id);
+  struct live_job *dj = job_find(js, id);
   if (dj)
     job_finished(dj);
 }
 
-void daemon_session_message(struct session *s, struct msg *m) {
+bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
   char id[CORDON_ID_HEX_SIZE];
   switch (m->type) {
   case MSG_RUNNING:
-    sodium_bin2hex(id, sizeof(id), m->running.job_id, 16);
-    server_db_job_transition(s->d->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL);
-    break;
+    cordon_id_to_hex(m->running.job_id, id);
+    server_db_job_transition(js->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL);
+    return true;
   case MSG_RESULT:
-    on_result(s, &m->result);
-    break;
-  case MSG_UNPAIR:
-    server_db_device_revoke(s->d->db, s->device_id, NULL);
-    session_goaway(s, MSG_GOAWAY_UNPAIRED, "unpaired");
-    break;
+    on_result(js, s, &m->result);
+    return true;
   default:
-    session_goaway(s, MSG_GOAWAY_PROTOCOL, "unexpected message");
+    return false;
   }
 }
 
-void daemon_session_closed(struct session *s) {
-  /* jobs still being sent to this session stop; their deadline decides */
-  for (struct daemon_job *j = s->d->jobs; j; j = j->next)
+void jobs_on_session_closed(struct jobs *js, struct session *s) {
+  for (struct live_job *j = js->list; j; j = j->next)
     if (j->session == s) {
       j->session = NULL;
       uv_timer_stop(&j->pump);
@@ -497,16 +468,16 @@ void daemon_session_closed(struct session *s) {
 
 /* Every second: jobs past their deadline expire with device_lost. */
 static void expire_tick(uv_timer_t *t) {
-  struct daemon *d = t->data;
+  struct jobs *js = t->data;
   struct server_db_job_list list;
-  if (server_db_job_list_overdue(d->db, &list, NULL) < 0)
+  if (server_db_job_list_overdue(js->db, &list, NULL) < 0)
     return;
   for (size_t i = 0; i < list.count; i++) {
     struct server_db_job *job = &list.items[i];
-    if (server_db_job_transition(d->db, job->id, job->state, SERVER_DB_JOB_EXPIRED, "device_lost",
+    if (server_db_job_transition(js->db, job->id, job->state, SERVER_DB_JOB_EXPIRED, "device_lost",
                                  NULL) == 0) {
-      daemon_log("job %s expired: device_lost", job->id);
-      struct daemon_job *dj = job_find(d, job->id);
+      core_log("job %s expired: device_lost", job->id);
+      struct live_job *dj = job_find(js, job->id);
       if (dj)
         job_finished(dj);
     }
@@ -514,14 +485,36 @@ static void expire_tick(uv_timer_t *t) {
   server_db_job_list_release(&list);
 }
 
-void daemon_jobs_start(struct daemon *d) {
-  uv_timer_init(d->loop, &d->jobs_timer);
-  d->jobs_timer.data = d;
-  uv_timer_start(&d->jobs_timer, expire_tick, 1000, 1000);
+/* ---- lifecycle ---- */
+
+int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
+  struct jobs *js = calloc(1, sizeof(*js));
+  if (!js)
+    return -ENOMEM;
+  js->loop = cfg->loop;
+  js->db = cfg->db;
+  js->sessions = cfg->sessions;
+  js->ticket_sk = cfg->ticket_sk;
+  js->publisher_pk = cfg->publisher_pk;
+  js->grace_s = cfg->grace_s ? cfg->grace_s : JOBS_DEFAULT_GRACE_S;
+  *out_jobs = js;
+  return 0;
 }
 
-void daemon_jobs_shutdown(struct daemon *d) {
-  uv_close((uv_handle_t *)&d->jobs_timer, NULL);
-  while (d->jobs)
-    job_free(d->jobs);
+void jobs_start(struct jobs *js) {
+  uv_timer_init(js->loop, &js->expiry);
+  js->expiry.data = js;
+  uv_timer_start(&js->expiry, expire_tick, 1000, 1000);
+  js->started = true;
+}
+
+void jobs_close(struct jobs *js) {
+  if (js->started && !uv_is_closing((uv_handle_t *)&js->expiry))
+    uv_close((uv_handle_t *)&js->expiry, NULL);
+  while (js->list)
+    job_free(js->list);
+}
+
+void jobs_free(struct jobs *js) {
+  free(js);
 }

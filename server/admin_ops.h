@@ -1,0 +1,125 @@
+/* The admin socket's protocol, STATE/admin.sock: the one table of its
+ * operations, shared by the daemon (server/admin_sock.c serves it, the
+ * handlers are named here) and the command line (server/admin_client.c).
+ * Local only, not part of the wire; only cordon-server itself talks it.
+ *
+ * One JSON object per line each way:
+ *   request  {"op": NAME, ARG: value, ...}   the args of the op's schema;
+ *                                            other keys are ignored
+ *   reply    {"ok": true, ...}               the op's own result keys
+ *            {"ok": false, "code": CODE, "message": TEXT}
+ *                                            CODE a core/error.h name
+ *
+ * An op is named once, in ADMIN_OPS: its wire name, the daemon's handler
+ * (a function of server/daemon.c; the client never expands that column),
+ * the args it requires and those it may take (bits of ADMIN_ARGS), and the
+ * message of the usage error for a request that does not fit. A new op:
+ * one line here, one handler. Pure: no I/O. */
+#ifndef CORDON_SERVER_ADMIN_OPS_H
+#define CORDON_SERVER_ADMIN_OPS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "core/error.h"
+
+#define ADMIN_SOCKET_FILE "admin.sock" /* in the state directory, 0600 */
+#define ADMIN_REQUEST_MAX 8192         /* a request line with its newline is shorter */
+#define ADMIN_REPLY_MAX (16u << 20)    /* bytes of a reply line */
+
+enum admin_type {
+  ADMIN_STRING,
+  ADMIN_ARRAY, /* its elements are the handler's to check */
+  ADMIN_BOOL,
+};
+
+/* Every argument an op may take: id, JSON key, type. */
+#define ADMIN_ARGS(X)                                                                              \
+  X(USER, "user", ADMIN_STRING)       /* a user's name */                                          \
+  X(DEVICE, "device", ADMIN_STRING)   /* a device id */                                            \
+  X(PACKAGE, "package", ADMIN_STRING) /* an absolute path to a .cpkg */                            \
+  X(ARGS, "args", ADMIN_ARRAY)        /* the job's arguments, strings */                           \
+  X(WAIT, "wait", ADMIN_BOOL)         /* reply only once the job is over */                        \
+  X(JOB, "job", ADMIN_STRING)         /* a job id */
+
+enum admin_arg {
+#define ADMIN_ARG_ENUM_(id, key, type) ADMIN_ARG_##id,
+  ADMIN_ARGS(ADMIN_ARG_ENUM_)
+#undef ADMIN_ARG_ENUM_
+      ADMIN_ARG_COUNT_
+};
+
+#define ADMIN_A(id) (1u << ADMIN_ARG_##id)
+
+/* id, name, handler, required args, optional args, usage message (NULL
+ * when no request can miss).
+ * Replies (beyond "ok"):
+ *   ping      -
+ *   dispatch  "job_id", "device"; with wait, "job" (the `job --json` object)
+ *             once it is over; no device: code no_eligible_device and
+ *             "candidates" [{"device", "name", "reason"}]
+ *   cancel    "state": "cancelled"
+ *   revoke    "disconnected": whether a live session was closed */
+#define ADMIN_OPS(X)                                                                               \
+  X(PING, "ping", daemon_op_ping, 0, 0, NULL)                                                      \
+  X(DISPATCH, "dispatch", daemon_op_dispatch, ADMIN_A(USER) | ADMIN_A(PACKAGE),                    \
+    ADMIN_A(DEVICE) | ADMIN_A(ARGS) | ADMIN_A(WAIT), "dispatch needs user, package and args")      \
+  X(CANCEL, "cancel", daemon_op_cancel, ADMIN_A(JOB), 0, "no such job")                            \
+  X(REVOKE, "revoke", daemon_op_revoke, ADMIN_A(DEVICE), 0, "revoke needs a device")
+
+enum admin_op {
+#define ADMIN_OP_ENUM_(id, name, handler, required, optional, usage) ADMIN_OP_##id,
+  ADMIN_OPS(ADMIN_OP_ENUM_)
+#undef ADMIN_OP_ENUM_
+      ADMIN_OP_COUNT_
+};
+
+/* Reply keys. */
+#define ADMIN_REPLY_OK "ok"
+#define ADMIN_REPLY_CODE "code"
+#define ADMIN_REPLY_MESSAGE "message"
+#define ADMIN_REPLY_JOB_ID "job_id"
+#define ADMIN_REPLY_DEVICE "device"
+#define ADMIN_REPLY_JOB "job"
+#define ADMIN_REPLY_CANDIDATES "candidates"
+#define ADMIN_REPLY_STATE "state"
+#define ADMIN_REPLY_DISCONNECTED "disconnected"
+
+/* The wire name of op and the JSON key of arg; NULL when out of range. */
+const char *admin_op_name(enum admin_op op);
+const char *admin_arg_key(enum admin_arg arg);
+
+/* --- requests ------------------------------------------------------------- */
+
+/* A new request {"op": name} (new reference), or NULL when out of memory. */
+json_t *admin_request_new(enum admin_op op);
+/* Set arg to value (stolen). 0, or -ENOMEM (also for a NULL value: the
+ * json_*() that made it ran out of memory). */
+int admin_request_set(json_t *req, enum admin_arg arg, json_t *value);
+
+/* Check req against the table: "op" names an op, every required arg is
+ * there and every arg of the op that is there has its type. 0 and *out_op,
+ * or CORDON_E_USAGE with diag "missing op", "unknown op" or the op's usage
+ * message. */
+int admin_request_check(const json_t *req, enum admin_op *out_op, struct cordon_diag *diag);
+
+/* The string value of arg in a checked request, NULL when absent. */
+const char *admin_request_string(const json_t *req, enum admin_arg arg);
+/* The value of arg (borrowed), NULL when absent. */
+json_t *admin_request_get(const json_t *req, enum admin_arg arg);
+/* A boolean arg: true only when present and true. */
+bool admin_request_flag(const json_t *req, enum admin_arg arg);
+
+/* --- replies -------------------------------------------------------------- */
+
+/* {"ok": true} (new reference; NULL when out of memory). */
+json_t *admin_reply_ok(void);
+/* {"ok": false, "code": cordon_err_name(err), "message": message}. */
+json_t *admin_reply_error(int err, const char *message);
+/* Whether a reply says ok. */
+bool admin_reply_is_ok(const json_t *reply);
+/* The error of a reply that is not ok: its code (CORDON_E_INTERNAL when it
+ * names none this build knows) and message (NULL when absent). */
+int admin_reply_err(const json_t *reply, const char **out_message);
+
+#endif

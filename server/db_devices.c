@@ -1,0 +1,397 @@
+/* Devices (server/db.h): added by pairing (with the code consumed in the
+ * same transaction) or directly, updated from every hello, revoked for
+ * good. */
+#include "server/db.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/db_internal.h"
+
+/* UTF-8 without C0/C1 controls, DEL, overlongs or surrogates, 1..max bytes. */
+static bool valid_display_text(const char *s, size_t max) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > max)
+    return false;
+  const unsigned char *p = (const unsigned char *)s, *end = p + n;
+  while (p < end) {
+    uint32_t cp;
+    size_t len;
+    if (*p < 0x80) {
+      cp = *p;
+      len = 1;
+    } else if ((*p & 0xe0) == 0xc0) {
+      cp = *p & 0x1f;
+      len = 2;
+    } else if ((*p & 0xf0) == 0xe0) {
+      cp = *p & 0x0f;
+      len = 3;
+    } else if ((*p & 0xf8) == 0xf0) {
+      cp = *p & 0x07;
+      len = 4;
+    } else {
+      return false;
+    }
+    if ((size_t)(end - p) < len)
+      return false;
+    for (size_t i = 1; i < len; i++) {
+      if ((p[i] & 0xc0) != 0x80)
+        return false;
+      cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    static const uint32_t min_for_len[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_for_len[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return false;
+    if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0) || cp == 0x2028 || cp == 0x2029)
+      return false;
+    p += len;
+  }
+  return true;
+}
+
+static int check_device_info(const struct server_db_device_info *info, bool need_name,
+                             struct cordon_diag *diag) {
+  if (!info)
+    return cordon_diag_set(diag, -EINVAL, "device info missing");
+  if ((need_name || info->name) && !valid_display_text(info->name, SERVER_DB_NAME_MAX))
+    return cordon_diag_set(diag, -EINVAL,
+                           "device name must be 1..%d bytes of UTF-8 without control characters",
+                           SERVER_DB_NAME_MAX);
+  if (info->platform && !db_valid_token(info->platform, SERVER_DB_PLATFORM_MAX))
+    return cordon_diag_set(diag, -EINVAL, "platform must be 1..%d of [a-z0-9_-]",
+                           SERVER_DB_PLATFORM_MAX);
+  if (info->has_level && !sandbox_level_name(info->best_level))
+    return cordon_diag_set(diag, -EINVAL, "unknown sandbox level %d", (int)info->best_level);
+  if (info->downgrade_reason && !db_valid_token(info->downgrade_reason, SERVER_DB_CODE_MAX))
+    return cordon_diag_set(diag, -EINVAL, "downgrade reason must be 1..%d of [a-z0-9_-]",
+                           SERVER_DB_CODE_MAX);
+  if (info->facts_json && !db_valid_json(info->facts_json, SERVER_DB_FACTS_MAX, true))
+    return cordon_diag_set(diag, -EINVAL, "device facts must be a JSON object of at most %d bytes",
+                           SERVER_DB_FACTS_MAX);
+  if (info->max_jobs < 0 || info->max_jobs > 1024)
+    return cordon_diag_set(diag, -EINVAL, "max_jobs %d out of range 0..1024", info->max_jobs);
+  return 0;
+}
+
+static int read_device(sqlite3_stmt *st, struct server_db_device *d) {
+  memset(d, 0, sizeof(*d));
+  db_col_text(st, 0, d->id, sizeof(d->id));
+  d->user_id = sqlite3_column_int64(st, 1);
+  db_col_text(st, 2, d->owner, sizeof(d->owner));
+  db_col_text(st, 3, d->name, sizeof(d->name));
+  db_col_text(st, 4, d->platform, sizeof(d->platform));
+  db_col_blob(st, 5, d->public_key, sizeof(d->public_key));
+  const char *level = (const char *)sqlite3_column_text(st, 6);
+  enum sandbox_level lv;
+  if (level && sandbox_level_parse(level, &lv) == 0) {
+    d->has_level = true;
+    d->best_level = lv;
+  }
+  db_col_text(st, 7, d->downgrade_reason, sizeof(d->downgrade_reason));
+  d->max_jobs = sqlite3_column_int(st, 9);
+  const char *state = (const char *)sqlite3_column_text(st, 10);
+  d->state =
+      state && strcmp(state, "active") == 0 ? SERVER_DB_DEVICE_ACTIVE : SERVER_DB_DEVICE_REVOKED;
+  d->online = sqlite3_column_int(st, 11) != 0;
+  d->last_seen = sqlite3_column_int64(st, 12);
+  d->created = sqlite3_column_int64(st, 13);
+  return db_col_dup(st, 8, &d->facts_json);
+}
+
+void server_db_device_release(struct server_db_device *dev) {
+  if (!dev)
+    return;
+  free(dev->facts_json);
+  dev->facts_json = NULL;
+}
+
+void server_db_device_list_release(struct server_db_device_list *list) {
+  if (!list)
+    return;
+  for (size_t i = 0; i < list->count; i++)
+    server_db_device_release(&list->items[i]);
+  free(list->items);
+  list->items = NULL;
+  list->count = 0;
+}
+
+static int device_insert(struct server_db *db, int64_t user_id,
+                         const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
+                         const struct server_db_device_info *info, char out_id[CORDON_ID_HEX_SIZE],
+                         struct cordon_diag *diag) {
+  char id[CORDON_ID_HEX_SIZE];
+  db_new_id(id);
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_ADD, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_int(st, 2, user_id, &rc);
+  db_bind_text(st, 3, info->name, &rc);
+  db_bind_text(st, 4, info->platform, &rc);
+  db_bind_blob(st, 5, public_key, SERVER_DB_PUBKEY_SIZE, &rc);
+  db_bind_text(st, 6, info->has_level ? sandbox_level_name(info->best_level) : NULL, &rc);
+  db_bind_text(st, 7, info->downgrade_reason, &rc);
+  db_bind_text(st, 8, info->facts_json, &rc);
+  db_bind_int(st, 9, info->max_jobs, &rc);
+  db_bind_int(st, 10, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE) {
+    err = db_map_rc(db->h, rc);
+    if (err == -EEXIST)
+      err = cordon_diag_set(diag, -EEXIST, "a device with this public key is already paired");
+    else if (err == -ENOENT)
+      err = cordon_diag_set(diag, -ENOENT, "no user with id %lld", (long long)user_id);
+    else
+      err = db_fail(db, rc, "add device", diag);
+  }
+  db_done(st);
+  if (!err)
+    memcpy(out_id, id, CORDON_ID_HEX_SIZE);
+  return err;
+}
+
+int server_db_device_add(struct server_db *db, int64_t user_id,
+                         const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
+                         const struct server_db_device_info *info, char out_id[CORDON_ID_HEX_SIZE],
+                         struct cordon_diag *diag) {
+  if (!public_key)
+    return cordon_diag_set(diag, -EINVAL, "no public key");
+  int err = check_device_info(info, true, diag);
+  if (err)
+    return err;
+  return device_insert(db, user_id, public_key, info, out_id, diag);
+}
+
+int server_db_pair_complete(struct server_db *db, const char *code_id,
+                            const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
+                            const struct server_db_device_info *info,
+                            char out_device_id[CORDON_ID_HEX_SIZE], int64_t *out_user_id,
+                            struct cordon_diag *diag) {
+  if (!public_key)
+    return cordon_diag_set(diag, -EINVAL, "no public key");
+  int err = check_device_info(info, true, diag);
+  if (err)
+    return err;
+  if ((err = db_tx_begin(db, diag)))
+    return err;
+  int64_t user;
+  char id[CORDON_ID_HEX_SIZE];
+  if ((err = db_code_consume(db, code_id, &user, diag)) ||
+      (err = device_insert(db, user, public_key, info, id, diag)) ||
+      (err = db_tx_commit(db, diag))) {
+    db_tx_rollback(db);
+    return err;
+  }
+  memcpy(out_device_id, id, CORDON_ID_HEX_SIZE);
+  if (out_user_id)
+    *out_user_id = user;
+  return 0;
+}
+
+static int device_get(struct server_db *db, enum db_stmt q, const char *id, const uint8_t *key,
+                      struct server_db_device *out_dev, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, q, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  if (id)
+    db_bind_text(st, 1, id, &rc);
+  else
+    db_bind_blob(st, 1, key, SERVER_DB_PUBKEY_SIZE, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  struct server_db_device d;
+  if (rc == SQLITE_ROW) {
+    if (read_device(st, &d) < 0) {
+      server_db_device_release(&d);
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+    }
+  } else if (rc == SQLITE_DONE) {
+    err = id ? cordon_diag_set(diag, -ENOENT, "no device '%.*s'", CORDON_ID_HEX_LEN, id)
+             : cordon_diag_set(diag, -ENOENT, "no device with this public key");
+  } else {
+    err = db_fail(db, rc, "get device", diag);
+  }
+  db_done(st);
+  if (!err)
+    *out_dev = d;
+  return err;
+}
+
+int server_db_device_get(struct server_db *db, const char *id, struct server_db_device *out_dev,
+                         struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no device '%.*s' (ids are %d hex digits)",
+                           CORDON_ID_HEX_LEN, id ? id : "", CORDON_ID_HEX_LEN);
+  return device_get(db, Q_DEVICE_GET, id, NULL, out_dev, diag);
+}
+
+int server_db_device_get_by_key(struct server_db *db,
+                                const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
+                                struct server_db_device *out_dev, struct cordon_diag *diag) {
+  if (!public_key)
+    return cordon_diag_set(diag, -EINVAL, "no public key");
+  return device_get(db, Q_DEVICE_GET_BY_KEY, NULL, public_key, out_dev, diag);
+}
+
+/* After an UPDATE by device id changed nothing: why. */
+static int device_why_unchanged(struct server_db *db, const char *id, bool *out_revoked,
+                                struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_STATE, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    const char *s = (const char *)sqlite3_column_text(st, 0);
+    *out_revoked = s && strcmp(s, "revoked") == 0;
+  } else if (rc == SQLITE_DONE) {
+    err = cordon_diag_set(diag, -ENOENT, "no device '%.*s'", CORDON_ID_HEX_LEN, id);
+  } else {
+    err = db_fail(db, rc, "get device", diag);
+  }
+  db_done(st);
+  return err;
+}
+
+/* Run an UPDATE keyed by device id (?1) whose other bindings are set. */
+static int device_update(struct server_db *db, sqlite3_stmt *st, const char *what, int *out_changes,
+                         struct cordon_diag *diag) {
+  int err = db_exec_stmt(db, st, what, diag);
+  if (err)
+    return err;
+  *out_changes = sqlite3_changes(db->h);
+  return 0;
+}
+
+int server_db_device_set_online(struct server_db *db, const char *id, bool online,
+                                struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no such device");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_SET_ONLINE, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK, changes = 0;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_int(st, 2, online ? 1 : 0, &rc);
+  db_bind_int(st, 3, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = device_update(db, st, "set online", &changes, diag)))
+    return err;
+  if (changes == 1)
+    return 0;
+  bool revoked = false;
+  if ((err = device_why_unchanged(db, id, &revoked, diag)))
+    return err;
+  return cordon_diag_set(diag, -EPERM, "device %s is revoked", id);
+}
+
+int server_db_device_touch(struct server_db *db, const char *id, struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no such device");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_TOUCH, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK, changes = 0;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_int(st, 2, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = device_update(db, st, "touch device", &changes, diag)))
+    return err;
+  return changes == 1 ? 0 : cordon_diag_set(diag, -ENOENT, "no device '%s'", id);
+}
+
+int server_db_device_update_info(struct server_db *db, const char *id,
+                                 const struct server_db_device_info *info,
+                                 struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no such device");
+  int err = check_device_info(info, false, diag);
+  if (err)
+    return err;
+  sqlite3_stmt *st = NULL;
+  if ((err = db_stmt(db, Q_DEVICE_UPDATE_INFO, &st, diag)))
+    return err;
+  int rc = SQLITE_OK, changes = 0;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_text(st, 2, info->name, &rc);
+  db_bind_text(st, 3, info->platform, &rc);
+  db_bind_text(st, 4, info->has_level ? sandbox_level_name(info->best_level) : NULL, &rc);
+  db_bind_text(st, 5, info->downgrade_reason, &rc);
+  db_bind_text(st, 6, info->facts_json, &rc);
+  db_bind_int(st, 7, info->max_jobs, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = device_update(db, st, "update device", &changes, diag)))
+    return err;
+  return changes == 1 ? 0 : cordon_diag_set(diag, -ENOENT, "no device '%s'", id);
+}
+
+int server_db_device_set_all_offline(struct server_db *db, struct cordon_diag *diag) {
+  return db_simple(db, Q_DEVICE_ALL_OFFLINE, "set devices offline", diag);
+}
+
+int server_db_device_revoke(struct server_db *db, const char *id, struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no device '%.*s' (ids are %d hex digits)",
+                           CORDON_ID_HEX_LEN, id ? id : "", CORDON_ID_HEX_LEN);
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_REVOKE, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK, changes = 0;
+  db_bind_text(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = device_update(db, st, "revoke device", &changes, diag)))
+    return err;
+  if (changes == 1)
+    return 0;
+  bool revoked = false;
+  if ((err = device_why_unchanged(db, id, &revoked, diag)))
+    return err;
+  return cordon_diag_set(diag, -EALREADY, "device %s is already revoked", id);
+}
+
+int server_db_device_list(struct server_db *db, int64_t user_id,
+                          struct server_db_device_list *out_list, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_LIST, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, user_id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  struct server_db_device_list l = {0};
+  size_t cap = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    struct server_db_device *d = db_list_push((void **)&l.items, &l.count, &cap, sizeof(*d));
+    if (!d || read_device(st, d) < 0) {
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+      break;
+    }
+  }
+  if (!err && rc != SQLITE_DONE)
+    err = db_fail(db, rc, "list devices", diag);
+  db_done(st);
+  if (err) {
+    server_db_device_list_release(&l);
+    return err;
+  }
+  *out_list = l;
+  return 0;
+}

@@ -1,0 +1,191 @@
+/* Inside server/db*.c only: the handle, the one table of SQL statements and
+ * the helpers the per-table files share. The public contract, invariants and
+ * errors are in server/db.h.
+ *
+ *   db.c             open, migrations, the statement cache, transactions,
+ *                    binding and column helpers, shared validation
+ *   db_users.c       users
+ *   db_pair_codes.c  pairing codes (mint, lookup, fail, consume)
+ *   db_devices.c     devices, and pairing completion (code + device in one
+ *                    transaction, through db_code_consume)
+ *   db_jobs.c        jobs: the state graph, transitions, results, lists
+ *
+ * Calls go one way: every table file calls db.c; db_devices.c also calls
+ * db_pair_codes.c (consuming the code), which calls db_users.c (the user a
+ * code is minted for). Nothing calls back. Every statement is prepared once per handle from
+ * DB_STATEMENTS; user data is only ever bound, never spliced into SQL. */
+#ifndef CORDON_SERVER_DB_INTERNAL_H
+#define CORDON_SERVER_DB_INTERNAL_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/db.h"
+
+#define DB_LIVE_STATES "('queued','sent','running')"
+
+/* The columns read_device() (db_devices.c) and read_job() (db_jobs.c) read,
+ * in their order. */
+#define DEVICE_COLUMNS                                                                             \
+  "d.id, d.user_id, u.name, d.name, d.platform, d.public_key, d.best_level,"                       \
+  " d.downgrade_reason, d.facts, d.max_jobs, d.state, d.online, d.last_seen, d.created"            \
+  " FROM devices d JOIN users u ON u.id = d.user_id"
+#define JOB_COLUMNS                                                                                \
+  "j.id, j.user_id, u.name, j.device_id, j.package_hash, j.args, j.state, j.error, j.result,"      \
+  " j.created, j.updated, j.deadline FROM jobs j JOIN users u ON u.id = j.user_id"
+
+/* transactions and the schema version (db.c) */
+#define DB_TX_STATEMENTS(X)                                                                        \
+  X(BEGIN_IMMEDIATE, "BEGIN IMMEDIATE")                                                            \
+  X(COMMIT, "COMMIT")                                                                              \
+  X(ROLLBACK, "ROLLBACK")                                                                          \
+  X(SCHEMA_VERSION, "SELECT version FROM schema_version")                                          \
+  X(SET_SCHEMA_VERSION, "UPDATE schema_version SET version = ?1")
+
+/* users (db_users.c) */
+#define DB_USER_STATEMENTS(X)                                                                      \
+  X(USER_ADD, "INSERT INTO users (name, created) VALUES (?1, ?2)")                                 \
+  X(USER_GET, "SELECT id, name, created FROM users WHERE id = ?1")                                 \
+  X(USER_GET_BY_NAME, "SELECT id, name, created FROM users WHERE name = ?1")                       \
+  X(USER_LIST, "SELECT id, name, created FROM users ORDER BY id")
+
+/* pairing codes (db_pair_codes.c) */
+#define DB_CODE_STATEMENTS(X)                                                                      \
+  X(CODE_COUNT_USABLE, "SELECT count(*) FROM pair_codes WHERE user_id = ?1 AND state = 'live'"     \
+                       " AND attempts > 0 AND expires > ?2")                                       \
+  X(CODE_PURGE, "DELETE FROM pair_codes WHERE user_id = ?1 AND expires < ?2")                      \
+  X(CODE_ADD, "INSERT INTO pair_codes (id, user_id, key, created, expires, attempts, state)"       \
+              " VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'live')")                                          \
+  X(CODE_LOOKUP, "SELECT user_id, key, attempts, state, created, expires FROM pair_codes"          \
+                 " WHERE id = ?1")                                                                 \
+  X(CODE_FAIL, "UPDATE pair_codes SET attempts = attempts - 1,"                                    \
+               " state = CASE WHEN attempts <= 1 THEN 'burned' ELSE state END,"                    \
+               " key = CASE WHEN attempts <= 1 THEN NULL ELSE key END"                             \
+               " WHERE id = ?1 AND state = 'live' AND attempts > 0 RETURNING attempts")            \
+  X(CODE_CONSUME, "UPDATE pair_codes SET state = 'used', used_at = ?2, key = NULL"                 \
+                  " WHERE id = ?1 AND state = 'live' AND attempts > 0 AND expires > ?2"            \
+                  " RETURNING user_id")
+
+/* devices (db_devices.c) */
+#define DB_DEVICE_STATEMENTS(X)                                                                    \
+  X(DEVICE_ADD, "INSERT INTO devices (id, user_id, name, platform, public_key, best_level,"        \
+                " downgrade_reason, facts, max_jobs, state, online, last_seen, created)"           \
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', 0, 0, ?10)")               \
+  X(DEVICE_GET, "SELECT " DEVICE_COLUMNS " WHERE d.id = ?1")                                       \
+  X(DEVICE_GET_BY_KEY, "SELECT " DEVICE_COLUMNS " WHERE d.public_key = ?1")                        \
+  X(DEVICE_LIST, "SELECT " DEVICE_COLUMNS " WHERE (?1 = 0 OR d.user_id = ?1)"                      \
+                 " ORDER BY u.name, d.name, d.id")                                                 \
+  X(DEVICE_STATE, "SELECT state FROM devices WHERE id = ?1")                                       \
+  X(DEVICE_SET_ONLINE, "UPDATE devices SET online = ?2, last_seen = ?3"                            \
+                       " WHERE id = ?1 AND (state = 'active' OR ?2 = 0)")                          \
+  X(DEVICE_TOUCH, "UPDATE devices SET last_seen = ?2 WHERE id = ?1")                               \
+  X(DEVICE_UPDATE_INFO, "UPDATE devices SET name = coalesce(?2, name), platform = ?3,"             \
+                        " best_level = ?4, downgrade_reason = ?5, facts = ?6, max_jobs = ?7"       \
+                        " WHERE id = ?1")                                                          \
+  X(DEVICE_ALL_OFFLINE, "UPDATE devices SET online = 0 WHERE online <> 0")                         \
+  X(DEVICE_REVOKE, "UPDATE devices SET state = 'revoked', online = 0"                              \
+                   " WHERE id = ?1 AND state = 'active'")
+
+/* jobs (db_jobs.c) */
+#define DB_JOB_STATEMENTS(X)                                                                       \
+  X(JOB_ADD, "INSERT INTO jobs (id, user_id, device_id, package_hash, args, state, created,"       \
+             " updated, deadline) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6, ?7)")              \
+  X(JOB_TRANSITION, "UPDATE jobs SET state = ?3, error = coalesce(?4, error), updated = ?5"        \
+                    " WHERE id = ?1 AND state = ?2")                                               \
+  X(JOB_RECORD_RESULT,                                                                             \
+    "UPDATE jobs SET result = ?3,"                                                                 \
+    " error = CASE WHEN state IN ('sent','running') THEN ?5 ELSE error END,"                       \
+    " state = CASE WHEN state IN ('sent','running') THEN ?4 ELSE state END, updated = ?6"          \
+    " WHERE id = ?1 AND device_id = ?2 AND result IS NULL AND state <> 'queued'"                   \
+    " RETURNING state")                                                                            \
+  X(JOB_PEEK, "SELECT state, device_id, result IS NOT NULL FROM jobs WHERE id = ?1")               \
+  X(JOB_GET, "SELECT " JOB_COLUMNS " WHERE j.id = ?1")                                             \
+  X(JOB_LIST, "SELECT " JOB_COLUMNS " WHERE (?1 = 0 OR j.user_id = ?1)"                            \
+              " ORDER BY j.created DESC, j.rowid DESC LIMIT ?2")                                   \
+  X(JOB_LIST_ACTIVE_ON_DEVICE, "SELECT " JOB_COLUMNS " WHERE j.device_id = ?1"                     \
+                               " AND j.state IN " DB_LIVE_STATES " ORDER BY j.created, j.rowid")   \
+  X(JOB_LIST_OVERDUE, "SELECT " JOB_COLUMNS " WHERE j.deadline <> 0 AND j.deadline <= ?1"          \
+                      " AND j.state IN " DB_LIVE_STATES " ORDER BY j.created, j.rowid")            \
+  X(JOB_COUNT_IN_FLIGHT, "SELECT count(*) FROM jobs WHERE device_id = ?1"                          \
+                         " AND state IN ('sent','running')")
+
+#define DB_STATEMENTS(X)                                                                           \
+  DB_TX_STATEMENTS(X)                                                                              \
+  DB_USER_STATEMENTS(X)                                                                            \
+  DB_CODE_STATEMENTS(X)                                                                            \
+  DB_DEVICE_STATEMENTS(X)                                                                          \
+  DB_JOB_STATEMENTS(X)
+
+enum db_stmt {
+#define DB_STMT_ENUM_(name, sql) Q_##name,
+  DB_STATEMENTS(DB_STMT_ENUM_)
+#undef DB_STMT_ENUM_
+      Q_COUNT_
+};
+
+struct server_db {
+  sqlite3 *h;
+  sqlite3_stmt *stmts[Q_COUNT_];
+  int64_t fixed_now;
+  char path[4096];
+};
+
+/* --- errors --------------------------------------------------------------- */
+
+/* An SQLite result code as a db.h error (0 for OK, DONE and ROW). */
+int db_map_rc(sqlite3 *h, int rc);
+/* Map rc to an error and describe it: "<path>: <what>: <sqlite message>". */
+int db_fail(struct server_db *db, int rc, const char *what, struct cordon_diag *diag);
+
+/* --- statements and transactions ------------------------------------------ */
+
+/* The cached statement for q, reset and without bindings. */
+int db_stmt(struct server_db *db, enum db_stmt q, sqlite3_stmt **out_st, struct cordon_diag *diag);
+/* Done with a statement: reset it so it holds no locks, drop bindings. */
+void db_done(sqlite3_stmt *st);
+/* Run a bound statement whose rows do not matter, then db_done it. */
+int db_exec_stmt(struct server_db *db, sqlite3_stmt *st, const char *what,
+                 struct cordon_diag *diag);
+/* db_exec_stmt of q, which takes no bindings. */
+int db_simple(struct server_db *db, enum db_stmt q, const char *what, struct cordon_diag *diag);
+
+/* BEGIN IMMEDIATE; COMMIT (rolled back if it fails); ROLLBACK if one is open. */
+int db_tx_begin(struct server_db *db, struct cordon_diag *diag);
+int db_tx_commit(struct server_db *db, struct cordon_diag *diag);
+void db_tx_rollback(struct server_db *db);
+
+/* Bind helpers: the first failure is kept in *rc and reported (with the
+ * statement reset) by db_bind_check. A NULL string binds NULL. */
+void db_bind_text(sqlite3_stmt *st, int i, const char *s, int *rc);
+void db_bind_int(sqlite3_stmt *st, int i, int64_t v, int *rc);
+void db_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n, int *rc);
+int db_bind_check(struct server_db *db, sqlite3_stmt *st, int rc, struct cordon_diag *diag);
+
+/* Column helpers: text into a fixed buffer ("" for NULL, truncated); a heap
+ * copy (NULL for NULL; -ENOMEM); a blob of exactly size bytes (else zeros). */
+void db_col_text(sqlite3_stmt *st, int i, char *dst, size_t size);
+int db_col_dup(sqlite3_stmt *st, int i, char **out);
+void db_col_blob(sqlite3_stmt *st, int i, uint8_t *dst, size_t size);
+
+/* Grow an array by one zeroed element; NULL when out of memory. */
+void *db_list_push(void **items, size_t *count, size_t *cap, size_t elem);
+
+/* --- validation and ids --------------------------------------------------- */
+
+/* [a-z0-9_-]{1,max} */
+bool db_valid_token(const char *s, size_t max);
+/* JSON text of the wanted kind (object or array), at most max bytes. */
+bool db_valid_json(const char *s, size_t max, bool want_object);
+/* A fresh random id in its hex form (core/id.h). */
+void db_new_id(char out[CORDON_ID_HEX_SIZE]);
+
+/* --- across tables -------------------------------------------------------- */
+
+/* db_pair_codes.c: the consuming UPDATE of server_db_code_consume, inside or
+ * outside a transaction (server_db_pair_complete runs it inside one). */
+int db_code_consume(struct server_db *db, const char *code_id, int64_t *out_user_id,
+                    struct cordon_diag *diag);
+
+#endif

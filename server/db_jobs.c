@@ -1,0 +1,398 @@
+/* Jobs (server/db.h): the state graph, conditional transitions, results
+ * recorded exactly once, and the lists the daemon and the commands read. */
+#include "server/db.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/db_internal.h"
+
+static const char *const job_state_names[] = {
+    [SERVER_DB_JOB_QUEUED] = "queued",       [SERVER_DB_JOB_SENT] = "sent",
+    [SERVER_DB_JOB_RUNNING] = "running",     [SERVER_DB_JOB_DONE] = "done",
+    [SERVER_DB_JOB_FAILED] = "failed",       [SERVER_DB_JOB_EXPIRED] = "expired",
+    [SERVER_DB_JOB_CANCELLED] = "cancelled",
+};
+#define JOB_STATE_COUNT (sizeof(job_state_names) / sizeof(job_state_names[0]))
+
+const char *server_db_job_state_name(enum server_db_job_state s) {
+  return (unsigned)s < JOB_STATE_COUNT ? job_state_names[s] : NULL;
+}
+
+int server_db_job_state_parse(const char *name, enum server_db_job_state *out_state) {
+  for (size_t i = 0; name && i < JOB_STATE_COUNT; i++)
+    if (strcmp(name, job_state_names[i]) == 0) {
+      *out_state = (enum server_db_job_state)i;
+      return 0;
+    }
+  return -EINVAL;
+}
+
+bool server_db_job_state_is_final(enum server_db_job_state s) {
+  return s == SERVER_DB_JOB_DONE || s == SERVER_DB_JOB_FAILED || s == SERVER_DB_JOB_EXPIRED ||
+         s == SERVER_DB_JOB_CANCELLED;
+}
+
+bool server_db_job_transition_is_legal(enum server_db_job_state from, enum server_db_job_state to) {
+  if (!server_db_job_state_name(from) || !server_db_job_state_name(to))
+    return false;
+  if (server_db_job_state_is_final(from))
+    return false;
+  switch (to) {
+  case SERVER_DB_JOB_SENT:
+    return from == SERVER_DB_JOB_QUEUED;
+  case SERVER_DB_JOB_RUNNING:
+    return from == SERVER_DB_JOB_SENT;
+  case SERVER_DB_JOB_DONE:
+    return from == SERVER_DB_JOB_RUNNING;
+  case SERVER_DB_JOB_FAILED:
+  case SERVER_DB_JOB_EXPIRED:
+  case SERVER_DB_JOB_CANCELLED:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static int read_job(sqlite3_stmt *st, struct server_db_job *j) {
+  memset(j, 0, sizeof(*j));
+  db_col_text(st, 0, j->id, sizeof(j->id));
+  j->user_id = sqlite3_column_int64(st, 1);
+  db_col_text(st, 2, j->user, sizeof(j->user));
+  db_col_text(st, 3, j->device_id, sizeof(j->device_id));
+  db_col_blob(st, 4, j->package_hash, sizeof(j->package_hash));
+  enum server_db_job_state s = SERVER_DB_JOB_FAILED;
+  server_db_job_state_parse((const char *)sqlite3_column_text(st, 6), &s);
+  j->state = s;
+  db_col_text(st, 7, j->error, sizeof(j->error));
+  j->created = sqlite3_column_int64(st, 9);
+  j->updated = sqlite3_column_int64(st, 10);
+  j->deadline = sqlite3_column_int64(st, 11);
+  if (db_col_dup(st, 5, &j->args_json) < 0 || db_col_dup(st, 8, &j->result_json) < 0)
+    return -ENOMEM;
+  if (!j->args_json && !(j->args_json = strdup("[]")))
+    return -ENOMEM;
+  return 0;
+}
+
+void server_db_job_release(struct server_db_job *job) {
+  if (!job)
+    return;
+  free(job->args_json);
+  free(job->result_json);
+  job->args_json = NULL;
+  job->result_json = NULL;
+}
+
+void server_db_job_list_release(struct server_db_job_list *list) {
+  if (!list)
+    return;
+  for (size_t i = 0; i < list->count; i++)
+    server_db_job_release(&list->items[i]);
+  free(list->items);
+  list->items = NULL;
+  list->count = 0;
+}
+
+int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
+                      char out_id[CORDON_ID_HEX_SIZE], struct cordon_diag *diag) {
+  if (!job || !job->package_hash)
+    return cordon_diag_set(diag, -EINVAL, "job without a package hash");
+  if (job->device_id && !cordon_id_hex_valid(job->device_id))
+    return cordon_diag_set(diag, -ENOENT, "no such device");
+  if (job->args_json && !db_valid_json(job->args_json, SERVER_DB_ARGS_MAX, false))
+    return cordon_diag_set(diag, -EINVAL, "job args must be a JSON array of at most %d bytes",
+                           SERVER_DB_ARGS_MAX);
+  if (job->deadline < 0)
+    return cordon_diag_set(diag, -EINVAL, "negative deadline");
+  char id[CORDON_ID_HEX_SIZE];
+  db_new_id(id);
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_ADD, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_int(st, 2, job->user_id, &rc);
+  db_bind_text(st, 3, job->device_id, &rc);
+  db_bind_blob(st, 4, job->package_hash, SERVER_DB_HASH_SIZE, &rc);
+  db_bind_text(st, 5, job->args_json ? job->args_json : "[]", &rc);
+  db_bind_int(st, 6, server_db_now(db), &rc);
+  db_bind_int(st, 7, job->deadline, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE) {
+    err = db_map_rc(db->h, rc) == -ENOENT
+              ? cordon_diag_set(diag, -ENOENT, "no such user or device for the job")
+              : db_fail(db, rc, "add job", diag);
+  }
+  db_done(st);
+  if (!err)
+    memcpy(out_id, id, CORDON_ID_HEX_SIZE);
+  return err;
+}
+
+/* Why an UPDATE keyed by job id changed nothing. */
+static int job_peek(struct server_db *db, const char *id, enum server_db_job_state *out_state,
+                    char out_device[CORDON_ID_HEX_SIZE], bool *out_has_result,
+                    struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_PEEK, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    enum server_db_job_state s = SERVER_DB_JOB_FAILED;
+    server_db_job_state_parse((const char *)sqlite3_column_text(st, 0), &s);
+    *out_state = s;
+    db_col_text(st, 1, out_device, CORDON_ID_HEX_SIZE);
+    *out_has_result = sqlite3_column_int(st, 2) != 0;
+  } else if (rc == SQLITE_DONE) {
+    err = cordon_diag_set(diag, -ENOENT, "no job '%s'", id);
+  } else {
+    err = db_fail(db, rc, "get job", diag);
+  }
+  db_done(st);
+  return err;
+}
+
+int server_db_job_transition(struct server_db *db, const char *id, enum server_db_job_state from,
+                             enum server_db_job_state to, const char *error_code,
+                             struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no such job");
+  if (!server_db_job_transition_is_legal(from, to))
+    return cordon_diag_set(diag, -EPERM, "illegal job transition %s -> %s",
+                           server_db_job_state_name(from) ? server_db_job_state_name(from) : "?",
+                           server_db_job_state_name(to) ? server_db_job_state_name(to) : "?");
+  if (error_code && !db_valid_token(error_code, SERVER_DB_CODE_MAX))
+    return cordon_diag_set(diag, -EINVAL, "error code must be 1..%d of [a-z0-9_-]",
+                           SERVER_DB_CODE_MAX);
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_TRANSITION, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_text(st, 2, server_db_job_state_name(from), &rc);
+  db_bind_text(st, 3, server_db_job_state_name(to), &rc);
+  db_bind_text(st, 4, error_code, &rc);
+  db_bind_int(st, 5, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = db_exec_stmt(db, st, "job transition", diag)))
+    return err;
+  if (sqlite3_changes(db->h) == 1)
+    return 0;
+  enum server_db_job_state now_state;
+  char dev[CORDON_ID_HEX_SIZE];
+  bool has_result;
+  if ((err = job_peek(db, id, &now_state, dev, &has_result, diag)))
+    return err;
+  return cordon_diag_set(diag, -ESTALE, "job %s is %s, not %s", id,
+                         server_db_job_state_name(now_state), server_db_job_state_name(from));
+}
+
+int server_db_job_record_result(struct server_db *db, const char *id, const char *device_id,
+                                enum server_db_job_state final, const char *error_code,
+                                const char *result_json, enum server_db_job_state *out_state,
+                                struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id) || !cordon_id_hex_valid(device_id))
+    return cordon_diag_set(diag, -ENOENT, "no such job");
+  if (final != SERVER_DB_JOB_DONE && final != SERVER_DB_JOB_FAILED)
+    return cordon_diag_set(diag, -EINVAL, "a result makes a job done or failed");
+  if (error_code && !db_valid_token(error_code, SERVER_DB_CODE_MAX))
+    return cordon_diag_set(diag, -EINVAL, "error code must be 1..%d of [a-z0-9_-]",
+                           SERVER_DB_CODE_MAX);
+  if (!result_json || !db_valid_json(result_json, SERVER_DB_RESULT_MAX, true))
+    return cordon_diag_set(diag, -EINVAL, "a job result must be a JSON object of at most %d bytes",
+                           SERVER_DB_RESULT_MAX);
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_RECORD_RESULT, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_text(st, 2, device_id, &rc);
+  db_bind_text(st, 3, result_json, &rc);
+  db_bind_text(st, 4, server_db_job_state_name(final), &rc);
+  db_bind_text(st, 5, error_code, &rc);
+  db_bind_int(st, 6, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  bool updated = false;
+  enum server_db_job_state after = final;
+  if (rc == SQLITE_ROW) {
+    updated = true;
+    server_db_job_state_parse((const char *)sqlite3_column_text(st, 0), &after);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+      ;
+  }
+  if (rc != SQLITE_DONE)
+    err = db_map_rc(db->h, rc) == -EPERM
+              ? cordon_diag_set(diag, -EALREADY, "job %s already has a result", id)
+              : db_fail(db, rc, "record result", diag);
+  db_done(st);
+  if (err)
+    return err;
+  if (!updated) {
+    enum server_db_job_state s;
+    char dev[CORDON_ID_HEX_SIZE];
+    bool has_result;
+    if ((err = job_peek(db, id, &s, dev, &has_result, diag)))
+      return err;
+    if (strcmp(dev, device_id) != 0)
+      return cordon_diag_set(diag, -ENOENT, "no job '%s' on device %s", id, device_id);
+    if (has_result)
+      return cordon_diag_set(diag, -EALREADY, "job %s already has a result", id);
+    return cordon_diag_set(diag, -ESTALE, "job %s is %s; it cannot have a result yet", id,
+                           server_db_job_state_name(s));
+  }
+  if (out_state)
+    *out_state = after;
+  return 0;
+}
+
+int server_db_job_get(struct server_db *db, const char *id, struct server_db_job *out_job,
+                      struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no job '%.*s' (ids are %d hex digits)",
+                           CORDON_ID_HEX_LEN, id ? id : "", CORDON_ID_HEX_LEN);
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_GET, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  struct server_db_job j;
+  if (rc == SQLITE_ROW) {
+    if (read_job(st, &j) < 0) {
+      server_db_job_release(&j);
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+    }
+  } else if (rc == SQLITE_DONE) {
+    err = cordon_diag_set(diag, -ENOENT, "no job '%s'", id);
+  } else {
+    err = db_fail(db, rc, "get job", diag);
+  }
+  db_done(st);
+  if (!err)
+    *out_job = j;
+  return err;
+}
+
+json_t *server_db_job_result_to_json(const struct server_db_job *job) {
+  /* the database holds only JSON objects: a parse failure is a damaged row */
+  json_t *r = job->result_json ? json_loads(job->result_json, 0, NULL) : NULL;
+  return r ? r : json_null();
+}
+
+json_t *server_db_job_to_json(const struct server_db_job *job) {
+  return json_pack("{s:s, s:s, s:s?, s:s, s:o}", "id", job->id, "user", job->user, "device",
+                   job->device_id[0] ? job->device_id : NULL, "state",
+                   server_db_job_state_name(job->state), "result",
+                   server_db_job_result_to_json(job));
+}
+
+/* Collect the rows of a bound job query. */
+static int job_collect(struct server_db *db, sqlite3_stmt *st, struct server_db_job_list *out_list,
+                       struct cordon_diag *diag) {
+  struct server_db_job_list l = {0};
+  size_t cap = 0;
+  int rc, err = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    struct server_db_job *j = db_list_push((void **)&l.items, &l.count, &cap, sizeof(*j));
+    if (!j || read_job(st, j) < 0) {
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+      break;
+    }
+  }
+  if (!err && rc != SQLITE_DONE)
+    err = db_fail(db, rc, "list jobs", diag);
+  db_done(st);
+  if (err) {
+    server_db_job_list_release(&l);
+    return err;
+  }
+  *out_list = l;
+  return 0;
+}
+
+int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
+                       struct server_db_job_list *out_list, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_LIST, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, user_id, &rc);
+  db_bind_int(st, 2, limit == 0 || limit > INT64_MAX ? -1 : (int64_t)limit, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  return job_collect(db, st, out_list, diag);
+}
+
+int server_db_job_list_active_on_device(struct server_db *db, const char *device_id,
+                                        struct server_db_job_list *out_list,
+                                        struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(device_id))
+    return cordon_diag_set(diag, -ENOENT, "no such device");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_LIST_ACTIVE_ON_DEVICE, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, device_id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  return job_collect(db, st, out_list, diag);
+}
+
+int server_db_job_list_overdue(struct server_db *db, struct server_db_job_list *out_list,
+                               struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_LIST_OVERDUE, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  return job_collect(db, st, out_list, diag);
+}
+
+int server_db_job_count_in_flight(struct server_db *db, const char *device_id, size_t *out_count,
+                                  struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(device_id))
+    return cordon_diag_set(diag, -ENOENT, "no such device");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_COUNT_IN_FLIGHT, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, device_id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  int64_t n = 0;
+  if (rc == SQLITE_ROW)
+    n = sqlite3_column_int64(st, 0);
+  else
+    err = db_fail(db, rc, "count jobs", diag);
+  db_done(st);
+  if (!err)
+    *out_count = (size_t)n;
+  return err;
+}

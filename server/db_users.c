@@ -1,0 +1,137 @@
+/* Users (server/db.h): a name and an id; every device, code and job
+ * belongs to one. */
+#include "server/db.h"
+
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/db_internal.h"
+
+/* --- validation ----------------------------------------------------------- */
+
+static bool valid_user_name(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > SERVER_DB_NAME_MAX)
+    return false;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && (i == 0 || (c != '.' && c != '_' && c != '-')))
+      return false;
+  }
+  return true;
+}
+
+static void read_user(sqlite3_stmt *st, struct server_db_user *u) {
+  u->id = sqlite3_column_int64(st, 0);
+  db_col_text(st, 1, u->name, sizeof(u->name));
+  u->created = sqlite3_column_int64(st, 2);
+}
+
+int server_db_user_add(struct server_db *db, const char *name, int64_t *out_id,
+                       struct cordon_diag *diag) {
+  if (!valid_user_name(name))
+    return cordon_diag_set(diag, -EINVAL,
+                           "user name must be 1..%d of [A-Za-z0-9._-], starting with a letter "
+                           "or digit",
+                           SERVER_DB_NAME_MAX);
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_USER_ADD, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, name, &rc);
+  db_bind_int(st, 2, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE) {
+    err = db_map_rc(db->h, rc) == -EEXIST
+              ? cordon_diag_set(diag, -EEXIST, "user '%s' already exists", name)
+              : db_fail(db, rc, "add user", diag);
+    db_done(st);
+    return err;
+  }
+  int64_t id = sqlite3_last_insert_rowid(db->h);
+  db_done(st);
+  if (out_id)
+    *out_id = id;
+  return 0;
+}
+
+static int user_get(struct server_db *db, enum db_stmt q, int64_t id, const char *name,
+                    struct server_db_user *out_user, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, q, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  if (name)
+    db_bind_text(st, 1, name, &rc);
+  else
+    db_bind_int(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    read_user(st, out_user);
+  } else if (rc == SQLITE_DONE) {
+    err = name ? cordon_diag_set(diag, -ENOENT, "no user '%s'", name)
+               : cordon_diag_set(diag, -ENOENT, "no user with id %lld", (long long)id);
+  } else {
+    err = db_fail(db, rc, "get user", diag);
+  }
+  db_done(st);
+  return err;
+}
+
+int server_db_user_get(struct server_db *db, int64_t id, struct server_db_user *out_user,
+                       struct cordon_diag *diag) {
+  return user_get(db, Q_USER_GET, id, NULL, out_user, diag);
+}
+
+int server_db_user_get_by_name(struct server_db *db, const char *name,
+                               struct server_db_user *out_user, struct cordon_diag *diag) {
+  if (!name)
+    return cordon_diag_set(diag, -EINVAL, "no user name");
+  return user_get(db, Q_USER_GET_BY_NAME, 0, name, out_user, diag);
+}
+
+int server_db_user_list(struct server_db *db, struct server_db_user_list *out_list,
+                        struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_USER_LIST, &st, diag);
+  if (err)
+    return err;
+  struct server_db_user_list l = {0};
+  size_t cap = 0;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    struct server_db_user *u = db_list_push((void **)&l.items, &l.count, &cap, sizeof(*u));
+    if (!u) {
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+      break;
+    }
+    read_user(st, u);
+  }
+  if (!err && rc != SQLITE_DONE)
+    err = db_fail(db, rc, "list users", diag);
+  db_done(st);
+  if (err) {
+    server_db_user_list_release(&l);
+    return err;
+  }
+  *out_list = l;
+  return 0;
+}
+
+void server_db_user_list_release(struct server_db_user_list *list) {
+  if (!list)
+    return;
+  free(list->items);
+  list->items = NULL;
+  list->count = 0;
+}

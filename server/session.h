@@ -1,0 +1,94 @@
+/* Agents' sessions on the daemon's listener: one struct session per
+ * connection (net/conn.h), from hello to close.
+ *
+ * Here: decoding and the sender check of every record, the version
+ * negotiation and the welcome, who the device is (its key must be a paired,
+ * unrevoked device whose id the hello names; a newer session replaces an
+ * older one), ping/pong, unpair, goaway, and the device's online flag. What
+ * a session carries beyond that belongs to others and reaches them through
+ * struct session_hooks: the pairing exchange (server/pair.c) and job
+ * messages (server/jobs.c). Those modules call back only the functions
+ * below; this file calls none of theirs.
+ *
+ * A struct session is read by the hook owners (its fields are documented
+ * read-only outside this file), never freed by them: it lives until the
+ * connection closes, when hooks.closed runs last. */
+#ifndef CORDON_SERVER_SESSION_H
+#define CORDON_SERVER_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/id.h"
+#include "net/conn.h"
+#include "proto/msg.h"
+#include "server/db.h"
+
+#define SERVER_PING_MS 15000u /* the welcome's ping interval */
+
+enum session_state {
+  SESSION_HELLO,      /* waiting for the hello */
+  SESSION_PAIR_PROOF, /* pairing: waiting for the agent's proof */
+  SESSION_ACTIVE,     /* a known device's session */
+  SESSION_DONE,       /* pairing finished; only ping and goaway from here */
+};
+
+struct pair_attempt; /* server/pair.c */
+
+struct session {
+  struct net_conn *conn;
+  enum session_state state;
+  bool closing; /* a goaway is on its way out: no longer a device's session */
+  uint8_t session_id[CORDON_ID_LEN];
+  /* SESSION_ACTIVE */
+  char device_id[CORDON_ID_HEX_SIZE];
+  int64_t user_id;
+  char user[SERVER_DB_NAME_MAX + 1];
+  uint32_t max_jobs;
+  /* pairing: server/pair.c's, which frees it in its closed hook */
+  struct pair_attempt *pair;
+  struct sessions *owner;
+  struct session *next;
+};
+
+/* Called on the loop's thread with hooks.data. */
+struct session_hooks {
+  void *data;
+  /* A hello in pairing mode, after the welcome; the session is in
+   * SESSION_PAIR_PROOF. */
+  void (*pair_hello)(void *data, struct session *s, const struct msg_hello *h);
+  /* The agent's proof. 0: paired, the session becomes SESSION_DONE; an
+   * error: the hook has sent the goaway. */
+  int (*pair_proof)(void *data, struct session *s, const struct msg_pair_proof *p);
+  /* A message of an active session that is not the session's own (ping,
+   * pong, goaway, error, unpair). false: not one the hook knows, the
+   * session is closed as a protocol error. */
+  bool (*message)(void *data, struct session *s, struct msg *m);
+  /* The connection closed; s is freed when this returns. */
+  void (*closed)(void *data, struct session *s);
+};
+
+struct sessions;
+
+/* The sessions of one listener. server_id (CORDON_ID_LEN bytes) and db are
+ * borrowed for its lifetime. 0 or -ENOMEM. */
+int sessions_new(struct server_db *db, const uint8_t *server_id, const struct session_hooks *hooks,
+                 struct sessions **out_sessions);
+/* After the listener is closed and the loop has finished. NULL-safe. */
+void sessions_free(struct sessions *t);
+
+/* The callbacks for net_server_new(); its data must be the struct sessions. */
+extern const struct net_conn_ops sessions_net_ops;
+
+/* The device's active session that is not on its way out, or NULL. */
+struct session *sessions_find(struct sessions *t, const char *device_id);
+/* Shutdown: a goaway `shutdown` to every active session (the listener's
+ * close then closes them). */
+void sessions_shutdown(struct sessions *t);
+
+/* Encode and queue m (logged when it cannot be encoded). 0 or an error. */
+int session_send(struct session *s, const struct msg *m);
+/* Send a goaway, flush it and close: from now on s is no device's session. */
+void session_goaway(struct session *s, const char *code, const char *message);
+
+#endif
