@@ -1,9 +1,17 @@
-/* The job's seccomp filter, built with libseccomp.
+/* The job's seccomp filter, built with libseccomp: an allowlist.
  *
- * Denied system calls fail with EPERM (clone3 with ENOSYS, so libc falls
- * back to clone, whose namespace flags are filtered). Other architectures'
- * system calls (i386, x32 on x86_64) kill the process: libseccomp's
- * default bad-arch action.
+ * The system calls programs need are allowed; a call the filter does not
+ * know (a newer kernel's, say) fails with ENOSYS, as on a kernel without
+ * it, so libc falls back. Kernel-level escapes fail with EPERM; clone3 and
+ * openat2 with ENOSYS (libc falls back to clone and openat, whose
+ * arguments are checked); setting an extended attribute with EOPNOTSUPP.
+ * Argument checks: clone without namespace flags, ioctl without TIOCSTI or
+ * TIOCLINUX, no set-user-ID or set-group-ID bit in a mode, sockets of
+ * AF_INET, AF_INET6 and routing netlink only when net is allowed (EPERM
+ * without), never AF_UNIX (EPERM) nor another family (EAFNOSUPPORT),
+ * socketpair of connected AF_UNIX stream or seqpacket sockets only. Other
+ * architectures' system calls (i386, x32 on x86_64) kill the whole
+ * process. docs/SECURITY.md lists the same policy.
  */
 #ifndef CORDON_PLATFORM_LINUX_SECCOMP_H
 #define CORDON_PLATFORM_LINUX_SECCOMP_H
@@ -22,7 +30,11 @@ struct sock_fprog;
 int seccomp_job_filter_prog(bool net, struct sock_fprog **out_prog);
 void seccomp_job_prog_free(struct sock_fprog *prog);
 
-/* The rule list, for explain: [{"syscall","action","when"}...]. */
+/* The policy, for explain: [{"syscall","action","when"}...], generated
+ * from the same code as the filter: one entry per allowed or refused
+ * system call (action "ALLOW", an errno name, or "KILL"; when null or the
+ * argument condition), then "<any other>" (the default, ENOSYS) and
+ * "<other architectures>". NULL when out of memory. */
 json_t *seccomp_job_rules_json(bool net);
 
 #endif
