@@ -103,7 +103,7 @@ static int parse_argv(json_t *v, const char *field, struct manifest_argv *out,
     return -ENOMEM;
   int r = 0;
   for (size_t i = 0; i < n; i++) {
-    const char *s;
+    const char *s = NULL; /* gcc -O3 cannot see that every failure returns < 0 */
     char name[64];
     snprintf(name, sizeof(name), "%s[%zu]", field, i);
     r = get_string(json_array_get(v, i), name, MANIFEST_MAX_ARG_LEN, &s, diag);
