@@ -70,13 +70,19 @@ static int get_uint(json_t *v, const char *field, uint32_t lo, uint32_t hi, uint
   return 0;
 }
 
-/* A relative path inside the package or a grant: no empty, "." or ".." parts. */
+bool manifest_path_is_windows_absolute(const char *p) {
+  return ((p[0] >= 'A' && p[0] <= 'Z') || (p[0] >= 'a' && p[0] <= 'z')) && p[1] == ':' &&
+         (p[2] == '\\' || p[2] == '/');
+}
+
+/* A relative path inside the package or a grant: no empty, "." or ".."
+ * parts, with '\' a separator as well as '/' (it is one on Windows). */
 static bool rel_path_ok(const char *p) {
-  if (*p == '/' || *p == '\0')
+  if (*p == '/' || *p == '\\' || *p == '\0')
     return false;
   const char *s = p;
   while (*s) {
-    const char *e = strchr(s, '/');
+    const char *e = strpbrk(s, "/\\");
     size_t n = e ? (size_t)(e - s) : strlen(s);
     if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
       return false;
@@ -103,15 +109,23 @@ static int parse_argv(json_t *v, const char *field, struct manifest_argv *out,
     return -ENOMEM;
   int r = 0;
   for (size_t i = 0; i < n; i++) {
-    const char *s;
+    const char *s = NULL; /* gcc -O3 cannot see that every failure returns < 0 */
     char name[64];
     snprintf(name, sizeof(name), "%s[%zu]", field, i);
     r = get_string(json_array_get(v, i), name, MANIFEST_MAX_ARG_LEN, &s, diag);
     if (r < 0)
       goto out_free;
-    if (i == 0 && s[0] != '/' && !rel_path_ok(s)) {
-      r = BAD("field '%s': must be an absolute path or a file of the package", name);
-      goto out_free;
+    /* entry[0]: "/...", a Windows drive path (checked against the
+     * platforms in parse_root) or a file of the package */
+    if (i == 0 && s[0] != '/' && !manifest_path_is_windows_absolute(s)) {
+      if (strpbrk(s, ":\\"))
+        r = BAD("field '%s': not a file of the package (a package path has no ':' or '\\') "
+                "nor an absolute path (/... or C:\\...)",
+                name);
+      else if (!rel_path_ok(s))
+        r = BAD("field '%s': must be an absolute path or a file of the package", name);
+      if (r < 0)
+        goto out_free;
     }
     argv[i] = strdup(s);
     if (!argv[i]) {
@@ -171,10 +185,13 @@ static int parse_grant(json_t *v, size_t idx, struct manifest_grant *g, struct c
   } else if (path[0] == '/') {
     g->base = MANIFEST_GRANT_ABSOLUTE;
     rest = path;
+  } else if (manifest_path_is_windows_absolute(path)) {
+    g->base = MANIFEST_GRANT_ABSOLUTE; /* only for windows: checked in parse_root */
+    rest = path + 2;
   } else {
     return BAD("field '%s.path': must be absolute, or start with ~ or $WORKSPACE", field);
   }
-  while (*rest == '/')
+  while (*rest == '/' || *rest == '\\')
     rest++;
   if (*rest && !rel_path_ok(rest))
     return BAD("field '%s.path': empty, '.' or '..' component", field);
@@ -300,7 +317,7 @@ static int parse_limits(json_t *v, struct manifest *m, bool *cpu_set, struct cor
 static int parse_root(json_t *root, struct manifest *m, struct cordon_diag *diag) {
   if (!json_is_object(root))
     return BAD("the top level must be an object");
-  bool cpu_set = false, have_entry = false;
+  bool cpu_set = false, have_entry = false, entry_is_array = false;
   const char *key;
   json_t *val;
   int r = 0;
@@ -320,6 +337,7 @@ static int parse_root(json_t *root, struct manifest *m, struct cordon_diag *diag
         r = -ENOMEM;
     } else if (strcmp(key, "entry") == 0) {
       have_entry = true;
+      entry_is_array = json_is_array(val);
       if (json_is_array(val)) {
         /* one argv for every platform */
         for (unsigned i = 0; i < 3 && r == 0; i++)
@@ -384,6 +402,26 @@ static int parse_root(json_t *root, struct manifest *m, struct cordon_diag *diag
   for (unsigned i = 0; i < 3; i++)
     if ((m->platforms & (1u << i)) && m->entry[i].argc == 0)
       return BAD("field 'entry': no entry for platform '%s'", platform_names[i]);
+  /* A drive letter names a Windows path; on another OS it would be taken
+   * as a file of the package, which it cannot be. */
+  for (unsigned i = 0; i < 3; i++) {
+    if (1u << i == MANIFEST_PLATFORM_WINDOWS || m->entry[i].argc == 0 ||
+        !manifest_path_is_windows_absolute(m->entry[i].argv[0]))
+      continue;
+    if (!entry_is_array)
+      return BAD("field 'entry.%s[0]': a Windows path (drive letter) in the %s entry",
+                 platform_names[i], platform_names[i]);
+    if (m->platforms & (1u << i))
+      return BAD("field 'entry[0]': a Windows path (drive letter), but the package is also for "
+                 "%s (list only \"windows\" in 'platforms', or use entry.windows)",
+                 platform_names[i]);
+  }
+  for (size_t i = 0; i < m->n_grants; i++)
+    if (m->platforms != MANIFEST_PLATFORM_WINDOWS &&
+        manifest_path_is_windows_absolute(m->grants[i].path))
+      return BAD("field 'capabilities.fs[%zu].path': a Windows path (drive letter), but the "
+                 "package is not only for windows",
+                 i);
   if (!cpu_set)
     m->cpu_s = m->timeout_s;
   return 0;

@@ -54,10 +54,12 @@ enum manifest_grant_base {
   MANIFEST_GRANT_WORKSPACE /* "$WORKSPACE" or "$WORKSPACE/x" */
 };
 
+/* ABSOLUTE is "/x/y" or, in a package only for windows, a drive path
+ * "C:\x" or "C:/x". Components are separated by '/' or '\' alike. */
 struct manifest_grant {
   char *path; /* as written */
   enum manifest_grant_base base;
-  char *rel; /* path below the base, without leading '/'; "" for the base itself */
+  char *rel; /* path below the base (or drive), without leading separators; "" for the base */
   bool rw;
 };
 
@@ -94,6 +96,10 @@ int manifest_parse(const char *json, size_t len, struct manifest **out_manifest,
 /* Read and parse a manifest file (refuses files over MANIFEST_MAX_BYTES
  * before reading them). Errors as manifest_parse, or a negated errno. */
 int manifest_load_file(const char *path, struct manifest **out_manifest, struct cordon_diag *diag);
+
+/* Does p start with a drive letter, ':' and a separator ("C:\", "c:/")? Such
+ * an entry[0] or grant is an absolute Windows path, valid only for windows. */
+bool manifest_path_is_windows_absolute(const char *p);
 
 /* The entry argv for one platform (MANIFEST_PLATFORM_* bit), or NULL. */
 const struct manifest_argv *manifest_entry_for(const struct manifest *m, unsigned platform);

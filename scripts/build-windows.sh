@@ -203,7 +203,7 @@ if [ -f "$build/CMakeCache.txt" ] &&
 fi
 log "configuring cordon in $build"
 cmake -S "$root" -B "$build" -DCMAKE_TOOLCHAIN_FILE="$root/cmake/mingw-w64.cmake" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORDON_PLATFORM=windows -DCORDON_SERVER=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORDON_PLATFORM=windows -DCORDON_SERVER=OFF -DCORDON_WERROR=ON \
   -DCORDON_TESTS=OFF -DCORDON_WIN_DEPS="$prefix" >"$cache/configure-$$.log" 2>&1 ||
   { cat "$cache/configure-$$.log" >&2; rm -f "$cache/configure-$$.log"; exit 1; }
 rm -f "$cache/configure-$$.log"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-20}
-CC=clang cmake -S . -B build-fuzz -DCORDON_FUZZ=ON -DCORDON_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+CC=clang cmake -S . -B build-fuzz -DCORDON_FUZZ=ON -DCORDON_WERROR=ON -DCORDON_TESTS=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
 targets=()
 for src in tests/fuzz/fuzz_*.c; do targets+=("$(basename "$src" .c)"); done
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]}"

@@ -25,7 +25,7 @@ if [ "${CORDON_SANITIZE:-OFF}" = ON ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
   export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 fi
-cmake -S . -B "$dir" -DCORDON_PLATFORM=macos -DCORDON_SERVER=OFF "${extra[@]}" >/dev/null
+cmake -S . -B "$dir" -DCORDON_PLATFORM=macos -DCORDON_SERVER=OFF -DCORDON_WERROR=ON "${extra[@]}" >/dev/null
 targets=(cordon-agent)
 for src in tests/*/test_*_macos.c; do
   d=$(basename "$(dirname "$src")")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build and run every test: the normal build, then the ASan+UBSan build,
-# then each fuzz target for a bounded time. Installs what is missing.
+# Build and run every test: the normal build, Release builds with gcc and
+# clang (built, not run), the ASan+UBSan build, then each fuzz target for a
+# bounded time. Installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -18,6 +19,12 @@ echo "== layering: no library calls into its program's main.c"
 scripts/check-layers.sh build
 echo "== man pages"
 scripts/test-man.sh build
+
+echo "== Release builds with warnings as errors: gcc, then clang (the tests are not run again)"
+t0=$(date +%s)
+CC=gcc scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
+CC=clang scripts/build.sh build-release-clang -DCMAKE_BUILD_TYPE=Release >/dev/null
+echo "   built in $(( $(date +%s) - t0 ))s"
 
 echo "== build (ASan + UBSan)"
 scripts/build.sh build-asan -DCORDON_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug

@@ -541,7 +541,7 @@ void server_db_close(struct server_db *db) {
 }
 
 int server_db_schema_version(struct server_db *db, int *out_version, struct cordon_diag *diag) {
-  int v;
+  int v = 0; /* gcc -O3 cannot see that every failure returns nonzero */
   int err = read_schema_version(db, &v, diag);
   if (err)
     return err;

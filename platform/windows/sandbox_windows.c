@@ -442,8 +442,15 @@ json_t *sandbox_probe_json(const struct sandbox_probe *p) {
 /* ---- planning ---- */
 
 /* "/Windows/System32/cmd.exe" -> "C:\Windows\System32\cmd.exe" (the system
- * drive); any other entry[0] is a file of the package. */
+ * drive); a drive path ("D:/x", "D:\x") stays on its drive. Any other
+ * entry[0] is a file of the package. */
 static char *system_path(const char *posix_abs) {
+  if (manifest_path_is_windows_absolute(posix_abs)) {
+    char *s = strdup(posix_abs);
+    if (s)
+      to_backslashes(s);
+    return s;
+  }
   wchar_t drive[MAX_PATH];
   UINT n = GetSystemWindowsDirectoryW(drive, MAX_PATH);
   char d[3] = "C:";
@@ -718,9 +725,9 @@ int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_p
     plan->reason = reason;
   }
 
-  /* argv: entry[0] is "/..." on the system drive or a file of the package */
+  /* argv: entry[0] is "/..." on the system drive, a drive path or a file of the package */
   const char *argv0 = entry->argv[0];
-  if (argv0[0] == '/') {
+  if (argv0[0] == '/' || manifest_path_is_windows_absolute(argv0)) {
     plan->app = system_path(argv0);
   } else if (asprintf(&plan->app, "%s\\%s", job->package_path, argv0) < 0) {
     plan->app = NULL;

@@ -568,6 +568,95 @@ Test(manifest, rejects_empty_later_arguments) {
   expect_invalid("{" NV ",\"entry\":[\"/bin/echo\",\"\"]}", "entry[1]");
 }
 
+/* JSON text for a Windows path: each '\' doubled. */
+#define WIN_CMD "C:\\\\Windows\\\\System32\\\\cmd.exe"
+
+Test(manifest, entry0_with_a_drive_letter_is_an_absolute_windows_path) {
+  static const struct {
+    const char *json;
+    const char *argv0; /* the windows entry[0], as written */
+  } rows[] = {
+      {"{" NV ",\"platforms\":[\"windows\"],\"entry\":[\"" WIN_CMD "\",\"/c\",\"echo\"]}",
+       "C:\\Windows\\System32\\cmd.exe"},
+      {"{" NV
+       ",\"platforms\":[\"windows\"],\"entry\":{\"windows\":[\"C:/Windows/System32/cmd.exe\"]}}",
+       "C:/Windows/System32/cmd.exe"},
+      {"{" NV ",\"platforms\":[\"windows\"],\"entry\":[\"d:\\\\tools\\\\x.exe\"]}",
+       "d:\\tools\\x.exe"},
+      /* another platform's entry beside it is a path of its own kind */
+      {"{" NV ",\"platforms\":[\"linux\",\"windows\"],"
+       "\"entry\":{\"linux\":[\"/bin/sh\"],\"windows\":[\"" WIN_CMD "\"]}}",
+       "C:\\Windows\\System32\\cmd.exe"},
+      /* platforms after entry: the check waits for the whole document */
+      {"{" NV ",\"entry\":[\"Z:/x.exe\"],\"platforms\":[\"windows\"]}", "Z:/x.exe"},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    struct manifest *m = parse_ok(rows[i].json);
+    const struct manifest_argv *w = manifest_entry_for(m, MANIFEST_PLATFORM_WINDOWS);
+    cr_assert_not_null(w, "%s", rows[i].json);
+    cr_expect_str_eq(w->argv[0], rows[i].argv0);
+    cr_expect(manifest_path_is_windows_absolute(w->argv[0]));
+    manifest_free(m);
+  }
+}
+
+Test(manifest, rejects_a_drive_letter_entry0_that_another_platform_would_run) {
+  static const struct bad_row rows[] = {
+      /* platforms defaults to all three */
+      {"{" NV ",\"entry\":[\"" WIN_CMD "\"]}", "entry[0]"},
+      {"{" NV ",\"platforms\":[\"windows\",\"linux\"],\"entry\":[\"" WIN_CMD "\"]}", "entry[0]"},
+      {"{" NV ",\"platforms\":[\"macos\",\"windows\"],\"entry\":[\"C:/x.exe\"]}", "entry[0]"},
+      {"{" NV ",\"platforms\":[\"linux\"],\"entry\":{\"linux\":[\"" WIN_CMD "\"]}}",
+       "entry.linux[0]"},
+      /* even in an entry the package does not list */
+      {"{" NV ",\"platforms\":[\"windows\"],"
+       "\"entry\":{\"windows\":[\"" WIN_CMD "\"],\"macos\":[\"C:/bin/true\"]}}",
+       "entry.macos[0]"},
+  };
+  RUN_BAD(rows);
+}
+
+Test(manifest, rejects_entry0_with_a_colon_or_backslash_on_every_platform) {
+  /* such a name is taken as a file of the package, and no package file has
+   * ':' or '\' (docs/protocol/package.md, Paths) */
+  static const char *const bad[] = {
+      "run:me.sh",
+      "bin\\\\run.exe",
+      ".\\\\run.cmd",
+      "..\\\\x.exe",
+      "C:run.exe",
+      "C:",
+      "\\\\Windows\\\\cmd.exe",
+      "\\\\\\\\server\\\\share\\\\x.exe",
+      "1:\\\\x.exe",
+      "a/b:c",
+      "::",
+      "CC:\\\\x.exe",
+  };
+  static const struct {
+    const char *before, *after, *field;
+  } where[] = {
+      {"\"platforms\":[\"windows\"],\"entry\":[\"", "\"]", "entry[0]"},
+      {"\"platforms\":[\"windows\"],\"entry\":{\"windows\":[\"", "\"]}", "entry.windows[0]"},
+      {"\"platforms\":[\"linux\"],\"entry\":{\"linux\":[\"", "\"]}", "entry.linux[0]"},
+      {"\"entry\":[\"", "\"]", "entry[0]"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    for (size_t j = 0; j < sizeof(where) / sizeof(where[0]); j++) {
+      char *json = fmt("{" NV ",%s%s%s}", where[j].before, bad[i], where[j].after);
+      expect_invalid(json, where[j].field);
+      free(json);
+    }
+  }
+}
+
+Test(manifest, drive_letter_later_arguments_are_not_paths) {
+  struct manifest *m = parse_ok("{" NV ",\"entry\":[\"/bin/echo\",\"C:\\\\x\",\"a:b\"]}");
+  cr_assert_str_eq(m->entry[0].argv[1], "C:\\x");
+  cr_assert_str_eq(m->entry[0].argv[2], "a:b");
+  manifest_free(m);
+}
+
 /* ---- capabilities.fs ---- */
 
 struct grant_row {
@@ -640,6 +729,58 @@ Test(manifest, rejects_relative_dotdot_and_foreign_home_grant_paths) {
       {FS("~/x/"), "capabilities.fs[0].path"},
       {FS("/."), "capabilities.fs[0].path"},
   };
+#undef FS
+  RUN_BAD(rows);
+}
+
+Test(manifest, drive_letter_grants_are_absolute_in_a_package_only_for_windows) {
+  static const struct grant_row rows[] = {
+      {"C:\\\\Users\\\\me\\\\data", MANIFEST_GRANT_ABSOLUTE, "Users\\me\\data"},
+      {"c:/data/in", MANIFEST_GRANT_ABSOLUTE, "data/in"},
+      {"D:\\\\", MANIFEST_GRANT_ABSOLUTE, ""},
+      {"E:/a b/c..", MANIFEST_GRANT_ABSOLUTE, "a b/c.."},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    char *json = fmt("{" NV ",\"platforms\":[\"windows\"],\"entry\":[\"" WIN_CMD "\"],"
+                     "\"capabilities\":{\"fs\":[{\"path\":\"%s\",\"access\":\"ro\"}]}}",
+                     rows[i].path);
+    struct manifest *m = parse_ok(json);
+    cr_assert_eq(m->n_grants, 1);
+    cr_expect_eq(m->grants[0].base, rows[i].base, "%s", rows[i].path);
+    cr_expect_str_eq(m->grants[0].rel, rows[i].rel, "%s", rows[i].path);
+    cr_expect(manifest_path_is_windows_absolute(m->grants[0].path), "%s", m->grants[0].path);
+    manifest_free(m);
+    free(json);
+  }
+}
+
+Test(manifest, rejects_drive_letter_grants_outside_windows_and_backslash_dotdot) {
+#define WFS(p)                                                                                     \
+  "{" NV ",\"platforms\":[\"windows\"],\"entry\":[\"" WIN_CMD "\"],"                               \
+  "\"capabilities\":{\"fs\":[{\"path\":\"" p "\",\"access\":\"ro\"}]}}"
+#define FS(p) "{" BASE ",\"capabilities\":{\"fs\":[{\"path\":\"" p "\",\"access\":\"ro\"}]}}"
+  static const struct bad_row rows[] = {
+      /* a Windows path in a package for other platforms too */
+      {FS("C:\\\\Users"), "capabilities.fs[0].path"},
+      {"{" NV ",\"platforms\":[\"windows\",\"linux\"],\"entry\":[\"/bin/x\"],"
+       "\"capabilities\":{\"fs\":[{\"path\":\"C:/data\",\"access\":\"ro\"}]}}",
+       "capabilities.fs[0].path"},
+      /* '\' separates components: no '..', '.' or empty ones that way either */
+      {WFS("C:\\\\Users\\\\..\\\\Admin"), "capabilities.fs[0].path"},
+      {WFS("C:/Users/.."), "capabilities.fs[0].path"},
+      {WFS("C:\\\\a\\\\.\\\\b"), "capabilities.fs[0].path"},
+      {WFS("C:\\\\a\\\\\\\\b"), "capabilities.fs[0].path"},
+      {WFS("C:\\\\a\\\\"), "capabilities.fs[0].path"},
+      {WFS("/a\\\\..\\\\b"), "capabilities.fs[0].path"},
+      {WFS("~/x\\\\..\\\\..\\\\y"), "capabilities.fs[0].path"},
+      {FS("/a\\\\..\\\\b"), "capabilities.fs[0].path"},
+      {FS("$WORKSPACE/..\\\\x"), "capabilities.fs[0].path"},
+      /* not a drive path: relative */
+      {WFS("C:"), "capabilities.fs[0].path"},
+      {WFS("C:data"), "capabilities.fs[0].path"},
+      {WFS("\\\\Users"), "capabilities.fs[0].path"},
+  };
+#undef WFS
 #undef FS
   RUN_BAD(rows);
 }

@@ -218,8 +218,8 @@ Test(db, user_add_refuses_bad_names) {
                                     "al'ice",
                                     "a;DROP TABLE users",
                                     "\x1b[31m",
-                                    "0123456789012345678901234567890123456789"
-                                    "012345678901234567890123456"};
+                                    ("0123456789012345678901234567890123456789"
+                                     "012345678901234567890123456")}; /* one name, 67 bytes */
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     cr_assert_eq(server_db_user_add(db, bad[i], NULL, NULL), -EINVAL, "%s", bad[i]);
   add_user(db, "a.b_c-9");
