@@ -16,8 +16,9 @@
 
 #include "agent/cmd_service.h"
 #include "agent/commands.h"
+#include "compat/posix.h"
+#include "compat/win32.h"
 #include "platform/windows/service_windows.h"
-#include "platform/windows/winutil.h"
 
 #define PROG "cordon-agent"
 /* the service's log is started afresh (the old one kept as .1) past this */

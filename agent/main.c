@@ -14,6 +14,7 @@
 #include "agent/config.h"
 #include "agent/job.h"
 #include "agent/state.h"
+#include "compat/posix.h"
 #include "platform/paths.h"
 #include "platform/sandbox.h"
 

@@ -29,12 +29,13 @@
 #include "agent/hello.h"
 #include "agent/job.h"
 #include "agent/state.h"
+#include "compat/posix.h"
+#include "core/file.h"
 #include "net/conn.h"
 #include "platform/fs.h"
 #include "proto/msg.h"
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
-#include "core/file.h"
 
 struct runner;
 

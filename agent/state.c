@@ -12,9 +12,10 @@
 #include <unistd.h>
 
 #include "agent/trust.h"
+#include "compat/posix.h"
+#include "core/file.h"
 #include "platform/fs.h"
 #include "proto/keyfile.h"
-#include "core/file.h"
 
 static int hex_field(json_t *o, const char *key, uint8_t *out, size_t n) {
   const char *s = json_string_value(json_object_get(o, key));

@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/win32.h"
 #include "platform/fs.h"
 #include "platform/paths.h"
 #include "platform/windows/cmdline.h"
-#include "platform/windows/winutil.h"
 
 static const char *svc_name(const struct service_windows_options *o) {
   return o && o->name ? o->name : SERVICE_WINDOWS_DEFAULT_NAME;

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/win32.h"
 #include "platform/windows/service_windows.h"
-#include "platform/windows/winutil.h"
 #include "tests/windows/wintest.h"
 
 WT_TEST(service, command_line_quotes_the_program) {
