@@ -22,10 +22,5 @@ int agent_cmd_run(const struct agent_config *cfg);
  * their results spooled). Safe from any thread; a request made before the
  * run's loop is up stops it as soon as it is. */
 void agent_run_request_stop(void);
-/* `run --service` on Windows (agent/cmd_service_windows.c): agent_cmd_run
- * under the Service Control Manager, which stops it through
- * agent_run_request_stop. Exit status as agent_cmd_run; 2 when the process
- * was not started by the SCM. */
-int agent_cmd_run_service(const struct agent_config *cfg);
 
 #endif
