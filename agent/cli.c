@@ -1,4 +1,5 @@
 #include "agent/cli.h"
+#include "compat/posix.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,6 +7,7 @@
 #include "agent/cli.h"
 #include "agent/commands.h"
 #include "agent/job.h"
+#include "compat/posix.h"
 #include "platform/sandbox.h"
 
 /* Print the result JSON and the one-line error; return the exit status. */

@@ -9,6 +9,7 @@
 #include "agent/commands.h"
 #include "agent/hello.h"
 #include "agent/state.h"
+#include "compat/posix.h"
 #include "core/id.h"
 #include "net/conn.h"
 #include "proto/msg.h"

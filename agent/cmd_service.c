@@ -6,19 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/posix.h"
 #include "platform/service.h"
 
 #define PROG "cordon-agent"
-
-static int service_usage(const char *msg) {
-  if (msg)
-    fprintf(stderr, PROG ": usage: %s\n", msg);
-  fprintf(
-      stderr,
-      "usage: " PROG " [--config DIR] service install|uninstall|start|stop|status|print\n"
-      "         [--user|--system] [--root DIR] [--agent-path PATH] [--default-config] [--json]\n");
-  return 2;
-}
 
 static int fail(int err, const char *detail) {
   fprintf(stderr, PROG ": %s: %s\n", cordon_err_name(err),
@@ -26,13 +17,48 @@ static int fail(int err, const char *detail) {
   return err == CORDON_E_USAGE ? 2 : 1;
 }
 
+static int service_usage(const char *msg) {
+  if (msg)
+    fprintf(stderr, PROG ": usage: %s\n", msg);
+  fprintf(stderr,
+          "usage: " PROG " [--config DIR] service install|uninstall|start|stop|status|print\n"
+          "         %s[--agent-path PATH] [--default-config] [--json]\n",
+          service_has_scopes() ? "[--user|--system] [--root DIR] " : "");
+  return 2;
+}
+
+/* The summary line on stderr, then the JSON on stdout. */
+static void print_status(json_t *j, bool json_only) {
+  if (!json_only && service_has_scopes()) {
+    fprintf(stderr, "%s service %s: %s\n", service_manager_name(),
+            json_is_true(json_object_get(j, "installed")) ? "installed" : "not installed",
+            json_string_value(json_object_get(j, "detail")));
+  } else if (!json_only) {
+    json_t *st = json_object_get(j, "state");
+    fprintf(stderr, "%s service %s: %s%s%s\n", service_manager_name(),
+            json_string_value(json_object_get(j, "name")),
+            json_is_true(json_object_get(j, "installed")) ? "installed" : "not installed",
+            json_is_string(st) ? ", " : "", json_is_string(st) ? json_string_value(st) : "");
+  }
+  char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  if (s)
+    printf("%s\n", s);
+  free(s);
+  fflush(stdout);
+}
+
 int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg) {
   const char *action = NULL, *root = NULL, *agent_path = NULL, *config_dir = NULL;
   bool json_only = false, have_scope = false, default_config = false;
+  bool scoped = service_has_scopes();
   enum service_scope scope = service_default_scope();
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--user") == 0 || strcmp(a, "--system") == 0) {
+    if (!scoped &&
+        (strcmp(a, "--user") == 0 || strcmp(a, "--system") == 0 || strcmp(a, "--root") == 0)) {
+      fprintf(stderr, PROG ": usage: %s is for systemd and launchd, not Windows\n", a);
+      return 2;
+    } else if (strcmp(a, "--user") == 0 || strcmp(a, "--system") == 0) {
       enum service_scope s = a[2] == 'u' ? SERVICE_SCOPE_USER : SERVICE_SCOPE_SYSTEM;
       if (have_scope && s != scope)
         return service_usage("--user and --system exclude each other");
@@ -78,7 +104,7 @@ int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg) {
     cfg = own;
   }
 
-  char self[PATH_MAX];
+  char self[SERVICE_PATH_MAX];
   if (!agent_path) {
     if (service_self_path(self, sizeof(self)) < 0) {
       agent_config_free(own);
@@ -99,19 +125,26 @@ int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg) {
   };
   struct cordon_diag diag = {{0}};
   int r;
-  char path[PATH_MAX];
+  char path[SERVICE_PATH_MAX]; /* the definition file, or the SCM's service name */
   if (service_definition_path(&o, path, sizeof(path)) < 0)
     snprintf(path, sizeof(path), "(none)");
   if (strcmp(action, "install") == 0) {
     r = service_install(&o, &diag);
-    if (r == 0)
+    if (r == 0 && scoped)
       fprintf(stderr, PROG ": service installed: %s (%s)\n", path,
               root ? "files only" : "enabled; `" PROG " service start` starts it");
+    else if (r == 0)
+      fprintf(stderr,
+              PROG ": service %s installed (automatic start; `" PROG
+                   " service start` starts it now)\n",
+              path);
   } else if (strcmp(action, "uninstall") == 0) {
     r = service_uninstall(&o, &diag);
     if (r == 0)
-      fprintf(stderr, PROG ": service removed: %s (the state directory %s is kept)\n", path,
-              cfg->dir);
+      fprintf(stderr,
+              scoped ? PROG ": service removed: %s (the state directory %s is kept)\n"
+                     : PROG ": service %s removed (the state directory %s is kept)\n",
+              path, cfg->dir);
   } else if (strcmp(action, "print") == 0) {
     char *text;
     r = service_render(&o, &text);
@@ -120,7 +153,10 @@ int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg) {
       fflush(stdout);
       free(text);
     } else {
-      cordon_diag_set(&diag, r, "cannot render the service definition (absolute paths needed)");
+      cordon_diag_set(&diag, r,
+                      scoped ? "cannot render the service definition (absolute paths needed)"
+                             : "cannot build the service's command line (an absolute agent path "
+                               "is needed)");
     }
   } else if (strcmp(action, "start") == 0) {
     r = service_start(&o, &diag);
@@ -130,16 +166,10 @@ int agent_cmd_service(int argc, char **argv, const struct agent_config *cfg) {
     json_t *j = NULL;
     r = service_status(&o, &j);
     if (r == 0) {
-      char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-      if (!json_only)
-        fprintf(stderr, "%s service %s: %s\n", service_manager_name(),
-                json_is_true(json_object_get(j, "installed")) ? "installed" : "not installed",
-                json_string_value(json_object_get(j, "detail")));
-      if (s)
-        printf("%s\n", s);
-      free(s);
+      print_status(j, json_only);
       json_decref(j);
-      fflush(stdout);
+    } else if (!scoped) {
+      cordon_diag_set(&diag, r, "cannot query the Service Control Manager");
     }
   } else {
     fprintf(stderr, PROG ": usage: unknown service action %s\n", action);

@@ -8,6 +8,7 @@
 #include "agent/cli.h"
 #include "agent/commands.h"
 #include "agent/state.h"
+#include "compat/posix.h"
 #include "core/id.h"
 #include "platform/paths.h"
 #include "platform/sandbox.h"

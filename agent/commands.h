@@ -26,10 +26,5 @@ int agent_cmd_pair(const struct agent_config *cfg, const char *server, const cha
 int agent_cmd_unpair(const struct agent_config *cfg);
 /* run until SIGTERM/SIGINT or agent_run_request_stop; 0 after a clean stop. */
 int agent_cmd_run(const struct agent_config *cfg);
-/* `run --service` on Windows (agent/cmd_service_windows.c): agent_cmd_run
- * under the Service Control Manager, which stops it through
- * agent_run_request_stop. Exit status as agent_cmd_run; 2 when the process
- * was not started by the SCM. */
-int agent_cmd_run_service(const struct agent_config *cfg);
 
 #endif

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compat/posix.h"
 #include "platform/paths.h"
 
 #define BAD(...) cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "config.json: " __VA_ARGS__)

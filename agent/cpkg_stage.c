@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compat/posix.h"
+
 struct agent_cpkg_stager {
   struct cpkg_stream *stream;
   int dirfd;                           /* the caller's stage directory */

@@ -12,6 +12,7 @@
 
 #include "agent/cpkg_stage.h"
 #include "agent/job.h"
+#include "compat/posix.h"
 #include "core/log.h"
 #include "platform/fs.h"
 #include "platform/sandbox.h"

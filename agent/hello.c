@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "compat/posix.h"
 #include "platform/paths.h"
 
 int agent_facts_probe(const struct agent_config *cfg, struct agent_facts *out_facts) {

@@ -11,6 +11,7 @@
 
 #include "agent/cpkg_stage.h"
 #include "agent/trust.h"
+#include "compat/posix.h"
 #include "platform/fs.h"
 #include "platform/paths.h"
 

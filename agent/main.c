@@ -13,6 +13,7 @@
 #include "agent/cmd_service.h"
 #include "agent/commands.h"
 #include "agent/config.h"
+#include "compat/posix.h"
 #include "core/log.h"
 
 static int usage(const char *msg) {
@@ -119,13 +120,7 @@ static int service_command(int argc, char **argv) {
 /* `run --service`: only the Windows service's command line says it (see
  * docs/WINDOWS.md); systemd and launchd run plain `run`. */
 static int cmd_run(const struct cli *c, const struct agent_config *cfg) {
-  if (!c->service)
-    return agent_cmd_run(cfg);
-#if CORDON_WITH_SCM
-  return agent_cmd_run_service(cfg);
-#else
-  return agent_usage("--service is for the Windows Service Control Manager only");
-#endif
+  return c->service ? agent_cmd_run_service(cfg) : agent_cmd_run(cfg);
 }
 
 int main(int argc, char **argv) {

@@ -19,6 +19,7 @@
 #include "agent/spool.h"
 #include "agent/state.h"
 #include "agent/stop.h"
+#include "compat/posix.h"
 #include "core/log.h"
 #include "proto/msg.h"
 

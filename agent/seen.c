@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "compat/posix.h"
 #include "core/file.h"
 #include "platform/fs.h"
 

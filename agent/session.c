@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/posix.h"
 #include "core/clock.h"
 #include "core/file.h"
 #include "core/log.h"

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "compat/posix.h"
 #include "core/file.h"
 #include "platform/fs.h"
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent/trust.h"
+#include "compat/posix.h"
 #include "core/file.h"
 #include "platform/fs.h"
 #include "proto/keyfile.h"

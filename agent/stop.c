@@ -1,4 +1,5 @@
 #include "agent/stop.h"
+#include "compat/posix.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compat/posix.h"
 #include "proto/keyfile.h"
 
 static int load_fd(struct cpkg_trust *trust, int fd, const char *name, struct cordon_diag *diag) {

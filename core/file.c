@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compat/posix.h"
+
 int core_write_all(int fd, const void *buf, size_t len) {
   const char *p = buf;
   while (len > 0) {

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/posix.h"
 #include "core/manifest.h"
 
 /* ---- small helpers ------------------------------------------------------- */

@@ -3,14 +3,14 @@
 # includes across a forbidden boundary, when shared code tests the OS, or
 # (given a build directory) when a program's library calls into its main.c.
 #
-#   core/      -> core/
-#   proto/     -> core/ proto/
-#   net/       -> core/ proto/ net/
-#   compat/    -> compat/
+#   compat/    -> compat/ (the POSIX shim every layer may include)
+#   core/      -> compat/ core/
+#   proto/     -> compat/ core/ proto/
+#   net/       -> compat/ core/ proto/ net/
 #   platform/  -> core/ compat/ platform/ (a platform/<os>/ file: only its
 #                 own OS folder, platform/posix/ for linux and macos, and
 #                 the OS-neutral platform/*.h; an OS-neutral file: no OS folder)
-#   server/    -> core/ proto/ net/ server/
+#   server/    -> compat/ core/ proto/ net/ server/
 #   agent/     -> core/ proto/ net/ compat/ agent/ and the public platform/*.h
 #
 # Usage: scripts/check-layers.sh [BUILD_DIR]
@@ -24,9 +24,9 @@ bad() {
 
 allowed_for() { # the include prefixes a file may use, by its path
   case "$1" in
-  core/*) echo "core/" ;;
-  proto/*) echo "core/ proto/" ;;
-  net/*) echo "core/ proto/ net/" ;;
+  core/*) echo "compat/ core/" ;;
+  proto/*) echo "compat/ core/ proto/" ;;
+  net/*) echo "compat/ core/ proto/ net/" ;;
   compat/*) echo "compat/" ;;
   platform/linux/* | platform/macos/*)
     local os=${1#platform/}
@@ -36,7 +36,7 @@ allowed_for() { # the include prefixes a file may use, by its path
   platform/windows/*) echo "core/ compat/ platform/windows/ platform/TOP" ;;
   platform/posix/*) echo "core/ compat/ platform/posix/ platform/TOP" ;;
   platform/*) echo "core/ compat/ platform/TOP" ;;
-  server/*) echo "core/ proto/ net/ server/" ;;
+  server/*) echo "compat/ core/ proto/ net/ server/" ;;
   agent/*) echo "core/ proto/ net/ compat/ agent/ platform/TOP" ;;
   esac
 }

@@ -1,4 +1,5 @@
-/* The agent as a systemd service (platform/service.h).
+/* The agent as a systemd service (platform/service.h, through
+ * platform/posix/service_posix.h).
  *
  * System scope: /etc/systemd/system/cordon-agent.service, the agent as
  * root with /var/lib/cordon-agent, jobs as job_user (created here when
@@ -14,7 +15,6 @@
  * same text.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
@@ -22,11 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "platform/fs.h"
-#include "platform/service.h"
+#include "platform/posix/service_posix.h"
 
 #define UNIT_NAME "cordon-agent.service"
 #define SYSTEMCTL "/usr/bin/systemctl"
@@ -68,25 +67,11 @@ static void append_word(FILE *f, const char *w, bool exec) {
   fputc('"', f);
 }
 
-/* The options with the invoking user filled in when home is unset. */
-static struct service_options with_user(const struct service_options *in) {
-  struct service_options o = *in;
-  if (!o.home) {
-    const char *home = getenv("HOME");
-    struct passwd *pw = getpwuid(getuid());
-    if ((!home || home[0] != '/') && pw)
-      home = pw->pw_dir;
-    o.home = home;
-    o.uid = (unsigned)getuid();
-  }
-  return o;
-}
-
 static bool bad_path(const char *p) {
   return !p || p[0] != '/' || strpbrk(p, "\n\r") != NULL;
 }
 
-static int service_render_as(const struct service_options *o, char **out_text) {
+int service_os_render(const struct service_options *o, char **out_text) {
   if (bad_path(o->agent_path) || (o->config_dir && bad_path(o->config_dir)))
     return CORDON_E_USAGE;
   bool sys = o->scope == SERVICE_SCOPE_SYSTEM;
@@ -207,61 +192,12 @@ static int unit_dir(const struct service_options *o, char *out, size_t len) {
   return pathf(out, len, "%s%s/.config/systemd/user", rootp(o), o->home);
 }
 
-static int service_definition_path_as(const struct service_options *o, char *out, size_t len) {
+int service_os_definition_path(const struct service_options *o, char *out, size_t len) {
   char dir[PATH_MAX];
   int r = unit_dir(o, dir, sizeof(dir));
   if (r < 0)
     return r;
   return pathf(out, len, "%s/" UNIT_NAME, dir);
-}
-
-/* Run argv (absolute path), stdout and stderr to /dev/null unless
- * capture is given. Returns the exit status, or a negated errno. */
-static int run_cmd(char *const *argv, char *capture, size_t cap_len) {
-  int pfd[2] = {-1, -1};
-  if (capture && pipe(pfd) < 0)
-    return -errno;
-  pid_t pid = fork();
-  if (pid < 0) {
-    int e = -errno;
-    if (capture) {
-      close(pfd[0]);
-      close(pfd[1]);
-    }
-    return e;
-  }
-  if (pid == 0) {
-    int null_fd = open("/dev/null", O_RDWR);
-    if (null_fd >= 0) {
-      dup2(null_fd, 0);
-      dup2(capture ? pfd[1] : null_fd, 1);
-      dup2(capture ? pfd[1] : null_fd, 2);
-    }
-    char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL, NULL};
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
-    char xbuf[PATH_MAX + 20];
-    if (xdg && snprintf(xbuf, sizeof(xbuf), "XDG_RUNTIME_DIR=%s", xdg) < (int)sizeof(xbuf))
-      envp[2] = xbuf; /* systemctl --user finds the user's manager with it */
-    execve(argv[0], argv, envp);
-    _exit(127);
-  }
-  if (capture) {
-    close(pfd[1]);
-    size_t have = 0;
-    ssize_t n;
-    while ((n = read(pfd[0], capture + have, cap_len - 1 - have)) > 0 &&
-           have + (size_t)n < cap_len - 1)
-      have += (size_t)n;
-    if (n > 0)
-      have += (size_t)n;
-    capture[have] = '\0';
-    close(pfd[0]);
-  }
-  int st;
-  while (waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR)
-      return -errno;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 static bool systemd_running(void) {
@@ -281,36 +217,12 @@ static int systemctl(const struct service_options *o, const char *verb, bool wit
   if (with_unit)
     argv[n++] = UNIT_NAME;
   argv[n] = NULL;
-  return run_cmd(argv, capture, cap_len);
-}
-
-static int write_atomic(const char *path, const char *text, struct cordon_diag *diag) {
-  char tmp[PATH_MAX];
-  int r = pathf(tmp, sizeof(tmp), "%s.tmp", path);
-  if (r < 0)
-    return cordon_diag_set(diag, r, "%s: path too long", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0)
-    return cordon_diag_set(diag, -errno, "cannot write %s: %s", tmp, strerror(errno));
-  size_t len = strlen(text), off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, text + off, len - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0) {
-      r = -errno;
-      close(fd);
-      unlink(tmp);
-      return cordon_diag_set(diag, r, "cannot write %s: %s", tmp, strerror(-r));
-    }
-    off += (size_t)w;
-  }
-  if (fchmod(fd, 0644) < 0 || fsync(fd) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
-    r = -errno;
-    unlink(tmp);
-    return cordon_diag_set(diag, r, "cannot install %s: %s", path, strerror(-r));
-  }
-  return 0;
+  char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL, NULL};
+  const char *xdg = getenv("XDG_RUNTIME_DIR");
+  char xbuf[PATH_MAX + 20];
+  if (xdg && snprintf(xbuf, sizeof(xbuf), "XDG_RUNTIME_DIR=%s", xdg) < (int)sizeof(xbuf))
+    envp[2] = xbuf; /* systemctl --user finds the user's manager with it */
+  return posix_service_exec(argv, envp, capture, cap_len);
 }
 
 static int ensure_job_user(const char *name, struct cordon_diag *diag) {
@@ -325,25 +237,25 @@ static int ensure_job_user(const char *name, struct cordon_diag *diag) {
   if (strcmp(name, "cordon-job") != 0)
     return cordon_diag_set(diag, CORDON_E_JOB_USER_MISSING,
                            "job user '%s' does not exist; create it first", name);
-  int st = run_cmd(argv, NULL, 0);
+  char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C", NULL};
+  int st = posix_service_exec(argv, envp, NULL, 0);
   if (st != 0)
     return cordon_diag_set(diag, CORDON_E_JOB_USER_MISSING, "useradd %s failed (status %d)", name,
                            st);
   return 0;
 }
 
-static int service_install_as(const struct service_options *o, struct cordon_diag *diag) {
+int service_os_install(const struct service_options *o, struct cordon_diag *diag) {
   bool sys = o->scope == SERVICE_SCOPE_SYSTEM;
   if (sys && !o->root && geteuid() != 0)
     return cordon_diag_set(diag, CORDON_E_USAGE,
                            "a system service needs root; use --user for a per-user service");
   char *text;
-  int r = service_render_as(o, &text);
+  int r = service_os_render(o, &text);
   if (r < 0)
     return cordon_diag_set(diag, r, "agent path and config dir must be absolute paths");
-  char dir[PATH_MAX], path[PATH_MAX], state[PATH_MAX];
-  if ((r = unit_dir(o, dir, sizeof(dir))) < 0 ||
-      (r = pathf(path, sizeof(path), "%s/" UNIT_NAME, dir)) < 0) {
+  char dir[PATH_MAX], state[PATH_MAX];
+  if ((r = unit_dir(o, dir, sizeof(dir))) < 0) {
     free(text);
     return cordon_diag_set(diag, r, "cannot place the unit file");
   }
@@ -361,7 +273,7 @@ static int service_install_as(const struct service_options *o, struct cordon_dia
     cordon_diag_set(diag, r, "cannot create %s: %s", dir, strerror(-r));
     goto out;
   }
-  if ((r = write_atomic(path, text, diag)) < 0)
+  if ((r = posix_service_write_definition(dir, UNIT_NAME, text, diag)) < 0)
     goto out;
   if (o->root || !systemd_running())
     goto out; /* written only; the next boot's systemd picks it up once enabled */
@@ -374,11 +286,11 @@ out:
   return r;
 }
 
-static int service_uninstall_as(const struct service_options *o, struct cordon_diag *diag) {
+int service_os_uninstall(const struct service_options *o, struct cordon_diag *diag) {
   if (o->scope == SERVICE_SCOPE_SYSTEM && !o->root && geteuid() != 0)
     return cordon_diag_set(diag, CORDON_E_USAGE, "removing the system service needs root");
   char path[PATH_MAX];
-  int r = service_definition_path_as(o, path, sizeof(path));
+  int r = service_os_definition_path(o, path, sizeof(path));
   if (r < 0)
     return cordon_diag_set(diag, r, "cannot place the unit file");
   bool manage = !o->root && systemd_running();
@@ -407,17 +319,17 @@ static int simple_verb(const struct service_options *o, const char *verb,
   return 0;
 }
 
-static int service_start_as(const struct service_options *o, struct cordon_diag *diag) {
+int service_os_start(const struct service_options *o, struct cordon_diag *diag) {
   return simple_verb(o, "start", diag);
 }
 
-static int service_stop_as(const struct service_options *o, struct cordon_diag *diag) {
+int service_os_stop(const struct service_options *o, struct cordon_diag *diag) {
   return simple_verb(o, "stop", diag);
 }
 
-static int service_status_as(const struct service_options *o, json_t **out_status) {
+int service_os_status(const struct service_options *o, json_t **out_status) {
   char path[PATH_MAX];
-  int r = service_definition_path_as(o, path, sizeof(path));
+  int r = service_os_definition_path(o, path, sizeof(path));
   if (r < 0)
     return r;
   struct stat st;
@@ -448,39 +360,4 @@ static int service_status_as(const struct service_options *o, json_t **out_statu
   }
   *out_status = j;
   return 0;
-}
-
-int service_render(const struct service_options *o_in, char **out_text) {
-  struct service_options o = with_user(o_in);
-  return service_render_as(&o, out_text);
-}
-
-int service_definition_path(const struct service_options *o_in, char *out, size_t len) {
-  struct service_options o = with_user(o_in);
-  return service_definition_path_as(&o, out, len);
-}
-
-int service_install(const struct service_options *o_in, struct cordon_diag *diag) {
-  struct service_options o = with_user(o_in);
-  return service_install_as(&o, diag);
-}
-
-int service_uninstall(const struct service_options *o_in, struct cordon_diag *diag) {
-  struct service_options o = with_user(o_in);
-  return service_uninstall_as(&o, diag);
-}
-
-int service_start(const struct service_options *o_in, struct cordon_diag *diag) {
-  struct service_options o = with_user(o_in);
-  return service_start_as(&o, diag);
-}
-
-int service_stop(const struct service_options *o_in, struct cordon_diag *diag) {
-  struct service_options o = with_user(o_in);
-  return service_stop_as(&o, diag);
-}
-
-int service_status(const struct service_options *o_in, json_t **out_status) {
-  struct service_options o = with_user(o_in);
-  return service_status_as(&o, out_status);
 }

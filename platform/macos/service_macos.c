@@ -1,4 +1,5 @@
-/* The agent as a launchd LaunchAgent (platform/service.h): per user only.
+/* The agent as a launchd LaunchAgent (platform/service.h, through
+ * platform/posix/service_posix.h): per user only.
  *
  * ~/Library/LaunchAgents/org.cordon.agent.plist, loaded into the user's
  * GUI domain with `launchctl bootstrap gui/<uid> PLIST`; uninstall boots it
@@ -6,24 +7,20 @@
  * LaunchDaemon (jobs as a dedicated account) is not offered: creating that
  * account on macOS (dscl/sysadminctl) is not something we could test here.
  *
- * Plain POSIX: /bin/launchctl is run by absolute path. Tested on Linux for
+ * Plain POSIX: /bin/launchctl is run by absolute path (posix_service_exec). Tested on Linux for
  * what it writes (with `root` set); the launchctl calls were not run.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "platform/fs.h"
 #include "platform/macos/os.h"
-#include "platform/service.h"
+#include "platform/posix/service_posix.h"
 
 #define LABEL "org.cordon.agent"
 #define LAUNCHCTL "/bin/launchctl"
@@ -38,20 +35,6 @@ enum service_scope service_default_scope(void) {
 
 const char *service_manager_name(void) {
   return "launchd";
-}
-
-/* The options with the invoking user filled in when home is unset. */
-static struct service_options with_user(const struct service_options *in) {
-  struct service_options o = *in;
-  if (!o.home) {
-    const char *home = getenv("HOME");
-    struct passwd *pw = getpwuid(getuid());
-    if ((!home || home[0] != '/') && pw)
-      home = pw->pw_dir;
-    o.home = home;
-    o.uid = (unsigned)getuid();
-  }
-  return o;
 }
 
 static bool bad_path(const char *p) {
@@ -100,7 +83,7 @@ static int log_dir(const struct service_options *o, char *out, size_t len, bool 
   return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static int service_render_as(const struct service_options *o, char **out_text) {
+int service_os_render(const struct service_options *o, char **out_text) {
   if (o->scope != SERVICE_SCOPE_USER)
     return CORDON_E_USAGE;
   if (bad_path(o->agent_path) || bad_path(o->home) || (o->config_dir && bad_path(o->config_dir)))
@@ -166,7 +149,7 @@ static int agents_dir(const struct service_options *o, char *out, size_t len) {
   return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static int service_definition_path_as(const struct service_options *o, char *out, size_t len) {
+int service_os_definition_path(const struct service_options *o, char *out, size_t len) {
   char dir[PATH_MAX];
   int r = agents_dir(o, dir, sizeof(dir));
   if (r < 0)
@@ -178,84 +161,12 @@ static int service_definition_path_as(const struct service_options *o, char *out
 /* Run launchctl with args; output captured (may be NULL). Returns the exit
  * status or a negated errno. */
 static int launchctl(char *const *argv, char *capture, size_t cap_len) {
-  int pfd[2] = {-1, -1};
-  if (pipe(pfd) < 0)
-    return -errno;
-  pid_t pid = fork();
-  if (pid < 0) {
-    int e = -errno;
-    close(pfd[0]);
-    close(pfd[1]);
-    return e;
-  }
-  if (pid == 0) {
-    int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0)
-      dup2(null_fd, 0);
-    dup2(pfd[1], 1);
-    dup2(pfd[1], 2);
-    char *envp[] = {"PATH=/usr/bin:/bin:/usr/sbin:/sbin", NULL};
-    execve(LAUNCHCTL, argv, envp);
-    _exit(127);
-  }
-  close(pfd[1]);
-  char sink[4096];
-  char *buf = capture ? capture : sink;
-  size_t cap = capture ? cap_len : sizeof(sink);
-  size_t have = 0;
-  ssize_t n;
-  for (;;) {
-    n = read(pfd[0], buf + have, cap - 1 - have);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    have += (size_t)n;
-    if (have == cap - 1)
-      have = 0; /* keep reading so the child never blocks; the tail is kept */
-  }
-  buf[have] = '\0';
-  close(pfd[0]);
-  int st;
-  while (waitpid(pid, &st, 0) < 0)
-    if (errno != EINTR)
-      return -errno;
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  char *envp[] = {"PATH=/usr/bin:/bin:/usr/sbin:/sbin", NULL};
+  return posix_service_exec(argv, envp, capture, cap_len);
 }
 
 static void domain(const struct service_options *o, char *out, size_t len, bool with_label) {
   snprintf(out, len, "gui/%u%s", o->uid, with_label ? "/" LABEL : "");
-}
-
-static int write_atomic(const char *path, const char *text, struct cordon_diag *diag) {
-  char tmp[PATH_MAX + 8];
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0)
-    return cordon_diag_set(diag, -errno, "cannot write %s: %s", tmp, strerror(errno));
-  size_t len = strlen(text), off = 0;
-  int r = 0;
-  while (off < len) {
-    ssize_t w = write(fd, text + off, len - off);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0) {
-      r = -errno;
-      break;
-    }
-    off += (size_t)w;
-  }
-  if (r == 0 && (fchmod(fd, 0644) < 0 || fsync(fd) < 0))
-    r = -errno;
-  if (close(fd) < 0 && r == 0)
-    r = -errno;
-  if (r == 0 && rename(tmp, path) < 0)
-    r = -errno;
-  if (r < 0) {
-    unlink(tmp);
-    return cordon_diag_set(diag, r, "cannot install %s: %s", path, strerror(-r));
-  }
-  return 0;
 }
 
 static int bootstrap(const struct service_options *o, const char *plist, char *out, size_t len) {
@@ -272,7 +183,7 @@ static int bootout(const struct service_options *o) {
   return launchctl(argv, NULL, 0);
 }
 
-static int service_install_as(const struct service_options *o, struct cordon_diag *diag) {
+int service_os_install(const struct service_options *o, struct cordon_diag *diag) {
   if (o->scope != SERVICE_SCOPE_USER)
     return cordon_diag_set(diag, CORDON_E_USAGE,
                            "macOS: only a per-user LaunchAgent is offered (see docs/MACOS.md)");
@@ -280,12 +191,12 @@ static int service_install_as(const struct service_options *o, struct cordon_dia
     return cordon_diag_set(diag, CORDON_E_USAGE,
                            "install the LaunchAgent as the user it is for, not as root");
   char *text;
-  int r = service_render_as(o, &text);
+  int r = service_os_render(o, &text);
   if (r < 0)
     return cordon_diag_set(diag, r, "agent path, home and config dir must be absolute paths");
   char dir[PATH_MAX], path[PATH_MAX], logs[PATH_MAX];
   if ((r = agents_dir(o, dir, sizeof(dir))) < 0 ||
-      (r = service_definition_path_as(o, path, sizeof(path))) < 0 ||
+      (r = service_os_definition_path(o, path, sizeof(path))) < 0 ||
       (r = log_dir(o, logs, sizeof(logs), true)) < 0) {
     cordon_diag_set(diag, r, "path too long");
     goto out;
@@ -303,7 +214,7 @@ static int service_install_as(const struct service_options *o, struct cordon_dia
       goto out;
     }
   }
-  if ((r = write_atomic(path, text, diag)) < 0)
+  if ((r = posix_service_write_definition(dir, LABEL ".plist", text, diag)) < 0)
     goto out;
   if (o->root)
     goto out;
@@ -320,9 +231,9 @@ out:
   return r;
 }
 
-static int service_uninstall_as(const struct service_options *o, struct cordon_diag *diag) {
+int service_os_uninstall(const struct service_options *o, struct cordon_diag *diag) {
   char path[PATH_MAX];
-  int r = service_definition_path_as(o, path, sizeof(path));
+  int r = service_os_definition_path(o, path, sizeof(path));
   if (r < 0)
     return cordon_diag_set(diag, r, "macOS: only a per-user LaunchAgent is offered");
   if (!o->root)
@@ -332,9 +243,9 @@ static int service_uninstall_as(const struct service_options *o, struct cordon_d
   return 0;
 }
 
-static int service_start_as(const struct service_options *o, struct cordon_diag *diag) {
+int service_os_start(const struct service_options *o, struct cordon_diag *diag) {
   char path[PATH_MAX];
-  int r = service_definition_path_as(o, path, sizeof(path));
+  int r = service_os_definition_path(o, path, sizeof(path));
   if (r < 0)
     return cordon_diag_set(diag, r, "macOS: only a per-user LaunchAgent is offered");
   if (o->root)
@@ -353,7 +264,7 @@ static int service_start_as(const struct service_options *o, struct cordon_diag 
 
 /* Unloading is what keeps launchd from starting it again (KeepAlive);
  * the plist stays, so it loads again at the next login. */
-static int service_stop_as(const struct service_options *o, struct cordon_diag *diag) {
+int service_os_stop(const struct service_options *o, struct cordon_diag *diag) {
   if (o->scope != SERVICE_SCOPE_USER)
     return cordon_diag_set(diag, CORDON_E_USAGE, "macOS: only a per-user LaunchAgent is offered");
   if (!o->root)
@@ -361,9 +272,9 @@ static int service_stop_as(const struct service_options *o, struct cordon_diag *
   return 0;
 }
 
-static int service_status_as(const struct service_options *o, json_t **out_status) {
+int service_os_status(const struct service_options *o, json_t **out_status) {
   char path[PATH_MAX];
-  int r = service_definition_path_as(o, path, sizeof(path));
+  int r = service_os_definition_path(o, path, sizeof(path));
   if (r < 0)
     return r;
   struct stat st;
@@ -394,39 +305,4 @@ static int service_status_as(const struct service_options *o, json_t **out_statu
   }
   *out_status = j;
   return 0;
-}
-
-int service_render(const struct service_options *o_in, char **out_text) {
-  struct service_options o = with_user(o_in);
-  return service_render_as(&o, out_text);
-}
-
-int service_definition_path(const struct service_options *o_in, char *out, size_t len) {
-  struct service_options o = with_user(o_in);
-  return service_definition_path_as(&o, out, len);
-}
-
-int service_install(const struct service_options *o_in, struct cordon_diag *diag) {
-  struct service_options o = with_user(o_in);
-  return service_install_as(&o, diag);
-}
-
-int service_uninstall(const struct service_options *o_in, struct cordon_diag *diag) {
-  struct service_options o = with_user(o_in);
-  return service_uninstall_as(&o, diag);
-}
-
-int service_start(const struct service_options *o_in, struct cordon_diag *diag) {
-  struct service_options o = with_user(o_in);
-  return service_start_as(&o, diag);
-}
-
-int service_stop(const struct service_options *o_in, struct cordon_diag *diag) {
-  struct service_options o = with_user(o_in);
-  return service_stop_as(&o, diag);
-}
-
-int service_status(const struct service_options *o_in, json_t **out_status) {
-  struct service_options o = with_user(o_in);
-  return service_status_as(&o, out_status);
 }

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/win32.h"
 #include "platform/fs.h"
-#include "platform/windows/winutil.h"
 
 int appcontainer_api_load(struct appcontainer_api *api) {
   memset(api, 0, sizeof(*api));

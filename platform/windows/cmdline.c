@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "platform/windows/winutil.h"
+#include "compat/win32.h"
 
 #define CMDLINE_MAX 32767
 

@@ -6,8 +6,11 @@
 #include <aclapi.h>
 #include <sddl.h>
 
+#include <io.h>
+#include <stdio.h>
+
+#include "compat/win32.h"
 #include "platform/fs.h"
-#include "platform/windows/winutil.h"
 
 static wchar_t *fd_path(int fd) {
   HANDLE h = (HANDLE)_get_osfhandle(fd);

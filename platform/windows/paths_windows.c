@@ -5,8 +5,10 @@
 #include <objbase.h>
 #include <shlobj.h>
 
+#include <stdio.h>
+
+#include "compat/win32.h"
 #include "platform/paths.h"
-#include "platform/windows/winutil.h"
 
 int paths_agent_config_dir(char *out, size_t len) {
   PWSTR base = NULL;

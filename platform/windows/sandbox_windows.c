@@ -21,12 +21,14 @@
 #include <userenv.h>
 
 #include <errno.h>
+#include <io.h>
 #include <sodium.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/win32.h"
 #include "platform/fs.h"
 #include "platform/sandbox.h"
 #include "platform/sandbox_common.h"
@@ -34,7 +36,6 @@
 #include "platform/windows/appcontainer.h"
 #include "platform/windows/cmdline.h"
 #include "platform/windows/sandbox_windows.h"
-#include "platform/windows/winutil.h"
 
 struct sandbox_probe {
   bool thorough;

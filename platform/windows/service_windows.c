@@ -1,4 +1,17 @@
-#include "platform/windows/service_windows.h"
+/* The agent as a Windows service (platform/service.h) on the Service
+ * Control Manager.
+ *
+ * The service is SERVICE_WIN32_OWN_PROCESS, started automatically, and
+ * restarted by the SCM after a failure (5 s, three times, counter reset
+ * after a day). It runs as the virtual account NT SERVICE\<name> (an
+ * unrestricted per-service SID, not an administrator, no password), so
+ * the jobs it runs get a restricted token of that account; LocalSystem is
+ * refused. Its config directory (default %ProgramData%\cordon) is given a
+ * protected DACL: SYSTEM, Administrators and the service account only.
+ * There are no scopes and no --root: the SCM keeps one system-wide
+ * service, named o->name (default "cordon-agent"). See docs/WINDOWS.md.
+ */
+#include "platform/service.h"
 
 #include <windows.h>
 
@@ -7,38 +20,64 @@
 #include <sddl.h>
 
 #include <errno.h>
+#include <fcntl.h>
+#include <io.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "compat/posix.h"
+#include "compat/win32.h"
 #include "platform/fs.h"
 #include "platform/paths.h"
 #include "platform/windows/cmdline.h"
-#include "platform/windows/winutil.h"
+#include "platform/windows/service_windows.h"
 
-static const char *svc_name(const struct service_windows_options *o) {
-  return o && o->name ? o->name : SERVICE_WINDOWS_DEFAULT_NAME;
+#define SERVICE_DEFAULT_NAME "cordon-agent"
+/* the service's log is started afresh (the old one kept as .1) past this */
+#define SERVICE_LOG_MAX_BYTES (4L * 1024 * 1024)
+
+int service_self_path(char *out, size_t len) {
+  wchar_t w[MAX_PATH * 2];
+  DWORD n = GetModuleFileNameW(NULL, w, MAX_PATH * 2);
+  if (n == 0 || n >= MAX_PATH * 2)
+    return n == 0 ? win_last_err() : -ENAMETOOLONG;
+  char *u = win_utf8(w);
+  if (!u)
+    return -ENOMEM;
+  int r = strlen(u) < len ? 0 : -ENAMETOOLONG;
+  if (r == 0)
+    memcpy(out, u, strlen(u) + 1);
+  free(u);
+  return r;
+}
+
+enum service_scope service_default_scope(void) {
+  return SERVICE_SCOPE_SYSTEM;
+}
+
+const char *service_manager_name(void) {
+  return "scm";
+}
+
+bool service_has_scopes(void) {
+  return false;
+}
+
+static const char *svc_name(const struct service_options *o) {
+  return o && o->name ? o->name : SERVICE_DEFAULT_NAME;
 }
 
 static int fail_w32(struct cordon_diag *diag, const char *what, DWORD e) {
   return cordon_diag_set(diag, win_errno(e), "%s: Windows error %lu", what, e);
 }
 
-int service_windows_command_line(const struct service_windows_options *o, wchar_t **out_cmdline) {
-  char self[MAX_PATH * 3];
+/* The command line the SCM starts: "<agent>" [--config "<dir>"] <run_args>. */
+static int command_line(const struct service_options *o, wchar_t **out_cmdline) {
   const char *agent = o->agent_path;
-  if (!agent) {
-    wchar_t w[MAX_PATH * 2];
-    DWORD n = GetModuleFileNameW(NULL, w, MAX_PATH * 2);
-    if (n == 0 || n >= MAX_PATH * 2)
-      return -ENAMETOOLONG;
-    char *u = win_utf8(w);
-    if (!u)
-      return -ENOMEM;
-    snprintf(self, sizeof(self), "%s", u);
-    free(u);
-    agent = self;
-  }
+  if (!agent)
+    return CORDON_E_USAGE;
   if (!(agent[0] && agent[1] == ':' && (agent[2] == '\\' || agent[2] == '/')) &&
       !(agent[0] == '\\' && agent[1] == '\\'))
     return CORDON_E_USAGE;
@@ -47,7 +86,7 @@ int service_windows_command_line(const struct service_windows_options *o, wchar_
   int wn = snprintf(words, sizeof(words), "%s", o->run_args ? o->run_args : "run --service");
   if (wn < 0 || (size_t)wn >= sizeof(words))
     return -EINVAL;
-  char *argv[3 + SERVICE_WINDOWS_MAX_RUN_WORDS + 1];
+  char *argv[3 + SERVICE_MAX_RUN_WORDS + 1];
   size_t n = 0;
   argv[n++] = (char *)agent;
   if (o->config_dir) {
@@ -56,7 +95,7 @@ int service_windows_command_line(const struct service_windows_options *o, wchar_
   }
   size_t n_words = 0;
   for (char *w = words, *save = NULL; (w = strtok_r(w, " ", &save)); w = NULL) {
-    if (n_words++ == SERVICE_WINDOWS_MAX_RUN_WORDS)
+    if (n_words++ == SERVICE_MAX_RUN_WORDS)
       return -EINVAL;
     argv[n++] = w;
   }
@@ -86,7 +125,29 @@ int service_windows_command_line(const struct service_windows_options *o, wchar_
   return 0;
 }
 
-static char *account_of(const struct service_windows_options *o) {
+int service_render(const struct service_options *o, char **out_text) {
+  wchar_t *cl = NULL;
+  int r = command_line(o, &cl);
+  if (r < 0)
+    return r;
+  char *u = win_utf8(cl);
+  free(cl);
+  char *text = NULL;
+  if (!u || asprintf(&text, "%s\n", u) < 0)
+    text = NULL;
+  free(u);
+  if (!text)
+    return -ENOMEM;
+  *out_text = text;
+  return 0;
+}
+
+int service_definition_path(const struct service_options *o, char *out, size_t len) {
+  int n = snprintf(out, len, "%s", svc_name(o));
+  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static char *account_of(const struct service_options *o) {
   char *a = NULL;
   if (o->account)
     return strdup(o->account);
@@ -124,7 +185,7 @@ int service_windows_sid(const char *name, char *out, size_t len) {
 }
 
 /* The config dir: SYSTEM, Administrators and the service account only. */
-static int protect_config_dir(const struct service_windows_options *o, const char *account,
+static int protect_config_dir(const struct service_options *o, const char *account,
                               struct cordon_diag *diag) {
   char dflt[MAX_PATH * 3];
   const char *dir = o->config_dir;
@@ -200,7 +261,7 @@ static int config2(SC_HANDLE s, DWORD level, void *info, const char *what,
   return fail_w32(diag, what, e);
 }
 
-int service_windows_install(const struct service_windows_options *o, struct cordon_diag *diag) {
+int service_install(const struct service_options *o, struct cordon_diag *diag) {
   char *account = account_of(o);
   wchar_t *cl = NULL, *wname = win_wide(svc_name(o)), *wacc = account ? win_wide(account) : NULL;
   SC_HANDLE scm = NULL, s = NULL;
@@ -215,7 +276,7 @@ int service_windows_install(const struct service_windows_options *o, struct cord
                         "the service never runs as LocalSystem (its jobs would be SYSTEM)");
     goto out;
   }
-  r = service_windows_command_line(o, &cl);
+  r = command_line(o, &cl);
   if (r < 0) {
     cordon_diag_set(diag, r, "the agent path must be absolute");
     goto out;
@@ -272,8 +333,8 @@ out:
   return r;
 }
 
-static SC_HANDLE open_service(const struct service_windows_options *o, DWORD access,
-                              SC_HANDLE *out_scm, DWORD *out_err) {
+static SC_HANDLE open_service(const struct service_options *o, DWORD access, SC_HANDLE *out_scm,
+                              DWORD *out_err) {
   *out_err = 0;
   wchar_t *wname = win_wide(svc_name(o));
   if (!wname) {
@@ -309,7 +370,7 @@ static DWORD wait_state(SC_HANDLE s, DWORD want, DWORD timeout_ms) {
   }
 }
 
-int service_windows_start(const struct service_windows_options *o, struct cordon_diag *diag) {
+int service_start(const struct service_options *o, struct cordon_diag *diag) {
   SC_HANDLE scm, s;
   DWORD e;
   s = open_service(o, SERVICE_START | SERVICE_QUERY_STATUS, &scm, &e);
@@ -325,7 +386,7 @@ int service_windows_start(const struct service_windows_options *o, struct cordon
   return r;
 }
 
-int service_windows_stop(const struct service_windows_options *o, struct cordon_diag *diag) {
+int service_stop(const struct service_options *o, struct cordon_diag *diag) {
   SC_HANDLE scm, s;
   DWORD e;
   s = open_service(o, SERVICE_STOP | SERVICE_QUERY_STATUS, &scm, &e);
@@ -342,7 +403,7 @@ int service_windows_stop(const struct service_windows_options *o, struct cordon_
   return r;
 }
 
-int service_windows_uninstall(const struct service_windows_options *o, struct cordon_diag *diag) {
+int service_uninstall(const struct service_options *o, struct cordon_diag *diag) {
   SC_HANDLE scm, s;
   DWORD e;
   s = open_service(o, SERVICE_STOP | SERVICE_QUERY_STATUS | DELETE, &scm, &e);
@@ -380,7 +441,7 @@ static const char *state_name(DWORD st) {
   }
 }
 
-int service_windows_status(const struct service_windows_options *o, json_t **out_status) {
+int service_status(const struct service_options *o, json_t **out_status) {
   json_t *j = json_object();
   if (!j)
     return -ENOMEM;
@@ -487,7 +548,7 @@ static void WINAPI service_main(DWORD argc, LPWSTR *argv) {
 
 int service_windows_dispatch(const char *name, int (*run)(void *ctx), void (*stop)(void *ctx),
                              void *ctx) {
-  wchar_t *w = win_wide(name ? name : SERVICE_WINDOWS_DEFAULT_NAME);
+  wchar_t *w = win_wide(name ? name : SERVICE_DEFAULT_NAME);
   if (!w || wcslen(w) >= sizeof(svc.name) / sizeof(svc.name[0])) {
     free(w);
     return -EINVAL;
@@ -504,4 +565,62 @@ int service_windows_dispatch(const char *name, int (*run)(void *ctx), void (*sto
     return e == ERROR_FAILED_SERVICE_CONTROLLER_CONNECT ? CORDON_E_USAGE : win_errno(e);
   }
   return svc.result;
+}
+
+/* A service has no console: its log lines go to <config>\service.log. */
+static void log_to_file(const char *dir) {
+  char path[MAX_PATH * 3], old[MAX_PATH * 3 + 2];
+  snprintf(path, sizeof(path), "%s/service.log", dir);
+  snprintf(old, sizeof(old), "%s.1", path);
+  struct stat st;
+  if (stat(path, &st) == 0 && st.st_size > SERVICE_LOG_MAX_BYTES)
+    rename(path, old);
+  /* A service starts without standard handles: the CRT's stderr has no
+   * descriptor (-2). freopen gives it the file; Wine's msvcrt refuses to
+   * reopen a stream without a descriptor, so there fd 2 is made the file
+   * and the (msvcrt, not opaque) stream pointed at it. */
+  wchar_t *w = win_wide(path);
+  if (!w)
+    return;
+  bool ok = _wfreopen(w, L"ab", stderr) != NULL;
+#ifndef _UCRT
+  if (!ok && _fileno(stderr) < 0) {
+    int fd = _wopen(w, _O_WRONLY | _O_CREAT | _O_APPEND | _O_BINARY | _O_NOINHERIT,
+                    _S_IREAD | _S_IWRITE);
+    if (fd >= 0 && (fd == 2 || _dup2(fd, 2) == 0)) {
+      stderr->_file = 2;
+      clearerr(stderr);
+      ok = true;
+    }
+    if (fd >= 0 && fd != 2)
+      _close(fd);
+  }
+#endif
+  free(w);
+  if (!ok)
+    return;
+  setvbuf(stderr, NULL, _IONBF, 0);
+  SetStdHandle(STD_ERROR_HANDLE, (HANDLE)_get_osfhandle(_fileno(stderr)));
+}
+
+/* service_run's own run: the log first, once the SCM has the process */
+static struct {
+  const char *config_dir;
+  int (*run)(void *);
+  void *ctx;
+} logged;
+
+static int run_logged(void *ctx) {
+  (void)ctx;
+  if (logged.config_dir)
+    log_to_file(logged.config_dir);
+  return logged.run(logged.ctx);
+}
+
+int service_run(const struct service_options *o, int (*run)(void *ctx), void (*stop)(void *ctx),
+                void *ctx) {
+  logged.config_dir = o->config_dir;
+  logged.run = run;
+  logged.ctx = ctx;
+  return service_windows_dispatch(svc_name(o), run_logged, stop, ctx);
 }

@@ -355,3 +355,20 @@ Test(service_linux, a_system_install_needs_root) {
   cr_assert(WIFEXITED(st));
   cr_assert_eq(WEXITSTATUS(st), 2, "refused as bad usage, nothing written");
 }
+
+Test(service_linux, run_as_a_service_is_for_the_windows_scm_only, .init = make_root,
+     .fini = remove_root) {
+  cr_assert(service_has_scopes(), "systemd units live in scopes");
+  cr_assert_eq(service_run(&(struct service_options){0}, NULL, NULL, NULL), -ENOTSUP,
+               "systemd starts a plain run: nothing to answer, nothing called");
+  char c[600], out[1024];
+  snprintf(c, sizeof(c), "'%s' --config '%s' run --service 2>&1", AGENT, R);
+  FILE *p = popen(c, "r");
+  cr_assert(p);
+  size_t n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "exit %d: %s", st, out);
+  cr_assert_str_eq(out, "cordon-agent: usage: --service is for the Windows Service Control "
+                        "Manager only\n");
+}

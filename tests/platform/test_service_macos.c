@@ -257,3 +257,11 @@ Test(service_macos, status_without_install_says_not_installed, .init = make_dir,
   cr_assert_str_eq(json_string_value(json_object_get(j, "manager")), "launchd");
   json_decref(j);
 }
+
+Test(service_macos, run_as_a_service_is_for_the_windows_scm_only) {
+  cr_assert(service_has_scopes(), "LaunchAgents live in the user scope");
+  cr_assert_eq(service_run(&(struct service_options){0}, NULL, NULL, NULL), -ENOTSUP,
+               "launchd starts a plain run: nothing to answer, nothing called");
+  const char *a[] = {"service", "install", "--user", "--root", "relative", NULL};
+  cr_assert_eq(cmd(a), 2, "--root needs an absolute path");
+}

@@ -8,10 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/posix.h"
+#include "compat/win32.h"
 #include "platform/fs.h"
 #include "platform/windows/appcontainer.h"
 #include "platform/windows/sandbox_windows.h"
-#include "platform/windows/winutil.h"
 #include "tests/windows/wintest.h"
 
 #define JOB_A "0123456789abcdef0123456789abcdef"

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/win32.h"
 #include "platform/windows/cmdline.h"
-#include "platform/windows/winutil.h"
 #include "tests/windows/wintest.h"
 
 static void round_trip(char *const *argv) {

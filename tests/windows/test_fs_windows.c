@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/posix.h"
 #include "platform/fs.h"
 #include "tests/windows/wintest.h"
 

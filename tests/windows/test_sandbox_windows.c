@@ -12,6 +12,7 @@
 
 #include "agent/config.h"
 #include "agent/job.h"
+#include "compat/posix.h"
 #include "platform/sandbox.h"
 #include "platform/windows/sandbox_windows.h"
 #include "tests/windows/wintest.h"

@@ -1,42 +1,67 @@
-/* The Windows service: the command line the SCM runs, the refusal of
- * LocalSystem, and install/start/stop/uninstall through the SCM (Wine's
- * services.exe here) with wintest_helper.exe as the service program. */
+/* The Windows service (platform/service.h on the SCM): the command line
+ * the SCM runs, the refusal of LocalSystem, and install/start/stop/
+ * uninstall through the SCM (Wine's services.exe here) with
+ * wintest_helper.exe as the service program. */
 #include <windows.h>
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "platform/service.h"
 #include "platform/windows/service_windows.h"
-#include "platform/windows/winutil.h"
 #include "tests/windows/wintest.h"
 
+static char *render(const struct service_options *o, int want) {
+  char *t = NULL;
+  WT_EQ_INT(service_render(o, &t), want);
+  return t;
+}
+
 WT_TEST(service, command_line_quotes_the_program) {
-  struct service_windows_options o = {
+  struct service_options o = {
       .agent_path = "C:\\Program Files\\cordon\\cordon-agent.exe",
       .config_dir = "C:\\ProgramData\\cordon",
   };
-  wchar_t *cl = NULL;
-  WT_EQ_INT(service_windows_command_line(&o, &cl), 0);
-  WT_CHECK(wcscmp(cl, L"\"C:\\Program Files\\cordon\\cordon-agent.exe\" --config "
-                      L"C:\\ProgramData\\cordon run --service") == 0,
-           "%ls", cl);
+  char *cl = render(&o, 0);
+  WT_EQ_STR(cl, "\"C:\\Program Files\\cordon\\cordon-agent.exe\" --config "
+                "C:\\ProgramData\\cordon run --service\n");
   free(cl);
   o.config_dir = "C:\\Program Data\\x";
-  WT_EQ_INT(service_windows_command_line(&o, &cl), 0);
-  WT_CHECK(wcsstr(cl, L"--config \"C:\\Program Data\\x\" run --service") != NULL, "%ls", cl);
+  cl = render(&o, 0);
+  WT_CHECK(strstr(cl, "--config \"C:\\Program Data\\x\" run --service\n") != NULL, "%s", cl);
   free(cl);
 }
 
 WT_TEST(service, run_args_are_separate_words) {
-  struct service_windows_options o = {.agent_path = "C:\\cordon\\cordon-agent.exe",
-                                      .run_args = "run  --service"};
-  wchar_t *cl = NULL;
-  WT_EQ_INT(service_windows_command_line(&o, &cl), 0);
-  WT_CHECK(wcscmp(cl, L"\"C:\\cordon\\cordon-agent.exe\" run --service") == 0, "%ls", cl);
+  struct service_options o = {.agent_path = "C:\\cordon\\cordon-agent.exe",
+                              .run_args = "run  --service"};
+  char *cl = render(&o, 0);
+  WT_EQ_STR(cl, "\"C:\\cordon\\cordon-agent.exe\" run --service\n");
   free(cl);
   o.run_args = "a b c d e";
-  WT_EQ_INT(service_windows_command_line(&o, &cl), -EINVAL);
+  render(&o, -EINVAL);
+}
+
+WT_TEST(service, the_scm_has_no_scopes_and_names_the_service) {
+  WT_CHECK(!service_has_scopes(), "the SCM has scopes");
+  WT_EQ_STR(service_manager_name(), "scm");
+  WT_EQ_INT(service_default_scope(), SERVICE_SCOPE_SYSTEM);
+  char name[64];
+  struct service_options o = {0};
+  WT_EQ_INT(service_definition_path(&o, name, sizeof(name)), 0);
+  WT_EQ_STR(name, "cordon-agent");
+  o.name = "cordon-wintest";
+  WT_EQ_INT(service_definition_path(&o, name, sizeof(name)), 0);
+  WT_EQ_STR(name, "cordon-wintest");
+  char self[SERVICE_PATH_MAX];
+  WT_EQ_INT(service_self_path(self, sizeof(self)), 0);
+  WT_CHECK(strstr(self, "test_service_windows.exe") != NULL && self[1] == ':', "%s", self);
+}
+
+WT_TEST(service, run_outside_the_scm_is_refused_without_running) {
+  struct service_options o = {.name = "cordon-wintest-never"};
+  WT_EQ_INT(service_run(&o, NULL, NULL, NULL), CORDON_E_USAGE);
 }
 
 WT_TEST(service, virtual_account_sid_is_derived_from_the_name) {
@@ -50,27 +75,28 @@ WT_TEST(service, virtual_account_sid_is_derived_from_the_name) {
 }
 
 WT_TEST(service, relative_agent_path_is_refused) {
-  struct service_windows_options o = {.agent_path = "cordon-agent.exe"};
-  wchar_t *cl = NULL;
-  WT_EQ_INT(service_windows_command_line(&o, &cl), CORDON_E_USAGE);
+  struct service_options o = {.agent_path = "cordon-agent.exe"};
+  render(&o, CORDON_E_USAGE);
+  o.agent_path = NULL;
+  render(&o, CORDON_E_USAGE);
 }
 
 WT_TEST(service, local_system_is_refused) {
-  struct service_windows_options o = {.name = "cordon-wintest-never",
-                                      .agent_path = "C:\\x\\cordon-agent.exe",
-                                      .account = "LocalSystem"};
+  struct service_options o = {.name = "cordon-wintest-never",
+                              .agent_path = "C:\\x\\cordon-agent.exe",
+                              .account = "LocalSystem"};
   struct cordon_diag diag = {{0}};
-  WT_EQ_INT(service_windows_install(&o, &diag), CORDON_E_USAGE);
+  WT_EQ_INT(service_install(&o, &diag), CORDON_E_USAGE);
   json_t *st = NULL;
-  WT_EQ_INT(service_windows_status(&o, &st), 0);
+  WT_EQ_INT(service_status(&o, &st), 0);
   WT_CHECK(json_is_false(json_object_get(st, "installed")), "installed anyway");
   json_decref(st);
 }
 
-static const char *state_of(const struct service_windows_options *o) {
+static const char *state_of(const struct service_options *o) {
   static char buf[32];
   json_t *st = NULL;
-  WT_EQ_INT(service_windows_status(o, &st), 0);
+  WT_EQ_INT(service_status(o, &st), 0);
   json_t *s = json_object_get(st, "state");
   snprintf(buf, sizeof(buf), "%s", json_is_string(s) ? json_string_value(s) : "null");
   json_decref(st);
@@ -83,18 +109,18 @@ WT_TEST(service, install_start_stop_uninstall) {
   char *slash = strrchr(helper, '\\');
   snprintf(slash + 1, sizeof(helper) - (size_t)(slash + 1 - helper), "wintest_helper.exe");
   const char *cfg = wt_tmpdir();
-  struct service_windows_options o = {
+  struct service_options o = {
       .name = "cordon-wintest",
       .agent_path = helper,
       .config_dir = cfg,
       .run_args = "service",
   };
   struct cordon_diag diag = {{0}};
-  WT_EQ_INT(service_windows_uninstall(&o, &diag), 0); /* a leftover of an earlier run */
-  int r = service_windows_install(&o, &diag);
+  WT_EQ_INT(service_uninstall(&o, &diag), 0); /* a leftover of an earlier run */
+  int r = service_install(&o, &diag);
   WT_CHECK(r == 0, "install: %d %s", r, diag.msg);
   json_t *st = NULL;
-  WT_EQ_INT(service_windows_status(&o, &st), 0);
+  WT_EQ_INT(service_status(&o, &st), 0);
   WT_CHECK(json_is_true(json_object_get(st, "installed")), "not installed");
   WT_EQ_STR(json_string_value(json_object_get(st, "start")), "auto");
   WT_EQ_STR(json_string_value(json_object_get(st, "state")), "stopped");
@@ -102,16 +128,16 @@ WT_TEST(service, install_start_stop_uninstall) {
   WT_CHECK(cl && strstr(cl, "wintest_helper.exe\" --config ") && strstr(cl, " service"), "%s",
            cl ? cl : "(null)");
   json_decref(st);
-  r = service_windows_start(&o, &diag);
+  r = service_start(&o, &diag);
   WT_CHECK(r == 0, "start: %d %s", r, diag.msg);
   WT_EQ_STR(state_of(&o), "running");
-  r = service_windows_stop(&o, &diag);
+  r = service_stop(&o, &diag);
   WT_CHECK(r == 0, "stop: %d %s", r, diag.msg);
   WT_EQ_STR(state_of(&o), "stopped");
-  WT_EQ_INT(service_windows_uninstall(&o, &diag), 0);
-  WT_EQ_INT(service_windows_status(&o, &st), 0);
+  WT_EQ_INT(service_uninstall(&o, &diag), 0);
+  WT_EQ_INT(service_status(&o, &st), 0);
   WT_CHECK(json_is_false(json_object_get(st, "installed")), "still installed");
   json_decref(st);
   /* removing what is not installed is not an error */
-  WT_EQ_INT(service_windows_uninstall(&o, &diag), 0);
+  WT_EQ_INT(service_uninstall(&o, &diag), 0);
 }

@@ -1,7 +1,9 @@
-/* POSIX file calls for the shared code, on Windows (git's compat/mingw.h
- * approach): CMake force-includes this header into every translation unit
- * of the windows build, so proto/ and agent/ keep their POSIX calls and
- * never test the OS. Paths are UTF-8; they become UTF-16 at the API.
+/* POSIX file calls for the shared code, on Windows (git's compat/mingw.h):
+ * reached only through compat/posix.h, which includes this header when the
+ * build sets CORDON_WITH_MINGW_COMPAT (the windows layer), so core/, proto/
+ * and agent/ keep their POSIX calls and never test the OS. A file that
+ * makes these calls includes compat/posix.h itself; nothing is
+ * force-included. Paths are UTF-8; they become UTF-16 at the API.
  *
  * What the emulation means on Windows (docs/WINDOWS.md):
  * - open/openat: CreateFileW; O_NOFOLLOW opens a final symlink or junction
@@ -18,9 +20,12 @@
  *   change.
  * - geteuid() is 0 when the process is elevated or SYSTEM (the "root" case
  *   of the shared code), 1 otherwise.
+ * - free() releases the blocks of posix_memalign() too, in any file that
+ *   includes this header (the only such allocation, proto/cpkg.c's, is
+ *   freed in the same file).
  */
-#ifndef CORDON_PLATFORM_WINDOWS_POSIX_COMPAT_H
-#define CORDON_PLATFORM_WINDOWS_POSIX_COMPAT_H
+#ifndef CORDON_COMPAT_MINGW_H
+#define CORDON_COMPAT_MINGW_H
 
 /* every system header the shared code uses comes first, so the macros
  * below do not rename their declarations */
@@ -140,11 +145,6 @@ void compat_qsort_r(void *base, size_t n, size_t size,
                     int (*cmp)(const void *, const void *, void *), void *arg);
 #define strchrnul(s, c) compat_strchrnul(s, c)
 #define qsort_r(b, n, s, c, a) compat_qsort_r(b, n, s, c, a)
-
-/* GCC reads format(printf, ...) as the Microsoft runtime's printf on
- * mingw-w64; the shared code prints through mingw's C99 printf
- * (__USE_MINGW_ANSI_STDIO), so formats are checked against that. */
-#define format(archetype, fmt, first) format(gnu_printf, fmt, first)
 
 #undef open
 #undef mkdir

@@ -1,4 +1,4 @@
-#include "platform/windows/winutil.h"
+#include "compat/win32.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,8 +1,9 @@
-/* Small Windows helpers shared by the windows platform layer: UTF-8 inside,
- * UTF-16 at the API boundary; Win32 errors mapped once to negated errno
- * values (STYLE.md). Nothing here prints. */
-#ifndef CORDON_PLATFORM_WINDOWS_WINUTIL_H
-#define CORDON_PLATFORM_WINDOWS_WINUTIL_H
+/* Small Win32 helpers shared by the POSIX shim (compat/mingw.c) and the
+ * windows platform layer: UTF-8 inside, UTF-16 at the API boundary; Win32
+ * errors mapped once to negated errno values (STYLE.md). Compiled into the
+ * Windows build only. Nothing here prints. */
+#ifndef CORDON_COMPAT_WIN32_H
+#define CORDON_COMPAT_WIN32_H
 
 #include <windows.h>
 

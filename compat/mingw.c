@@ -1,4 +1,6 @@
-/* POSIX file calls on Win32 for the shared code; see posix_compat.h. */
+/* POSIX file calls on Win32 for the shared code; see compat/mingw.h. */
+#include "compat/mingw.h"
+
 #include <windows.h>
 
 #include <aclapi.h>
@@ -7,7 +9,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 
-#include "platform/windows/winutil.h"
+#include "compat/win32.h"
 
 struct compat_dir {
   int fd; /* owned: closed by closedir */

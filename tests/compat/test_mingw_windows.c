@@ -1,11 +1,12 @@
 /* The POSIX shim the shared code compiles against on Windows
- * (platform/windows/posix_compat.h is force-included here too). */
+ * (compat/mingw.h, included through compat/posix.h). */
 #include <windows.h>
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "compat/posix.h"
 #include "tests/windows/wintest.h"
 
 /* fopen is the shim's too: UTF-8 names */
@@ -18,7 +19,7 @@ static void put(const char *dir, const char *name, const char *text) {
   fclose(f);
 }
 
-WT_TEST(posix_compat, open_directory_and_openat_below_it) {
+WT_TEST(mingw, open_directory_and_openat_below_it) {
   const char *d = wt_tmpdir();
   put(d, "a.txt", "hello");
   int dfd = open(d, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -43,7 +44,7 @@ WT_TEST(posix_compat, open_directory_and_openat_below_it) {
   close(dfd);
 }
 
-WT_TEST(posix_compat, create_exclusive) {
+WT_TEST(mingw, create_exclusive) {
   const char *d = wt_tmpdir();
   int dfd = open(d, O_RDONLY | O_DIRECTORY);
   int fd = openat(dfd, "new", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0644);
@@ -60,7 +61,7 @@ WT_TEST(posix_compat, create_exclusive) {
   close(dfd);
 }
 
-WT_TEST(posix_compat, private_modes_make_owner_only_files) {
+WT_TEST(mingw, private_modes_make_owner_only_files) {
   const char *d = wt_tmpdir();
   int dfd = open(d, O_RDONLY | O_DIRECTORY);
   int fd = openat(dfd, "secret", O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -79,7 +80,7 @@ WT_TEST(posix_compat, private_modes_make_owner_only_files) {
   close(dfd);
 }
 
-WT_TEST(posix_compat, mkdirat_unlinkat_and_readdir) {
+WT_TEST(mingw, mkdirat_unlinkat_and_readdir) {
   const char *d = wt_tmpdir();
   int dfd = open(d, O_RDONLY | O_DIRECTORY);
   WT_EQ_INT(mkdirat(dfd, "sub", 0700), 0);
@@ -118,7 +119,7 @@ WT_TEST(posix_compat, mkdirat_unlinkat_and_readdir) {
   close(dfd);
 }
 
-WT_TEST(posix_compat, rename_replaces_an_existing_target) {
+WT_TEST(mingw, rename_replaces_an_existing_target) {
   const char *d = wt_tmpdir();
   put(d, "old", "old");
   put(d, "tmp", "new");
@@ -138,7 +139,7 @@ WT_TEST(posix_compat, rename_replaces_an_existing_target) {
   WT_EQ_INT(errno, ENOENT);
 }
 
-WT_TEST(posix_compat, aligned_blocks_are_freed_with_free) {
+WT_TEST(mingw, aligned_blocks_are_freed_with_free) {
   void *p[8];
   for (int i = 0; i < 8; i++) {
     WT_EQ_INT(posix_memalign(&p[i], 64, 1000 + (size_t)i), 0);
@@ -160,7 +161,7 @@ static int cmp_rev(const void *a, const void *b, void *arg) {
   return sign * (*(const int *)a - *(const int *)b);
 }
 
-WT_TEST(posix_compat, qsort_r_and_strchrnul) {
+WT_TEST(mingw, qsort_r_and_strchrnul) {
   int v[] = {3, 1, 2, 5, 4}, sign = -1;
   qsort_r(v, 5, sizeof(int), cmp_rev, &sign);
   for (int i = 0; i < 5; i++)
@@ -170,7 +171,7 @@ WT_TEST(posix_compat, qsort_r_and_strchrnul) {
   WT_CHECK(strchrnul(s, '#') == s + strlen(s), "not found ends at NUL");
 }
 
-WT_TEST(posix_compat, pipe2_and_setenv) {
+WT_TEST(mingw, pipe2_and_setenv) {
   int fds[2];
   WT_EQ_INT(pipe2(fds, O_CLOEXEC), 0);
   WT_EQ_INT(write(fds[1], "ab", 2), 2);
