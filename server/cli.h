@@ -1,5 +1,5 @@
 /* cordon-server command plumbing: shared option handling, the one-line
- * error format `cordon-server: <code>: <message>` (DESIGN.md section 2) and
+ * error format `cordon-server: <code>: <message>` (docs/DESIGN.md section 2) and
  * the helpers the commands share (opening the database, times, escaping,
  * durations, JSON output).
  *
