@@ -176,9 +176,18 @@ Test(admin_sock, sigterm_removes_the_socket_and_every_log_line_is_the_servers) {
   cr_assert_eq(access(sock_path, F_OK), -1, "the socket is gone");
   static char log[1 << 16];
   slurp(log_path, log, sizeof(log));
-  cr_assert(strstr(log, "cordon-server: signal 15: shutting down\n"), "%s", log);
+  cr_assert(strstr(log, " prog=cordon-server msg=\"signal 15: shutting down\"\n"), "%s", log);
+  /* every line: ts=<RFC 3339 UTC with ms> level=<level> prog=cordon-server msg=... */
   for (char *line = log; *line; line = strchr(line, '\n') + 1) {
-    cr_assert_eq(strncmp(line, "cordon-server: ", 15), 0, "%s", line);
+    int y, mo, d, h, mi, sec, ms, n = 0;
+    char level[8];
+    cr_assert_eq(sscanf(line, "ts=%4d-%2d-%2dT%2d:%2d:%2d.%3dZ level=%7s %n", &y, &mo, &d, &h, &mi,
+                        &sec, &ms, level, &n),
+                 8, "%s", line);
+    cr_assert(strcmp(level, "info") == 0 || strcmp(level, "warn") == 0 ||
+                  strcmp(level, "error") == 0,
+              "%s", line);
+    cr_assert_eq(strncmp(line + n, "prog=cordon-server msg=", 23), 0, "%s", line);
     cr_assert_not_null(strchr(line, '\n'));
   }
 }
