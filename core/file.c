@@ -24,22 +24,6 @@ int core_write_all(int fd, const void *buf, size_t len) {
   return 0;
 }
 
-int core_pwrite_all(int fd, const void *buf, size_t len, off_t off) {
-  const char *p = buf;
-  while (len > 0) {
-    ssize_t n = pwrite(fd, p, len, off);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return -errno;
-    }
-    p += n;
-    off += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
 int core_write_file_atomic(const char *dir, const char *name, const void *data, size_t len,
                            unsigned mode) {
   char tmp[PATH_MAX], dst[PATH_MAX];

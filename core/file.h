@@ -5,14 +5,11 @@
 #define CORDON_CORE_FILE_H
 
 #include <stddef.h>
-#include <sys/types.h>
 
 #include "core/error.h"
 
 /* Write all len bytes (retrying short writes and EINTR). 0 or -errno. */
 int core_write_all(int fd, const void *buf, size_t len);
-/* The same at offset off, with pwrite. 0 or -errno. */
-int core_pwrite_all(int fd, const void *buf, size_t len, off_t off);
 
 /* Replace dir/name with data: written to dir/.name.tmp (O_EXCL, O_NOFOLLOW,
  * created with mode), fsynced, renamed over dir/name, then dir fsynced.

@@ -131,6 +131,22 @@ static int entry_cmp(const void *a, const void *b) {
   return cpkg_path_cmp(((const struct pack_entry *)a)->path, ((const struct pack_entry *)b)->path);
 }
 
+static int pwrite_all(int fd, const void *buf, size_t len, off_t off) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t n = pwrite(fd, p, len, off);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return -errno;
+    }
+    p += n;
+    off += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
 static ssize_t read_some(int fd, void *buf, size_t len) {
   for (;;) {
     ssize_t n = read(fd, buf, len);
@@ -360,8 +376,8 @@ int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_ke
     cordon_diag_set(diag, err, "cannot sign the index");
     goto out;
   }
-  if ((err = core_pwrite_all(outfd, header, sizeof(header), 0)) != 0 ||
-      (err = core_pwrite_all(outfd, index, index_len, CPKG_HEADER_SIZE)) != 0 ||
+  if ((err = pwrite_all(outfd, header, sizeof(header), 0)) != 0 ||
+      (err = pwrite_all(outfd, index, index_len, CPKG_HEADER_SIZE)) != 0 ||
       (err = fchmod(outfd, 0644) < 0 ? -errno : 0) != 0 ||
       (err = fsync(outfd) < 0 ? -errno : 0) != 0) {
     cordon_diag_set(diag, err, "%s: %s", tmp, strerror(-err));
