@@ -1,6 +1,7 @@
 #include "compat/win32.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <wchar.h>
@@ -136,6 +137,34 @@ wchar_t *win_join(const wchar_t *dir, const char *name) {
   }
   free(wn);
   return w;
+}
+
+void win_backslashes(char *s) {
+  for (; *s; s++)
+    if (*s == '/')
+      *s = '\\';
+}
+
+char *win_system_path(const char *posix_abs) {
+  /* a drive path ("D:/x", "D:\\x") stays on its drive, as written */
+  char c = posix_abs[0];
+  if (((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z')) && posix_abs[1] == ':' &&
+      (posix_abs[2] == '/' || posix_abs[2] == '\\')) {
+    char *p = strdup(posix_abs);
+    if (p)
+      win_backslashes(p);
+    return p;
+  }
+  wchar_t drive[MAX_PATH];
+  UINT n = GetSystemWindowsDirectoryW(drive, MAX_PATH);
+  char d[3] = "C:";
+  if (n >= 2 && drive[1] == L':')
+    d[0] = (char)drive[0];
+  char *s = NULL;
+  if (asprintf(&s, "%s%s", d, posix_abs) < 0)
+    return NULL;
+  win_backslashes(s);
+  return s;
 }
 
 bool win_token_is_elevated(HANDLE token) {

@@ -29,6 +29,13 @@ wchar_t *win_handle_path(HANDLE h);
 /* Join dir and a relative UTF-8 name ('/' becomes '\'), malloc'd. */
 wchar_t *win_join(const wchar_t *dir, const char *name);
 
+/* Turn every '/' of s into '\' in place. */
+void win_backslashes(char *s);
+/* "/Windows/System32/cmd.exe" -> "C:\Windows\System32\cmd.exe" on the
+ * system drive (malloc'd UTF-8); a drive path ("D:/x") stays on its
+ * drive. NULL on no memory. */
+char *win_system_path(const char *posix_abs);
+
 /* Is the process token elevated (an administrator's full token or SYSTEM)? */
 bool win_token_is_elevated(HANDLE token);
 /* Is the token's user LocalSystem (S-1-5-18)? */

@@ -5,7 +5,6 @@
 #include "platform/macos/os.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <mach-o/dyld.h>
 #include <stdlib.h>
@@ -73,22 +72,6 @@ int macos_os_procs(uid_t ruid, struct macos_proc **out_v, size_t *out_n) {
 
 const char *macos_os_procs_source(void) {
   return "sysctl(KERN_PROC_RUID)";
-}
-
-void macos_os_cloexec_from(int lowfd, int max_hint) {
-  /* no close_range here: walk the descriptor table */
-  for (int fd = lowfd; fd < max_hint; fd++)
-    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-}
-
-int macos_os_drop_ids(uid_t uid, gid_t gid) {
-  /* XNU credentials are per process: these are single system calls */
-  gid_t groups[1] = {gid};
-  if (setgroups(1, groups) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
-    return errno;
-  if (setuid(0) == 0) /* must be impossible now */
-    return EPERM;
-  return 0;
 }
 
 int macos_os_self_path(char *out, size_t len) {

@@ -1,6 +1,7 @@
 /* The few calls the macOS layer needs that POSIX does not give: a listing
- * of one user's processes (with parent, group, session and start time), a
- * close-on-exec sweep and an identity drop that are safe in a vfork child.
+ * of one user's processes (with parent, group, session and start time) and
+ * the running program's path. (The launcher's vfork-child steps are
+ * platform/posix/launch.c's, chosen by CORDON_WITH_* switches.)
  *
  * Two implementations, chosen by the build (never by OS checks in code):
  * apple.c (CORDON_WITH_APPLE_PROC: sysctl KERN_PROC_RUID, plain setuid) on
@@ -32,15 +33,6 @@ int macos_os_procs(uid_t ruid, struct macos_proc **out_v, size_t *out_n);
 /* Where the listing comes from, for `status`: "sysctl(KERN_PROC_RUID)" or
  * "/proc". */
 const char *macos_os_procs_source(void);
-
-/* vfork-child safe (system calls only): mark every fd >= lowfd
- * close-on-exec. max_hint is the parent's sysconf(_SC_OPEN_MAX), capped. */
-void macos_os_cloexec_from(int lowfd, int max_hint);
-
-/* vfork-child safe: supplementary groups {gid}, then gid, then uid (real,
- * effective and saved), then checks that uid 0 cannot be regained.
- * Returns 0 or a positive errno. */
-int macos_os_drop_ids(uid_t uid, gid_t gid);
 
 /* The absolute path of the running program. 0 or a negated errno. */
 int macos_os_self_path(char *out, size_t len);

@@ -1,18 +1,15 @@
 /* os.h on Linux, so the macOS layer's logic runs in tests here: /proc for
- * the process table, close_range, raw set*id system calls (glibc's wrappers
- * would signal the agent's other threads from a vfork child). Compiled to
- * nothing unless the build sets CORDON_WITH_PROCFS. */
+ * the process table and the program's path. Compiled to nothing unless the
+ * build sets CORDON_WITH_PROCFS. */
 #if CORDON_WITH_PROCFS
 #include "platform/macos/os.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/close_range.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 static ssize_t read_small(const char *path, char *buf, size_t len) {
@@ -97,23 +94,6 @@ int macos_os_procs(uid_t ruid, struct macos_proc **out_v, size_t *out_n) {
 
 const char *macos_os_procs_source(void) {
   return "/proc";
-}
-
-void macos_os_cloexec_from(int lowfd, int max_hint) {
-  if (syscall(SYS_close_range, (unsigned)lowfd, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
-    return;
-  for (int fd = lowfd; fd < max_hint; fd++)
-    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
-}
-
-int macos_os_drop_ids(uid_t uid, gid_t gid) {
-  gid_t groups[1] = {gid};
-  if (syscall(SYS_setgroups, 1, groups) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
-      syscall(SYS_setresuid, uid, uid, uid) < 0)
-    return errno;
-  if (syscall(SYS_setresuid, 0, 0, 0) == 0) /* must be impossible now */
-    return EPERM;
-  return 0;
 }
 
 int macos_os_self_path(char *out, size_t len) {

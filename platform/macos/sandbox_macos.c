@@ -3,7 +3,7 @@
  * its own session and process group under rlimits; the timeout signals the
  * group (TERM, a grace period, KILL) and then the descendants that left it
  * (jobtree.h), reported as orphans_killed. Everything here is POSIX; the
- * two OS-specific needs are behind os.h.
+ * two OS-specific needs are behind os.h. The policy is platform/sandbox.c's.
  *
  * What is enforced, and how, is reported per job in result.sandbox.limits:
  * cpu by RLIMIT_CPU, time by the process group, processes by RLIMIT_NPROC
@@ -13,6 +13,8 @@
  * build says so: XNU accepts RLIMIT_AS and ignores it, Linux enforces it),
  * disk never (RLIMIT_FSIZE caps each file, not the total).
  */
+#include "platform/macos/sandbox_macos.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -27,14 +29,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "platform/macos/jobtree.h"
 #include "platform/macos/os.h"
-#include "platform/macos/spawn.h"
-#include "platform/sandbox.h"
-#include "platform/posix/drain.h"
-#include "platform/posix/job_user.h"
-#include "platform/sandbox_common.h"
-#include "platform/strv.h"
+#include "platform/posix/launch.h"
+#include "platform/posix/output.h"
 
 #ifndef CORDON_WITH_RLIMIT_AS
 #define CORDON_WITH_RLIMIT_AS 0
@@ -48,58 +47,21 @@
 #define MACOS_TICK_MS 20
 #define MACOS_NOFILE 256
 
-struct sandbox_probe {
-  bool is_root;
-  bool thorough;
-  bool user_ok;
-  char user_error[160];
-  uid_t uid;
-  gid_t gid;
-  char *user_name;
-  char *home;
-  bool dedicated_user; /* jobs run under another uid than the agent's */
-  bool table_tried, table_works;
-  char table_error[160];
-};
-
-struct sandbox_plan {
-  const struct sandbox_policy *policy;
-  const struct sandbox_probe *probe;
-  const struct sandbox_job *job;
-  struct strv argv, envp;
+struct sandbox_os_plan {
   char *workspace;
   json_t *grants; /* what the package asked for, for explain */
 };
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
-                      struct sandbox_probe **out_probe) {
-  struct sandbox_probe *p = calloc(1, sizeof(*p));
+int sandbox_os_probe_new(const struct sandbox_policy *policy, bool thorough,
+                         struct sandbox_os_probe **out_probe, struct sandbox_facts *out_facts) {
+  struct sandbox_os_probe *p = calloc(1, sizeof(*p));
   if (!p)
     return -ENOMEM;
-  p->thorough = thorough;
-  p->is_root = geteuid() == 0;
-
-  struct posix_job_user ju;
-  int ur = posix_job_user_lookup(policy->job_user, p->is_root, &ju, p->user_error,
-                                 sizeof(p->user_error));
-  if (ur == -ENOMEM) {
-    sandbox_probe_free(p);
+  if (posix_job_user_probe(policy->job_user, &p->user) < 0) {
+    free(p);
     return -ENOMEM;
   }
-  if (ur == 0) { /* the probe owns the strings from now on */
-    p->user_ok = true;
-    p->uid = ju.uid;
-    p->gid = ju.gid;
-    p->dedicated_user = p->is_root;
-    p->user_name = ju.name;
-    p->home = ju.home;
-  }
+  p->dedicated_user = p->user.ok && p->user.is_root;
 
   if (thorough) {
     /* the orphan sweep depends on reading the process table: try it */
@@ -115,26 +77,27 @@ int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
       snprintf(p->table_error, sizeof(p->table_error), "the agent is missing from its own table");
     free(v);
   }
+  *out_facts = (struct sandbox_facts){
+      .best = SANDBOX_LEVEL_NONE,
+      .reason = MACOS_REASON,
+      .user_error = p->user.ok ? NULL : p->user.error,
+      .user_name = p->user.u.name,
+      .has_home = p->user.ok,
+      .lowest_runnable = SANDBOX_LEVEL_NONE,
+      .level_fixed = true, /* known before anything else: none, and why */
+  };
   *out_probe = p;
   return 0;
 }
 
-void sandbox_probe_free(struct sandbox_probe *p) {
+void sandbox_os_probe_free(struct sandbox_os_probe *p) {
   if (!p)
     return;
-  free(p->user_name);
-  free(p->home);
+  posix_job_user_release(&p->user.u);
   free(p);
 }
 
-enum sandbox_level sandbox_probe_best(const struct sandbox_probe *p, const char **out_reason) {
-  (void)p;
-  if (out_reason)
-    *out_reason = MACOS_REASON;
-  return SANDBOX_LEVEL_NONE;
-}
-
-json_t *sandbox_probe_json(const struct sandbox_probe *p) {
+json_t *sandbox_os_probe_json(const struct sandbox_os_probe *p) {
   json_t *o = json_object();
   json_t *iso = json_object();
   json_object_set_new(iso, "available", json_false());
@@ -156,232 +119,48 @@ json_t *sandbox_probe_json(const struct sandbox_probe *p) {
   json_object_set_new(rl, "address_space", json_boolean(CORDON_WITH_RLIMIT_AS));
   json_object_set_new(rl, "processes", json_boolean(p->dedicated_user));
   json_object_set_new(o, "rlimits", rl);
-  json_t *ju = json_object();
-  json_object_set_new(ju, "agent_is_root", json_boolean(p->is_root));
-  json_object_set_new(ju, "name", p->user_name ? json_string(p->user_name) : json_null());
-  json_object_set_new(ju, "uid", p->user_ok ? json_integer(p->uid) : json_null());
-  json_object_set_new(ju, "home", p->home ? json_string(p->home) : json_null());
-  json_object_set_new(ju, "error", p->user_error[0] ? json_string(p->user_error) : json_null());
-  json_object_set_new(o, "job_user", ju);
+  json_object_set_new(o, "job_user", posix_job_user_json(&p->user));
   return o;
 }
 
 /* ---- planning ---- */
 
-/* Credentials under the job user's home and system secrets. At level none
- * nothing is hidden from the job; these only bound what may be granted. */
-static const char *const forbidden_home[] = {
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".kube",
-    ".docker",
-    ".config/gh",
-    ".netrc",
-    ".pypirc",
-    ".npmrc",
-    ".git-credentials",
-    ".password-store",
-    "Library/Keychains",
-    "Library/Cookies",
-    "Library/Application Support/Google/Chrome",
-    "Library/Application Support/Firefox",
-    "Library/Safari",
-    "Library/Application Support/cordon",
-};
-static const char *const forbidden_abs[] = {
-    "/etc/master.passwd",
-    "/private/etc/master.passwd",
-    "/var/db/dslocal",
-    "/etc/shadow",
-    "/etc/ssh",
-    "/private/etc/ssh",
-    "/Library/Keychains",
-    "/Library/Application Support/cordon",
-    "/var/lib/cordon-agent",
-    "/var/root",
-    "/root",
-};
-
-/* Places where written code later runs outside any sandbox: a writable
- * grant that contains one (existing or not) is too broad. */
-static const char *const write_forbidden_home[] = {
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
-    ".config/fish",
-    ".local/bin",
-    "Library/LaunchAgents",
-    "Library/Application Support/com.apple.backgroundtaskmanagementagent",
-};
-
-/* Is path equal to or below dir? Both absolute, without trailing slash
- * (dir "/" is below nothing but itself here). */
-static bool path_within(const char *path, const char *dir) {
-  size_t n = strlen(dir);
-  if (strcmp(dir, "/") == 0)
-    return true;
-  return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
-}
-
-static int join_home(char *out, size_t len, const char *home, const char *rel) {
-  int n = rel && rel[0] ? snprintf(out, len, "%s/%s", home, rel) : snprintf(out, len, "%s", home);
-  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-/* Grants are not enforced at level none (the job sees what the job user
- * sees), but a package asking beyond the owner's ceiling is refused on
- * every OS, and so is a grant that is too broad. Checked on resolved
- * paths (symlinks followed once, by realpath). */
-static int check_grants(const struct sandbox_policy *policy, const struct sandbox_probe *probe,
-                        const struct manifest *m, struct job_result *res, json_t *out) {
-  char home[PATH_MAX];
-  if (!realpath(probe->home, home))
-    snprintf(home, sizeof(home), "%s", probe->home);
-  for (size_t i = 0; i < m->n_grants; i++) {
-    const struct manifest_grant *g = &m->grants[i];
-    json_t *row = json_object();
-    json_object_set_new(row, "path", json_string(g->path));
-    json_object_set_new(row, "access", json_string(g->rw ? "rw" : "ro"));
-    json_array_append_new(out, row);
-    if (g->base == MANIFEST_GRANT_WORKSPACE)
-      continue; /* always writable: the job's own directory */
-    char want[PATH_MAX], real[PATH_MAX];
-    int r = g->base == MANIFEST_GRANT_HOME ? join_home(want, sizeof(want), home, g->rel)
-                                           : join_home(want, sizeof(want), g->path, NULL);
-    if (r < 0)
-      return job_result_fail(res, CORDON_E_CAPABILITY_DENIED, "grant %s: path too long", g->path);
-    if (!realpath(want, real))
-      return job_result_fail(res, CORDON_E_CAPABILITY_DENIED, "grant %s: %s", g->path,
-                             strerror(errno));
-    if (strcmp(real, "/") == 0 || (g->rw && strcmp(real, home) == 0))
-      return job_result_fail(res, CORDON_E_SCOPE_TOO_BROAD, "grant %s: %s of %s is too broad",
-                             g->path, g->rw ? "write access" : "access", real);
-    char fb[PATH_MAX];
-    size_t nh = sizeof(forbidden_home) / sizeof(forbidden_home[0]);
-    size_t na = sizeof(forbidden_abs) / sizeof(forbidden_abs[0]);
-    for (size_t k = 0; k < nh + na + 1; k++) {
-      const char *f;
-      if (k < nh) {
-        if (join_home(fb, sizeof(fb), home, forbidden_home[k]) < 0)
-          continue;
-        f = fb;
-      } else if (k < nh + na) {
-        f = forbidden_abs[k - nh];
-      } else {
-        if (!policy->state_dir)
-          continue;
-        f = policy->state_dir;
-      }
-      if (path_within(real, f))
-        return job_result_fail(res, CORDON_E_CAPABILITY_DENIED, "grant %s: %s is never granted",
-                               g->path, f);
-      if (g->rw && path_within(f, real))
-        return job_result_fail(res, CORDON_E_SCOPE_TOO_BROAD,
-                               "grant %s: write access would include %s", g->path, f);
-    }
-    for (size_t k = 0; g->rw && k < sizeof(write_forbidden_home) / sizeof(write_forbidden_home[0]);
-         k++) {
-      if (join_home(fb, sizeof(fb), home, write_forbidden_home[k]) == 0 && path_within(fb, real))
-        return job_result_fail(res, CORDON_E_SCOPE_TOO_BROAD,
-                               "grant %s: write access would include %s", g->path, fb);
-    }
-    bool under_root = false;
-    for (size_t k = 0; k < policy->n_grant_roots && !under_root; k++) {
-      const char *root = policy->grant_roots[k];
-      char rw[PATH_MAX], rr[PATH_MAX];
-      if (root[0] == '~') {
-        if (join_home(rw, sizeof(rw), home, root[1] == '/' ? root + 2 : NULL) < 0)
-          continue;
-      } else if (join_home(rw, sizeof(rw), root, NULL) < 0) {
-        continue;
-      }
-      under_root = realpath(rw, rr) && path_within(real, rr);
-    }
-    if (!under_root)
-      return job_result_fail(res, CORDON_E_CAPABILITY_DENIED,
-                             "grant %s: %s is outside the device owner's grant roots", g->path,
-                             real);
-  }
-  return 0;
-}
-
-int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_probe *probe,
-                     const struct sandbox_job *job, struct job_result *result,
-                     struct sandbox_plan **out_plan) {
-  const struct manifest *m = job->manifest;
-  result->requested = m->min_sandbox;
-  const struct manifest_argv *entry = manifest_entry_for(m, MANIFEST_PLATFORM_MACOS);
-  if (!entry)
-    return job_result_fail(result, CORDON_E_PLATFORM_MISMATCH, "the package does not run on macos");
-  /* The level is known before anything else: none, and why. */
-  result->level = SANDBOX_LEVEL_NONE;
-  result->level_known = true;
-  result->downgrade_reason = MACOS_REASON;
-  if (SANDBOX_LEVEL_NONE < m->min_sandbox || SANDBOX_LEVEL_NONE < policy->lowest_level) {
-    bool pkg = SANDBOX_LEVEL_NONE < m->min_sandbox;
-    return job_result_fail(result, CORDON_E_SANDBOX_UNAVAILABLE,
-                           "this device can give 'none' (" MACOS_REASON "); the %s requires '%s'",
-                           pkg ? "package" : "device owner",
-                           sandbox_level_name(pkg ? m->min_sandbox : policy->lowest_level));
-  }
-  if (!probe->user_ok)
-    return job_result_fail(result, CORDON_E_JOB_USER_MISSING, "%s", probe->user_error);
-  if (m->net && !policy->net_allowed)
-    return job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
-                           "the package asks for the network; the device owner does not allow it");
-
-  struct sandbox_plan *plan = calloc(1, sizeof(*plan));
-  if (!plan)
+int sandbox_os_plan_new(struct sandbox_plan *plan, const struct sandbox_grants *grants,
+                        struct job_result *result, struct sandbox_os_plan **out_os) {
+  const struct sandbox_job *job = plan->job;
+  const struct sandbox_os_probe *probe = plan->probe->os;
+  (void)result;
+  struct sandbox_os_plan *os = calloc(1, sizeof(*os));
+  if (!os)
     return -ENOMEM;
-  plan->policy = policy;
-  plan->probe = probe;
-  plan->job = job;
-  strv_init(&plan->argv);
-  strv_init(&plan->envp);
-  int r = -ENOMEM;
-  plan->grants = json_array();
-  if (!plan->grants)
-    goto out_fail;
-  r = check_grants(policy, probe, m, result, plan->grants);
-  if (r < 0)
-    goto out_fail;
-
-  if (asprintf(&plan->workspace, "%s/workspace", job->job_dir) < 0) {
-    plan->workspace = NULL;
-    r = -ENOMEM;
-    goto out_fail;
+  /* grants are checked, not enforced: the job sees what the job user sees */
+  os->grants = json_array();
+  for (size_t i = 0; os->grants && i < grants->n; i++) {
+    const struct manifest_grant *g = grants->v[i].g;
+    json_array_append_new(os->grants,
+                          json_pack("{s:s, s:s}", "path", g->path, "access", g->rw ? "rw" : "ro"));
   }
-  sandbox_direct_argv_env(m, entry, job->args, job->n_args, job->package_path, plan->workspace,
-                          "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", probe->home,
-                          probe->user_name, &plan->argv, &plan->envp);
-  r = plan->argv.err ? plan->argv.err : plan->envp.err;
-  if (r < 0)
-    goto out_fail;
-  *out_plan = plan;
+  if (!os->grants || asprintf(&os->workspace, "%s/workspace", job->job_dir) < 0) {
+    os->workspace = NULL;
+    sandbox_os_plan_free(os);
+    return -ENOMEM;
+  }
+  sandbox_direct_argv_env(job->manifest, plan->entry, job->args, job->n_args, job->package_path,
+                          os->workspace, "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+                          probe->user.u.home, probe->user.u.name, &plan->argv, &plan->envp);
+  *out_os = os;
   return 0;
-out_fail:
-  sandbox_plan_free(plan);
-  return r;
 }
 
-void sandbox_plan_free(struct sandbox_plan *plan) {
-  if (!plan)
+void sandbox_os_plan_free(struct sandbox_os_plan *os) {
+  if (!os)
     return;
-  strv_release(&plan->argv);
-  strv_release(&plan->envp);
-  free(plan->workspace);
-  json_decref(plan->grants);
-  free(plan);
+  free(os->workspace);
+  json_decref(os->grants);
+  free(os);
 }
 
-static void set_limits(const struct sandbox_probe *p, struct job_result *res) {
+static void set_limits(const struct sandbox_os_probe *p, struct job_result *res) {
   res->lim_memory = CORDON_WITH_RLIMIT_AS ? LIMIT_MECH_RLIMIT : LIMIT_MECH_NONE;
   res->lim_processes = p->dedicated_user ? LIMIT_MECH_RLIMIT : LIMIT_MECH_NONE;
   res->lim_cpu = LIMIT_MECH_RLIMIT;
@@ -390,26 +169,11 @@ static void set_limits(const struct sandbox_probe *p, struct job_result *res) {
   snprintf(res->mechanism, sizeof(res->mechanism), "%s", MACOS_MECHANISM);
 }
 
-json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
+json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_result *limits) {
   const struct manifest *m = plan->job->manifest;
-  struct job_result tmp;
-  job_result_init(&tmp);
-  set_limits(plan->probe, &tmp);
+  const struct sandbox_os_probe *probe = plan->probe->os;
+  set_limits(probe, limits);
   json_t *o = json_object();
-  json_object_set_new(o, "level", json_string("none"));
-  json_object_set_new(o, "downgrade_reason", json_string(MACOS_REASON));
-  json_object_set_new(o, "requested", json_string(sandbox_level_name(m->min_sandbox)));
-  json_object_set_new(o, "mechanism", json_string(tmp.mechanism));
-  json_t *argv = json_array();
-  for (size_t i = 0; i < plan->argv.n; i++)
-    json_array_append_new(argv, json_string(plan->argv.v[i]));
-  json_object_set_new(o, "argv", argv);
-  json_t *env = json_array();
-  for (size_t i = 0; i < plan->envp.n; i++)
-    json_array_append_new(env, json_string(plan->envp.v[i]));
-  json_object_set_new(o, "env", env);
-  json_object_set_new(o, "seccomp", json_null());
-  json_object_set_new(o, "net", json_boolean(m->net && plan->policy->net_allowed));
   json_t *lim = json_object();
   struct {
     const char *name;
@@ -421,7 +185,7 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
        CORDON_WITH_RLIMIT_AS ? "rlimit (RLIMIT_AS, address space)"
                              : "none (RLIMIT_AS is not enforced by this kernel)"},
       {"processes", m->processes, "processes",
-       plan->probe->dedicated_user
+       probe->dedicated_user
            ? "rlimit (RLIMIT_NPROC of the job user: its process count at start plus this)"
            : "none (RLIMIT_NPROC would count all of the user's processes)"},
       {"cpu", m->cpu_s, "s", "rlimit (RLIMIT_CPU)"},
@@ -447,14 +211,12 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
                                          "no_new_privs on macOS)"));
   json_array_append_new(not, json_string("agent death: the job is not killed with the agent"));
   json_object_set_new(o, "not_enforced", not );
-  json_object_set_new(o, "grants", json_incref(plan->grants));
-  json_object_set_new(o, "job_user", json_string(plan->probe->user_name));
-  json_object_set_new(o, "job_uid", json_integer(plan->probe->uid));
+  json_object_set_new(o, "grants", json_incref(plan->os->grants));
+  json_object_set_new(o, "job_uid", json_integer(probe->user.u.uid));
   return o;
 }
 
 /* ---- running ---- */
-
 
 /* Jobs of this agent process running now, and started so far: a job whose
  * life overlapped another's cannot tell whose an orphan is. */
@@ -463,10 +225,7 @@ static atomic_ulong jobs_started;
 
 struct supervisor {
   const struct sandbox_plan *plan;
-  struct job_result *res;
-  size_t cap;
-  int out_fd, err_fd;
-  bool out_open, err_open;
+  struct posix_output *out;
   pid_t leader;
   bool leader_done; /* exited (a zombie until reaped at the end) */
   struct jobtree tree;
@@ -490,39 +249,14 @@ static bool leader_exited(struct supervisor *s) {
 static size_t snapshot(struct supervisor *s) {
   struct macos_proc *v = NULL;
   size_t n = 0;
-  s->last_snapshot = now_ms();
-  if (macos_os_procs(s->plan->probe->uid, &v, &n) < 0)
+  s->last_snapshot = core_mono_ms();
+  if (macos_os_procs(s->plan->probe->os->user.u.uid, &v, &n) < 0)
     return 0;
   size_t live = jobtree_update(&s->tree, v, n);
   if (s->adopt_orphans)
     live += jobtree_adopt_orphans(&s->tree, v, n);
   free(v);
   return live;
-}
-
-/* Wait up to ms, reading output; snapshots on the tick. */
-static void pump(struct supervisor *s, int ms) {
-  struct pollfd pf[2];
-  int n = 0, i_out = -1, i_err = -1;
-  if (s->out_open) {
-    pf[n] = (struct pollfd){s->out_fd, POLLIN, 0};
-    i_out = n++;
-  }
-  if (s->err_open) {
-    pf[n] = (struct pollfd){s->err_fd, POLLIN, 0};
-    i_err = n++;
-  }
-  if (n == 0) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-    return;
-  }
-  if (poll(pf, (nfds_t)n, ms) <= 0)
-    return;
-  if (i_out >= 0 && (pf[i_out].revents & (POLLIN | POLLHUP | POLLERR)))
-    s->out_open = posix_drain_fd(s->out_fd, &s->res->out, s->cap);
-  if (i_err >= 0 && (pf[i_err].revents & (POLLIN | POLLHUP | POLLERR)))
-    s->err_open = posix_drain_fd(s->err_fd, &s->res->err, s->cap);
 }
 
 /* Kill what is left of the job: TERM first when graceful, then KILL until
@@ -535,9 +269,9 @@ static size_t kill_job(struct supervisor *s, bool graceful, bool adopt_orphans) 
   if (graceful) {
     killed += jobtree_signal(&s->tree, SIGTERM);
     jobtree_signal(&s->tree, SIGCONT); /* a stopped process gets to handle TERM */
-    int64_t until = now_ms() + MACOS_GRACE_MS;
-    while (now_ms() < until) {
-      pump(s, MACOS_TICK_MS);
+    int64_t until = core_mono_ms() + MACOS_GRACE_MS;
+    while (core_mono_ms() < until) {
+      posix_output_poll(s->out, NULL, 0, MACOS_TICK_MS);
       size_t live = snapshot(s);
       killed += jobtree_signal(&s->tree, SIGTERM);
       if (live == 0 && leader_exited(s))
@@ -555,97 +289,71 @@ static size_t kill_job(struct supervisor *s, bool graceful, bool adopt_orphans) 
   return killed;
 }
 
-int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
+int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   const struct manifest *m = plan->job->manifest;
-  const struct sandbox_probe *probe = plan->probe;
-  size_t cap = (size_t)m->output_kb * 1024;
+  const struct sandbox_os_probe *probe = plan->probe->os;
+  const char *workspace = plan->os->workspace;
   int r;
-  int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
 
-  res->level = SANDBOX_LEVEL_NONE;
-  res->level_known = true;
-  res->downgrade_reason = MACOS_REASON;
-  res->requested = m->min_sandbox;
   res->oom_killed = -1; /* no mechanism here can tell */
   set_limits(probe, res);
-  res->out.data = malloc(cap ? cap : 1);
-  res->err.data = malloc(cap ? cap : 1);
-  if (!res->out.data || !res->err.data)
-    return -ENOMEM;
-
-  if (mkdir(plan->workspace, 0700) < 0 && errno != EEXIST)
+  if (mkdir(workspace, 0700) < 0 && errno != EEXIST)
     return job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(errno));
-  if (probe->is_root && chown(plan->workspace, probe->uid, probe->gid) < 0)
+  if (probe->user.is_root && chown(workspace, probe->user.u.uid, probe->user.u.gid) < 0)
     return job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(errno));
 
-  struct spawn_rlimit rl[6];
+  struct launch_rlimit rl[6];
   size_t nrl = 0;
-  rl[nrl++] = (struct spawn_rlimit){RLIMIT_CPU, {m->cpu_s, (rlim_t)m->cpu_s + 1}};
-  rl[nrl++] = (struct spawn_rlimit){RLIMIT_CORE, {0, 0}};
-  rl[nrl++] = (struct spawn_rlimit){RLIMIT_NOFILE, {MACOS_NOFILE, MACOS_NOFILE}};
+  rl[nrl++] = (struct launch_rlimit){RLIMIT_CPU, {m->cpu_s, (rlim_t)m->cpu_s + 1}};
+  rl[nrl++] = (struct launch_rlimit){RLIMIT_CORE, {0, 0}};
+  rl[nrl++] = (struct launch_rlimit){RLIMIT_NOFILE, {MACOS_NOFILE, MACOS_NOFILE}};
   rl[nrl++] =
-      (struct spawn_rlimit){RLIMIT_FSIZE, {(rlim_t)m->disk_mb << 20, (rlim_t)m->disk_mb << 20}};
+      (struct launch_rlimit){RLIMIT_FSIZE, {(rlim_t)m->disk_mb << 20, (rlim_t)m->disk_mb << 20}};
   if (CORDON_WITH_RLIMIT_AS)
     rl[nrl++] =
-        (struct spawn_rlimit){RLIMIT_AS, {(rlim_t)m->memory_mb << 20, (rlim_t)m->memory_mb << 20}};
+        (struct launch_rlimit){RLIMIT_AS, {(rlim_t)m->memory_mb << 20, (rlim_t)m->memory_mb << 20}};
   if (probe->dedicated_user) {
     /* RLIMIT_NPROC counts every process of the job user, other jobs' too:
      * the job gets its allowance on top of what that user runs now */
     struct macos_proc *v = NULL;
     size_t now = 0;
-    if (macos_os_procs(probe->uid, &v, &now) < 0)
+    if (macos_os_procs(probe->user.u.uid, &v, &now) < 0)
       now = 0;
     free(v);
     rlim_t np = (rlim_t)now + m->processes;
-    rl[nrl++] = (struct spawn_rlimit){RLIMIT_NPROC, {np, np}};
+    rl[nrl++] = (struct launch_rlimit){RLIMIT_NPROC, {np, np}};
   }
 
-  if (pipe(out_p) < 0 || pipe(err_p) < 0) {
-    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "pipe: %s", strerror(errno));
-    goto out;
-  }
-  for (int i = 0; i < 2; i++) {
-    fcntl(out_p[i], F_SETFD, FD_CLOEXEC);
-    fcntl(err_p[i], F_SETFD, FD_CLOEXEC);
-  }
-  fcntl(out_p[0], F_SETFL, O_NONBLOCK);
-  fcntl(err_p[0], F_SETFL, O_NONBLOCK);
+  struct posix_output out;
+  r = posix_output_open(&out, res, (size_t)m->output_kb * 1024);
+  if (r < 0)
+    return job_result_fail(res, CORDON_E_SPAWN_FAILED, "pipe: %s", strerror(-r));
 
-  struct spawn_spec spec = {
+  /* no no_new_privs and no parent-death signal exist on macOS */
+  struct launch_spec spec = {
       .path = plan->argv.v[0],
       .argv = plan->argv.v,
       .envp = plan->envp.v,
-      .stdout_fd = out_p[1],
-      .stderr_fd = err_p[1],
+      .stdout_fd = out.wr[0],
+      .stderr_fd = out.wr[1],
       .rlimits = rl,
       .n_rlimits = nrl,
-      .drop_ids = probe->is_root,
-      .uid = probe->uid,
-      .gid = probe->gid,
+      .drop_uid = probe->user.is_root,
+      .uid = probe->user.u.uid,
+      .gid = probe->user.u.gid,
       .cwd = plan->job->package_path,
   };
-  int64_t start = now_ms();
+  int64_t start = core_mono_ms();
   pid_t pid;
-  r = spawn_job(&spec, &pid);
-  close(out_p[1]);
-  close(err_p[1]);
-  out_p[1] = err_p[1] = -1;
+  r = launch_spawn(&spec, &pid);
+  posix_output_close_writers(&out);
   if (r < 0) {
     r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "cannot start %s: %s", spec.path, strerror(-r));
     goto out;
   }
   res->ran = true;
 
-  struct supervisor s = {
-      .plan = plan,
-      .res = res,
-      .cap = cap,
-      .out_fd = out_p[0],
-      .err_fd = err_p[0],
-      .out_open = true,
-      .err_open = true,
-      .leader = pid,
-  };
+  struct supervisor s = {.plan = plan, .out = &out, .leader = pid};
   jobtree_init(&s.tree, pid);
   unsigned long started_as = atomic_fetch_add(&jobs_started, 1) + 1;
   bool alone = atomic_fetch_add(&jobs_running, 1) == 0;
@@ -655,7 +363,7 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   bool cancelled = false;
   int cancel_fd = plan->job->cancel_fd;
   while (!leader_exited(&s)) {
-    int64_t t = now_ms();
+    int64_t t = core_mono_ms();
     if (t >= deadline) {
       res->timed_out = true;
       break;
@@ -671,7 +379,7 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
     if (t - s.last_snapshot >= MACOS_TICK_MS)
       snapshot(&s);
     int64_t left = deadline - t;
-    pump(&s, left < MACOS_TICK_MS ? (int)left : MACOS_TICK_MS);
+    posix_output_poll(&out, NULL, 0, left < MACOS_TICK_MS ? (int)left : MACOS_TICK_MS);
   }
 
   /* timeout or cancel: the group gets TERM and a grace period; after a
@@ -689,32 +397,16 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   jobtree_release(&s.tree);
   if (cancelled)
     job_result_fail(res, CORDON_E_CANCELLED, "the job was cancelled");
-  res->wall_ms = (uint64_t)(now_ms() - start);
-
-  /* the rest of the output: the writers are dead, so EOF comes quickly */
-  int64_t drain_deadline = now_ms() + 2000;
-  while ((s.out_open || s.err_open) && now_ms() < drain_deadline)
-    pump(&s, 100);
-
-  if (WIFEXITED(status)) {
-    res->exited = true;
-    res->exit_code = WEXITSTATUS(status);
-  } else if (WIFSIGNALED(status)) {
-    res->exited = false;
-    res->signal = WTERMSIG(status);
-  }
+  res->wall_ms = (uint64_t)(core_mono_ms() - start);
+  posix_output_finish(&out);
+  posix_exit_status(status, false, res);
   r = 0;
 out:
-  for (int i = 0; i < 2; i++) {
-    if (out_p[i] >= 0)
-      close(out_p[i]);
-    if (err_p[i] >= 0)
-      close(err_p[i]);
-  }
+  posix_output_release(&out);
   return r;
 }
 
-int sandbox_reap_leftovers(const char *job_id) {
+int sandbox_os_reap_leftovers(const char *job_id) {
   /* Nothing outlives the agent's own sweep here that a later process could
    * find again: there is no per-job kernel object on macOS. */
   (void)job_id;

@@ -51,3 +51,23 @@ void posix_job_user_release(struct posix_job_user *u) {
   free(u->home);
   u->name = u->home = NULL;
 }
+
+int posix_job_user_probe(const char *job_user, struct posix_job_user_probe *out) {
+  memset(out, 0, sizeof(*out));
+  out->is_root = geteuid() == 0;
+  int r = posix_job_user_lookup(job_user, out->is_root, &out->u, out->error, sizeof(out->error));
+  if (r == -ENOMEM)
+    return r;
+  out->ok = r == 0;
+  return 0;
+}
+
+json_t *posix_job_user_json(const struct posix_job_user_probe *p) {
+  json_t *ju = json_object();
+  json_object_set_new(ju, "agent_is_root", json_boolean(p->is_root));
+  json_object_set_new(ju, "name", p->u.name ? json_string(p->u.name) : json_null());
+  json_object_set_new(ju, "uid", p->ok ? json_integer(p->u.uid) : json_null());
+  json_object_set_new(ju, "home", p->u.home ? json_string(p->u.home) : json_null());
+  json_object_set_new(ju, "error", p->error[0] ? json_string(p->error) : json_null());
+  return ju;
+}

@@ -4,6 +4,7 @@
 #ifndef CORDON_PLATFORM_POSIX_JOB_USER_H
 #define CORDON_PLATFORM_POSIX_JOB_USER_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -20,5 +21,19 @@ struct posix_job_user {
 int posix_job_user_lookup(const char *job_user, bool agent_is_root, struct posix_job_user *out,
                           char *why, size_t why_len);
 void posix_job_user_release(struct posix_job_user *u);
+
+/* The job user as a probe finds it. */
+struct posix_job_user_probe {
+  bool is_root;    /* the agent runs as root: jobs run as job_user */
+  bool ok;         /* jobs may run: u is set */
+  char error[160]; /* why they may not */
+  struct posix_job_user u;
+};
+
+/* Look the job user up for an agent of this euid. 0 (ok or not), or
+ * -ENOMEM. */
+int posix_job_user_probe(const char *job_user, struct posix_job_user_probe *out);
+/* {"agent_is_root", "name", "uid", "home", "error"} for `status`. */
+json_t *posix_job_user_json(const struct posix_job_user_probe *p);
 
 #endif

@@ -1,4 +1,4 @@
-/* The Windows sandbox (docs/DESIGN.md sections 4 and 8).
+/* The Windows sandbox (DESIGN.md sections 4 and 8).
  *
  * contained: a restricted token derived from the agent's own (every
  *   privilege but SeChangeNotify removed, the administrator groups made
@@ -13,7 +13,7 @@
  *
  * Jobs never run as SYSTEM: an agent running as LocalSystem refuses jobs
  * (job_user_missing); the service runs as the virtual account
- * NT SERVICE\cordon-agent (docs/WINDOWS.md). */
+ * NT SERVICE\cordon-agent (docs/WINDOWS.md). The policy is platform/sandbox.c's. */
 #include <windows.h>
 
 #include <aclapi.h>
@@ -29,33 +29,12 @@
 #include <string.h>
 
 #include "compat/win32.h"
+#include "core/clock.h"
 #include "platform/fs.h"
-#include "platform/sandbox.h"
-#include "platform/sandbox_common.h"
 #include "platform/strv.h"
 #include "platform/windows/appcontainer.h"
 #include "platform/windows/cmdline.h"
 #include "platform/windows/sandbox_windows.h"
-
-struct sandbox_probe {
-  bool thorough;
-  bool elevated, is_system;
-  char account[256]; /* DOMAIN\user of the agent */
-  char *home;        /* the profile directory of the agent's account (UTF-8) */
-  bool token_ok;
-  char token_error[160];
-  bool low_ok; /* Low integrity jobs: the token and file labels both work */
-  char low_error[160];
-  bool job_ok;
-  char job_error[160];
-  struct appcontainer_api ac;
-  bool ac_api; /* userenv exports the functions */
-  bool ac_tried, ac_works;
-  char ac_error[160];
-  int recovered; /* journals of dead agents undone at this start */
-  enum sandbox_level best;
-  const char *reason;
-};
 
 struct win_grant {
   char *path; /* absolute host path (UTF-8, '\' separators) */
@@ -63,30 +42,13 @@ struct win_grant {
   bool deny; /* a forbidden path inside a read-only grant */
 };
 
-struct sandbox_plan {
-  const struct sandbox_policy *policy;
-  const struct sandbox_probe *probe;
-  const struct sandbox_job *job;
-  enum sandbox_level level;
-  const char *reason;
-  bool net;
-  struct strv argv, envp;
+struct sandbox_os_plan {
   char *app;       /* the program CreateProcess runs */
   char *workspace; /* <job dir>\workspace */
   wchar_t profile[APPCONTAINER_NAME_MAX];
   struct win_grant *grants;
   size_t n_grants;
 };
-
-static int64_t now_ms(void) {
-  return (int64_t)GetTickCount64();
-}
-
-static void to_backslashes(char *s) {
-  for (; *s; s++)
-    if (*s == '/')
-      *s = '\\';
-}
 
 /* ---- the token ---- */
 
@@ -168,7 +130,7 @@ static long label_rid(const char *path) {
 /* Can jobs run at Low integrity here? The token takes the level and a
  * file keeps a Low label (Wine keeps no file labels: then jobs run at the
  * agent's level, and status says so). */
-static void probe_low_integrity(struct sandbox_probe *p) {
+static void probe_low_integrity(struct sandbox_os_probe *p) {
   HANDLE tok = NULL;
   char err[160];
   int r = job_token(&tok, false, err, sizeof(err));
@@ -197,7 +159,7 @@ static void probe_low_integrity(struct sandbox_probe *p) {
   free(tmp);
   if (n < 0)
     return;
-  to_backslashes(dir);
+  win_backslashes(dir);
   r = fs_mkdir_p(dir, 0700);
   if (r == 0)
     r = set_label(dir, JOB_LABEL, true);
@@ -289,7 +251,7 @@ int sandbox_windows_job_new(const struct job_limits_spec *spec, HANDLE *out_job)
 
 /* ---- probing ---- */
 
-static void probe_account(struct sandbox_probe *p) {
+static void probe_account(struct sandbox_os_probe *p) {
   HANDLE tok;
   if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
     return;
@@ -320,7 +282,7 @@ static void probe_account(struct sandbox_probe *p) {
 }
 
 /* Try a profile: under Wine (and before Windows 8) this fails. */
-static void probe_appcontainer(struct sandbox_probe *p) {
+static void probe_appcontainer(struct sandbox_os_probe *p) {
   p->ac_tried = true;
   uint8_t raw[16];
   char id[33];
@@ -342,12 +304,11 @@ static void probe_appcontainer(struct sandbox_probe *p) {
   }
 }
 
-int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
-                      struct sandbox_probe **out_probe) {
-  struct sandbox_probe *p = calloc(1, sizeof(*p));
+int sandbox_os_probe_new(const struct sandbox_policy *policy, bool thorough,
+                         struct sandbox_os_probe **out_probe, struct sandbox_facts *out_facts) {
+  struct sandbox_os_probe *p = calloc(1, sizeof(*p));
   if (!p)
     return -ENOMEM;
-  p->thorough = thorough;
   probe_account(p);
 
   HANDLE tok = NULL;
@@ -378,21 +339,29 @@ int sandbox_probe_new(const struct sandbox_policy *policy, bool thorough,
   if (policy && policy->state_dir && p->ac_api)
     p->recovered = acl_journal_recover(policy->state_dir, &p->ac);
 
+  struct sandbox_facts f = {
+      .best = SANDBOX_LEVEL_ISOLATED,
+      .user_error = p->is_system ? "the agent runs as LocalSystem and jobs never do: run the "
+                                   "agent as its service account (NT SERVICE\\cordon-agent) "
+                                   "or as a user"
+                                 : NULL,
+      .user_name = p->account,
+      .has_home = p->home != NULL,
+      .lowest_runnable = SANDBOX_LEVEL_CONTAINED, /* no `none` level on Windows */
+  };
   if (!p->job_ok || !p->token_ok) {
-    p->best = SANDBOX_LEVEL_NONE;
-    p->reason = !p->job_ok ? "job_object_unavailable" : "restricted_token_unavailable";
+    f.best = SANDBOX_LEVEL_NONE;
+    f.reason = !p->job_ok ? "job_object_unavailable" : "restricted_token_unavailable";
   } else if (!p->ac_works) {
-    p->best = SANDBOX_LEVEL_CONTAINED;
-    p->reason = "appcontainer_unavailable";
-  } else {
-    p->best = SANDBOX_LEVEL_ISOLATED;
-    p->reason = NULL;
+    f.best = SANDBOX_LEVEL_CONTAINED;
+    f.reason = "appcontainer_unavailable";
   }
+  *out_facts = f;
   *out_probe = p;
   return 0;
 }
 
-void sandbox_probe_free(struct sandbox_probe *p) {
+void sandbox_os_probe_free(struct sandbox_os_probe *p) {
   if (!p)
     return;
   appcontainer_api_release(&p->ac);
@@ -400,17 +369,11 @@ void sandbox_probe_free(struct sandbox_probe *p) {
   free(p);
 }
 
-enum sandbox_level sandbox_probe_best(const struct sandbox_probe *p, const char **out_reason) {
-  if (out_reason)
-    *out_reason = p->reason;
-  return p->best;
-}
-
 static json_t *str_or_null(const char *s) {
   return s && s[0] ? json_string(s) : json_null();
 }
 
-json_t *sandbox_probe_json(const struct sandbox_probe *p) {
+json_t *sandbox_os_probe_json(const struct sandbox_os_probe *p) {
   json_t *o = json_object();
   json_t *a = json_object();
   json_object_set_new(a, "api_present", json_boolean(p->ac_api));
@@ -442,362 +405,177 @@ json_t *sandbox_probe_json(const struct sandbox_probe *p) {
 
 /* ---- planning ---- */
 
-/* "/Windows/System32/cmd.exe" -> "C:\Windows\System32\cmd.exe" (the system
- * drive); a drive path ("D:/x", "D:\x") stays on its drive. Any other
- * entry[0] is a file of the package. */
-static char *system_path(const char *posix_abs) {
-  if (manifest_path_is_windows_absolute(posix_abs)) {
-    char *s = strdup(posix_abs);
-    if (s)
-      to_backslashes(s);
-    return s;
-  }
-  wchar_t drive[MAX_PATH];
-  UINT n = GetSystemWindowsDirectoryW(drive, MAX_PATH);
-  char d[3] = "C:";
-  if (n >= 2 && drive[1] == L':')
-    d[0] = (char)drive[0];
-  char *s = NULL;
-  if (asprintf(&s, "%s%s", d, posix_abs) < 0)
-    return NULL;
-  to_backslashes(s);
-  return s;
-}
-
-/* Case-insensitive: is `inner` equal to or below `outer`? */
-static bool path_within(const char *inner, const char *outer) {
-  size_t lo = strlen(outer);
-  while (lo > 3 && (outer[lo - 1] == '\\'))
-    lo--;
-  if (_strnicmp(inner, outer, lo) != 0)
-    return false;
-  return inner[lo] == '\0' || inner[lo] == '\\' || (lo > 0 && outer[lo - 1] == '\\');
-}
-
-/* Names below the job user's profile that are never grantable: credentials
- * and everything in AppData (browser profiles, credential stores, the
- * Startup folder, where written code runs later outside the sandbox). */
-static const char *const forbidden_home[] = {
-    ".ssh",
-    ".gnupg",
-    ".aws",
-    ".azure",
-    ".kube",
-    ".docker",
-    ".config\\gh",
-    ".netrc",
-    ".pypirc",
-    ".npmrc",
-    ".git-credentials",
-    ".config\\git\\credentials",
-    "AppData",
-    "NTUSER.DAT",
-    ".password-store",
-};
-
-/* Resolve a grant to an absolute host path; check it against the roots,
- * the forbidden set and the scope rules. Returns 0 or a CORDON_E_* with
- * the reason in result. */
-static int resolve_grant(struct sandbox_plan *plan, const struct manifest_grant *g,
-                         struct job_result *result, char **out_path) {
-  const struct sandbox_probe *probe = plan->probe;
-  char *path = NULL;
-  int n = -1;
-  switch (g->base) {
-  case MANIFEST_GRANT_WORKSPACE:
-    n = asprintf(&path, "%s%s%s", plan->workspace, g->rel[0] ? "\\" : "", g->rel);
-    break;
-  case MANIFEST_GRANT_HOME:
-    if (!probe->home)
-      return job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
-                             "%s: the job user has no profile directory", g->path);
-    n = asprintf(&path, "%s%s%s", probe->home, g->rel[0] ? "\\" : "", g->rel);
-    break;
-  case MANIFEST_GRANT_ABSOLUTE:
-    path = system_path(g->path);
-    n = path ? 0 : -1;
-    break;
-  }
-  if (n < 0 || !path)
+static int add_grant(struct sandbox_os_plan *os, char *path, bool rw, bool deny) {
+  if (!path)
     return -ENOMEM;
-  to_backslashes(path);
-  if (g->base == MANIFEST_GRANT_WORKSPACE) {
-    *out_path = path;
-    return 0;
-  }
-  int r = 0;
-  char root[8];
-  snprintf(root, sizeof(root), "%.2s\\", path);
-  bool is_root = strlen(path) <= 3;
-  bool is_home = probe->home && _stricmp(path, probe->home) == 0;
-  if (is_root) {
-    r = job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD, "%s: a grant of a drive root", g->path);
-    goto out;
-  }
-  if (g->rw && is_home) {
-    r = job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD, "%s: a writable grant of the home",
-                        g->path);
-    goto out;
-  }
-  /* the owner's grant roots */
-  bool in_roots = false;
-  for (size_t i = 0; i < plan->policy->n_grant_roots && !in_roots; i++) {
-    const char *gr = plan->policy->grant_roots[i];
-    char *rp = NULL;
-    if (gr[0] == '~' && probe->home)
-      n = asprintf(&rp, "%s%s", probe->home, gr + 1);
-    else if (gr[0] == '/')
-      rp = system_path(gr), n = rp ? 0 : -1;
-    else
-      n = -1;
-    if (n >= 0 && rp) {
-      to_backslashes(rp);
-      in_roots = path_within(path, rp);
-    }
-    free(rp);
-  }
-  if (!in_roots) {
-    r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
-                        "%s: outside the device owner's grant_roots", g->path);
-    goto out;
-  }
-  /* forbidden: the agent's state and the credential places */
-  char *state = plan->policy->state_dir ? strdup(plan->policy->state_dir) : NULL;
-  if (state)
-    to_backslashes(state);
-  if (state && (path_within(path, state) || path_within(state, path))) {
-    r = path_within(path, state)
-            ? job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: the agent's state", g->path)
-            : job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD,
-                              "%s: contains the agent's state directory", g->path);
-    free(state);
-    goto out;
-  }
-  free(state);
-  for (size_t i = 0; probe->home && i < sizeof(forbidden_home) / sizeof(forbidden_home[0]); i++) {
-    char *f = NULL;
-    if (asprintf(&f, "%s\\%s", probe->home, forbidden_home[i]) < 0) {
-      r = -ENOMEM;
-      goto out;
-    }
-    if (path_within(path, f)) {
-      r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: a forbidden path (%s)", g->path,
-                          forbidden_home[i]);
-    } else if (path_within(f, path) && g->rw) {
-      r = job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD, "%s: a writable grant that contains %s",
-                          g->path, forbidden_home[i]);
-    } else if (path_within(f, path)) {
-      /* read-only and containing it: denied to the AppContainer by an ACE */
-      struct win_grant *grown = realloc(plan->grants, (plan->n_grants + 1) * sizeof(*grown));
-      if (!grown) {
-        free(f);
-        r = -ENOMEM;
-        goto out;
-      }
-      plan->grants = grown;
-      plan->grants[plan->n_grants++] = (struct win_grant){f, false, true};
-      f = NULL;
-    }
-    free(f);
-    if (r < 0)
-      goto out;
-  }
-out:
-  if (r < 0) {
-    free(path);
-    return r;
-  }
-  *out_path = path;
-  return 0;
-}
-
-static int add_grant(struct sandbox_plan *plan, char *path, bool rw) {
-  struct win_grant *grown = realloc(plan->grants, (plan->n_grants + 1) * sizeof(*grown));
+  struct win_grant *grown = realloc(os->grants, (os->n_grants + 1) * sizeof(*grown));
   if (!grown) {
     free(path);
     return -ENOMEM;
   }
-  plan->grants = grown;
-  plan->grants[plan->n_grants++] = (struct win_grant){path, rw, false};
+  os->grants = grown;
+  os->grants[os->n_grants++] = (struct win_grant){path, rw, deny};
   return 0;
 }
 
-static int refuse_level(const struct sandbox_policy *policy, const struct manifest *m,
-                        enum sandbox_level level, const char *reason, struct job_result *result) {
-  result->level = level;
-  result->level_known = true;
-  result->downgrade_reason = reason;
-  enum sandbox_level need = level < m->min_sandbox ? m->min_sandbox : policy->lowest_level;
-  return job_result_fail(
-      result, CORDON_E_SANDBOX_UNAVAILABLE, "this device can give '%s' (%s); the %s requires '%s'",
-      sandbox_level_name(level), reason ? reason : "no reason",
-      level < m->min_sandbox ? "package" : "device owner", sandbox_level_name(need));
+/* The ACL grants of the judged grants: each grant's path, the secrets
+ * inside a read-only one as deny entries before it, a $WORKSPACE grant
+ * below the workspace. */
+static int plan_grants(const struct sandbox_plan *plan, struct sandbox_os_plan *os,
+                       const struct sandbox_grants *grants, struct job_result *result) {
+  char *state = plan->policy->state_dir ? strdup(plan->policy->state_dir) : NULL;
+  if (plan->policy->state_dir && !state)
+    return -ENOMEM;
+  if (state)
+    win_backslashes(state);
+  int r = 0;
+  for (size_t i = 0; i < grants->n && r == 0; i++) {
+    const struct sandbox_grant *sg = &grants->v[i];
+    const struct manifest_grant *g = sg->g;
+    if (!sg->place) {
+      char *path = NULL;
+      if (asprintf(&path, "%s%s%s", os->workspace, g->rel[0] ? "\\" : "", g->rel) < 0)
+        path = NULL;
+      else
+        win_backslashes(path);
+      r = add_grant(os, path, true, false);
+      continue;
+    }
+    for (size_t k = 0; k < sg->n_hidden && r == 0; k++) {
+      const char *h = sg->hidden[k]->path;
+      /* the agent's state inside a grant is refused, not denied */
+      if (state && _stricmp(h, state) == 0)
+        r = job_result_fail(result, CORDON_E_SCOPE_TOO_BROAD,
+                            "%s: contains the agent's state directory", g->path);
+      else
+        r = add_grant(os, strdup(h), false, true);
+    }
+    if (r == 0)
+      r = add_grant(os, strdup(sg->place->path), g->rw, false);
+  }
+  free(state);
+  return r;
 }
 
-int sandbox_plan_new(const struct sandbox_policy *policy, const struct sandbox_probe *probe,
-                     const struct sandbox_job *job, struct job_result *result,
-                     struct sandbox_plan **out_plan) {
+/* Every granted path must take an ACL on a handle that followed no
+ * reparse point; if one cannot, the job is downgraded (the policy layer
+ * then refuses it if that is too little). */
+static int anchor_grants(struct sandbox_plan *plan, struct sandbox_os_plan *os,
+                         struct job_result *result) {
+  int r = appcontainer_profile_name(plan->job->job_id, os->profile, APPCONTAINER_NAME_MAX);
+  if (r < 0)
+    return job_result_fail(result, CORDON_E_INTERNAL, "bad job id");
+  for (size_t i = 0; i < os->n_grants; i++) {
+    const struct win_grant *g = &os->grants[i];
+    if (g->deny || sandbox_path_within(g->path, os->workspace, '\\', true))
+      continue;
+    wchar_t *w = win_wide(g->path);
+    HANDLE h;
+    int a = w ? acl_open_anchored(w, &h) : -ENOMEM;
+    free(w);
+    if (a == 0) {
+      CloseHandle(h);
+    } else if (a == -ELOOP) {
+      return job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
+                             "%s: a junction or symbolic link is not granted", g->path);
+    } else if (a == -ENOENT) {
+      return job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: does not exist", g->path);
+    } else {
+      plan->level = SANDBOX_LEVEL_CONTAINED;
+      plan->reason = "path_not_anchorable";
+      break;
+    }
+  }
+  return 0;
+}
+
+/* argv: entry[0] is "/..." on the system drive or a file of the package;
+ * an explicit environment: nothing of the agent's leaks in. */
+static int plan_command(struct sandbox_plan *plan, struct sandbox_os_plan *os) {
+  const struct sandbox_job *job = plan->job;
   const struct manifest *m = job->manifest;
-  result->requested = m->min_sandbox;
-  const struct manifest_argv *entry = manifest_entry_for(m, MANIFEST_PLATFORM_WINDOWS);
-  if (!entry)
-    return job_result_fail(result, CORDON_E_PLATFORM_MISMATCH,
-                           "the package does not run on windows");
-  if (probe->is_system)
-    return job_result_fail(result, CORDON_E_JOB_USER_MISSING,
-                           "the agent runs as LocalSystem and jobs never do: run the agent as "
-                           "its service account (NT SERVICE\\cordon-agent) or as a user");
-  if (m->net && !policy->net_allowed)
-    return job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
-                           "the package asks for the network; the device owner does not allow it");
-  if (probe->best == SANDBOX_LEVEL_NONE) /* no `none` level on Windows */
-    return refuse_level(policy, m, SANDBOX_LEVEL_NONE, probe->reason, result);
-
-  enum sandbox_level level = probe->best;
-  const char *reason = probe->reason;
-  if (level < m->min_sandbox || level < policy->lowest_level)
-    return refuse_level(policy, m, level, reason, result);
-
-  struct sandbox_plan *plan = calloc(1, sizeof(*plan));
-  if (!plan)
-    return -ENOMEM;
-  plan->policy = policy;
-  plan->probe = probe;
-  plan->job = job;
-  plan->level = level;
-  plan->reason = reason;
-  plan->net = m->net && policy->net_allowed;
-  strv_init(&plan->argv);
-  strv_init(&plan->envp);
-  int r = -ENOMEM;
-  if (asprintf(&plan->workspace, "%s\\workspace", job->job_dir) < 0) {
-    plan->workspace = NULL;
-    goto out_fail;
-  }
-  to_backslashes(plan->workspace);
-
-  /* grants are checked at every level: too broad is refused on every OS */
-  for (size_t i = 0; i < m->n_grants; i++) {
-    char *path = NULL;
-    r = resolve_grant(plan, &m->grants[i], result, &path);
-    if (r < 0)
-      goto out_fail;
-    r = add_grant(plan, path, m->grants[i].rw || m->grants[i].base == MANIFEST_GRANT_WORKSPACE);
-    if (r < 0)
-      goto out_fail;
-  }
-
-  if (level == SANDBOX_LEVEL_ISOLATED) {
-    r = appcontainer_profile_name(job->job_id, plan->profile, APPCONTAINER_NAME_MAX);
-    if (r < 0) {
-      job_result_fail(result, CORDON_E_INTERNAL, "bad job id");
-      goto out_fail;
-    }
-    /* every granted path must take an ACL on a handle that followed no
-     * reparse point; if one cannot, the job is downgraded or refused */
-    for (size_t i = 0; i < plan->n_grants; i++) {
-      if (plan->grants[i].deny || path_within(plan->grants[i].path, plan->workspace))
-        continue;
-      wchar_t *w = win_wide(plan->grants[i].path);
-      HANDLE h;
-      int a = w ? acl_open_anchored(w, &h) : -ENOMEM;
-      free(w);
-      if (a == 0) {
-        CloseHandle(h);
-      } else if (a == -ELOOP) {
-        r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED,
-                            "%s: a junction or symbolic link is not granted", plan->grants[i].path);
-        goto out_fail;
-      } else if (a == -ENOENT) {
-        r = job_result_fail(result, CORDON_E_CAPABILITY_DENIED, "%s: does not exist",
-                            plan->grants[i].path);
-        goto out_fail;
-      } else {
-        level = SANDBOX_LEVEL_CONTAINED;
-        reason = "path_not_anchorable";
-        break;
-      }
-    }
-    if (level < m->min_sandbox || level < policy->lowest_level) {
-      r = refuse_level(policy, m, level, reason, result);
-      goto out_fail;
-    }
-    plan->level = level;
-    plan->reason = reason;
-  }
-
-  /* argv: entry[0] is "/..." on the system drive, a drive path or a file of the package */
+  const struct manifest_argv *entry = plan->entry;
+  const char *home = plan->probe->os->home;
   const char *argv0 = entry->argv[0];
   if (argv0[0] == '/' || manifest_path_is_windows_absolute(argv0)) {
-    plan->app = system_path(argv0);
-  } else if (asprintf(&plan->app, "%s\\%s", job->package_path, argv0) < 0) {
-    plan->app = NULL;
+    os->app = win_system_path(argv0);
+  } else if (asprintf(&os->app, "%s\\%s", job->package_path, argv0) < 0) {
+    os->app = NULL;
   }
-  if (!plan->app) {
-    r = -ENOMEM;
-    goto out_fail;
-  }
-  to_backslashes(plan->app);
-  strv_add(&plan->argv, plan->app);
+  if (!os->app)
+    return -ENOMEM;
+  win_backslashes(os->app);
+  strv_add(&plan->argv, os->app);
   for (size_t i = 1; i < entry->argc; i++)
     strv_add(&plan->argv, entry->argv[i]);
   for (size_t i = 0; i < job->n_args; i++)
     strv_add(&plan->argv, job->args[i]);
 
-  /* an explicit environment: nothing of the agent's leaks in */
   wchar_t wsys[MAX_PATH];
   UINT sl = GetSystemWindowsDirectoryW(wsys, MAX_PATH);
   char *sysroot = sl ? win_utf8(wsys) : strdup("C:\\Windows");
-  if (!sysroot) {
-    r = -ENOMEM;
-    goto out_fail;
-  }
   char *pkg = strdup(job->package_path);
-  if (!pkg) {
+  if (!sysroot || !pkg) {
     free(sysroot);
-    r = -ENOMEM;
-    goto out_fail;
+    free(pkg);
+    return -ENOMEM;
   }
-  to_backslashes(pkg);
-  strv_addf(&plan->envp, "SystemRoot=%s", sysroot);
-  strv_addf(&plan->envp, "windir=%s", sysroot);
-  strv_addf(&plan->envp, "SystemDrive=%.2s", sysroot);
-  strv_addf(&plan->envp, "ComSpec=%s\\System32\\cmd.exe", sysroot);
-  strv_addf(&plan->envp, "PATH=%s\\System32;%s;%s\\System32\\Wbem", sysroot, sysroot, sysroot);
-  strv_add(&plan->envp, "PATHEXT=.COM;.EXE;.BAT;.CMD");
-  if (probe->home) {
-    strv_addf(&plan->envp, "USERPROFILE=%s", probe->home);
-    strv_addf(&plan->envp, "HOME=%s", probe->home);
+  win_backslashes(pkg);
+  struct strv *e = &plan->envp;
+  strv_addf(e, "SystemRoot=%s", sysroot);
+  strv_addf(e, "windir=%s", sysroot);
+  strv_addf(e, "SystemDrive=%.2s", sysroot);
+  strv_addf(e, "ComSpec=%s\\System32\\cmd.exe", sysroot);
+  strv_addf(e, "PATH=%s\\System32;%s;%s\\System32\\Wbem", sysroot, sysroot, sysroot);
+  strv_add(e, "PATHEXT=.COM;.EXE;.BAT;.CMD");
+  if (home) {
+    strv_addf(e, "USERPROFILE=%s", home);
+    strv_addf(e, "HOME=%s", home);
   }
-  strv_addf(&plan->envp, "PACKAGE=%s", pkg);
-  strv_addf(&plan->envp, "WORKSPACE=%s", plan->workspace);
-  strv_addf(&plan->envp, "TEMP=%s", plan->workspace);
-  strv_addf(&plan->envp, "TMP=%s", plan->workspace);
+  strv_addf(e, "PACKAGE=%s", pkg);
+  strv_addf(e, "WORKSPACE=%s", os->workspace);
+  strv_addf(e, "TEMP=%s", os->workspace);
+  strv_addf(e, "TMP=%s", os->workspace);
   for (size_t i = 0; i < m->n_env; i++)
-    strv_addf(&plan->envp, "%s=%s", m->env[i].name, m->env[i].value);
+    strv_addf(e, "%s=%s", m->env[i].name, m->env[i].value);
   free(sysroot);
   free(pkg);
-  r = plan->argv.err ? plan->argv.err : plan->envp.err;
-  if (r < 0)
-    goto out_fail;
-  *out_plan = plan;
   return 0;
-out_fail:
-  sandbox_plan_free(plan);
-  return r;
 }
 
-void sandbox_plan_free(struct sandbox_plan *plan) {
-  if (!plan)
+int sandbox_os_plan_new(struct sandbox_plan *plan, const struct sandbox_grants *grants,
+                        struct job_result *result, struct sandbox_os_plan **out_os) {
+  struct sandbox_os_plan *os = calloc(1, sizeof(*os));
+  if (!os)
+    return -ENOMEM;
+  int r = asprintf(&os->workspace, "%s\\workspace", plan->job->job_dir) < 0 ? -ENOMEM : 0;
+  if (r < 0)
+    os->workspace = NULL;
+  else
+    win_backslashes(os->workspace);
+  if (r == 0)
+    r = plan_grants(plan, os, grants, result);
+  if (r == 0 && plan->level == SANDBOX_LEVEL_ISOLATED)
+    r = anchor_grants(plan, os, result);
+  if (r == 0)
+    r = plan_command(plan, os);
+  if (r < 0) {
+    sandbox_os_plan_free(os);
+    return r;
+  }
+  *out_os = os;
+  return 0;
+}
+
+void sandbox_os_plan_free(struct sandbox_os_plan *os) {
+  if (!os)
     return;
-  strv_release(&plan->argv);
-  strv_release(&plan->envp);
-  for (size_t i = 0; i < plan->n_grants; i++)
-    free(plan->grants[i].path);
-  free(plan->grants);
-  free(plan->app);
-  free(plan->workspace);
-  free(plan);
+  for (size_t i = 0; i < os->n_grants; i++)
+    free(os->grants[i].path);
+  free(os->grants);
+  free(os->app);
+  free(os->workspace);
+  free(os);
 }
 
 static void set_limits(const struct sandbox_plan *plan, struct job_result *res) {
@@ -810,21 +588,13 @@ static void set_limits(const struct sandbox_plan *plan, struct job_result *res) 
   snprintf(res->mechanism, sizeof(res->mechanism), "%sjob", iso ? "appcontainer+" : "");
 }
 
-json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
+json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_result *limits) {
   const struct manifest *m = plan->job->manifest;
-  struct job_result tmp;
-  job_result_init(&tmp);
-  set_limits(plan, &tmp);
+  const struct sandbox_os_plan *os = plan->os;
+  const struct sandbox_os_probe *probe = plan->probe->os;
+  set_limits(plan, limits);
   bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
   json_t *o = json_object();
-  json_object_set_new(o, "level", json_string(sandbox_level_name(plan->level)));
-  json_object_set_new(o, "downgrade_reason", str_or_null(plan->reason));
-  json_object_set_new(o, "requested", json_string(sandbox_level_name(m->min_sandbox)));
-  json_object_set_new(o, "mechanism", json_string(tmp.mechanism));
-  json_t *argv = json_array();
-  for (size_t i = 0; i < plan->argv.n; i++)
-    json_array_append_new(argv, json_string(plan->argv.v[i]));
-  json_object_set_new(o, "argv", argv);
   wchar_t *cl = NULL;
   if (cmdline_build(plan->argv.v, &cl) == 0) {
     char *c8 = win_utf8(cl);
@@ -832,15 +602,8 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
     free(c8);
     free(cl);
   }
-  json_t *env = json_array();
-  for (size_t i = 0; i < plan->envp.n; i++)
-    json_array_append_new(env, json_string(plan->envp.v[i]));
-  json_object_set_new(o, "env", env);
-  json_object_set_new(o, "seccomp", json_null());
-  json_object_set_new(o, "net", json_boolean(plan->net));
-
   json_t *tok = json_object();
-  json_object_set_new(tok, "derived_from", str_or_null(plan->probe->account));
+  json_object_set_new(tok, "derived_from", str_or_null(probe->account));
   json_object_set_new(tok, "privileges", json_string("all removed but SeChangeNotifyPrivilege"));
   json_t *deny = json_array();
   json_array_append_new(deny, json_string("BUILTIN\\Administrators"));
@@ -850,7 +613,7 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
   json_object_set_new(tok, "deny_only_groups", deny);
   json_object_set_new(
       tok, "integrity",
-      json_string(plan->probe->low_ok
+      json_string(probe->low_ok
                       ? "low: the state directory is labelled no-read/write/execute-up at "
                         "Medium, the package and workspace Low (the agent's own level if a "
                         "label cannot be set at run time)"
@@ -870,7 +633,7 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
 
   if (iso) {
     json_t *ac = json_object();
-    char *prof = win_utf8(plan->profile);
+    char *prof = win_utf8(os->profile);
     json_object_set_new(ac, "profile", str_or_null(prof));
     free(prof);
     const wchar_t *caps[2];
@@ -885,23 +648,23 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
     json_t *acl = json_array();
     char *pkg = strdup(plan->job->package_path);
     if (pkg)
-      to_backslashes(pkg);
+      win_backslashes(pkg);
     json_t *row = json_object();
     json_object_set_new(row, "path", str_or_null(pkg));
     json_object_set_new(row, "access", json_string("rx"));
     json_array_append_new(acl, row);
     free(pkg);
     row = json_object();
-    json_object_set_new(row, "path", json_string(plan->workspace));
+    json_object_set_new(row, "path", json_string(os->workspace));
     json_object_set_new(row, "access", json_string("rw"));
     json_array_append_new(acl, row);
-    for (size_t i = 0; i < plan->n_grants; i++) {
+    for (size_t i = 0; i < os->n_grants; i++) {
       row = json_object();
-      json_object_set_new(row, "path", json_string(plan->grants[i].path));
+      json_object_set_new(row, "path", json_string(os->grants[i].path));
       json_object_set_new(row, "access",
-                          json_string(plan->grants[i].deny ? "deny"
-                                      : plan->grants[i].rw ? "rw"
-                                                           : "rx"));
+                          json_string(os->grants[i].deny ? "deny"
+                                      : os->grants[i].rw ? "rw"
+                                                         : "rx"));
       json_array_append_new(acl, row);
     }
     json_object_set_new(ac, "acl_grants", acl);
@@ -910,23 +673,19 @@ json_t *sandbox_plan_explain(const struct sandbox_plan *plan) {
   } else {
     json_object_set_new(o, "appcontainer", json_null());
     json_t *g = json_array();
-    for (size_t i = 0; i < plan->n_grants; i++)
-      if (!plan->grants[i].deny)
-        json_array_append_new(g, json_string(plan->grants[i].path));
+    for (size_t i = 0; i < os->n_grants; i++)
+      if (!os->grants[i].deny)
+        json_array_append_new(g, json_string(os->grants[i].path));
     json_object_set_new(o, "grants_note",
                         json_string("contained: files are not isolated; grants are checked "
                                     "but the job has the restricted token's file authority"));
     json_object_set_new(o, "grants", g);
   }
 
-  json_t *lim = sandbox_limits_json(m, &tmp);
-  json_object_set_new(o, "limits", lim);
-  json_object_set_new(o, "job_user", str_or_null(plan->probe->account));
   return o;
 }
 
 /* ---- running ---- */
-
 struct reader {
   HANDLE pipe;
   struct result_buf *buf;
@@ -1000,11 +759,11 @@ static int grant_all(struct sandbox_plan *plan, PSID sid, struct acl_journal *j,
                      struct job_result *res) {
   const DWORD rx = appcontainer_access_mask(APPCONTAINER_RX);
   const DWORD rw = appcontainer_access_mask(APPCONTAINER_RW);
-  int r = acl_journal_grant(j, plan->profile, sid, plan->job->package_path, rx, false);
+  int r = acl_journal_grant(j, plan->os->profile, sid, plan->job->package_path, rx, false);
   if (r == 0)
-    r = acl_journal_grant(j, plan->profile, sid, plan->workspace, rw, false);
-  for (size_t i = 0; r == 0 && i < plan->n_grants; i++) {
-    const struct win_grant *g = &plan->grants[i];
+    r = acl_journal_grant(j, plan->os->profile, sid, plan->os->workspace, rw, false);
+  for (size_t i = 0; r == 0 && i < plan->os->n_grants; i++) {
+    const struct win_grant *g = &plan->os->grants[i];
     if (g->deny) {
       wchar_t *w = win_wide(g->path);
       DWORD attr = w ? GetFileAttributesW(w) : INVALID_FILE_ATTRIBUTES;
@@ -1012,7 +771,7 @@ static int grant_all(struct sandbox_plan *plan, PSID sid, struct acl_journal *j,
       if (attr == INVALID_FILE_ATTRIBUTES)
         continue; /* a forbidden place that does not exist */
     }
-    r = acl_journal_grant(j, plan->profile, sid, g->path,
+    r = acl_journal_grant(j, plan->os->profile, sid, g->path,
                           g->deny ? (GENERIC_ALL | FILE_ALL_ACCESS)
                           : g->rw ? rw
                                   : rx,
@@ -1025,7 +784,7 @@ static int grant_all(struct sandbox_plan *plan, PSID sid, struct acl_journal *j,
   return r;
 }
 
-int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
+int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   const struct manifest *m = plan->job->manifest;
   bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
   size_t cap = (size_t)m->output_kb * 1024;
@@ -1043,17 +802,9 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   bool profile_made = false;
   struct reader rd_out = {0}, rd_err = {0};
 
-  res->level = plan->level;
-  res->level_known = true;
-  res->downgrade_reason = plan->reason;
-  res->requested = m->min_sandbox;
   set_limits(plan, res);
-  res->out.data = malloc(cap ? cap : 1);
-  res->err.data = malloc(cap ? cap : 1);
-  if (!res->out.data || !res->err.data)
-    return -ENOMEM;
 
-  r = fs_mkdir_p(plan->workspace, 0755);
+  r = fs_mkdir_p(plan->os->workspace, 0755);
   if (r < 0)
     return job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(-r));
 
@@ -1069,8 +820,8 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
       caps[i].Sid = cap_sids[i];
       caps[i].Attributes = SE_GROUP_ENABLED;
     }
-    HRESULT hr = plan->probe->ac.create(plan->profile, plan->profile, L"cordon job",
-                                        ncaps ? caps : NULL, (DWORD)ncaps, &ac_sid);
+    HRESULT hr = plan->probe->os->ac.create(plan->os->profile, plan->os->profile, L"cordon job",
+                                            ncaps ? caps : NULL, (DWORD)ncaps, &ac_sid);
     if (FAILED(hr)) {
       r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "CreateAppContainerProfile: 0x%08lx",
                           (unsigned long)hr);
@@ -1111,14 +862,14 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   /* Low integrity: the agent's state unreadable from below Medium, the
    * package and workspace usable at Low; if a label cannot be set, the
    * job runs at the agent's level (what contained promises anyway) */
-  bool low = plan->probe->low_ok;
+  bool low = plan->probe->os->low_ok;
   if (low && plan->policy->state_dir) {
     char *state = strdup(plan->policy->state_dir), *pkg = strdup(plan->job->package_path);
     if (state && pkg) {
-      to_backslashes(state);
-      to_backslashes(pkg);
+      win_backslashes(state);
+      win_backslashes(pkg);
       low = set_label(state, STATE_LABEL, false) == 0 && set_label(pkg, JOB_LABEL, true) == 0 &&
-            set_label(plan->workspace, JOB_LABEL, true) == 0;
+            set_label(plan->os->workspace, JOB_LABEL, true) == 0;
     } else {
       low = false;
     }
@@ -1149,10 +900,10 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
     job_result_fail(res, CORDON_E_SPAWN_FAILED, "command line or environment: %s", strerror(-r));
     goto out;
   }
-  wapp = win_wide(plan->app);
+  wapp = win_wide(plan->os->app);
   char *cwd = strdup(plan->job->package_path);
   if (cwd) {
-    to_backslashes(cwd);
+    win_backslashes(cwd);
     wcwd = win_wide(cwd);
     free(cwd);
   }
@@ -1171,11 +922,11 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   si.lpAttributeList = attrs;
   DWORD flags = CREATE_SUSPENDED | CREATE_UNICODE_ENVIRONMENT | EXTENDED_STARTUPINFO_PRESENT |
                 CREATE_NO_WINDOW | CREATE_NEW_PROCESS_GROUP;
-  int64_t start = now_ms();
+  int64_t start = core_mono_ms();
   if (!CreateProcessAsUserW(token, wapp, cmdline, NULL, NULL, TRUE, flags, envblock, wcwd,
                             &si.StartupInfo, &pi)) {
     DWORD e = GetLastError();
-    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "cannot start %s: error %lu", plan->app, e);
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "cannot start %s: error %lu", plan->os->app, e);
     goto out;
   }
   if (!AssignProcessToJobObject(job, pi.hProcess)) {
@@ -1215,7 +966,7 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   bool cancelled = false;
   DWORD w = WAIT_TIMEOUT;
   for (;;) {
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - core_mono_ms();
     if (left <= 0)
       break;
     DWORD step = cancel_h != INVALID_HANDLE_VALUE && left > 50 ? 50 : (DWORD)left;
@@ -1237,7 +988,7 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   /* the whole tree, whatever happened to the entry */
   TerminateJobObject(job, SANDBOX_WINDOWS_KILLED_EXIT);
   WaitForSingleObject(pi.hProcess, 5000);
-  res->wall_ms = (uint64_t)(now_ms() - start);
+  res->wall_ms = (uint64_t)(core_mono_ms() - start);
 
   /* the rest of the output: the writers are dead, so EOF comes quickly */
   if (WaitForMultipleObjects(2, threads, TRUE, 2000) == WAIT_TIMEOUT) {
@@ -1286,13 +1037,13 @@ out:
   if (nul != INVALID_HANDLE_VALUE)
     CloseHandle(nul);
   if (journal) {
-    int u = acl_journal_undo(journal, &plan->probe->ac);
+    int u = acl_journal_undo(journal, &plan->probe->os->ac);
     if (u < 0 && r == 0 && !res->error)
       job_result_fail(res, CORDON_E_INTERNAL,
                       "ACL grants could not all be removed (%s); the next start retries",
                       strerror(-u));
   } else if (profile_made) {
-    plan->probe->ac.remove(plan->profile);
+    plan->probe->os->ac.remove(plan->os->profile);
   }
   if (ac_sid)
     FreeSid(ac_sid);
@@ -1338,7 +1089,7 @@ int sandbox_windows_attr_list(HANDLE *inherit, size_t n_inherit, SECURITY_CAPABI
   return 0;
 }
 
-int sandbox_reap_leftovers(const char *job_id) {
+int sandbox_os_reap_leftovers(const char *job_id) {
   /* The Job Object is created KILL_ON_JOB_CLOSE: the agent's death closed
    * its last handle and killed the whole job already. */
   (void)job_id;

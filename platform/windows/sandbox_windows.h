@@ -1,11 +1,33 @@
-/* Pieces of the Windows sandbox exposed for tests (tests/windows/). */
+/* The Windows probe (shared by sandbox_windows.c and grants_windows.c) and
+ * pieces of the Windows sandbox exposed for tests (tests/windows/). */
 #ifndef CORDON_PLATFORM_WINDOWS_SANDBOX_WINDOWS_H
 #define CORDON_PLATFORM_WINDOWS_SANDBOX_WINDOWS_H
 
 #include <windows.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "platform/sandbox_os.h"
+#include "platform/windows/appcontainer.h"
+
+struct sandbox_os_probe {
+  bool elevated, is_system;
+  char account[256]; /* DOMAIN\user of the agent */
+  char *home;        /* the profile directory of the agent's account (UTF-8) */
+  bool token_ok;
+  char token_error[160];
+  bool low_ok; /* Low integrity jobs: the token and file labels both work */
+  char low_error[160];
+  bool job_ok;
+  char job_error[160];
+  struct appcontainer_api ac;
+  bool ac_api; /* userenv exports the functions */
+  bool ac_tried, ac_works;
+  char ac_error[160];
+  int recovered; /* journals of dead agents undone at this start */
+};
 
 /* The exit code every process of a job gets when the agent terminates the
  * job (timeout, cancel, or cleanup of what the entry left behind). */

@@ -2,10 +2,10 @@
  *
  * Each test builds an argv from a hand-made struct bwrap_host, a struct
  * bwrap_input and a manifest parsed from a JSON literal; no bwrap is run. */
-#include "platform/linux/bwrap.h"
-#include "platform/linux/grants.h"
-#include "platform/strv.h"
 #include "core/manifest.h"
+#include "platform/linux/bwrap.h"
+#include "platform/linux/grants_linux.h"
+#include "platform/strv.h"
 
 #include <criterion/criterion.h>
 #include <inttypes.h>
@@ -269,7 +269,7 @@ Test(bwrap, blinds_forbidden_files_and_dirs_of_the_base) {
 }
 
 Test(bwrap, real_host_blinds_include_etc_shadow) {
-  /* with the forbidden set of platform/linux/grants.c on this host */
+  /* with the forbidden table of platform/forbidden.c on this host */
   struct stat st;
   if (stat("/etc/shadow", &st) != 0)
     cr_skip_test("no /etc/shadow here");

@@ -1,0 +1,114 @@
+#include "platform/forbidden.h"
+
+#include <stddef.h>
+
+#include "core/manifest.h"
+#include "platform/paths.h"
+
+#define LINUX MANIFEST_PLATFORM_LINUX
+#define MACOS MANIFEST_PLATFORM_MACOS
+#define WINDOWS MANIFEST_PLATFORM_WINDOWS
+#define POSIX (MANIFEST_PLATFORM_LINUX | MANIFEST_PLATFORM_MACOS)
+#define ALL MANIFEST_PLATFORM_ALL
+
+#define SECRET_HOME(os, p)                                                                         \
+  { FORBIDDEN_SECRET, FORBIDDEN_HOME, (os), (p) }
+#define SECRET_ROOT(os, p)                                                                         \
+  { FORBIDDEN_SECRET, FORBIDDEN_ROOT, (os), (p) }
+#define AUTORUN_HOME(os, p)                                                                        \
+  { FORBIDDEN_AUTORUN, FORBIDDEN_HOME, (os), (p) }
+#define KEEP_RO(os, p)                                                                             \
+  { FORBIDDEN_KEEP_RO, FORBIDDEN_GRANT, (os), (p) }
+
+/* docs/SECURITY.md describes these lists; keep it in step. */
+static const struct forbidden_row table[] = {
+    /* credentials and secrets below the job user's home */
+    SECRET_HOME(ALL, ".ssh"),
+    SECRET_HOME(ALL, ".gnupg"),
+    SECRET_HOME(ALL, ".aws"),
+    SECRET_HOME(ALL, ".azure"),
+    SECRET_HOME(ALL, ".kube"),
+    SECRET_HOME(ALL, ".docker"),
+    SECRET_HOME(ALL, ".config/gh"),
+    SECRET_HOME(ALL, ".netrc"),
+    SECRET_HOME(ALL, ".pypirc"),
+    SECRET_HOME(ALL, ".npmrc"),
+    SECRET_HOME(ALL, ".git-credentials"),
+    SECRET_HOME(LINUX | WINDOWS, ".config/git/credentials"),
+    SECRET_HOME(LINUX, ".mozilla"),
+    SECRET_HOME(LINUX, ".thunderbird"),
+    SECRET_HOME(LINUX, ".config/google-chrome"),
+    SECRET_HOME(LINUX, ".config/chromium"),
+    SECRET_HOME(LINUX, ".config/BraveSoftware"),
+    SECRET_HOME(LINUX, ".config/microsoft-edge"),
+    SECRET_HOME(ALL, ".password-store"),
+    SECRET_HOME(LINUX, ".local/share/keyrings"),
+    SECRET_HOME(LINUX, ".config/cordon"),
+    SECRET_HOME(LINUX, ".local/state/cordon-agent"),
+    SECRET_HOME(LINUX, ".pki"),
+    SECRET_HOME(MACOS, "Library/Keychains"),
+    SECRET_HOME(MACOS, "Library/Cookies"),
+    SECRET_HOME(MACOS, "Library/Application Support/Google/Chrome"),
+    SECRET_HOME(MACOS, "Library/Application Support/Firefox"),
+    SECRET_HOME(MACOS, "Library/Safari"),
+    SECRET_HOME(MACOS, "Library/Application Support/cordon"),
+    /* browser profiles, credential stores and the Startup folder */
+    SECRET_HOME(WINDOWS, "AppData"),
+    SECRET_HOME(WINDOWS, "NTUSER.DAT"),
+
+    /* system secrets and the programs' state */
+    SECRET_ROOT(POSIX, "/etc/shadow"),
+    SECRET_ROOT(LINUX, "/etc/gshadow"),
+    SECRET_ROOT(LINUX, "/etc/shadow-"),
+    SECRET_ROOT(LINUX, "/etc/gshadow-"),
+    SECRET_ROOT(LINUX, "/etc/ssl/private"),
+    SECRET_ROOT(LINUX, "/etc/security/opasswd"),
+    SECRET_ROOT(LINUX, "/etc/ssh/*_key"),
+    SECRET_ROOT(MACOS, "/etc/master.passwd"),
+    SECRET_ROOT(MACOS, "/private/etc/master.passwd"),
+    SECRET_ROOT(MACOS, "/var/db/dslocal"),
+    SECRET_ROOT(MACOS, "/etc/ssh"),
+    SECRET_ROOT(MACOS, "/private/etc/ssh"),
+    SECRET_ROOT(MACOS, "/Library/Keychains"),
+    SECRET_ROOT(MACOS, "/Library/Application Support/cordon"),
+    SECRET_ROOT(POSIX, "/var/lib/cordon-agent"),
+    SECRET_ROOT(LINUX, "/var/lib/cordon-server"),
+    SECRET_ROOT(MACOS, "/var/root"),
+    SECRET_ROOT(POSIX, "/root"),
+
+    /* login scripts and autostart places */
+    AUTORUN_HOME(POSIX, ".bashrc"),
+    AUTORUN_HOME(POSIX, ".bash_profile"),
+    AUTORUN_HOME(POSIX, ".bash_login"),
+    AUTORUN_HOME(LINUX, ".bash_logout"),
+    AUTORUN_HOME(POSIX, ".profile"),
+    AUTORUN_HOME(POSIX, ".zshrc"),
+    AUTORUN_HOME(POSIX, ".zshenv"),
+    AUTORUN_HOME(POSIX, ".zprofile"),
+    AUTORUN_HOME(POSIX, ".zlogin"),
+    AUTORUN_HOME(LINUX, ".xprofile"),
+    AUTORUN_HOME(LINUX, ".xsessionrc"),
+    AUTORUN_HOME(LINUX, ".pam_environment"),
+    AUTORUN_HOME(LINUX, ".config/autostart"),
+    AUTORUN_HOME(LINUX, ".config/systemd"),
+    AUTORUN_HOME(LINUX, ".config/environment.d"),
+    AUTORUN_HOME(POSIX, ".config/fish"),
+    AUTORUN_HOME(LINUX, ".local/share/applications"),
+    AUTORUN_HOME(POSIX, ".local/bin"),
+    AUTORUN_HOME(MACOS, "Library/LaunchAgents"),
+    AUTORUN_HOME(MACOS, "Library/Application Support/com.apple.backgroundtaskmanagementagent"),
+
+    /* inside a writable grant: what a later `git` or `direnv` runs */
+    KEEP_RO(LINUX, ".git/hooks"),
+    KEEP_RO(LINUX, ".envrc"),
+};
+
+const struct forbidden_row *forbidden_next(enum forbidden_kind kind,
+                                           const struct forbidden_row *prev) {
+  const struct forbidden_row *end = table + sizeof(table) / sizeof(table[0]);
+  unsigned os = paths_platform_bit();
+  for (const struct forbidden_row *r = prev ? prev + 1 : table; r < end; r++)
+    if (r->kind == kind && (r->os & os))
+      return r;
+  return NULL;
+}

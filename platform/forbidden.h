@@ -1,0 +1,46 @@
+/* The one table of places a job is never given, for every OS.
+ *
+ * Three kinds of rows: secrets (credentials, keys, the agent's own state:
+ * never granted, hidden inside a read-only grant where the OS can),
+ * autorun places (where written code later runs outside the sandbox: never
+ * inside a writable grant, whether they exist or not), and places kept
+ * read-only inside a writable grant. Each row names the OSes it applies to
+ * (MANIFEST_PLATFORM_* bits). Paths are written with '/'; the Windows layer
+ * turns them into '\'.
+ *
+ * A new forbidden path is one row in forbidden.c. The rules that read the
+ * table are written once, in platform/grants.c; every OS layer goes through
+ * them, and no other file lists a forbidden path. The agent's state
+ * directory (sandbox_policy.state_dir) is a secret on every OS as well.
+ */
+#ifndef CORDON_PLATFORM_FORBIDDEN_H
+#define CORDON_PLATFORM_FORBIDDEN_H
+
+enum forbidden_kind {
+  FORBIDDEN_SECRET,  /* never granted; hidden inside a read-only grant where the OS can */
+  FORBIDDEN_AUTORUN, /* never inside a writable grant, existing or not */
+  FORBIDDEN_KEEP_RO, /* inside a writable grant, at its top or one level down: read-only */
+};
+
+enum forbidden_base {
+  FORBIDDEN_HOME,  /* path is relative to the job user's home */
+  FORBIDDEN_ROOT,  /* path is absolute ("/etc/shadow"; on Windows on the system drive) */
+  FORBIDDEN_GRANT, /* path is relative to a writable grant (FORBIDDEN_KEEP_RO) */
+};
+
+struct forbidden_row {
+  enum forbidden_kind kind;
+  enum forbidden_base base;
+  unsigned os; /* MANIFEST_PLATFORM_* bits of the OSes the row applies to */
+  /* '/'-separated; a '*' in a FORBIDDEN_ROOT secret matches within one
+   * component and is expanded by the POSIX layers (existing matches only) */
+  const char *path;
+};
+
+/* The next row after prev (NULL: the first) of this kind that applies to
+ * the OS being built (paths_platform_bit()), in table order; NULL at the
+ * end. for (const struct forbidden_row *r = NULL; (r = forbidden_next(K, r));) */
+const struct forbidden_row *forbidden_next(enum forbidden_kind kind,
+                                           const struct forbidden_row *prev);
+
+#endif

@@ -1,0 +1,225 @@
+#include "platform/grants.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "platform/forbidden.h"
+#include "platform/sandbox_os.h"
+
+int sandbox_places_push(struct sandbox_places *l, char *path, struct sandbox_os_place *os) {
+  struct sandbox_place *p = path ? malloc(sizeof(*p)) : NULL;
+  struct sandbox_place **v = p ? realloc(l->v, (l->n + 1) * sizeof(*v)) : NULL;
+  if (!v) {
+    free(p);
+    free(path);
+    sandbox_os_place_free(os);
+    return -ENOMEM;
+  }
+  p->path = path;
+  p->os = os;
+  l->v = v;
+  l->v[l->n++] = p;
+  return 0;
+}
+
+void sandbox_places_release(struct sandbox_places *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    sandbox_os_place_free(l->v[i]->os);
+    free(l->v[i]->path);
+    free(l->v[i]);
+  }
+  free(l->v);
+  l->v = NULL;
+  l->n = 0;
+}
+
+static char fold(char c, bool fold_case) {
+  return fold_case && c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+bool sandbox_path_within(const char *inner, const char *outer, char sep, bool fold_case) {
+  size_t lo = strlen(outer);
+  while (lo > 0 && outer[lo - 1] == sep)
+    lo--;
+  for (size_t i = 0; i < lo; i++)
+    if (fold(inner[i], fold_case) != fold(outer[i], fold_case))
+      return false; /* also when inner is shorter: its NUL differs */
+  return inner[lo] == '\0' || inner[lo] == sep;
+}
+
+static bool same_place(const struct sandbox_place *a, const struct sandbox_place *b) {
+  return sandbox_os_place_within(a, b) && sandbox_os_place_within(b, a);
+}
+
+/* What every grant is judged against. The secrets are the result's: the
+ * OS layer hides those inside read-only grants. */
+struct judge {
+  struct sandbox_places root, home, roots, autorun;
+  struct sandbox_places *secrets;
+};
+
+static void judge_release(struct judge *j) {
+  sandbox_places_release(&j->root);
+  sandbox_places_release(&j->home);
+  sandbox_places_release(&j->roots);
+  sandbox_places_release(&j->autorun);
+}
+
+/* "~", "~/x" or "/x" (agent config) as a base and a path. */
+static enum sandbox_place_base split(const char *p, const char **out_path) {
+  if (p[0] == '~') {
+    *out_path = p + 1 + (p[1] == '/');
+    return SANDBOX_BASE_HOME;
+  }
+  *out_path = p;
+  return SANDBOX_BASE_ROOT;
+}
+
+static enum sandbox_place_base row_base(const struct forbidden_row *row) {
+  return row->base == FORBIDDEN_HOME ? SANDBOX_BASE_HOME : SANDBOX_BASE_ROOT;
+}
+
+static int judge_init(struct judge *j, const struct sandbox_policy *policy,
+                      const struct sandbox_os_probe *os, bool has_home,
+                      struct sandbox_places *secrets) {
+  memset(j, 0, sizeof(*j));
+  j->secrets = secrets;
+  int r = sandbox_os_place_add(os, SANDBOX_BASE_ROOT, "/", SANDBOX_PLACE_GRANT, &j->root);
+  if (r < 0 || j->root.n != 1)
+    return r == -ENOMEM ? r : -EIO;
+  /* unreachable homes and roots are left out: they admit nothing */
+  if (has_home &&
+      sandbox_os_place_add(os, SANDBOX_BASE_HOME, "", SANDBOX_PLACE_GRANT, &j->home) == -ENOMEM)
+    return -ENOMEM;
+  for (size_t i = 0; i < policy->n_grant_roots; i++) {
+    const char *path;
+    enum sandbox_place_base base = split(policy->grant_roots[i], &path);
+    if (base == SANDBOX_BASE_HOME && !has_home)
+      continue;
+    if (sandbox_os_place_add(os, base, path, SANDBOX_PLACE_GRANT, &j->roots) == -ENOMEM)
+      return -ENOMEM;
+  }
+  for (const struct forbidden_row *row = NULL; (row = forbidden_next(FORBIDDEN_SECRET, row));) {
+    if (row->base == FORBIDDEN_HOME && !has_home)
+      continue;
+    if (sandbox_os_place_add(os, row_base(row), row->path, SANDBOX_PLACE_SECRET, j->secrets) ==
+        -ENOMEM)
+      return -ENOMEM;
+  }
+  if (policy->state_dir && sandbox_os_place_add(os, SANDBOX_BASE_HOST, policy->state_dir,
+                                                SANDBOX_PLACE_SECRET, j->secrets) == -ENOMEM)
+    return -ENOMEM;
+  for (const struct forbidden_row *row = NULL;
+       has_home && (row = forbidden_next(FORBIDDEN_AUTORUN, row));) {
+    if (sandbox_os_place_add(os, row_base(row), row->path, SANDBOX_PLACE_NAME, &j->autorun) ==
+        -ENOMEM)
+      return -ENOMEM;
+  }
+  return 0;
+}
+
+/* Rules 3 to 6 for the resolved grant p; secrets inside a read-only grant
+ * are collected in out. */
+static int judge_place(const struct judge *j, const struct manifest_grant *g,
+                       const struct sandbox_place *p, struct sandbox_grant *out,
+                       struct cordon_diag *diag) {
+  if (same_place(p, j->root.v[0]) || (g->rw && j->home.n && same_place(p, j->home.v[0])))
+    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "grant %s resolves to %s: too broad",
+                           g->path, p->path);
+  bool under_root = false;
+  for (size_t i = 0; i < j->roots.n && !under_root; i++)
+    under_root = sandbox_os_place_within(p, j->roots.v[i]);
+  if (!under_root)
+    return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                           "grant %s (%s) is not under any of the owner's grant roots", g->path,
+                           p->path);
+  for (size_t i = 0; i < j->secrets->n; i++)
+    if (sandbox_os_place_within(p, j->secrets->v[i]))
+      return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                             "grant %s is the forbidden path %s or lies inside it", g->path,
+                             j->secrets->v[i]->path);
+  for (size_t i = 0; i < j->secrets->n; i++) {
+    const struct sandbox_place *s = j->secrets->v[i];
+    if (!sandbox_os_place_within(s, p))
+      continue;
+    if (g->rw)
+      return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD,
+                             "writable grant %s contains the forbidden path %s", g->path, s->path);
+    const struct sandbox_place **h = realloc(out->hidden, (out->n_hidden + 1) * sizeof(*h));
+    if (!h)
+      return -ENOMEM;
+    out->hidden = h;
+    h[out->n_hidden++] = s;
+  }
+  for (size_t i = 0; g->rw && i < j->autorun.n; i++)
+    if (sandbox_os_place_within(j->autorun.v[i], p))
+      return cordon_diag_set(
+          diag, CORDON_E_SCOPE_TOO_BROAD,
+          "writable grant %s contains %s, where written code runs outside the sandbox", g->path,
+          j->autorun.v[i]->path);
+  return 0;
+}
+
+static int judge_grant(struct judge *j, const struct sandbox_os_probe *os, bool has_home,
+                       const struct manifest_grant *g, struct sandbox_places *own,
+                       struct sandbox_grant *out, struct cordon_diag *diag) {
+  out->g = g;
+  if (g->base == MANIFEST_GRANT_WORKSPACE)
+    return 0; /* the workspace is always there, and writable */
+  if (g->base == MANIFEST_GRANT_ABSOLUTE && g->rel[0] == '\0')
+    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "a grant of / is too broad");
+  if (g->base == MANIFEST_GRANT_HOME && g->rel[0] == '\0' && g->rw)
+    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "a writable grant of ~ is too broad");
+  if (g->base == MANIFEST_GRANT_HOME && !has_home)
+    return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                           "grant %s: the job user has no home directory", g->path);
+  size_t before = own->n;
+  int r = g->base == MANIFEST_GRANT_HOME
+              ? sandbox_os_place_add(os, SANDBOX_BASE_HOME, g->rel, SANDBOX_PLACE_GRANT, own)
+              : sandbox_os_place_add(os, SANDBOX_BASE_ROOT, g->path, SANDBOX_PLACE_GRANT, own);
+  if (r == 0 && own->n != before + 1)
+    r = -ENOENT;
+  if (r < 0)
+    return r == -ENOMEM ? r
+                        : cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED, "grant %s: %s", g->path,
+                                          strerror(-r));
+  out->place = own->v[before];
+  return judge_place(j, g, out->place, out, diag);
+}
+
+void sandbox_grants_release(struct sandbox_grants *g) {
+  for (size_t i = 0; i < g->n; i++)
+    free(g->v[i].hidden);
+  free(g->v);
+  sandbox_places_release(&g->places);
+  sandbox_places_release(&g->secrets);
+  memset(g, 0, sizeof(*g));
+}
+
+int sandbox_grants_check(const struct sandbox_policy *policy, const struct sandbox_os_probe *os,
+                         bool has_home, const struct manifest *m, struct sandbox_grants *out,
+                         struct cordon_diag *diag) {
+  struct judge j;
+  struct sandbox_grants gs = {0};
+  int r = judge_init(&j, policy, os, has_home, &gs.secrets);
+  if (r < 0)
+    goto out;
+  if (m->n_grants && !(gs.v = calloc(m->n_grants, sizeof(*gs.v)))) {
+    r = -ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < m->n_grants; i++) {
+    gs.n = i + 1;
+    r = judge_grant(&j, os, has_home, &m->grants[i], &gs.places, &gs.v[i], diag);
+    if (r < 0)
+      goto out;
+  }
+  *out = gs;
+  memset(&gs, 0, sizeof(gs));
+  r = 0;
+out:
+  sandbox_grants_release(&gs);
+  judge_release(&j);
+  return r;
+}

@@ -1,0 +1,441 @@
+#include "platform/linux/grants_linux.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/fsuid.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "platform/forbidden.h"
+#include "platform/linux/sandbox_linux.h"
+
+struct ident {
+  dev_t dev;
+  ino_t ino;
+};
+
+struct sandbox_os_place {
+  int fd; /* O_PATH */
+  struct ident id;
+  mode_t mode;
+};
+
+/* snprintf that refuses to truncate: a cut path would name another place */
+static int pathf(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int pathf(char *out, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(out, len, fmt, ap);
+  va_end(ap);
+  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static bool same(struct ident a, struct ident b) {
+  return a.dev == b.dev && a.ino == b.ino;
+}
+
+static int fd_ident(int fd, struct ident *out, mode_t *out_mode) {
+  struct stat st;
+  if (fstat(fd, &st) < 0)
+    return -errno;
+  out->dev = st.st_dev;
+  out->ino = st.st_ino;
+  if (out_mode)
+    *out_mode = st.st_mode;
+  return 0;
+}
+
+static char *fd_realpath(int fd) {
+  char link[64], buf[PATH_MAX];
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  ssize_t n = readlink(link, buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return NULL;
+  buf[n] = '\0';
+  return strdup(buf);
+}
+
+/* Is id the directory fd or one of its ancestors? */
+static bool ancestor_match(int fd, struct ident id) {
+  int cur = dup(fd);
+  bool found = false;
+  for (int depth = 0; cur >= 0 && depth < 4096 && !found; depth++) {
+    struct ident here = {0};
+    if (fd_ident(cur, &here, NULL) < 0)
+      break;
+    if (same(here, id)) {
+      found = true;
+      break;
+    }
+    int up = openat(cur, "..", O_PATH | O_CLOEXEC | O_DIRECTORY);
+    if (up < 0) {
+      /* a file: its directory is found through its path */
+      char *rp = fd_realpath(cur);
+      char *slash = rp ? strrchr(rp, '/') : NULL;
+      if (slash) {
+        *slash = '\0';
+        up = open(*rp ? rp : "/", O_PATH | O_CLOEXEC | O_DIRECTORY);
+      }
+      free(rp);
+    }
+    struct ident upid = {0};
+    if (up < 0 || fd_ident(up, &upid, NULL) < 0 || same(upid, here)) {
+      if (up >= 0)
+        close(up);
+      break;
+    }
+    close(cur);
+    cur = up;
+  }
+  if (cur >= 0)
+    close(cur);
+  return found;
+}
+
+/* Open with the job user's rights (a root agent switches its fs ids) or
+ * the agent's own. */
+static int open_as(const struct sandbox_os_probe *p, bool job_user, const char *path, int flags) {
+  bool sw = job_user && p->user.is_root;
+  int old_uid = 0, old_gid = 0;
+  if (sw) {
+    old_gid = setfsgid(p->user.u.gid);
+    old_uid = setfsuid(p->user.u.uid);
+  }
+  int fd = open(path, flags);
+  int e = errno;
+  if (sw) {
+    setfsuid((uid_t)old_uid);
+    setfsgid((gid_t)old_gid);
+  }
+  errno = e;
+  return fd;
+}
+
+/* Open path, and append it as a place. Returns 0 or a negated errno. */
+static int add_opened(const struct sandbox_os_probe *p, bool job_user, const char *path,
+                      struct sandbox_places *list) {
+  int fd = open_as(p, job_user, path, O_PATH | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  struct sandbox_os_place *pl = calloc(1, sizeof(*pl));
+  char *real = fd_realpath(fd);
+  if (!pl || !real || fd_ident(fd, &pl->id, &pl->mode) < 0) {
+    int r = !pl || !real ? -ENOMEM : -EIO;
+    free(pl);
+    free(real);
+    close(fd);
+    return r;
+  }
+  pl->fd = fd;
+  return sandbox_places_push(list, real, pl);
+}
+
+int sandbox_os_place_add(const struct sandbox_os_probe *p, enum sandbox_place_base base,
+                         const char *path, enum sandbox_place_use use,
+                         struct sandbox_places *list) {
+  char full[PATH_MAX];
+  char *home_real = NULL;
+  int r = 0;
+  if (base == SANDBOX_BASE_HOME) {
+    const char *home = p->user.u.home;
+    if (use == SANDBOX_PLACE_NAME) { /* names are compared with real paths */
+      int hfd = open_as(p, true, home, O_PATH | O_CLOEXEC);
+      home_real = hfd >= 0 ? fd_realpath(hfd) : NULL;
+      if (hfd >= 0)
+        close(hfd);
+      if (home_real)
+        home = home_real;
+    }
+    r = path[0] ? pathf(full, sizeof(full), "%s/%s", home, path)
+                : pathf(full, sizeof(full), "%s", home);
+  } else {
+    r = pathf(full, sizeof(full), "%s", path);
+  }
+  free(home_real);
+  if (r < 0)
+    return r;
+
+  switch (use) {
+  case SANDBOX_PLACE_GRANT:
+    return add_opened(p, true, full, list);
+  case SANDBOX_PLACE_NAME: {
+    char *copy = strdup(full);
+    return copy ? sandbox_places_push(list, copy, NULL) : -ENOMEM;
+  }
+  case SANDBOX_PLACE_SECRET:
+    break;
+  }
+  /* a secret that does not exist (or cannot be reached) has nothing to hide */
+  if (!strchr(full, '*')) {
+    r = add_opened(p, false, full, list);
+    return r == -ENOMEM ? r : 0;
+  }
+  glob_t g;
+  if (glob(full, 0, NULL, &g) != 0)
+    return 0;
+  for (size_t i = 0; i < g.gl_pathc && r != -ENOMEM; i++)
+    r = add_opened(p, false, g.gl_pathv[i], list);
+  globfree(&g);
+  return r == -ENOMEM ? r : 0;
+}
+
+bool sandbox_os_place_within(const struct sandbox_place *inner, const struct sandbox_place *outer) {
+  if (inner->os && outer->os)
+    return ancestor_match(inner->os->fd, outer->os->id);
+  return sandbox_path_within(inner->path, outer->path, '/', false);
+}
+
+void sandbox_os_place_free(struct sandbox_os_place *os) {
+  if (!os)
+    return;
+  close(os->fd);
+  free(os);
+}
+
+/* ---- the bwrap mounts ---- */
+
+void grants_base_blinds(const char *const **out_files, size_t *out_n_files,
+                        const char *const **out_dirs, size_t *out_n_dirs) {
+  static char store[64][PATH_MAX];
+  static const char *files[64];
+  static const char *dirs[8];
+  size_t nf = 0, nd = 0, ns = 0;
+  for (const struct forbidden_row *row = NULL; (row = forbidden_next(FORBIDDEN_SECRET, row));) {
+    /* the base view shows /etc; the rest of it holds no secret */
+    if (row->base != FORBIDDEN_ROOT || strncmp(row->path, "/etc/", 5) != 0)
+      continue;
+    if (strchr(row->path, '*')) {
+      glob_t g;
+      if (glob(row->path, 0, NULL, &g) != 0)
+        continue;
+      for (size_t i = 0; i < g.gl_pathc && nf < 64 && ns < 64; i++) {
+        snprintf(store[ns], PATH_MAX, "%s", g.gl_pathv[i]);
+        files[nf++] = store[ns++];
+      }
+      globfree(&g);
+      continue;
+    }
+    struct stat st;
+    if (lstat(row->path, &st) < 0)
+      continue;
+    if (S_ISDIR(st.st_mode) && nd < 8)
+      dirs[nd++] = row->path;
+    else if (S_ISREG(st.st_mode) && nf < 64)
+      files[nf++] = row->path;
+  }
+  *out_files = files;
+  *out_n_files = nf;
+  *out_dirs = dirs;
+  *out_n_dirs = nd;
+}
+
+/* path relative to base if it lies strictly below it */
+static const char *below(const char *path, const char *base) {
+  size_t n = strlen(base);
+  if (strcmp(base, "/") == 0)
+    return path[0] == '/' && path[1] ? path + 1 : NULL;
+  if (strncmp(path, base, n) == 0 && path[n] == '/')
+    return path + n + 1;
+  return NULL;
+}
+
+static int add_mount(struct grant_set *gs, enum bwrap_mount_kind kind, int fd, const char *dest) {
+  size_t n = gs->n_mounts;
+  struct bwrap_mount *m = realloc(gs->mounts, (n + 1) * sizeof(*m));
+  if (!m)
+    return -ENOMEM;
+  gs->mounts = m;
+  char **d = realloc(gs->dests, (n + 1) * sizeof(*d));
+  if (!d)
+    return -ENOMEM;
+  gs->dests = d;
+  if (!(d[n] = strdup(dest)))
+    return -ENOMEM;
+  if (fd >= 0) {
+    int *f = realloc(gs->fds, (gs->n_fds + 1) * sizeof(*f));
+    if (!f)
+      return -ENOMEM;
+    gs->fds = f;
+    f[gs->n_fds++] = fd;
+  }
+  m[n].kind = kind;
+  m[n].fd = fd;
+  m[n].dest = d[n];
+  gs->n_mounts = n + 1;
+  return 0;
+}
+
+void grants_release(struct grant_set *g) {
+  if (!g)
+    return;
+  for (size_t i = 0; i < g->n_fds; i++)
+    close(g->fds[i]);
+  for (size_t i = 0; i < g->n_mounts; i++)
+    free(g->dests[i]);
+  free(g->fds);
+  free(g->dests);
+  free(g->mounts);
+  memset(g, 0, sizeof(*g));
+}
+
+/* Blind the secrets inside a read-only grant where the job sees them. */
+static int blind_hidden(struct grant_set *later, const struct sandbox_grant *sg, const char *dest,
+                        struct cordon_diag *diag) {
+  for (size_t i = 0; i < sg->n_hidden; i++) {
+    const struct sandbox_place *f = sg->hidden[i];
+    const char *rel = below(f->path, sg->place->path);
+    if (!rel)
+      return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                             "grant %s: cannot place forbidden path %s", sg->g->path, f->path);
+    char blind[PATH_MAX];
+    if (pathf(blind, sizeof(blind), "%s/%s", dest, rel) < 0)
+      return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED, "grant %s: path too long",
+                             sg->g->path);
+    int r = add_mount(later, S_ISDIR(f->os->mode) ? BWRAP_MOUNT_BLIND_DIR : BWRAP_MOUNT_BLIND_FILE,
+                      -1, blind);
+    if (r < 0)
+      return r;
+  }
+  return 0;
+}
+
+/* Inside a writable grant, existing FORBIDDEN_KEEP_RO places at its top
+ * or one level down are mounted read-only over it. */
+static int keep_read_only(struct grant_set *later, const struct manifest_grant *g, int gfd,
+                          const char *dest, struct cordon_diag *diag) {
+  struct stat st;
+  if (fstat(gfd, &st) < 0 || !S_ISDIR(st.st_mode))
+    return 0;
+  /* candidates: the grant itself and each subdirectory one level down */
+  int dfd = openat(gfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0)
+    return 0;
+  DIR *d = fdopendir(dfd);
+  if (!d) {
+    close(dfd);
+    return 0;
+  }
+  int r = 0;
+  struct dirent *de;
+  bool top_done = false;
+  for (;;) {
+    const char *sub;
+    if (!top_done) {
+      sub = "";
+      top_done = true;
+    } else {
+      de = readdir(d);
+      if (!de)
+        break;
+      if (de->d_type != DT_DIR || !strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+        continue;
+      sub = de->d_name;
+    }
+    for (const struct forbidden_row *row = NULL; (row = forbidden_next(FORBIDDEN_KEEP_RO, row));) {
+      char p[PATH_MAX];
+      if (pathf(p, sizeof(p), "%s%s%s", sub, *sub ? "/" : "", row->path) < 0)
+        continue;
+      int fd = openat(gfd, p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0)
+        continue;
+      struct stat fst;
+      if (fstat(fd, &fst) < 0 || S_ISLNK(fst.st_mode)) {
+        close(fd);
+        continue;
+      }
+      char ro[PATH_MAX];
+      r = pathf(ro, sizeof(ro), "%s/%s", dest, p);
+      if (r < 0) {
+        close(fd);
+        r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED, "grant %s: path too long", g->path);
+        goto out;
+      }
+      r = add_mount(later, BWRAP_MOUNT_RO_FD, fd, ro);
+      if (r < 0) {
+        close(fd);
+        goto out;
+      }
+    }
+  }
+out:
+  closedir(d);
+  return r;
+}
+
+/* Append later's mounts to gs, handing their fds over. */
+static int append_mounts(struct grant_set *gs, struct grant_set *later) {
+  for (size_t i = 0; i < later->n_mounts; i++) {
+    int fd = later->mounts[i].fd;
+    int r = add_mount(gs, later->mounts[i].kind, fd, later->mounts[i].dest);
+    if (r < 0)
+      return r;
+    for (size_t k = 0; fd >= 0 && k < later->n_fds; k++)
+      if (later->fds[k] == fd)
+        later->fds[k] = -1; /* ownership moved to gs */
+  }
+  return 0;
+}
+
+static void release_later(struct grant_set *later) {
+  for (size_t k = 0; k < later->n_fds; k++)
+    if (later->fds[k] >= 0)
+      close(later->fds[k]);
+  later->n_fds = 0;
+  grants_release(later);
+}
+
+int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
+                        struct grant_set *out, struct cordon_diag *diag) {
+  struct grant_set gs = {0};
+  /* blind/overlay mounts go after every grant mount */
+  struct grant_set later = {0};
+  int r = 0;
+  for (size_t i = 0; i < judged->n && r == 0; i++) {
+    const struct sandbox_grant *sg = &judged->v[i];
+    const struct manifest_grant *g = sg->g;
+    if (!sg->place)
+      continue; /* the workspace is always there, and writable */
+    if (!(S_ISDIR(sg->place->os->mode) || S_ISREG(sg->place->os->mode))) {
+      r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                          "grant %s: not a directory or regular file", g->path);
+      break;
+    }
+    /* where the job sees it: the path as granted */
+    char dest[PATH_MAX];
+    r = g->base == MANIFEST_GRANT_HOME ? pathf(dest, sizeof(dest), "%s%s", home, g->path + 1)
+                                       : pathf(dest, sizeof(dest), "%s", g->path);
+    if (r < 0) {
+      r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED, "grant %s: path too long", g->path);
+      break;
+    }
+    int gfd = fcntl(sg->place->os->fd, F_DUPFD_CLOEXEC, 3);
+    if (gfd < 0) {
+      r = -errno;
+      break;
+    }
+    r = add_mount(&gs, g->rw ? BWRAP_MOUNT_RW_FD : BWRAP_MOUNT_RO_FD, gfd, dest);
+    if (r < 0) {
+      close(gfd);
+      break;
+    }
+    r = blind_hidden(&later, sg, dest, diag);
+    if (r == 0 && g->rw)
+      r = keep_read_only(&later, g, gfd, dest, diag);
+  }
+  if (r == 0)
+    r = append_mounts(&gs, &later);
+  release_later(&later);
+  if (r < 0) {
+    grants_release(&gs);
+    return r;
+  }
+  *out = gs;
+  return 0;
+}

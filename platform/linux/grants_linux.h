@@ -1,0 +1,37 @@
+/* Filesystem grants on Linux: places are O_PATH fds compared by identity
+ * (device, inode; sandbox_os_place_* in grants_linux.c), each grant opened
+ * once as the job user, and the same fd is what bwrap mounts. The rules
+ * are platform/grants.c's; this turns the judged grants into bwrap mounts.
+ */
+#ifndef CORDON_PLATFORM_LINUX_GRANTS_LINUX_H
+#define CORDON_PLATFORM_LINUX_GRANTS_LINUX_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "platform/grants.h"
+#include "platform/linux/bwrap.h"
+
+struct grant_set {
+  struct bwrap_mount *mounts;
+  size_t n_mounts;
+  char **dests; /* owned strings behind mounts[].dest */
+  int *fds;     /* owned fds behind mounts[].fd */
+  size_t n_fds;
+};
+
+/* The bwrap mounts of judged grants: each grant's fd (a duplicate) on its
+ * host path, then the blinds of the secrets inside read-only grants and the
+ * read-only overlays of FORBIDDEN_KEEP_RO places inside writable ones. A
+ * grant that is not a directory or regular file is refused
+ * (CORDON_E_CAPABILITY_DENIED, reason in diag). */
+int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
+                        struct grant_set *out, struct cordon_diag *diag);
+void grants_release(struct grant_set *g);
+
+/* Forbidden paths inside the base view that exist on this host (for the
+ * bwrap host facts). Static storage, rebuilt on each call. */
+void grants_base_blinds(const char *const **out_files, size_t *out_n_files,
+                        const char *const **out_dirs, size_t *out_n_dirs);
+
+#endif

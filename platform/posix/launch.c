@@ -1,0 +1,238 @@
+#include "platform/posix/launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Feature switches from the build (CMakeLists.txt), never OS tests. */
+#ifndef CORDON_WITH_PRCTL
+#define CORDON_WITH_PRCTL 0
+#endif
+#ifndef CORDON_WITH_CLOSE_RANGE
+#define CORDON_WITH_CLOSE_RANGE 0
+#endif
+#ifndef CORDON_WITH_RAW_SETID
+#define CORDON_WITH_RAW_SETID 0
+#endif
+#ifndef CORDON_WITH_PIPE2
+#define CORDON_WITH_PIPE2 0
+#endif
+
+#if CORDON_WITH_PRCTL
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#endif
+#if CORDON_WITH_CLOSE_RANGE || CORDON_WITH_RAW_SETID
+#include <sys/syscall.h>
+#endif
+#if CORDON_WITH_CLOSE_RANGE
+#include <linux/close_range.h>
+#endif
+
+/* Runs in the vfork child: async-signal-safe system calls only, no heap,
+ * no writes to shared memory besides this stack frame. */
+static void child_fail(int err_fd, int step_errno) {
+  int e = step_errno ? step_errno : EINVAL;
+  (void)!write(err_fd, &e, sizeof(e));
+  _exit(127);
+}
+
+static size_t fmt_uint(char *buf, unsigned long v) {
+  char tmp[24];
+  size_t n = 0;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  for (size_t i = 0; i < n; i++)
+    buf[i] = tmp[n - 1 - i];
+  return n;
+}
+
+/* Every fd from lowfd up close-on-exec (max_fd: the parent's
+ * sysconf(_SC_OPEN_MAX), capped, for the walk without close_range). */
+static void cloexec_from(int lowfd, int max_fd) {
+#if CORDON_WITH_CLOSE_RANGE
+  if (syscall(SYS_close_range, (unsigned)lowfd, ~0U, CLOSE_RANGE_CLOEXEC) == 0)
+    return;
+#endif
+  for (int fd = lowfd; fd < max_fd; fd++)
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+/* Groups {gid}, gid, uid (real, effective, saved); then uid 0 must be out
+ * of reach. 0 or a positive errno. */
+static int drop_ids(uid_t uid, gid_t gid) {
+  gid_t groups[1] = {gid};
+#if CORDON_WITH_RAW_SETID
+  /* raw system calls: glibc's wrappers would signal the agent's threads */
+  if (syscall(SYS_setgroups, 1, groups) < 0 || syscall(SYS_setresgid, gid, gid, gid) < 0 ||
+      syscall(SYS_setresuid, uid, uid, uid) < 0)
+    return errno;
+  if (syscall(SYS_setresuid, 0, 0, 0) == 0)
+    return EPERM;
+#else
+  /* per-process credentials (XNU): these are single system calls */
+  if (setgroups(1, groups) < 0 || setgid(gid) < 0 || setuid(uid) < 0)
+    return errno;
+  if (setuid(0) == 0)
+    return EPERM;
+#endif
+  return 0;
+}
+
+/* The Linux steps; positive errno values. Without prctl, asking for one
+ * is ENOSYS. */
+#if CORDON_WITH_PRCTL
+static int set_no_new_privs(void) {
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? errno : 0;
+}
+
+static int set_parent_death_signal(int sig, pid_t parent) {
+  if (prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0) < 0)
+    return errno;
+  return getppid() != parent ? ESRCH : 0; /* the agent died before */
+}
+
+static int load_seccomp(const struct sock_fprog *prog) {
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog, 0, 0) < 0 ? errno : 0;
+}
+#else
+static int set_no_new_privs(void) {
+  return ENOSYS;
+}
+
+static int set_parent_death_signal(int sig, pid_t parent) {
+  (void)sig;
+  (void)parent;
+  return ENOSYS;
+}
+
+static int load_seccomp(const struct sock_fprog *prog) {
+  (void)prog;
+  return ENOSYS;
+}
+#endif
+
+static void child_main(const struct launch_spec *s, int err_fd, int null_fd, int max_fd,
+                       pid_t parent) {
+  /* Signals: default dispositions and an empty mask for the new program. */
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig == SIGKILL || sig == SIGSTOP)
+      continue;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_DFL;
+    (void)sigaction(sig, &sa, NULL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
+    child_fail(err_fd, errno);
+
+  /* Join the job's cgroups while we still may. */
+  char pidbuf[24];
+  size_t plen = fmt_uint(pidbuf, (unsigned long)getpid());
+  for (size_t i = 0; i < s->n_cgroup; i++)
+    if (write(s->cgroup_procs_fds[i], pidbuf, plen) < 0)
+      child_fail(err_fd, errno);
+
+  if (setsid() < 0)
+    child_fail(err_fd, errno);
+  if (dup2(null_fd, 0) < 0 || dup2(s->stdout_fd, 1) < 0 || dup2(s->stderr_fd, 2) < 0)
+    child_fail(err_fd, errno);
+  /* Everything but 0-2, the kept fds and err_fd closes at exec. */
+  cloexec_from(3, max_fd);
+  for (size_t i = 0; i < s->n_keep; i++)
+    if (fcntl(s->keep_fds[i], F_SETFD, 0) < 0)
+      child_fail(err_fd, errno);
+
+  for (size_t i = 0; i < s->n_rlimits; i++)
+    if (setrlimit(s->rlimits[i].resource, &s->rlimits[i].lim) < 0)
+      child_fail(err_fd, errno);
+
+  int e;
+  if (s->drop_uid && (e = drop_ids(s->uid, s->gid)) != 0)
+    child_fail(err_fd, e);
+  if (s->no_new_privs && (e = set_no_new_privs()) != 0)
+    child_fail(err_fd, e);
+  /* after the uid change, which clears it */
+  if (s->parent_death_signal && (e = set_parent_death_signal(s->parent_death_signal, parent)) != 0)
+    child_fail(err_fd, e);
+  if (s->cwd && chdir(s->cwd) < 0)
+    child_fail(err_fd, errno);
+  if (s->seccomp && (e = load_seccomp(s->seccomp)) != 0)
+    child_fail(err_fd, e);
+  execve(s->path, s->argv, s->envp);
+  child_fail(err_fd, errno);
+}
+
+int launch_cloexec_pipe(int p[2]) {
+#if CORDON_WITH_PIPE2
+  return pipe2(p, O_CLOEXEC) < 0 ? -errno : 0;
+#else
+  if (pipe(p) < 0)
+    return -errno;
+  if (fcntl(p[0], F_SETFD, FD_CLOEXEC) < 0 || fcntl(p[1], F_SETFD, FD_CLOEXEC) < 0) {
+    int e = -errno;
+    close(p[0]);
+    close(p[1]);
+    return e;
+  }
+  return 0;
+#endif
+}
+
+int launch_spawn(const struct launch_spec *spec, pid_t *out_pid) {
+  int pfd[2];
+  int r = launch_cloexec_pipe(pfd);
+  if (r < 0)
+    return r;
+  int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null_fd < 0) {
+    r = -errno;
+    close(pfd[0]);
+    close(pfd[1]);
+    return r;
+  }
+  long max = sysconf(_SC_OPEN_MAX);
+  int max_fd = max < 0 || max > 65536 ? 65536 : (int)max;
+  /* Block signals so no agent handler runs in the child before it resets
+   * them; the child sets its own empty mask. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t parent = getpid();
+  pid_t pid = vfork();
+  if (pid == 0)
+    child_main(spec, pfd[1], null_fd, max_fd, parent);
+  int saved = errno;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  close(pfd[1]);
+  close(null_fd);
+  if (pid < 0) {
+    close(pfd[0]);
+    return -saved;
+  }
+  int child_err = 0;
+  ssize_t n;
+  do
+    n = read(pfd[0], &child_err, sizeof(child_err));
+  while (n < 0 && errno == EINTR);
+  close(pfd[0]);
+  if (n == (ssize_t)sizeof(child_err)) {
+    /* exec did not happen: reap the child, report its error */
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+      ;
+    return -child_err;
+  }
+  *out_pid = pid;
+  return 0;
+}
