@@ -144,6 +144,9 @@ deb http://security.debian.org/debian-security $suite-security main
 EOF
 fi
 cp -L /etc/resolv.conf "$root/etc/resolv.conf"
+# debootstrap writes no /etc/hosts; every installed Debian has one (the
+# installer's), and getaddrinfo("localhost") without network needs it
+[ -s "$root/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >"$root/etc/hosts"
 binds=()
 if [ "${CORDON_FRESH_APT_CACHE:-1}" = 1 ]; then
   mkdir -p "$cache/archives/partial"
