@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -413,6 +414,26 @@ static void live_remove(pid_t pid) {
   pthread_mutex_unlock(&live_lock);
 }
 
+/* Wait (at most a second) until each of pids has exited, reaping those
+ * that are our children by then. */
+static void wait_gone(pid_t *pids, size_t n) {
+  for (int round = 0; round < 500; round++) {
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+      if (pids[i] <= 0)
+        continue;
+      if (waitpid(pids[i], NULL, WNOHANG) == pids[i] || kill(pids[i], 0) < 0)
+        pids[i] = 0;
+      else
+        any = true;
+    }
+    if (!any)
+      return;
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Reap the zombies re-parented to us (we are a subreaper) that are no
  * job's own child: bwrap's inits orphaned by a kill, a contained job's
  * daemons. Under a PID 1 that does not reap they would pile up. */
@@ -583,15 +604,23 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
 
   if (!exited) {
     /* timeout, cancel or CPU: count what is left besides the entry, kill all */
-    pid_t tmp[1];
-    size_t desc;
-    if (iso) /* below bwrap: its init and the entry, then the rest */
-      desc = procs_descendants(pid, tmp, 0) - 1;
-    else /* we are the subreaper: re-parented orphans are our children */
-      desc = procs_descendants(getpid(), tmp, 0);
+    pid_t tree[64];
+    size_t desc, n_tree = 0;
+    if (iso) { /* below bwrap: its init and the entry, then the rest */
+      desc = n_tree = procs_descendants(pid, tree, sizeof(tree) / sizeof(tree[0]));
+      desc = desc > 0 ? desc - 1 : 0;
+    } else { /* we are the subreaper: re-parented orphans are our children */
+      desc = procs_descendants(getpid(), tree, 0);
+    }
     res->orphans_killed = desc > 1 ? (unsigned)(desc - 1) : 0;
     kill(pid, SIGKILL);
     procs_kill_descendants(pid);
+    /* bwrap's init dies of its parent-death signal a moment later, an
+     * orphan re-parented to us: wait for the tree to be gone so the
+     * reaper below finds it dead */
+    if (n_tree > sizeof(tree) / sizeof(tree[0]))
+      n_tree = sizeof(tree) / sizeof(tree[0]);
+    wait_gone(tree, n_tree);
     cgroup_job_kill(&cg);
     if (!iso) /* one job per agent process in contained mode: see SECURITY.md */
       procs_kill_descendants(getpid());
