@@ -147,6 +147,12 @@ static int v2_enable(const char *parent) {
   int r = write_file(parent, "cgroup.subtree_control", "+memory +pids");
   if (r != -EBUSY)
     return r;
+  /* only when the agent is alone there (a service's cgroup), never in a
+   * login session's scope shared with a shell */
+  char procs[256];
+  if (read_file(parent, "cgroup.procs", procs, sizeof(procs)) < 0 ||
+      strtol(procs, NULL, 10) != (long)getpid() || strchr(procs, '\n') != procs + strlen(procs) - 1)
+    return -EBUSY;
   char leaf[4200];
   snprintf(leaf, sizeof(leaf), "%s/" CGROUP_AGENT_LEAF, parent);
   if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
