@@ -8,7 +8,9 @@
  *          result must say rlimit.
  * Six processes together must not pass memory_mb or cpu_s where a cgroup
  * exists; writing to /dev, /dev/shm, /tmp and the workspace together stops
- * at disk_mb. The jobs run one at a time (a *sandbox* file).
+ * at disk_mb; the agent reaps the orphans a kill leaves; at contained,
+ * memory and CPU hold for the tree the same way. The jobs run one at a
+ * time (a *sandbox* file).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -32,6 +34,9 @@
 #define DELEG "cordon-limits-test"
 
 enum mode { MODE_ROOT, MODE_DELEG, MODE_PLAIN };
+
+/* the level the next package asks for at least */
+static const char *min_sandbox = "isolated";
 
 static struct {
   enum mode mode;
@@ -144,6 +149,7 @@ static void remove_delegation(void) {
 
 static void setup(enum mode mode) {
   memset(&E, 0, sizeof(E));
+  min_sandbox = "isolated";
   E.mode = mode;
   struct passwd *pw = getpwnam(TEST_USER);
   cr_assert(pw, "account %s missing: run scripts/test-setup.sh", TEST_USER);
@@ -178,8 +184,8 @@ static void package(const char *limits, const char *script) {
   char path[512], m[4096];
   snprintf(m, sizeof(m),
            "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
-           "\"timeout_s\":30,\"limits\":{%s}}",
-           limits);
+           "\"timeout_s\":30,\"min_sandbox\":\"%s\",\"limits\":{%s}}",
+           min_sandbox, limits);
   snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
   write_file(path, m, 0644);
   snprintf(path, sizeof(path), "%s/run.sh", E.pkg);
@@ -447,5 +453,31 @@ ALL3(orphaned_bwrap_inits_are_reaped_by_the_agent) {
   pid_t extra = waitpid(-1, &st, WNOHANG);
   cr_assert(extra < 0 && errno == ECHILD, "a process of the job came back to the test: %ld",
             (long)extra);
+  json_decref(r.res);
+}
+
+/* contained (no bwrap): memory and CPU hold for the tree the same way when
+ * a cgroup exists; disk is `none` (RLIMIT_FSIZE per file only). */
+static void contained(void) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/config.json", E.config);
+  write_file(path, "{\"bwrap_path\": \"/nonexistent/bwrap\", \"lowest_level\": \"contained\"}",
+             0644);
+  min_sandbox = "contained";
+}
+
+ALL3(contained_cpu_and_memory_hold_for_the_tree_where_a_cgroup_exists) {
+  contained();
+  package("\"cpu_s\":2,\"processes\":16",
+          "for i in 1 2 3 4 5 6; do sh -c 'while :; do :; done' & done\nwait\n");
+  struct run r = run_agent("exec");
+  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained", "stderr: %s", r.err);
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), expected_mech());
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "none");
+  if (E.mode != MODE_PLAIN) {
+    cr_assert_eq(json_integer_value(jget(r.res, "signal")), 24, "SIGXCPU");
+    cr_assert_lt(json_integer_value(jget(r.res, "wall_ms")), 6000);
+  }
   json_decref(r.res);
 }
