@@ -3,6 +3,32 @@
 #include <errno.h>
 #include <inttypes.h>
 
+/* The only writable space of the view: one tmpfs of disk_mb on the
+ * workspace, which holds /tmp and /dev/shm too (symlinks to its .tmp and
+ * .shm), so writing to all of them together stops at disk_mb with ENOSPC.
+ * /dev is a read-only directory of the root with the host's harmless
+ * device nodes bound on it; ptys come from a private devpts that bwrap's
+ * --dev mounts under SANDBOX_DEV_DIR, whose tmpfs is then read-only. */
+static void add_dev_and_scratch(struct strv *a, uint64_t disk) {
+  static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+  strv_addv(a, "--dev", SANDBOX_DEV_DIR, "--remount-ro", SANDBOX_DEV_DIR, "--perms", "0755",
+            "--dir", "/dev", NULL);
+  for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
+    strv_add(a, "--dev-bind");
+    strv_addf(a, "/dev/%s", nodes[i]);
+    strv_addf(a, "/dev/%s", nodes[i]);
+  }
+  strv_addv(a, "--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "/proc/self/fd/0",
+            "/dev/stdin", "--symlink", "/proc/self/fd/1", "/dev/stdout", "--symlink",
+            "/proc/self/fd/2", "/dev/stderr", "--symlink", SANDBOX_DEV_DIR "/pts", "/dev/pts",
+            "--symlink", "pts/ptmx", "/dev/ptmx", NULL);
+  strv_add(a, "--size");
+  strv_addf(a, "%" PRIu64, disk);
+  strv_addv(a, "--tmpfs", SANDBOX_WORKSPACE_DIR, "--perms", "01777", "--dir", SANDBOX_TMP_DIR,
+            "--perms", "01777", "--dir", SANDBOX_SHM_DIR, "--symlink", SANDBOX_TMP_DIR, "/tmp",
+            "--symlink", SANDBOX_SHM_DIR, "/dev/shm", NULL);
+}
+
 int bwrap_argv_build(const struct bwrap_host *host, const struct bwrap_input *in,
                      struct strv *out_argv) {
   struct strv *a = out_argv;
@@ -30,13 +56,9 @@ int bwrap_argv_build(const struct bwrap_host *host, const struct bwrap_input *in
     strv_addv(a, "--ro-bind", "/dev/null", host->blind_files[i], NULL);
   for (size_t i = 0; i < host->n_blind_dirs; i++)
     strv_addv(a, "--tmpfs", host->blind_dirs[i], "--remount-ro", host->blind_dirs[i], NULL);
-  strv_addv(a, "--proc", "/proc", "--dev", "/dev", NULL);
-  strv_add(a, "--size");
-  strv_addf(a, "%" PRIu64, disk);
-  strv_addv(a, "--tmpfs", "/tmp", NULL);
-  strv_add(a, "--size");
-  strv_addf(a, "%" PRIu64, disk);
-  strv_addv(a, "--tmpfs", SANDBOX_WORKSPACE_DIR, NULL);
+  strv_add(a, "--proc");
+  strv_add(a, "/proc");
+  add_dev_and_scratch(a, disk);
   strv_add(a, "--ro-bind-fd");
   strv_addf(a, "%d", in->package_fd);
   strv_add(a, SANDBOX_PACKAGE_DIR);

@@ -8,12 +8,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "platform/strv.h"
 #include "core/manifest.h"
+#include "platform/strv.h"
 
 /* Where the job sees its package and workspace. */
 #define SANDBOX_PACKAGE_DIR "/cordon/package"
 #define SANDBOX_WORKSPACE_DIR "/cordon/workspace"
+/* /tmp and /dev/shm are symlinks to these, inside the workspace's tmpfs:
+ * one disk_mb budget for every writable place of the view */
+#define SANDBOX_TMP_DIR SANDBOX_WORKSPACE_DIR "/.tmp"
+#define SANDBOX_SHM_DIR SANDBOX_WORKSPACE_DIR "/.shm"
+/* bwrap's --dev (read-only after setup), for its private devpts */
+#define SANDBOX_DEV_DIR "/cordon/dev"
 
 enum bwrap_mount_kind {
   BWRAP_MOUNT_RO_FD,      /* --ro-bind-fd fd dest */

@@ -15,7 +15,7 @@
 
 void cgroup_job_init(struct cgroup_job *cg) {
   memset(cg, 0, sizeof(*cg));
-  cg->procs_fd[0] = cg->procs_fd[1] = -1;
+  cg->procs_fd[0] = cg->procs_fd[1] = cg->procs_fd[2] = -1;
 }
 
 static int write_file(const char *dir, const char *name, const char *value) {
@@ -116,15 +116,60 @@ static int open_procs(const char *dir) {
   return open(path, O_WRONLY | O_CLOEXEC);
 }
 
-static int try_v2(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
-                  unsigned max_pids) {
+/* The directory job cgroups go in: the agent's own v2 cgroup, or its
+ * parent when the agent already sits in its own leaf. */
+static int v2_parent(char *out, size_t len) {
   const char *mnt = v2_mount();
-  char own[2048], parent[4096], ctl[512];
+  char own[2048];
   if (!mnt || own_cgroup(NULL, own, sizeof(own)) < 0)
     return -ENOENT;
-  snprintf(parent, sizeof(parent), "%s%s", mnt, own);
-  if (read_file(parent, "cgroup.subtree_control", ctl, sizeof(ctl)) < 0 ||
-      !has_word(ctl, "memory") || !has_word(ctl, "pids"))
+  size_t n = strlen(own), k = strlen("/" CGROUP_AGENT_LEAF);
+  if (n >= k && strcmp(own + n - k, "/" CGROUP_AGENT_LEAF) == 0)
+    own[n - k] = '\0';
+  snprintf(out, len, "%s%s", mnt, own);
+  return 0;
+}
+
+static bool v2_delegates(const char *parent) {
+  char ctl[512];
+  return read_file(parent, "cgroup.subtree_control", ctl, sizeof(ctl)) == 0 &&
+         has_word(ctl, "memory") && has_word(ctl, "pids");
+}
+
+/* Enable memory and pids for parent's children. When parent holds
+ * processes (the agent), cgroup v2 refuses (EBUSY): move the agent into
+ * a leaf child first. Fails when other processes share the cgroup. */
+static int v2_enable(const char *parent) {
+  char ctl[512];
+  if (read_file(parent, "cgroup.controllers", ctl, sizeof(ctl)) < 0 || !has_word(ctl, "memory") ||
+      !has_word(ctl, "pids"))
+    return -ENOTSUP;
+  int r = write_file(parent, "cgroup.subtree_control", "+memory +pids");
+  if (r != -EBUSY)
+    return r;
+  /* only when the agent is alone there (a service's cgroup), never in a
+   * login session's scope shared with a shell */
+  char procs[256];
+  if (read_file(parent, "cgroup.procs", procs, sizeof(procs)) < 0 ||
+      strtol(procs, NULL, 10) != (long)getpid() || strchr(procs, '\n') != procs + strlen(procs) - 1)
+    return -EBUSY;
+  char leaf[4200];
+  snprintf(leaf, sizeof(leaf), "%s/" CGROUP_AGENT_LEAF, parent);
+  if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
+    return -errno;
+  char pid[24];
+  snprintf(pid, sizeof(pid), "%ld", (long)getpid());
+  if ((r = write_file(leaf, "cgroup.procs", pid)) < 0)
+    return r;
+  return write_file(parent, "cgroup.subtree_control", "+memory +pids");
+}
+
+static int try_v2(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
+                  unsigned max_pids) {
+  char parent[4096];
+  if (v2_parent(parent, sizeof(parent)) < 0)
+    return -ENOENT;
+  if (!v2_delegates(parent) && v2_enable(parent) < 0)
     return -ENOTSUP;
   char *dir = make_child(parent, job_id);
   if (!dir)
@@ -147,7 +192,8 @@ static int try_v2(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
   cg->version = 2;
   cg->mem_dir = dir;
   cg->pids_dir = strdup(dir);
-  if (!cg->pids_dir)
+  cg->cpu_dir = strdup(dir); /* cpu.stat exists without the cpu controller */
+  if (!cg->pids_dir || !cg->cpu_dir)
     return -ENOMEM;
   return 0;
 }
@@ -162,7 +208,7 @@ static char *try_v1(const char *ctrl, const char *job_id, const char *file, cons
   char *dir = make_child(parent, job_id);
   if (!dir)
     return NULL;
-  if (write_file(dir, file, value) < 0) {
+  if (file && write_file(dir, file, value) < 0) {
     rmdir(dir);
     free(dir);
     return NULL;
@@ -185,12 +231,22 @@ int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_by
   cg->mem_dir =
       try_v1("memory", job_id, "memory.limit_in_bytes", mem, "memory.memsw.limit_in_bytes", mem);
   cg->pids_dir = try_v1("pids", job_id, "pids.max", pids, NULL, NULL);
+  cg->cpu_dir = try_v1("cpuacct", job_id, NULL, NULL, NULL, NULL);
+  char **dirs[3] = {&cg->mem_dir, &cg->pids_dir, &cg->cpu_dir};
   int n = 0;
-  if (cg->mem_dir && (cg->procs_fd[n] = open_procs(cg->mem_dir)) >= 0)
-    n++;
-  if (cg->pids_dir && (cg->procs_fd[n] = open_procs(cg->pids_dir)) >= 0)
-    n++;
-  if (cg->mem_dir || cg->pids_dir)
+  for (int i = 0; i < 3; i++) {
+    if (!*dirs[i])
+      continue;
+    if ((cg->procs_fd[n] = open_procs(*dirs[i])) >= 0) {
+      n++;
+      continue;
+    }
+    /* a dir the job cannot join limits nothing */
+    rmdir(*dirs[i]);
+    free(*dirs[i]);
+    *dirs[i] = NULL;
+  }
+  if (cg->mem_dir || cg->pids_dir || cg->cpu_dir)
     cg->version = 1;
   return 0;
 }
@@ -219,15 +275,44 @@ static unsigned kill_dir(const char *dir) {
   return killed;
 }
 
+/* The job's distinct directories (v2: one for all controllers). */
+static size_t distinct_dirs(const struct cgroup_job *cg, char *out[3]) {
+  char *all[3] = {cg->pids_dir, cg->mem_dir, cg->cpu_dir};
+  size_t n = 0;
+  for (int i = 0; i < 3; i++) {
+    bool seen = !all[i];
+    for (size_t k = 0; k < n && !seen; k++)
+      seen = strcmp(out[k], all[i]) == 0;
+    if (!seen)
+      out[n++] = all[i];
+  }
+  return n;
+}
+
 unsigned cgroup_job_kill(struct cgroup_job *cg) {
+  char *dirs[3];
+  size_t nd = distinct_dirs(cg, dirs);
   unsigned n = 0;
-  if (cg->pids_dir)
-    n = kill_dir(cg->pids_dir);
-  if (cg->mem_dir && (!cg->pids_dir || strcmp(cg->mem_dir, cg->pids_dir) != 0)) {
-    unsigned m = kill_dir(cg->mem_dir);
+  for (size_t i = 0; i < nd; i++) {
+    unsigned m = kill_dir(dirs[i]);
     n = m > n ? m : n;
   }
   return n;
+}
+
+int64_t cgroup_job_cpu_usec(const struct cgroup_job *cg) {
+  if (!cg->cpu_dir)
+    return -1;
+  char buf[1024];
+  if (cg->version == 2) {
+    if (read_file(cg->cpu_dir, "cpu.stat", buf, sizeof(buf)) < 0)
+      return -1;
+    const char *p = strstr(buf, "usage_usec ");
+    return p ? (int64_t)strtoull(p + 11, NULL, 10) : -1;
+  }
+  if (read_file(cg->cpu_dir, "cpuacct.usage", buf, sizeof(buf)) < 0)
+    return -1;
+  return (int64_t)(strtoull(buf, NULL, 10) / 1000); /* nanoseconds */
 }
 
 int cgroup_job_oom_killed(const struct cgroup_job *cg) {
@@ -247,13 +332,12 @@ void cgroup_job_release(struct cgroup_job *cg) {
   if (!cg)
     return;
   cgroup_job_kill(cg);
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 3; i++)
     if (cg->procs_fd[i] >= 0)
       close(cg->procs_fd[i]);
-  char *dirs[2] = {cg->mem_dir, cg->pids_dir};
-  for (int i = 0; i < 2; i++) {
-    if (!dirs[i] || (i == 1 && dirs[0] && strcmp(dirs[0], dirs[1]) == 0))
-      continue;
+  char *dirs[3];
+  size_t nd = distinct_dirs(cg, dirs);
+  for (size_t i = 0; i < nd; i++) {
     for (int tries = 0; tries < 100 && rmdir(dirs[i]) < 0 && errno == EBUSY; tries++) {
       struct timespec ts = {0, 2 * 1000 * 1000};
       nanosleep(&ts, NULL);
@@ -261,37 +345,58 @@ void cgroup_job_release(struct cgroup_job *cg) {
   }
   free(cg->mem_dir);
   free(cg->pids_dir);
+  free(cg->cpu_dir);
   cgroup_job_init(cg);
 }
 
 unsigned cgroup_job_reap(const char *job_id) {
   struct cgroup_job cg;
   cgroup_job_init(&cg);
-  char own[2048], path[4096];
-  const char *mnt = v2_mount();
-  if (mnt && own_cgroup(NULL, own, sizeof(own)) == 0) {
-    snprintf(path, sizeof(path), "%s%s/cordon-%s", mnt, own, job_id);
+  char own[2048], path[4200], parent[4096];
+  if (v2_parent(parent, sizeof(parent)) == 0) {
+    snprintf(path, sizeof(path), "%s/cordon-%s", parent, job_id);
     if (access(path, F_OK) == 0) {
       cg.version = 2;
       cg.mem_dir = strdup(path);
     }
   }
-  static const char *const ctrls[] = {"memory", "pids"};
-  for (int i = 0; i < 2 && cg.version != 2; i++) {
+  static const char *const ctrls[] = {"memory", "pids", "cpuacct"};
+  for (int i = 0; i < 3 && cg.version != 2; i++) {
     if (own_cgroup(ctrls[i], own, sizeof(own)) < 0)
       continue;
     snprintf(path, sizeof(path), "/sys/fs/cgroup/%s%s/cordon-%s", ctrls[i], own, job_id);
     if (access(path, F_OK) == 0) {
       cg.version = 1;
-      if (i == 0)
-        cg.mem_dir = strdup(path);
-      else
-        cg.pids_dir = strdup(path);
+      char **slot = i == 0 ? &cg.mem_dir : i == 1 ? &cg.pids_dir : &cg.cpu_dir;
+      *slot = strdup(path);
     }
   }
   unsigned n = cgroup_job_kill(&cg);
   cgroup_job_release(&cg);
   return n;
+}
+
+static bool v1_writable(const char *ctrl) {
+  char mnt[64], own[2048], parent[4096];
+  snprintf(mnt, sizeof(mnt), "/sys/fs/cgroup/%s", ctrl);
+  if (!is_fs(mnt, CGROUP_SUPER_MAGIC) || own_cgroup(ctrl, own, sizeof(own)) < 0)
+    return false;
+  snprintf(parent, sizeof(parent), "%s%s", mnt, own);
+  return access(parent, W_OK | X_OK) == 0;
+}
+
+void cgroup_available(struct cgroup_avail *out) {
+  char parent[4096], ctl[512];
+  memset(out, 0, sizeof(*out));
+  if (v2_parent(parent, sizeof(parent)) == 0 && access(parent, W_OK | X_OK) == 0 &&
+      (v2_delegates(parent) || (read_file(parent, "cgroup.controllers", ctl, sizeof(ctl)) == 0 &&
+                                has_word(ctl, "memory") && has_word(ctl, "pids")))) {
+    out->memory = out->pids = out->cpu = true;
+    return;
+  }
+  out->memory = v1_writable("memory");
+  out->pids = v1_writable("pids");
+  out->cpu = v1_writable("cpuacct");
 }
 
 json_t *cgroup_probe_json(void) {
@@ -307,8 +412,13 @@ json_t *cgroup_probe_json(void) {
       json_object_set_new(o, "v2_delegated", json_string(buf));
     }
   }
-  static const char *const ctrls[] = {"memory", "pids"};
-  for (int i = 0; i < 2; i++) {
+  struct cgroup_avail av;
+  cgroup_available(&av);
+  json_object_set_new(
+      o, "job_tree",
+      json_pack("{s:b, s:b, s:b}", "memory", av.memory, "pids", av.pids, "cpu", av.cpu));
+  static const char *const ctrls[] = {"memory", "pids", "cpuacct"};
+  for (int i = 0; i < 3; i++) {
     char mnt1[64], key[32];
     snprintf(mnt1, sizeof(mnt1), "/sys/fs/cgroup/%s", ctrls[i]);
     snprintf(key, sizeof(key), "v1_%s", ctrls[i]);

@@ -1,10 +1,19 @@
-/* A cgroup per job: memory and pids limits, whole-tree kill, OOM report.
+/* A cgroup per job: memory, pids and CPU for the whole tree, whole-tree
+ * kill, OOM report.
  *
- * Uses cgroup v2 when the agent's own cgroup delegates the memory and pids
- * controllers to children, otherwise the v1 hierarchies of those
- * controllers. Each controller is used when the agent may create a child
- * cgroup for it (normally only as root); the caller falls back to rlimits
- * for what is missing and reports which mechanism enforced each limit.
+ * Uses cgroup v2 when the agent's own cgroup may delegate the memory and
+ * pids controllers to children, otherwise the v1 hierarchies of memory,
+ * pids and cpuacct. A controller is used when the agent's uid may create a
+ * child cgroup there: root, or a subtree delegated to the agent's user
+ * (systemd Delegate=yes, or a v1 directory chowned to it). The caller
+ * falls back to rlimits for what is missing and reports which mechanism
+ * enforced each limit.
+ *
+ * cgroup v2 forbids a cgroup with processes in it to enable controllers for
+ * its children ("no internal processes"): when the agent's own cgroup has
+ * the controllers but cannot enable them, the agent moves itself into a
+ * leaf child CGROUP_AGENT_LEAF and enables them on the parent, whose
+ * children the job cgroups then are.
  */
 #ifndef CORDON_PLATFORM_LINUX_CGROUP_H
 #define CORDON_PLATFORM_LINUX_CGROUP_H
@@ -13,18 +22,29 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#define CGROUP_AGENT_LEAF "cordon-agent"
+
 struct cgroup_job {
   int version;     /* 0 none, 1, 2 */
   char *mem_dir;   /* NULL when memory is not limited by a cgroup */
   char *pids_dir;  /* NULL when pids are not limited by a cgroup */
-  int procs_fd[2]; /* cgroup.procs of each created dir, O_WRONLY|O_CLOEXEC, or -1 */
+  char *cpu_dir;   /* NULL when the tree's CPU time cannot be read */
+  int procs_fd[3]; /* cgroup.procs of each distinct dir, O_WRONLY|O_CLOEXEC, or -1 */
 };
+
+/* Which controllers a job would get here (for explain: nothing created). */
+struct cgroup_avail {
+  bool memory, pids, cpu;
+};
+void cgroup_available(struct cgroup_avail *out);
 
 void cgroup_job_init(struct cgroup_job *cg);
 /* Create the job's cgroups with the limits. Never fails hard: what could not
  * be created is left NULL. Returns 0, or -ENOMEM. */
 int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
                       unsigned max_pids);
+/* CPU time used so far by the job's tree in microseconds, or -1. */
+int64_t cgroup_job_cpu_usec(const struct cgroup_job *cg);
 /* SIGKILL every process in the job's cgroups until they are empty. Returns
  * the number of processes signalled. */
 unsigned cgroup_job_kill(struct cgroup_job *cg);

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,43 @@
 struct pp {
   pid_t pid, ppid;
 };
+
+/* "pid (comm) state ppid ...": comm may hold spaces and parens */
+static bool parse_stat(const char *name, char *state, long *ppid) {
+  char path[300], buf[512];
+  snprintf(path, sizeof(path), "/proc/%s/stat", name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t len = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (len <= 0)
+    return false;
+  buf[len] = '\0';
+  char *rp = strrchr(buf, ')');
+  return rp && sscanf(rp + 1, " %c %ld", state, ppid) == 2;
+}
+
+size_t procs_zombie_children(pid_t parent, pid_t *out, size_t max) {
+  DIR *d = opendir("/proc");
+  if (!d)
+    return 0;
+  size_t n = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] < '0' || de->d_name[0] > '9')
+      continue;
+    char state;
+    long ppid;
+    if (parse_stat(de->d_name, &state, &ppid) && state == 'Z' && ppid == parent) {
+      if (n < max)
+        out[n] = (pid_t)atol(de->d_name);
+      n++;
+    }
+  }
+  closedir(d);
+  return n;
+}
 
 static size_t snapshot(struct pp **out) {
   DIR *d = opendir("/proc");
@@ -25,21 +63,9 @@ static size_t snapshot(struct pp **out) {
   while ((de = readdir(d))) {
     if (de->d_name[0] < '0' || de->d_name[0] > '9')
       continue;
-    char path[300], buf[512];
-    snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-      continue;
-    ssize_t len = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (len <= 0)
-      continue;
-    buf[len] = '\0';
-    /* "pid (comm) state ppid ...": comm may hold spaces and parens */
-    char *rp = strrchr(buf, ')');
     long ppid;
     char state;
-    if (!rp || sscanf(rp + 1, " %c %ld", &state, &ppid) != 2 || state == 'Z')
+    if (!parse_stat(de->d_name, &state, &ppid) || state == 'Z')
       continue; /* zombies are dead already; their parent reaps them */
     if (n == cap) {
       cap = cap ? cap * 2 : 256;

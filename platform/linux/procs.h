@@ -15,4 +15,8 @@ size_t procs_descendants(pid_t root, pid_t *out, size_t max);
  * the first pass. */
 size_t procs_kill_descendants(pid_t root);
 
+/* Collect up to max zombie children of parent (processes re-parented to
+ * a subreaper that died). Returns how many were found. */
+size_t procs_zombie_children(pid_t parent, pid_t *out, size_t max);
+
 #endif

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -38,7 +40,7 @@ struct sandbox_os_plan {
   struct sock_fprog *prog;
   struct grant_set grants;
   char *workspace; /* contained mode: host path */
-  bool expect_cgroup;
+  struct cgroup_avail expect_cgroup;
 };
 
 static long read_long(const char *path, long dflt) {
@@ -328,8 +330,8 @@ int sandbox_os_plan_new(struct sandbox_plan *plan, const struct sandbox_grants *
   if (!os)
     return -ENOMEM;
   os->seccomp_fd = -1;
-  /* creating cgroups needs root here; run() reports reality */
-  os->expect_cgroup = probe->user.is_root;
+  /* what the agent's uid may create now; run() reports reality */
+  cgroup_available(&os->expect_cgroup);
   struct cordon_diag diag = {{0}};
   int r = grants_linux_mounts(grants, probe->user.u.home, &os->grants, &diag);
   if (r < 0) {
@@ -359,29 +361,94 @@ void sandbox_os_plan_free(struct sandbox_os_plan *os) {
 }
 
 /* Which mechanism enforces each limit, given which cgroups exist. */
-static void set_limits(const struct sandbox_plan *plan, bool mem_cg, bool pids_cg,
+static void set_limits(const struct sandbox_plan *plan, const struct cgroup_avail *cg,
                        struct job_result *res) {
   bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
-  res->lim_memory = mem_cg ? LIMIT_MECH_CGROUP : LIMIT_MECH_RLIMIT;
-  res->lim_processes = pids_cg ? LIMIT_MECH_CGROUP : LIMIT_MECH_RLIMIT;
-  res->lim_cpu = LIMIT_MECH_RLIMIT;
-  res->lim_time = iso ? LIMIT_MECH_PID_NAMESPACE : pids_cg ? LIMIT_MECH_CGROUP : LIMIT_MECH_PGROUP;
+  res->lim_memory = cg->memory ? LIMIT_MECH_CGROUP : LIMIT_MECH_RLIMIT;
+  res->lim_processes = cg->pids ? LIMIT_MECH_CGROUP : LIMIT_MECH_RLIMIT;
+  res->lim_cpu = cg->cpu ? LIMIT_MECH_CGROUP : LIMIT_MECH_RLIMIT;
+  res->lim_time = iso ? LIMIT_MECH_PID_NAMESPACE : cg->pids ? LIMIT_MECH_CGROUP : LIMIT_MECH_PGROUP;
   res->lim_disk = iso ? LIMIT_MECH_TMPFS : LIMIT_MECH_NONE;
+  bool any = cg->memory || cg->pids || cg->cpu;
   snprintf(res->mechanism, sizeof(res->mechanism), "%sseccomp%s+rlimit%s", iso ? "bwrap+" : "",
-           (mem_cg || pids_cg) ? "+cgroup" : "", (!iso && !pids_cg) ? "+pgroup" : "");
+           any ? "+cgroup" : "", (!iso && !cg->pids) ? "+pgroup" : "");
+}
+
+/* Which limits hold for the job's whole tree (true) rather than per
+ * process or per file (false). RLIMIT_NPROC counts every process of the
+ * uid, so it bounds the tree too. */
+static json_t *tree_json(const struct sandbox_plan *plan, const struct cgroup_avail *cg) {
+  bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
+  return json_pack("{s:b, s:b, s:b, s:b, s:b}", "memory", cg->memory, "processes", true, "cpu",
+                   cg->cpu, "time", true, "disk", iso);
 }
 
 json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_result *limits) {
   const struct sandbox_os_plan *os = plan->os;
-  set_limits(plan, os->expect_cgroup, os->expect_cgroup, limits);
+  set_limits(plan, &os->expect_cgroup, limits);
   json_t *o = json_object();
   json_object_set_new(o, "seccomp", seccomp_job_rules_json(plan->net));
-  if (os->expect_cgroup)
-    json_object_set_new(o, "limits_note",
-                        json_string("cgroup where the agent can create one at run time, "
-                                    "rlimit otherwise; the result says which was used"));
+  json_object_set_new(o, "limits_for_tree", tree_json(plan, &os->expect_cgroup));
+  json_object_set_new(
+      o, "limits_note",
+      json_string("cgroup where the agent's uid may create one at run time (root, or a "
+                  "subtree delegated to it), per-process rlimit otherwise; the result "
+                  "says which was used"));
   json_object_set_new(o, "job_uid", json_integer(plan->probe->os->user.u.uid));
   return o;
+}
+
+/* Top-level pids of the jobs this process runs now (jobs run on several
+ * threads): the orphan reaper must not take another job's child. */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t live_pids[256];
+static size_t n_live;
+
+static void live_remove(pid_t pid) {
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < n_live; i++)
+    if (live_pids[i] == pid) {
+      live_pids[i] = live_pids[--n_live];
+      break;
+    }
+  pthread_mutex_unlock(&live_lock);
+}
+
+/* Wait (at most a second) until each of pids has exited, reaping those
+ * that are our children by then. */
+static void wait_gone(pid_t *pids, size_t n) {
+  for (int round = 0; round < 500; round++) {
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+      if (pids[i] <= 0)
+        continue;
+      if (waitpid(pids[i], NULL, WNOHANG) == pids[i] || kill(pids[i], 0) < 0)
+        pids[i] = 0;
+      else
+        any = true;
+    }
+    if (!any)
+      return;
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Reap the zombies re-parented to us (we are a subreaper) that are no
+ * job's own child: bwrap's inits orphaned by a kill, a contained job's
+ * daemons. Under a PID 1 that does not reap they would pile up. */
+static void reap_orphans(void) {
+  pid_t z[256];
+  size_t n = procs_zombie_children(getpid(), z, sizeof(z) / sizeof(z[0]));
+  pthread_mutex_lock(&live_lock);
+  for (size_t i = 0; i < n && i < sizeof(z) / sizeof(z[0]); i++) {
+    bool live = false;
+    for (size_t k = 0; k < n_live && !live; k++)
+      live = live_pids[k] == z[i];
+    if (!live)
+      (void)waitpid(z[i], NULL, WNOHANG);
+  }
+  pthread_mutex_unlock(&live_lock);
 }
 
 /* ---- running ---- */
@@ -405,10 +472,10 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
 
   /* bwrap's own two processes count against the process limit too */
   unsigned nproc = m->processes + (iso ? 2 : 0);
-  if (user->is_root &&
-      cgroup_job_create(&cg, plan->job->job_id, (uint64_t)m->memory_mb << 20, nproc) < 0)
+  if (cgroup_job_create(&cg, plan->job->job_id, (uint64_t)m->memory_mb << 20, nproc) < 0)
     return -ENOMEM;
-  set_limits(plan, cg.mem_dir != NULL, cg.pids_dir != NULL, res);
+  struct cgroup_avail got = {cg.mem_dir != NULL, cg.pids_dir != NULL, cg.cpu_dir != NULL};
+  set_limits(plan, &got, res);
 
   struct launch_rlimit rl[6];
   size_t nrl = 0;
@@ -444,9 +511,9 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
     memcpy(keep + nkeep, os->grants.fds, os->grants.n_fds * sizeof(int));
     nkeep += os->grants.n_fds;
   }
-  int cgfds[2];
+  int cgfds[3];
   size_t ncg = 0;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 3; i++)
     if (cg.procs_fd[i] >= 0)
       cgfds[ncg++] = cg.procs_fd[i];
 
@@ -471,11 +538,16 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
       .cwd = iso ? "/" : plan->job->package_path,
       .seccomp = iso ? NULL : os->prog,
   };
-  /* orphans of a contained job come back to us, so the sweep finds them */
-  if (!iso)
-    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  /* always a subreaper: orphans of a contained job come back to us, so the
+   * sweep finds them, and so do bwrap's inits when bwrap is killed, so
+   * they are reaped even under a PID 1 that does not reap */
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   int64_t start = core_mono_ms();
+  pthread_mutex_lock(&live_lock); /* the reaper of another job must not take it */
   r = launch_spawn(&spec, &pid);
+  if (r == 0 && n_live < sizeof(live_pids) / sizeof(live_pids[0]))
+    live_pids[n_live++] = pid;
+  pthread_mutex_unlock(&live_lock);
   free(keep);
   posix_output_close_writers(&out);
   if (r < 0) {
@@ -486,7 +558,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
 
   int64_t deadline = start + (int64_t)m->timeout_s * 1000;
-  bool exited = false, cancelled = false;
+  int64_t cpu_max_usec = (int64_t)m->cpu_s * 1000000;
+  bool exited = false, cancelled = false, cpu_out = false;
   int status = 0;
   while (!exited) {
     struct pollfd pf[2];
@@ -507,6 +580,13 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
     }
     /* without a pidfd, poll in short steps and ask waitpid */
     int wait_ms = pidfd >= 0 ? (int)(left > 60000 ? 60000 : left) : (left > 20 ? 20 : (int)left);
+    /* the tree's CPU time, read from its cgroup every 100 ms */
+    if (cg.cpu_dir && wait_ms > 100)
+      wait_ms = 100;
+    if (cg.cpu_dir && cgroup_job_cpu_usec(&cg) > cpu_max_usec) {
+      cpu_out = true;
+      break;
+    }
     int k = posix_output_poll(&out, pf, n, wait_ms);
     if (k < 0 && k != -EINTR)
       break;
@@ -523,16 +603,24 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   }
 
   if (!exited) {
-    /* timeout or cancel: count what is left besides the entry, kill all */
-    pid_t tmp[1];
-    size_t desc;
-    if (iso) /* below bwrap: its init and the entry, then the rest */
-      desc = procs_descendants(pid, tmp, 0) - 1;
-    else /* we are the subreaper: re-parented orphans are our children */
-      desc = procs_descendants(getpid(), tmp, 0);
+    /* timeout, cancel or CPU: count what is left besides the entry, kill all */
+    pid_t tree[64];
+    size_t desc, n_tree = 0;
+    if (iso) { /* below bwrap: its init and the entry, then the rest */
+      desc = n_tree = procs_descendants(pid, tree, sizeof(tree) / sizeof(tree[0]));
+      desc = desc > 0 ? desc - 1 : 0;
+    } else { /* we are the subreaper: re-parented orphans are our children */
+      desc = procs_descendants(getpid(), tree, 0);
+    }
     res->orphans_killed = desc > 1 ? (unsigned)(desc - 1) : 0;
     kill(pid, SIGKILL);
     procs_kill_descendants(pid);
+    /* bwrap's init dies of its parent-death signal a moment later, an
+     * orphan re-parented to us: wait for the tree to be gone so the
+     * reaper below finds it dead */
+    if (n_tree > sizeof(tree) / sizeof(tree[0]))
+      n_tree = sizeof(tree) / sizeof(tree[0]);
+    wait_gone(tree, n_tree);
     cgroup_job_kill(&cg);
     if (!iso) /* one job per agent process in contained mode: see SECURITY.md */
       procs_kill_descendants(getpid());
@@ -545,13 +633,16 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
     size_t left_behind = cg.pids_dir ? cgroup_job_kill(&cg) : procs_kill_descendants(getpid());
     res->orphans_killed = (unsigned)left_behind;
   }
-  /* reap re-parented orphans (contained mode makes us their subreaper) */
-  while (!iso && waitpid(-1, NULL, WNOHANG) > 0)
-    ;
+  live_remove(pid);
+  reap_orphans();
   res->wall_ms = (uint64_t)(core_mono_ms() - start);
   posix_output_finish(&out);
   /* bwrap reports a job killed by signal N as exit status 128+N */
   posix_exit_status(status, iso, res);
+  if (cpu_out) { /* reported like RLIMIT_CPU's end: signal SIGXCPU */
+    res->exited = false;
+    res->signal = SIGXCPU;
+  }
   res->oom_killed = cgroup_job_oom_killed(&cg);
   r = 0;
 out:

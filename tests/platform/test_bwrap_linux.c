@@ -245,8 +245,37 @@ Test(bwrap, base_entries_become_ro_binds_or_symlinks) {
     cr_expect_lt(find_triple(&f, "--bind", b->path, b->path), 0, "%s", b->path);
   }
   cr_assert_geq(find_pair(&f, "--proc", "/proc"), 0);
-  cr_assert_geq(find_pair(&f, "--dev", "/dev"), 0);
-  cr_assert_lt(find_flag(&f, "--dev-bind"), 0);
+  fx_release(&f);
+}
+
+/* /dev: a read-only directory with only the host's pseudo-devices bound
+ * on it; bwrap's --dev (for its devpts) is made read-only right after. */
+Test(bwrap, dev_is_read_only_with_only_pseudo_devices) {
+  struct fx f;
+  fx_build(&f, "{" BASE "}");
+  cr_assert_lt(find_pair(&f, "--dev", "/dev"), 0, "bwrap's --dev is an unsized writable tmpfs");
+  const char *seq[] = {"--dev", SANDBOX_DEV_DIR, "--remount-ro", SANDBOX_DEV_DIR};
+  cr_assert_geq(find_seq(&f, 1, seq, 4), 0);
+  cr_assert_eq(count_flag(&f, "--dev"), 1);
+  static const char *const nodes[] = {"/dev/null",   "/dev/zero",    "/dev/full",
+                                      "/dev/random", "/dev/urandom", "/dev/tty"};
+  size_t end = end_of_options(&f);
+  size_t n_dev_bind = 0;
+  for (size_t i = 1; i + 2 < end; i++) {
+    if (strcmp(f.a[i], "--dev-bind") != 0)
+      continue;
+    n_dev_bind++;
+    bool known = false;
+    for (size_t k = 0; k < sizeof(nodes) / sizeof(nodes[0]); k++)
+      known = known || strcmp(f.a[i + 1], nodes[k]) == 0;
+    cr_expect(known, "--dev-bind of %s", f.a[i + 1]);
+    cr_expect_str_eq(f.a[i + 1], f.a[i + 2], "bound on its own path");
+  }
+  cr_assert_eq(n_dev_bind, sizeof(nodes) / sizeof(nodes[0]));
+  cr_assert_geq(find_triple(&f, "--symlink", SANDBOX_DEV_DIR "/pts", "/dev/pts"), 0);
+  cr_assert_geq(find_triple(&f, "--symlink", "pts/ptmx", "/dev/ptmx"), 0);
+  /* the only writable dirs: one tmpfs, the workspace */
+  cr_assert_eq(count_flag(&f, "--bind"), 0);
   fx_release(&f);
 }
 
@@ -296,7 +325,7 @@ Test(bwrap, real_host_blinds_include_etc_shadow) {
 
 /* ---- size-capped tmpfs ---- */
 
-Test(bwrap, tmp_and_workspace_are_size_capped_tmpfs) {
+Test(bwrap, one_size_capped_tmpfs_holds_workspace_tmp_and_shm) {
   static const struct {
     const char *json;
     uint64_t bytes;
@@ -312,12 +341,28 @@ Test(bwrap, tmp_and_workspace_are_size_capped_tmpfs) {
     fx_build(&f, rows[r].json);
     char size[32];
     snprintf(size, sizeof(size), "%" PRIu64, rows[r].bytes);
-    static const char *const dirs[] = {"/tmp", SANDBOX_WORKSPACE_DIR};
-    for (size_t k = 0; k < 2; k++) {
-      const char *seq[] = {"--size", size, "--tmpfs", dirs[k]};
-      cr_expect_geq(find_seq(&f, 1, seq, 4), 0, "%s: --size %s --tmpfs %s", rows[r].json, size,
-                    dirs[k]);
-      cr_expect_eq(count_pair(&f, "--tmpfs", dirs[k]), 1, "%s is mounted once", dirs[k]);
+    const char *seq[] = {"--size", size, "--tmpfs", SANDBOX_WORKSPACE_DIR};
+    cr_expect_geq(find_seq(&f, 1, seq, 4), 0, "%s: --size %s --tmpfs %s", rows[r].json, size,
+                  SANDBOX_WORKSPACE_DIR);
+    cr_expect_eq(count_flag(&f, "--size"), 1, "one sized tmpfs: disk_mb in all");
+    cr_expect_eq(count_pair(&f, "--tmpfs", SANDBOX_WORKSPACE_DIR), 1);
+    cr_expect_eq(count_pair(&f, "--tmpfs", "/tmp"), 0, "/tmp is no tmpfs of its own");
+    cr_expect_eq(count_pair(&f, "--tmpfs", "/dev/shm"), 0);
+    long ws = find_pair(&f, "--tmpfs", SANDBOX_WORKSPACE_DIR);
+    long tmp = find_triple(&f, "--symlink", SANDBOX_TMP_DIR, "/tmp");
+    long shm = find_triple(&f, "--symlink", SANDBOX_SHM_DIR, "/dev/shm");
+    long tmpdir = find_pair(&f, "--dir", SANDBOX_TMP_DIR);
+    long shmdir = find_pair(&f, "--dir", SANDBOX_SHM_DIR);
+    cr_expect(ws >= 0 && tmp > ws && shm > ws, "the links point into the workspace tmpfs");
+    cr_expect(tmpdir > ws && shmdir > ws, "their dirs are made inside it");
+    /* every other tmpfs is read-only right away (blinds) */
+    size_t end = end_of_options(&f);
+    for (size_t i = 1; i + 1 < end; i++) {
+      if (strcmp(f.a[i], "--tmpfs") != 0 || strcmp(f.a[i + 1], SANDBOX_WORKSPACE_DIR) == 0)
+        continue;
+      cr_expect(i + 3 < end && strcmp(f.a[i + 2], "--remount-ro") == 0 &&
+                    strcmp(f.a[i + 3], f.a[i + 1]) == 0,
+                "--tmpfs %s is writable", f.a[i + 1]);
     }
     fx_release(&f);
   }
@@ -623,9 +668,18 @@ Test(bwrap, the_whole_argv_for_the_hello_example) {
       "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
       "--ro-bind", "/dev/null", "/etc/shadow",
       "--tmpfs", "/etc/cordon-agent", "--remount-ro", "/etc/cordon-agent",
-      "--proc", "/proc", "--dev", "/dev",
-      "--size", "16777216", "--tmpfs", "/tmp",
+      "--proc", "/proc",
+      "--dev", "/cordon/dev", "--remount-ro", "/cordon/dev", "--perms", "0755", "--dir", "/dev",
+      "--dev-bind", "/dev/null", "/dev/null", "--dev-bind", "/dev/zero", "/dev/zero",
+      "--dev-bind", "/dev/full", "/dev/full", "--dev-bind", "/dev/random", "/dev/random",
+      "--dev-bind", "/dev/urandom", "/dev/urandom", "--dev-bind", "/dev/tty", "/dev/tty",
+      "--symlink", "/proc/self/fd", "/dev/fd", "--symlink", "/proc/self/fd/0", "/dev/stdin",
+      "--symlink", "/proc/self/fd/1", "/dev/stdout", "--symlink", "/proc/self/fd/2", "/dev/stderr",
+      "--symlink", "/cordon/dev/pts", "/dev/pts", "--symlink", "pts/ptmx", "/dev/ptmx",
       "--size", "16777216", "--tmpfs", "/cordon/workspace",
+      "--perms", "01777", "--dir", "/cordon/workspace/.tmp",
+      "--perms", "01777", "--dir", "/cordon/workspace/.shm",
+      "--symlink", "/cordon/workspace/.tmp", "/tmp", "--symlink", "/cordon/workspace/.shm", "/dev/shm",
       "--ro-bind-fd", "3", "/cordon/package",
       "--ro-bind-fd", "5", "/home/j/Documents",
       "--tmpfs", "/home/j/Documents/.ssh", "--remount-ro", "/home/j/Documents/.ssh",

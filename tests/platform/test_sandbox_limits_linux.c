@@ -1,0 +1,483 @@
+/* Limits for the whole job tree (issue 12, class 5): real cordon-agent,
+ * real bwrap, real jobs of six processes. Three agent setups:
+ *   root:  the agent as root (jobs as cordon-job), cgroups of its own;
+ *   deleg: the agent as the user cordon-test inside a cgroup subtree the
+ *          test creates as root and chowns to that user (what systemd's
+ *          Delegate=yes gives a user unit), the agent moved into it first;
+ *   plain: the agent as cordon-test with no cgroup it may write: the
+ *          result must say rlimit.
+ * Six processes together must not pass memory_mb or cpu_s where a cgroup
+ * exists; writing to /dev, /dev/shm, /tmp and the workspace together stops
+ * at disk_mb; the agent reaps the orphans a kill leaves; at contained,
+ * memory and CPU hold for the tree the same way. The jobs run one at a
+ * time (a *sandbox* file).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <grp.h>
+#include <jansson.h>
+#include <pwd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <linux/magic.h>
+
+#define AGENT CORDON_BINARY_DIR "/cordon-agent"
+#define TEST_USER "cordon-test"
+#define DELEG "cordon-limits-test"
+
+enum mode { MODE_ROOT, MODE_DELEG, MODE_PLAIN };
+
+/* the level the next package asks for at least */
+static const char *min_sandbox = "isolated";
+
+static struct {
+  enum mode mode;
+  char root[256], config[300], pkg[300];
+  /* delegated cgroup dirs the agent joins (MODE_DELEG) */
+  char deleg[4][2200];
+  size_t n_deleg;
+} E;
+
+static void xsystem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void xsystem(const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof(cmd), fmt, ap);
+  va_end(ap);
+  int st = system(cmd);
+  cr_assert(st == 0, "command failed (%d): %s", st, cmd);
+}
+
+static void write_file(const char *path, const char *content, mode_t mode) {
+  FILE *f = fopen(path, "w");
+  cr_assert(f, "open %s: %s", path, strerror(errno));
+  fputs(content, f);
+  fclose(f);
+  chmod(path, mode);
+}
+
+static bool read_small(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return false;
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+  return true;
+}
+
+/* Our own cgroup path for a v1 controller, or v2 (ctrl NULL). */
+static bool own_cgroup(const char *ctrl, char *out, size_t len) {
+  FILE *f = fopen("/proc/self/cgroup", "re");
+  if (!f)
+    return false;
+  char line[4096];
+  bool found = false;
+  while (!found && fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\n")] = '\0';
+    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2)
+      continue;
+    *c2 = '\0';
+    if (!ctrl) {
+      found = strcmp(line, "0") == 0;
+    } else {
+      for (char *save, *t = strtok_r(c1 + 1, ",", &save); t && !found;
+           t = strtok_r(NULL, ",", &save))
+        found = strcmp(t, ctrl) == 0;
+    }
+    if (found)
+      snprintf(out, len, "%s", strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1);
+  }
+  fclose(f);
+  return found;
+}
+
+static bool is_fs(const char *path, long magic) {
+  struct statfs sf;
+  return statfs(path, &sf) == 0 && (long)sf.f_type == magic;
+}
+
+/* A subtree owned by TEST_USER: v1 memory, pids and cpuacct dirs below
+ * ours, or one v2 dir with memory and pids enabled for its children. */
+static void make_delegation(void) {
+  char own[2048];
+  E.n_deleg = 0;
+  static const char *const ctrls[] = {"memory", "pids", "cpuacct"};
+  for (size_t i = 0; i < 3; i++) {
+    char mnt[64];
+    snprintf(mnt, sizeof(mnt), "/sys/fs/cgroup/%s", ctrls[i]);
+    if (!is_fs(mnt, CGROUP_SUPER_MAGIC) || !own_cgroup(ctrls[i], own, sizeof(own)))
+      continue;
+    snprintf(E.deleg[E.n_deleg], sizeof(E.deleg[0]), "%s%s/" DELEG, mnt, own);
+    xsystem("mkdir -p %s && chown -R " TEST_USER ": %s", E.deleg[E.n_deleg], E.deleg[E.n_deleg]);
+    E.n_deleg++;
+  }
+  if (E.n_deleg == 3)
+    return;
+  E.n_deleg = 0;
+  const char *v2 = is_fs("/sys/fs/cgroup", CGROUP2_SUPER_MAGIC)           ? "/sys/fs/cgroup"
+                   : is_fs("/sys/fs/cgroup/unified", CGROUP2_SUPER_MAGIC) ? "/sys/fs/cgroup/unified"
+                                                                          : NULL;
+  char ctl[512], path[4096];
+  if (!v2 || !own_cgroup(NULL, own, sizeof(own)))
+    cr_skip_test("no cgroup hierarchy to delegate here");
+  snprintf(path, sizeof(path), "%s%s/cgroup.controllers", v2, own);
+  if (!read_small(path, ctl, sizeof(ctl)) || !strstr(ctl, "memory") || !strstr(ctl, "pids"))
+    cr_skip_test("cgroup v2 here has no memory and pids controllers to delegate");
+  snprintf(E.deleg[0], sizeof(E.deleg[0]), "%s%s/" DELEG, v2, own);
+  xsystem("mkdir -p %s && chown " TEST_USER ": %s %s/cgroup.procs %s/cgroup.subtree_control",
+          E.deleg[0], E.deleg[0], E.deleg[0], E.deleg[0]);
+  E.n_deleg = 1;
+}
+
+static void remove_delegation(void) {
+  for (size_t i = 0; i < E.n_deleg; i++) /* children first; kernel refuses busy ones */
+    xsystem("find %s -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null; rmdir %s || true",
+            E.deleg[i], E.deleg[i]);
+  E.n_deleg = 0;
+}
+
+static void setup(enum mode mode) {
+  memset(&E, 0, sizeof(E));
+  min_sandbox = "isolated";
+  E.mode = mode;
+  struct passwd *pw = getpwnam(TEST_USER);
+  cr_assert(pw, "account %s missing: run scripts/test-setup.sh", TEST_USER);
+  snprintf(E.root, sizeof(E.root), "/tmp/cordon-lim-XXXXXX");
+  cr_assert(mkdtemp(E.root));
+  chmod(E.root, 0755);
+  snprintf(E.config, sizeof(E.config), "%s/agent", E.root);
+  snprintf(E.pkg, sizeof(E.pkg), "%s/pkg", E.root);
+  mkdir(E.config, 0700);
+  mkdir(E.pkg, 0755);
+  if (mode != MODE_ROOT && chown(E.config, pw->pw_uid, pw->pw_gid) < 0)
+    cr_assert_fail("chown: %s", strerror(errno));
+  if (mode == MODE_DELEG)
+    make_delegation();
+}
+
+static void setup_root(void) {
+  setup(MODE_ROOT);
+}
+static void setup_deleg(void) {
+  setup(MODE_DELEG);
+}
+static void setup_plain(void) {
+  setup(MODE_PLAIN);
+}
+static void teardown(void) {
+  remove_delegation();
+  xsystem("rm -rf %s", E.root);
+}
+
+static void package(const char *limits, const char *script) {
+  char path[512], m[4096];
+  snprintf(m, sizeof(m),
+           "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+           "\"timeout_s\":30,\"min_sandbox\":\"%s\",\"limits\":{%s}}",
+           min_sandbox, limits);
+  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
+  write_file(path, m, 0644);
+  snprintf(path, sizeof(path), "%s/run.sh", E.pkg);
+  write_file(path, script, 0755);
+}
+
+struct run {
+  int status;
+  json_t *res;
+  char err[4096];
+};
+
+static struct run run_agent(const char *cmd) {
+  int out[2], errp[2];
+  cr_assert(pipe(out) == 0 && pipe(errp) == 0);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(errp[1], 2);
+    close(out[0]);
+    close(errp[0]);
+    /* into the delegated subtree while still root, as systemd would */
+    char self[24];
+    snprintf(self, sizeof(self), "%ld", (long)getpid());
+    for (size_t i = 0; i < E.n_deleg; i++) {
+      char procs[2300];
+      snprintf(procs, sizeof(procs), "%s/cgroup.procs", E.deleg[i]);
+      FILE *f = fopen(procs, "we");
+      if (!f || fputs(self, f) < 0 || fclose(f) != 0)
+        _exit(97);
+    }
+    clearenv();
+    setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
+    if (E.mode != MODE_ROOT) {
+      struct passwd *pw = getpwnam(TEST_USER);
+      setenv("HOME", pw->pw_dir, 1);
+      if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
+        _exit(99);
+    } else {
+      setenv("HOME", "/root", 1);
+    }
+    execl(AGENT, AGENT, "--config", E.config, cmd, E.pkg, (char *)NULL);
+    _exit(98);
+  }
+  close(out[1]);
+  close(errp[1]);
+  static char buf[1 << 20];
+  size_t have = 0;
+  ssize_t k;
+  while ((k = read(out[0], buf + have, sizeof(buf) - 1 - have)) > 0)
+    have += (size_t)k;
+  buf[have] = '\0';
+  struct run r = {0};
+  size_t eh = 0;
+  while ((k = read(errp[0], r.err + eh, sizeof(r.err) - 1 - eh)) > 0)
+    eh += (size_t)k;
+  r.err[eh] = '\0';
+  close(out[0]);
+  close(errp[0]);
+  int st;
+  waitpid(pid, &st, 0);
+  cr_assert(WIFEXITED(st), "agent died: status %d", st);
+  r.status = WEXITSTATUS(st);
+  cr_assert_neq(r.status, 97, "could not join the delegated cgroup");
+  json_error_t je;
+  r.res = have ? json_loads(buf, 0, &je) : NULL;
+  cr_assert(r.res, "no JSON; stderr: %s", r.err);
+  return r;
+}
+
+static json_t *jget(json_t *o, const char *path) {
+  char key[128];
+  snprintf(key, sizeof(key), "%s", path);
+  json_t *cur = o;
+  for (char *save, *t = strtok_r(key, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
+    cur = json_object_get(cur, t);
+  return cur;
+}
+
+static const char *jstr(json_t *o, const char *path) {
+  const char *s = json_string_value(jget(o, path));
+  return s ? s : "";
+}
+
+static void assert_ran_isolated(struct run *r) {
+  cr_assert_str_eq(jstr(r->res, "sandbox.level"), "isolated", "stderr: %s", r->err);
+  cr_assert(json_is_null(jget(r->res, "error")), "error: %s / %s", jstr(r->res, "error.code"),
+            jstr(r->res, "error.message"));
+}
+
+static const char *expected_mech(void) {
+  return E.mode == MODE_PLAIN ? "rlimit" : "cgroup";
+}
+
+static size_t count(const char *hay, const char *needle) {
+  size_t n = 0;
+  for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+    n++;
+  return n;
+}
+
+#define ALL3(name)                                                                                 \
+  static void body_##name(void);                                                                   \
+  Test(sandbox_limits_root, name, .init = setup_root, .fini = teardown) {                          \
+    body_##name();                                                                                 \
+  }                                                                                                \
+  Test(sandbox_limits_deleg, name, .init = setup_deleg, .fini = teardown) {                        \
+    body_##name();                                                                                 \
+  }                                                                                                \
+  Test(sandbox_limits_plain, name, .init = setup_plain, .fini = teardown) {                        \
+    body_##name();                                                                                 \
+  }                                                                                                \
+  static void body_##name(void)
+
+/* Six processes of 40 MiB each (240 MiB) under memory_mb 64: with a
+ * cgroup the tree never holds them at once (the OOM killer acts and the
+ * result says so); with rlimit each process may, which the result admits. */
+ALL3(six_processes_together_cannot_exceed_memory_mb) {
+  package("\"memory_mb\":64,\"processes\":16",
+          "for i in 1 2 3 4 5 6; do\n"
+          "  python3 -c 'import time; b = bytearray(40 << 20); b[::4096] = b\"x\" * "
+          "len(b[::4096]); print(\"held\", flush=True); time.sleep(3); print(\"done\", "
+          "flush=True)' &\n"
+          "done\n"
+          "wait\n");
+  struct run r = run_agent("exec");
+  assert_ran_isolated(&r);
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());
+  const char *out = jstr(r.res, "stdout");
+  if (E.mode == MODE_PLAIN) {
+    /* per-process RLIMIT_AS: the honest word for what does not hold */
+    cr_assert(json_is_null(jget(r.res, "oom_killed")), "rlimit cannot tell an OOM");
+  } else {
+    cr_assert(json_is_true(jget(r.res, "oom_killed")), "the tree was OOM-killed: %s", out);
+    cr_assert_leq(count(out, "done"), 1, "at most one 40 MiB process survives: %s", out);
+  }
+  json_decref(r.res);
+}
+
+/* Six busy processes under cpu_s 2: with a cgroup the tree is killed once
+ * their total passes 2 s (about 1 s of wall time on two cores), reported
+ * as signal 24 (SIGXCPU), not as a timeout. */
+ALL3(six_busy_processes_are_killed_when_their_total_cpu_passes_cpu_s) {
+  if (E.mode == MODE_PLAIN) {
+    package("\"cpu_s\":2", "true\n");
+    struct run r = run_agent("exec");
+    assert_ran_isolated(&r);
+    cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), "rlimit");
+    json_decref(r.res);
+    return;
+  }
+  package("\"cpu_s\":2,\"processes\":16",
+          "for i in 1 2 3 4 5 6; do sh -c 'while :; do :; done' & done\nwait\n");
+  struct run r = run_agent("exec");
+  assert_ran_isolated(&r);
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), "cgroup");
+  cr_assert(json_is_false(jget(r.res, "timed_out")));
+  cr_assert_eq(json_integer_value(jget(r.res, "signal")), 24, "SIGXCPU");
+  json_int_t wall = json_integer_value(jget(r.res, "wall_ms"));
+  /* per-process rlimits alone would let them run 6 x 2 s of CPU: 6 s of wall
+   * time on two cores at best */
+  cr_assert_lt(wall, 6000, "killed on the tree's total, wall_ms=%lld", (long long)wall);
+  cr_assert_geq(json_integer_value(jget(r.res, "orphans_killed")), 5);
+  json_decref(r.res);
+}
+
+/* Every writable place of the view shares one disk_mb: 6 MiB tried in
+ * each of /dev, /dev/shm, /tmp, the workspace; the total written stays at
+ * 8 MiB, the first write past it fails with ENOSPC, /dev with EROFS. */
+ALL3(writes_to_dev_shm_tmp_and_workspace_together_stop_at_disk_mb) {
+  package("\"disk_mb\":8", "exec python3 -c '\n"
+                           "import errno, os, sys\n"
+                           "total = 0\n"
+                           "for d in (\"/dev\", \"/dev/shm\", \"/tmp\", os.environ[\"WORKSPACE\"], "
+                           "\"/cordon/dev\", \"/\"):\n"
+                           "  n, err = 0, \"ok\"\n"
+                           "  try:\n"
+                           "    with open(os.path.join(d, \"fill\"), \"wb\") as f:\n"
+                           "      for i in range(6 * 16):\n"
+                           "        n += f.write(b\"x\" * 65536); f.flush()\n"
+                           "  except OSError as e:\n"
+                           "    err = errno.errorcode[e.errno]\n"
+                           "  total += n\n"
+                           "  print(d, n, err)\n"
+                           "print(\"total\", total)\n"
+                           "'\n");
+  struct run r = run_agent("exec");
+  assert_ran_isolated(&r);
+  const char *out = jstr(r.res, "stdout");
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "tmpfs");
+  long total = -1;
+  const char *t = strstr(out, "total ");
+  cr_assert(t && sscanf(t, "total %ld", &total) == 1, "got %s / %s", out, jstr(r.res, "stderr"));
+  cr_assert_leq(total, 8L << 20, "total written %ld: %s", total, out);
+  cr_assert_geq(total, 7L << 20, "the budget is usable: %s", out);
+  cr_assert(strstr(out, "/dev 0 EROFS"), "/dev is read-only: %s", out);
+  cr_assert(strstr(out, "/cordon/dev 0 EROFS"), "bwrap's dev dir is read-only: %s", out);
+  cr_assert(strstr(out, "/ 0 EROFS"), "the root is read-only: %s", out);
+  cr_assert(strstr(out, "ENOSPC"), "the first write past disk_mb fails with ENOSPC: %s", out);
+  json_decref(r.res);
+}
+
+/* What needs /tmp and /dev/shm keeps working inside the budget. */
+ALL3(mktemp_and_python_multiprocessing_work) {
+  package("\"disk_mb\":8", "mktemp && mktemp -d && exec python3 -c '\n"
+                           "import multiprocessing as mp, tempfile\n"
+                           "def sq(x): return x * x\n"
+                           "if __name__ == \"__main__\":\n"
+                           "  lock = mp.Lock(); lock.acquire(); lock.release()\n"
+                           "  with mp.Pool(2) as p: print(\"pool\", sum(p.map(sq, range(10))))\n"
+                           "  q = mp.Queue(); q.put(7); print(\"queue\", q.get())\n"
+                           "  print(\"tempfile\", tempfile.mkstemp()[1].startswith(\"/tmp/\"))\n"
+                           "'\n");
+  struct run r = run_agent("exec");
+  assert_ran_isolated(&r);
+  const char *out = jstr(r.res, "stdout");
+  cr_assert_eq(json_integer_value(jget(r.res, "exit_code")), 0, "%s / %s", out,
+               jstr(r.res, "stderr"));
+  cr_assert(strstr(out, "/tmp/tmp."), "mktemp: %s", out);
+  cr_assert(strstr(out, "pool 285"), "multiprocessing (sem_open on /dev/shm): %s", out);
+  cr_assert(strstr(out, "queue 7"), "%s", out);
+  cr_assert(strstr(out, "tempfile True"), "%s", out);
+  json_decref(r.res);
+}
+
+/* explain says which limits hold for the tree, the same as a run. */
+ALL3(explain_says_which_limits_hold_for_the_tree) {
+  package("\"memory_mb\":64", "true\n");
+  struct run e = run_agent("explain");
+  json_t *tree = jget(e.res, "limits_for_tree");
+  cr_assert(json_is_object(tree), "explain has limits_for_tree: %s", e.err);
+  bool cg = E.mode != MODE_PLAIN;
+  cr_assert_eq(json_is_true(json_object_get(tree, "memory")), cg);
+  cr_assert_eq(json_is_true(json_object_get(tree, "cpu")), cg);
+  cr_assert(json_is_true(json_object_get(tree, "disk")));
+  cr_assert_str_eq(jstr(e.res, "limits.memory.enforced_by"), expected_mech());
+  cr_assert_str_eq(jstr(e.res, "limits.cpu.enforced_by"), expected_mech());
+  struct run r = run_agent("exec");
+  assert_ran_isolated(&r);
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), expected_mech());
+  json_decref(e.res);
+  json_decref(r.res);
+}
+
+/* The agent is a subreaper at every level and reaps what comes back to it:
+ * at the timeout it kills bwrap, whose pid-namespace init then dies an
+ * orphan. Were the agent no subreaper, or did it not reap, that init would
+ * end up a child of this test (a subreaper too) once the agent exits. */
+ALL3(orphaned_bwrap_inits_are_reaped_by_the_agent) {
+  cr_assert_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+  package("\"processes\":16", "sleep 30 &\nsetsid sleep 30 &\nsleep 30\n");
+  char path[512], m[512];
+  snprintf(m, sizeof(m),
+           "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+           "\"timeout_s\":1}");
+  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
+  write_file(path, m, 0644);
+  struct run r = run_agent("exec");
+  assert_ran_isolated(&r);
+  cr_assert(json_is_true(jget(r.res, "timed_out")));
+  usleep(300 * 1000); /* an unreaped orphan would be re-parented to us by now */
+  int st;
+  pid_t extra = waitpid(-1, &st, WNOHANG);
+  cr_assert(extra < 0 && errno == ECHILD, "a process of the job came back to the test: %ld",
+            (long)extra);
+  json_decref(r.res);
+}
+
+/* contained (no bwrap): memory and CPU hold for the tree the same way when
+ * a cgroup exists; disk is `none` (RLIMIT_FSIZE per file only). */
+static void contained(void) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/config.json", E.config);
+  write_file(path, "{\"bwrap_path\": \"/nonexistent/bwrap\", \"lowest_level\": \"contained\"}",
+             0644);
+  min_sandbox = "contained";
+}
+
+ALL3(contained_cpu_and_memory_hold_for_the_tree_where_a_cgroup_exists) {
+  contained();
+  package("\"cpu_s\":2,\"processes\":16",
+          "for i in 1 2 3 4 5 6; do sh -c 'while :; do :; done' & done\nwait\n");
+  struct run r = run_agent("exec");
+  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained", "stderr: %s", r.err);
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), expected_mech());
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "none");
+  if (E.mode != MODE_PLAIN) {
+    cr_assert_eq(json_integer_value(jget(r.res, "signal")), 24, "SIGXCPU");
+    cr_assert_lt(json_integer_value(jget(r.res, "wall_ms")), 6000);
+  }
+  json_decref(r.res);
+}
