@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libsodium-dev libuv1-dev libmsgpack-dev libseccomp-dev libcriterion-dev
       libjansson-dev libsqlite3-dev bubblewrap python3 passwd procps iproute2
-      systemd libxml2-utils)
+      systemd libxml2-utils git)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
