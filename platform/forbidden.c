@@ -1,6 +1,7 @@
 #include "platform/forbidden.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "core/manifest.h"
 #include "platform/paths.h"
@@ -46,6 +47,57 @@ static const struct forbidden_row table[] = {
     SECRET_HOME(LINUX, ".config/cordon"),
     SECRET_HOME(LINUX, ".local/state/cordon-agent"),
     SECRET_HOME(LINUX, ".pki"),
+    /* cloud and tool credentials */
+    SECRET_HOME(ALL, ".config/gcloud"),
+    SECRET_HOME(ALL, ".oci"),
+    SECRET_HOME(LINUX | MACOS, ".config/doctl"),
+    SECRET_HOME(MACOS, "Library/Application Support/doctl"),
+    SECRET_HOME(ALL, ".vault-token"),
+    SECRET_HOME(ALL, ".terraform.d"),
+    SECRET_HOME(ALL, ".terraformrc"),
+    SECRET_HOME(ALL, ".cargo/credentials"),
+    SECRET_HOME(ALL, ".cargo/credentials.toml"),
+    SECRET_HOME(ALL, ".config/rclone"),
+    SECRET_HOME(ALL, ".s3cfg"),
+    SECRET_HOME(ALL, ".config/hub"),
+    SECRET_HOME(ALL, ".config/op"),
+    SECRET_HOME(ALL, ".gem/credentials"),
+    SECRET_HOME(ALL, ".m2/settings-security.xml"),
+    SECRET_HOME(ALL, ".config/helm"),
+    SECRET_HOME(ALL, ".config/sops"),
+    SECRET_HOME(ALL, ".age"),
+    /* browsers as snap and flatpak, and others */
+    SECRET_HOME(LINUX, "snap/firefox"),
+    SECRET_HOME(LINUX, "snap/chromium"),
+    SECRET_HOME(LINUX, "snap/thunderbird"),
+    SECRET_HOME(LINUX, "snap/bitwarden"),
+    SECRET_HOME(LINUX, ".var/app"),
+    SECRET_HOME(LINUX, ".config/vivaldi"),
+    SECRET_HOME(LINUX, ".config/opera"),
+    SECRET_HOME(LINUX, ".librewolf"),
+    SECRET_HOME(LINUX, ".waterfox"),
+    SECRET_HOME(LINUX, ".config/epiphany"),
+    SECRET_HOME(LINUX, ".local/share/epiphany"),
+    SECRET_HOME(LINUX, ".config/falkon"),
+    SECRET_HOME(LINUX, ".config/qutebrowser"),
+    SECRET_HOME(LINUX, ".local/share/qutebrowser"),
+    SECRET_HOME(LINUX, ".config/evolution"),
+    SECRET_HOME(LINUX, ".local/share/evolution"),
+    /* password and key stores */
+    SECRET_HOME(LINUX, ".local/share/kwalletd"),
+    SECRET_HOME(LINUX, ".kde/share/apps/kwallet"),
+    SECRET_HOME(LINUX, ".config/kwalletrc"),
+    SECRET_HOME(LINUX, ".config/Bitwarden"),
+    SECRET_HOME(LINUX, ".config/Bitwarden CLI"),
+    SECRET_HOME(MACOS, "Library/Application Support/Bitwarden CLI"),
+    SECRET_HOME(ALL, ".config/gopass"),
+    SECRET_HOME(ALL, ".local/share/gopass"),
+    SECRET_HOME(LINUX, ".config/KeePassXC"),
+    SECRET_HOME(LINUX, ".config/keepassxc"),
+    SECRET_HOME(LINUX, ".local/share/cordon-server"),
+    SECRET_HOME(LINUX, ".local/share/cordon-agent"),
+    SECRET_HOME(LINUX, ".config/cordon-server"),
+    SECRET_HOME(LINUX, ".config/cordon-agent"),
     SECRET_HOME(MACOS, "Library/Keychains"),
     SECRET_HOME(MACOS, "Library/Cookies"),
     SECRET_HOME(MACOS, "Library/Application Support/Google/Chrome"),
@@ -102,6 +154,32 @@ static const struct forbidden_row table[] = {
     KEEP_RO(LINUX, ".git/hooks"),
     KEEP_RO(LINUX, ".envrc"),
 };
+
+/* Names whose presence in a directory makes it a cordon server's or
+ * agent's state directory (server/keys.h, server/db.h, agent/state.h):
+ * blinded wherever a grant reaches one. */
+static const char *const state_markers[] = {
+    "ticket.key", "noise.key", "publisher.key", "cordon.db", "identity.key", "pairing.json",
+};
+
+bool forbidden_state_marker(const char *name) {
+  for (size_t i = 0; i < sizeof(state_markers) / sizeof(state_markers[0]); i++)
+    if (strcmp(name, state_markers[i]) == 0)
+      return true;
+  return false;
+}
+
+bool forbidden_home_hidden(const char *rel) {
+  if (rel[0] == '.')
+    return true;
+  static const char *const bin_like[] = {"bin", ".local/bin"};
+  for (size_t i = 0; i < sizeof(bin_like) / sizeof(bin_like[0]); i++) {
+    size_t n = strlen(bin_like[i]);
+    if (strncmp(rel, bin_like[i], n) == 0 && (rel[n] == '\0' || rel[n] == '/'))
+      return true;
+  }
+  return false;
+}
 
 const struct forbidden_row *forbidden_next(enum forbidden_kind kind,
                                            const struct forbidden_row *prev) {

@@ -16,6 +16,8 @@
 #ifndef CORDON_PLATFORM_FORBIDDEN_H
 #define CORDON_PLATFORM_FORBIDDEN_H
 
+#include <stdbool.h>
+
 enum forbidden_kind {
   FORBIDDEN_SECRET,  /* never granted; hidden inside a read-only grant where the OS can */
   FORBIDDEN_AUTORUN, /* never inside a writable grant, existing or not */
@@ -42,5 +44,14 @@ struct forbidden_row {
  * end. for (const struct forbidden_row *r = NULL; (r = forbidden_next(K, r));) */
 const struct forbidden_row *forbidden_next(enum forbidden_kind kind,
                                            const struct forbidden_row *prev);
+
+/* Does a directory holding an entry of this name count as a cordon
+ * server's or agent's state directory (its key files, lock, database)? */
+bool forbidden_state_marker(const char *name);
+
+/* Is rel ('/'-separated, relative to a home) a hidden entry of the home,
+ * or inside one, or ~/bin-like (bin, .local/bin)? Those are never granted
+ * unless the owner's ceiling names a hidden path that contains them. */
+bool forbidden_home_hidden(const char *rel);
 
 #endif

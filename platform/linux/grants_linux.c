@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -275,6 +276,8 @@ static int add_mount(struct grant_set *gs, enum bwrap_mount_kind kind, int fd, c
 void grants_release(struct grant_set *g) {
   if (!g)
     return;
+  strv_release(&g->read_only);
+  strv_release(&g->blinded);
   for (size_t i = 0; i < g->n_fds; i++)
     close(g->fds[i]);
   for (size_t i = 0; i < g->n_mounts; i++)
@@ -306,67 +309,236 @@ static int blind_hidden(struct grant_set *later, const struct sandbox_grant *sg,
   return 0;
 }
 
-/* Inside a writable grant, existing FORBIDDEN_KEEP_RO places at its top
- * or one level down are mounted read-only over it. */
-static int keep_read_only(struct grant_set *later, const struct manifest_grant *g, int gfd,
-                          const char *dest, struct cordon_diag *diag) {
-  struct stat st;
-  if (fstat(gfd, &st) < 0 || !S_ISDIR(st.st_mode))
-    return 0;
-  /* candidates: the grant itself and each subdirectory one level down */
-  int dfd = openat(gfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0)
-    return 0;
-  DIR *d = fdopendir(dfd);
+/* ---- the bounded walk of each grant ---- */
+
+/* Identities a writable grant must not let a job change: every hidden
+ * entry of the home, with a symlink followed once to its target
+ * (~/.profile -> ~/dotfiles/profile keeps ~/dotfiles/profile read-only). */
+struct home_ids {
+  struct ident *v;
+  size_t n;
+};
+
+static int home_ids_collect(const char *home, struct home_ids *out) {
+  memset(out, 0, sizeof(*out));
+  int hfd = home ? open(home, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+  if (hfd < 0)
+    return 0; /* no home: nothing of it to protect */
+  DIR *d = fdopendir(hfd);
   if (!d) {
-    close(dfd);
+    close(hfd);
     return 0;
   }
   int r = 0;
   struct dirent *de;
-  bool top_done = false;
-  for (;;) {
-    const char *sub;
-    if (!top_done) {
-      sub = "";
-      top_done = true;
-    } else {
-      de = readdir(d);
-      if (!de)
-        break;
-      if (de->d_type != DT_DIR || !strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-        continue;
-      sub = de->d_name;
+  while ((de = readdir(d)) && out->n < GRANTS_WALK_MAX_PROTECTED) {
+    if (de->d_name[0] != '.' || !strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+      continue;
+    struct stat st;
+    if (fstatat(dirfd(d), de->d_name, &st, 0) < 0)
+      continue;
+    struct ident *v = realloc(out->v, (out->n + 1) * sizeof(*v));
+    if (!v) {
+      r = -ENOMEM;
+      break;
     }
-    for (const struct forbidden_row *row = NULL; (row = forbidden_next(FORBIDDEN_KEEP_RO, row));) {
-      char p[PATH_MAX];
-      if (pathf(p, sizeof(p), "%s%s%s", sub, *sub ? "/" : "", row->path) < 0)
-        continue;
-      int fd = openat(gfd, p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-      if (fd < 0)
-        continue;
-      struct stat fst;
-      if (fstat(fd, &fst) < 0 || S_ISLNK(fst.st_mode)) {
-        close(fd);
-        continue;
-      }
-      char ro[PATH_MAX];
-      r = pathf(ro, sizeof(ro), "%s/%s", dest, p);
-      if (r < 0) {
-        close(fd);
-        r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED, "grant %s: path too long", g->path);
-        goto out;
-      }
-      r = add_mount(later, BWRAP_MOUNT_RO_FD, fd, ro);
-      if (r < 0) {
-        close(fd);
-        goto out;
-      }
-    }
+    out->v = v;
+    v[out->n++] = (struct ident){st.st_dev, st.st_ino};
   }
-out:
   closedir(d);
   return r;
+}
+
+static bool home_ids_has(const struct home_ids *h, struct ident id) {
+  for (size_t i = 0; i < h->n; i++)
+    if (same(h->v[i], id))
+      return true;
+  return false;
+}
+
+/* A directory on the walk's path from the grant root. */
+struct walk_dir {
+  const struct walk_dir *parent;
+  int fd;         /* O_RDONLY|O_DIRECTORY */
+  size_t rel_len; /* its path in walk.rel */
+  bool pinned;    /* bound onto itself: it cannot be renamed or removed */
+};
+
+struct walk {
+  struct grant_set *later;
+  struct grant_set *gs; /* for explain's lists */
+  const struct manifest_grant *g;
+  const char *dest;
+  const struct home_ids *home;
+  size_t *n_entries, *n_protected;
+  char rel[PATH_MAX];
+  struct cordon_diag *diag;
+};
+
+static int walk_too_broad(struct walk *w, const char *what, size_t limit) {
+  return cordon_diag_set(w->diag, CORDON_E_SCOPE_TOO_BROAD,
+                         "grant %s: more than %zu %s to check; grant a smaller directory",
+                         w->g->path, limit, what);
+}
+
+static int walk_mount(struct walk *w, enum bwrap_mount_kind kind, int fd, const char *list) {
+  if (++*w->n_protected > GRANTS_WALK_MAX_PROTECTED) {
+    if (fd >= 0)
+      close(fd);
+    return walk_too_broad(w, "protected entries", GRANTS_WALK_MAX_PROTECTED);
+  }
+  char dest[PATH_MAX];
+  int r = pathf(dest, sizeof(dest), "%s/%s", w->dest, w->rel);
+  if (r == 0)
+    r = add_mount(w->later, kind, fd, dest);
+  if (r < 0) {
+    if (fd >= 0)
+      close(fd);
+    return r == -ENAMETOOLONG ? cordon_diag_set(w->diag, CORDON_E_CAPABILITY_DENIED,
+                                                "grant %s: path too long", w->g->path)
+                              : r;
+  }
+  if (list && !strcmp(list, "ro"))
+    strv_add(&w->gs->read_only, dest);
+  else if (list)
+    strv_add(&w->gs->blinded, dest);
+  return 0;
+}
+
+/* Bind every not yet pinned directory between the grant root and here
+ * onto itself, root-most first: a mount point cannot be renamed (EBUSY),
+ * so nothing protected below can be moved aside and rebuilt. */
+static int pin_ancestors(struct walk *w, struct walk_dir *dir) {
+  if (!dir || !dir->parent || dir->pinned)
+    return 0; /* the grant root is a mount point already */
+  int r = pin_ancestors(w, (struct walk_dir *)dir->parent);
+  if (r < 0)
+    return r;
+  int fd = fcntl(dir->fd, F_DUPFD_CLOEXEC, 3);
+  if (fd < 0)
+    return -errno;
+  char save = w->rel[dir->rel_len];
+  w->rel[dir->rel_len] = '\0';
+  r = walk_mount(w, BWRAP_MOUNT_RW_FD, fd, NULL);
+  w->rel[dir->rel_len] = save;
+  if (r == 0)
+    dir->pinned = true;
+  return r;
+}
+
+static bool is_state_dir(int dfd) {
+  static const char *const probe[] = {"ticket.key", "noise.key",    "publisher.key",
+                                      "cordon.db",  "identity.key", "pairing.json"};
+  struct stat st;
+  for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++)
+    if (forbidden_state_marker(probe[i]) && fstatat(dfd, probe[i], &st, AT_SYMLINK_NOFOLLOW) == 0)
+      return true;
+  return false;
+}
+
+/* Walk dir (whose path below the grant is w->rel[0..dir->rel_len]) by fd,
+ * following no symlink. In a writable grant (and not already inside a
+ * read-only entry) a hidden entry, and anything that is a hidden entry of
+ * the home, is bound read-only over itself with its ancestors pinned; in
+ * every grant FIFOs and sockets are blinded and cordon state directories
+ * hidden. */
+static int walk_tree(struct walk *w, struct walk_dir *dir, bool protect, int depth) {
+  if (depth > 256)
+    return walk_too_broad(w, "directory levels", 256);
+  int dup_fd = dup(dir->fd);
+  DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+  if (!d) {
+    if (dup_fd >= 0)
+      close(dup_fd);
+    return 0; /* unreadable to the agent: the job cannot list it either */
+  }
+  int r = 0;
+  struct dirent *de;
+  while (r == 0 && (de = readdir(d))) {
+    const char *name = de->d_name;
+    if (!strcmp(name, ".") || !strcmp(name, ".."))
+      continue;
+    if (++*w->n_entries > GRANTS_WALK_MAX_ENTRIES) {
+      r = walk_too_broad(w, "entries", GRANTS_WALK_MAX_ENTRIES);
+      break;
+    }
+    size_t len = dir->rel_len;
+    if (pathf(w->rel + len, sizeof(w->rel) - len, "%s%s", len ? "/" : "", name) < 0) {
+      r = cordon_diag_set(w->diag, CORDON_E_CAPABILITY_DENIED, "grant %s: path too long",
+                          w->g->path);
+      break;
+    }
+    size_t sub_len = strlen(w->rel);
+    struct stat st;
+    if (fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      w->rel[len] = '\0';
+      continue;
+    }
+    bool hidden = name[0] == '.' || home_ids_has(w->home, (struct ident){st.st_dev, st.st_ino});
+    if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
+      /* no write reaches a host FIFO, no connect a host socket */
+      r = pin_ancestors(w, protect ? dir : NULL);
+      if (r == 0)
+        r = walk_mount(w, BWRAP_MOUNT_BLIND_FILE, -1, "blind");
+    } else if (S_ISLNK(st.st_mode)) {
+      /* a symlink cannot be a mount point: a hidden one would be replaceable */
+      if (protect && name[0] == '.')
+        r = cordon_diag_set(w->diag, CORDON_E_SCOPE_TOO_BROAD,
+                            "writable grant %s holds the hidden symlink %s, which cannot be kept "
+                            "read-only",
+                            w->g->path, w->rel);
+    } else if (S_ISDIR(st.st_mode)) {
+      int sub = openat(dir->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      struct stat sst;
+      if (sub >= 0 && (fstat(sub, &sst) < 0 || sst.st_ino != st.st_ino)) {
+        close(sub);
+        sub = -1;
+      }
+      if (sub >= 0 && is_state_dir(sub)) {
+        close(sub);
+        r = pin_ancestors(w, protect ? dir : NULL);
+        if (r == 0)
+          r = walk_mount(w, BWRAP_MOUNT_BLIND_DIR, -1, "blind");
+      } else if (sub >= 0) {
+        struct walk_dir child = {dir, sub, sub_len, false};
+        bool ro = protect && hidden;
+        if (ro) {
+          r = pin_ancestors(w, dir);
+          int fd = r == 0 ? fcntl(sub, F_DUPFD_CLOEXEC, 3) : -1;
+          if (r == 0)
+            r = fd < 0 ? -errno : walk_mount(w, BWRAP_MOUNT_RO_FD, fd, "ro");
+          child.pinned = true;
+        }
+        if (r == 0)
+          r = walk_tree(w, &child, protect && !ro, depth + 1);
+        close(sub);
+      }
+    } else if (protect && hidden && S_ISREG(st.st_mode)) {
+      int fd = openat(dir->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      struct stat fst;
+      if (fd >= 0 && fstat(fd, &fst) == 0 && fst.st_ino == st.st_ino) {
+        r = pin_ancestors(w, dir);
+        if (r == 0)
+          r = walk_mount(w, BWRAP_MOUNT_RO_FD, fd, "ro");
+        else
+          close(fd);
+      } else if (fd >= 0) {
+        close(fd);
+      }
+    }
+    w->rel[len] = '\0';
+  }
+  closedir(d);
+  return r;
+}
+
+/* Every protected entry holds an fd until bwrap mounts it. */
+static void raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 8192 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max < 8192 ? rl.rlim_max : 8192;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+  }
 }
 
 /* Append later's mounts to gs, handing their fds over. */
@@ -396,7 +568,12 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
   struct grant_set gs = {0};
   /* blind/overlay mounts go after every grant mount */
   struct grant_set later = {0};
-  int r = 0;
+  struct home_ids hids;
+  size_t n_entries = 0, n_protected = 0;
+  strv_init(&gs.read_only);
+  strv_init(&gs.blinded);
+  int r = home_ids_collect(home, &hids);
+  raise_nofile();
   for (size_t i = 0; i < judged->n && r == 0; i++) {
     const struct sandbox_grant *sg = &judged->v[i];
     const struct manifest_grant *g = sg->g;
@@ -426,12 +603,35 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
       break;
     }
     r = blind_hidden(&later, sg, dest, diag);
-    if (r == 0 && g->rw)
-      r = keep_read_only(&later, g, gfd, dest, diag);
+    if (r == 0 && S_ISDIR(sg->place->os->mode)) {
+      struct walk w = {.later = &later,
+                       .gs = &gs,
+                       .g = g,
+                       .dest = dest,
+                       .home = &hids,
+                       .n_entries = &n_entries,
+                       .n_protected = &n_protected,
+                       .diag = diag};
+      int wfd = openat(gfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (wfd < 0) {
+        r = -errno;
+      } else if (is_state_dir(wfd)) {
+        r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                            "grant %s is a cordon state directory", g->path);
+      } else {
+        struct walk_dir root = {NULL, wfd, 0, true};
+        r = walk_tree(&w, &root, g->rw, 0);
+      }
+      if (wfd >= 0)
+        close(wfd);
+    }
   }
   if (r == 0)
     r = append_mounts(&gs, &later);
+  if (r == 0)
+    r = gs.read_only.err ? gs.read_only.err : gs.blinded.err;
   release_later(&later);
+  free(hids.v);
   if (r < 0) {
     grants_release(&gs);
     return r;

@@ -12,17 +12,29 @@
 #include "platform/grants.h"
 #include "platform/linux/bwrap.h"
 
+/* The walk of each directory grant (by fd, no symlink followed) is bounded
+ * per job; above either bound the grant is refused (scope_too_broad). */
+#define GRANTS_WALK_MAX_ENTRIES 50000
+#define GRANTS_WALK_MAX_PROTECTED 1024
+
 struct grant_set {
   struct bwrap_mount *mounts;
   size_t n_mounts;
   char **dests; /* owned strings behind mounts[].dest */
   int *fds;     /* owned fds behind mounts[].fd */
   size_t n_fds;
+  struct strv read_only; /* where the job sees what is kept read-only (explain) */
+  struct strv blinded;   /* FIFOs, sockets and state directories blinded */
 };
 
 /* The bwrap mounts of judged grants: each grant's fd (a duplicate) on its
- * host path, then the blinds of the secrets inside read-only grants and the
- * read-only overlays of FORBIDDEN_KEEP_RO places inside writable ones. A
+ * host path, then the blinds of the secrets inside read-only grants, then
+ * what the bounded walk of each directory grant found: inside a writable
+ * grant every hidden entry (.git, .envrc, ...) and every entry that is a
+ * hidden entry of the home (by identity) bound read-only over itself, the
+ * directories between the grant and it bound onto themselves (renaming
+ * them fails with EBUSY); in every grant FIFOs and sockets blinded with
+ * /dev/null and cordon state directories with an empty tmpfs. A
  * grant that is not a directory or regular file is refused
  * (CORDON_E_CAPABILITY_DENIED, reason in diag). */
 int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
