@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "platform/strv.h"
 #include "core/manifest.h"
+#include "platform/strv.h"
 
 /* Where the job sees its package and workspace. */
 #define SANDBOX_PACKAGE_DIR "/cordon/package"

@@ -22,6 +22,11 @@ struct ident {
   ino_t ino;
 };
 
+struct grants_known {
+  struct ident *v;
+  size_t n;
+};
+
 struct sandbox_os_place {
   int fd; /* O_PATH */
   struct ident id;
@@ -278,6 +283,10 @@ void grants_release(struct grant_set *g) {
     return;
   strv_release(&g->read_only);
   strv_release(&g->blinded);
+  free(g->rw_grants);
+  if (g->known)
+    free(g->known->v);
+  free(g->known);
   for (size_t i = 0; i < g->n_fds; i++)
     close(g->fds[i]);
   for (size_t i = 0; i < g->n_mounts; i++)
@@ -352,6 +361,22 @@ static int home_ids_collect(const char *home, struct home_ids *out) {
 static bool home_ids_has(const struct home_ids *h, struct ident id) {
   for (size_t i = 0; i < h->n; i++)
     if (same(h->v[i], id))
+      return true;
+  return false;
+}
+
+static int known_add(struct grants_known *k, struct ident id) {
+  struct ident *v = realloc(k->v, (k->n + 1) * sizeof(*v));
+  if (!v)
+    return -ENOMEM;
+  k->v = v;
+  v[k->n++] = id;
+  return 0;
+}
+
+static bool known_has(const struct grants_known *k, struct ident id) {
+  for (size_t i = 0; k && i < k->n; i++)
+    if (same(k->v[i], id))
       return true;
   return false;
 }
@@ -475,6 +500,9 @@ static int walk_tree(struct walk *w, struct walk_dir *dir, bool protect, int dep
       continue;
     }
     bool hidden = name[0] == '.' || home_ids_has(w->home, (struct ident){st.st_dev, st.st_ino});
+    if (protect && name[0] == '.' &&
+        (r = known_add(w->gs->known, (struct ident){st.st_dev, st.st_ino})) < 0)
+      break;
     if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) {
       /* no write reaches a host FIFO, no connect a host socket */
       r = pin_ancestors(w, protect ? dir : NULL);
@@ -573,6 +601,8 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
   strv_init(&gs.read_only);
   strv_init(&gs.blinded);
   int r = home_ids_collect(home, &hids);
+  if (r == 0 && !(gs.known = calloc(1, sizeof(*gs.known))))
+    r = -ENOMEM;
   raise_nofile();
   for (size_t i = 0; i < judged->n && r == 0; i++) {
     const struct sandbox_grant *sg = &judged->v[i];
@@ -596,6 +626,16 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
     if (gfd < 0) {
       r = -errno;
       break;
+    }
+    if (g->rw && S_ISDIR(sg->place->os->mode)) {
+      size_t *v = realloc(gs.rw_grants, (gs.n_rw_grants + 1) * sizeof(*v));
+      if (!v) {
+        close(gfd);
+        r = -ENOMEM;
+        break;
+      }
+      gs.rw_grants = v;
+      v[gs.n_rw_grants++] = gs.n_mounts;
     }
     r = add_mount(&gs, g->rw ? BWRAP_MOUNT_RW_FD : BWRAP_MOUNT_RO_FD, gfd, dest);
     if (r < 0) {
@@ -638,4 +678,104 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
   }
   *out = gs;
   return 0;
+}
+
+static json_t *strv_array(const struct strv *s) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < s->n; i++)
+    json_array_append_new(a, json_string(s->v[i]));
+  return a;
+}
+
+json_t *grants_explain_json(const struct grant_set *g) {
+  return json_pack(
+      "{s:o, s:o, s:[s,s,s,s,s,s], s:{s:i, s:i}}", "read_only", strv_array(&g->read_only),
+      "blinded", strv_array(&g->blinded), "rules", "a grant of / or ~ is too broad",
+      "hidden entries and bin, .local/bin of the home are granted only when the owner's grant "
+      "roots name them",
+      "a grant holding a forbidden path that does not exist yet is too broad",
+      "inside a writable grant every hidden entry (.git as a whole) and every target of a home "
+      "dotfile is read-only, the directories above it cannot be renamed",
+      "FIFOs and sockets in any grant are replaced by /dev/null; cordon state directories by an "
+      "empty directory",
+      "new hidden entries a job creates in a writable grant are not moved aside: see "
+      "docs/SECURITY.md",
+      "walk_limits", "entries", GRANTS_WALK_MAX_ENTRIES, "protected", GRANTS_WALK_MAX_PROTECTED);
+}
+
+/* ---- after the job: new hidden entries moved aside ---- */
+
+struct quarantine {
+  const struct grants_known *known;
+  const char *suffix;
+  const char *dest; /* the grant's host path */
+  char rel[PATH_MAX];
+  size_t entries;
+  struct strv *moved;
+  int count;
+};
+
+static int quarantine_tree(struct quarantine *q, int dfd, size_t rel_len, int depth) {
+  if (depth > 256)
+    return 0;
+  int dup_fd = dup(dfd);
+  DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+  if (!d) {
+    if (dup_fd >= 0)
+      close(dup_fd);
+    return 0;
+  }
+  int r = 0;
+  struct dirent *de;
+  while (r == 0 && (de = readdir(d)) && ++q->entries <= GRANTS_WALK_MAX_ENTRIES) {
+    const char *name = de->d_name;
+    if (!strcmp(name, ".") || !strcmp(name, ".."))
+      continue;
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+      continue;
+    struct ident id = {st.st_dev, st.st_ino};
+    if (pathf(q->rel + rel_len, sizeof(q->rel) - rel_len, "%s%s", rel_len ? "/" : "", name) < 0)
+      continue;
+    if (name[0] == '.' && known_has(q->known, id)) {
+      /* was there, and read-only during the job */
+    } else if (name[0] == '.' && !strstr(name, ".cordon-quarantined-")) {
+      char to[NAME_MAX + 1];
+      if (pathf(to, sizeof(to), "%s%s", name, q->suffix) == 0 &&
+          renameat2(dfd, name, dfd, to, RENAME_NOREPLACE) == 0) {
+        char full[PATH_MAX];
+        if (pathf(full, sizeof(full), "%s/%s", q->dest, q->rel) == 0)
+          strv_add(q->moved, full);
+        q->count++;
+      }
+    } else if (S_ISDIR(st.st_mode)) {
+      int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sub >= 0) {
+        r = quarantine_tree(q, sub, strlen(q->rel), depth + 1);
+        close(sub);
+      }
+    }
+    q->rel[rel_len] = '\0';
+  }
+  closedir(d);
+  return r;
+}
+
+int grants_quarantine_new(const struct grant_set *g, const char *job_id, struct strv *moved) {
+  char suffix[64];
+  snprintf(suffix, sizeof(suffix), ".cordon-quarantined-%.32s", job_id ? job_id : "job");
+  int total = 0;
+  for (size_t i = 0; i < g->n_rw_grants; i++) {
+    const struct bwrap_mount *m = &g->mounts[g->rw_grants[i]];
+    int dfd = openat(m->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+      continue;
+    struct quarantine q = {.known = g->known, .suffix = suffix, .dest = m->dest, .moved = moved};
+    int r = quarantine_tree(&q, dfd, 0, 0);
+    close(dfd);
+    if (r < 0)
+      return r;
+    total += q.count;
+  }
+  return moved->err ? moved->err : total;
 }

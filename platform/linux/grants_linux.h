@@ -6,6 +6,7 @@
 #ifndef CORDON_PLATFORM_LINUX_GRANTS_LINUX_H
 #define CORDON_PLATFORM_LINUX_GRANTS_LINUX_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -25,6 +26,9 @@ struct grant_set {
   size_t n_fds;
   struct strv read_only; /* where the job sees what is kept read-only (explain) */
   struct strv blinded;   /* FIFOs, sockets and state directories blinded */
+  size_t *rw_grants;     /* indexes in mounts of the writable grants */
+  size_t n_rw_grants;
+  struct grants_known *known; /* hidden entries inside them before the job */
 };
 
 /* The bwrap mounts of judged grants: each grant's fd (a duplicate) on its
@@ -40,6 +44,18 @@ struct grant_set {
 int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
                         struct grant_set *out, struct cordon_diag *diag);
 void grants_release(struct grant_set *g);
+
+/* After the whole job tree is dead: walk each writable grant again (same
+ * bounds, by fd, no symlink followed) and rename every hidden entry that
+ * was not there before the job to NAME.cordon-quarantined-<job_id>, so
+ * that a new .git, .envrc or .venv the job made is not run by the owner's
+ * tools. Appends each renamed host path to moved; returns how many, or a
+ * negated errno. */
+int grants_quarantine_new(const struct grant_set *g, const char *job_id, struct strv *moved);
+
+/* explain's "filesystem" object: the rules, what is kept read-only and
+ * what is blinded for this plan. Caller owns; NULL on allocation failure. */
+json_t *grants_explain_json(const struct grant_set *g);
 
 /* Forbidden paths inside the base view that exist on this host (for the
  * bwrap host facts). Static storage, rebuilt on each call. */

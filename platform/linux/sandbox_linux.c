@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -381,10 +382,30 @@ json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_resu
                         json_string("cgroup where the agent can create one at run time, "
                                     "rlimit otherwise; the result says which was used"));
   json_object_set_new(o, "job_uid", json_integer(plan->probe->os->user.u.uid));
+  json_object_set_new(o, "filesystem", grants_explain_json(&os->grants));
   return o;
 }
 
 /* ---- running ---- */
+
+/* New hidden entries the job made in writable grants are moved aside and
+ * named on the job's stderr (docs/SECURITY.md, "New hidden entries"). */
+static void report_quarantine(const struct grant_set *g, const char *job_id, struct job_result *res,
+                              size_t cap) {
+  struct strv moved;
+  strv_init(&moved);
+  if (grants_quarantine_new(g, job_id, &moved) > 0) {
+    for (size_t i = 0; i < moved.n; i++) {
+      char line[PATH_MAX + 96];
+      int n = snprintf(line, sizeof(line), "cordon: new hidden entry %s moved aside (%s)\n",
+                       moved.v[i], ".cordon-quarantined-<job id>");
+      if (n > 0)
+        result_buf_append(&res->err, (const uint8_t *)line,
+                          (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1, cap);
+    }
+  }
+  strv_release(&moved);
+}
 
 int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   const struct manifest *m = plan->job->manifest;
@@ -550,6 +571,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
     ;
   res->wall_ms = (uint64_t)(core_mono_ms() - start);
   posix_output_finish(&out);
+  if (iso) /* the job tree is dead: nothing it made can change any more */
+    report_quarantine(&os->grants, plan->job->job_id, res, (size_t)m->output_kb * 1024);
   /* bwrap reports a job killed by signal N as exit status 128+N */
   posix_exit_status(status, iso, res);
   res->oom_killed = cgroup_job_oom_killed(&cg);
