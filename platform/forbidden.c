@@ -162,6 +162,11 @@ static const char *const state_markers[] = {
     "ticket.key", "noise.key", "publisher.key", "cordon.db", "identity.key", "pairing.json",
 };
 
+const char *const *forbidden_state_markers(size_t *out_n) {
+  *out_n = sizeof(state_markers) / sizeof(state_markers[0]);
+  return state_markers;
+}
+
 bool forbidden_state_marker(const char *name) {
   for (size_t i = 0; i < sizeof(state_markers) / sizeof(state_markers[0]); i++)
     if (strcmp(name, state_markers[i]) == 0)

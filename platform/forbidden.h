@@ -17,6 +17,7 @@
 #define CORDON_PLATFORM_FORBIDDEN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum forbidden_kind {
   FORBIDDEN_SECRET,  /* never granted; hidden inside a read-only grant where the OS can */
@@ -48,6 +49,8 @@ const struct forbidden_row *forbidden_next(enum forbidden_kind kind,
 /* Does a directory holding an entry of this name count as a cordon
  * server's or agent's state directory (its key files, lock, database)? */
 bool forbidden_state_marker(const char *name);
+/* All of those names (static storage). */
+const char *const *forbidden_state_markers(size_t *out_n);
 
 /* Is rel ('/'-separated, relative to a home) a hidden entry of the home,
  * or inside one, or ~/bin-like (bin, .local/bin)? Those are never granted

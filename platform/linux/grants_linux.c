@@ -383,13 +383,14 @@ static bool known_has(const struct grants_known *k, struct ident id) {
 
 /* A directory on the walk's path from the grant root. */
 struct walk_dir {
-  const struct walk_dir *parent;
+  struct walk_dir *parent;
   int fd;         /* O_RDONLY|O_DIRECTORY */
   size_t rel_len; /* its path in walk.rel */
   bool pinned;    /* bound onto itself: it cannot be renamed or removed */
 };
 
 struct walk {
+  const struct sandbox_grant *sg; /* its secrets are blinded already: not walked */
   struct grant_set *later;
   struct grant_set *gs; /* for explain's lists */
   const struct manifest_grant *g;
@@ -436,7 +437,7 @@ static int walk_mount(struct walk *w, enum bwrap_mount_kind kind, int fd, const 
 static int pin_ancestors(struct walk *w, struct walk_dir *dir) {
   if (!dir || !dir->parent || dir->pinned)
     return 0; /* the grant root is a mount point already */
-  int r = pin_ancestors(w, (struct walk_dir *)dir->parent);
+  int r = pin_ancestors(w, dir->parent);
   if (r < 0)
     return r;
   int fd = fcntl(dir->fd, F_DUPFD_CLOEXEC, 3);
@@ -451,12 +452,19 @@ static int pin_ancestors(struct walk *w, struct walk_dir *dir) {
   return r;
 }
 
+static bool is_secret(const struct sandbox_grant *sg, struct ident id) {
+  for (size_t i = 0; sg && i < sg->n_hidden; i++)
+    if (sg->hidden[i]->os && same(sg->hidden[i]->os->id, id))
+      return true;
+  return false;
+}
+
 static bool is_state_dir(int dfd) {
-  static const char *const probe[] = {"ticket.key", "noise.key",    "publisher.key",
-                                      "cordon.db",  "identity.key", "pairing.json"};
+  size_t n;
+  const char *const *names = forbidden_state_markers(&n);
   struct stat st;
-  for (size_t i = 0; i < sizeof(probe) / sizeof(probe[0]); i++)
-    if (forbidden_state_marker(probe[i]) && fstatat(dfd, probe[i], &st, AT_SYMLINK_NOFOLLOW) == 0)
+  for (size_t i = 0; i < n; i++)
+    if (fstatat(dfd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0)
       return true;
   return false;
 }
@@ -496,6 +504,10 @@ static int walk_tree(struct walk *w, struct walk_dir *dir, bool protect, int dep
     size_t sub_len = strlen(w->rel);
     struct stat st;
     if (fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      w->rel[len] = '\0';
+      continue;
+    }
+    if (is_secret(w->sg, (struct ident){st.st_dev, st.st_ino})) {
       w->rel[len] = '\0';
       continue;
     }
@@ -644,7 +656,8 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
     }
     r = blind_hidden(&later, sg, dest, diag);
     if (r == 0 && S_ISDIR(sg->place->os->mode)) {
-      struct walk w = {.later = &later,
+      struct walk w = {.sg = sg,
+                       .later = &later,
                        .gs = &gs,
                        .g = g,
                        .dest = dest,
