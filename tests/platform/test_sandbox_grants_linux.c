@@ -566,3 +566,25 @@ Test(grants_root, staging_refuses_a_fifo_without_hanging, .init = setup_root, .f
   cr_assert(!(r.res && strstr(out_of(&r), "RAN")));
   json_decref(r.res);
 }
+
+BOTH(a_writable_grant_holding_a_hidden_symlink_is_refused) {
+  /* a symlink cannot be a mount point: the job could replace it */
+  xsystem("mkdir -p %s/repo && echo 'export A=1' > %s/envrc-real && ln -s ../envrc-real "
+          "%s/repo/.envrc && chown -R %s: %s/repo %s/envrc-real",
+          E.home, E.home, E.home, E.owner, E.home, E.home);
+  char fs[512];
+  snprintf(fs, sizeof(fs), "{\"path\":\"%s/repo\",\"access\":\"rw\"}", E.home);
+  package(fs, "echo RAN\n");
+  agent_config(NULL);
+  struct run r = run_agent("exec");
+  assert_refused(&r, "scope_too_broad");
+  cr_assert(strstr(jstr(r.res, "error.message"), "hidden symlink"), "%s",
+            jstr(r.res, "error.message"));
+  json_decref(r.res);
+  /* read-only, it is given: nothing in it can be replaced */
+  snprintf(fs, sizeof(fs), "{\"path\":\"%s/repo\",\"access\":\"ro\"}", E.home);
+  package(fs, "echo RAN\n");
+  r = run_agent("exec");
+  assert_ran(&r);
+  json_decref(r.res);
+}
