@@ -668,6 +668,11 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
       int wfd = openat(gfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (wfd < 0) {
         r = -errno;
+      } else if (g->rw && home_ids_has(&hids, sg->place->os->id)) {
+        r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                            "writable grant %s is a hidden entry of the home (a dotfile links "
+                            "to it)",
+                            g->path);
       } else if (is_state_dir(wfd)) {
         r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
                             "grant %s is a cordon state directory", g->path);

@@ -367,6 +367,15 @@ BOTH(a_home_dotfile_symlinked_into_a_writable_grant_keeps_its_target_read_only) 
   cr_assert_str_eq(c, "echo mine\n");
   free(c);
   json_decref(r.res);
+  /* a dotfile that is a link to a granted directory: the grant is refused */
+  xsystem("mkdir -p %s/dotfiles/conf && chown %s: %s/dotfiles/conf && ln -sfn %s/dotfiles/conf "
+          "%s/.g12rc",
+          E.home, E.owner, E.home, E.home, E.jhome);
+  snprintf(fs, sizeof(fs), "{\"path\":\"%s/conf\",\"access\":\"rw\"}", dir);
+  package(fs, "echo RAN\n");
+  r = run_agent("exec");
+  assert_refused(&r, "capability_denied");
+  json_decref(r.res);
 }
 
 BOTH(bin_and_hidden_places_of_the_home_need_the_ceiling) {
@@ -467,17 +476,27 @@ BOTH(cloud_credentials_cordon_state_and_absent_secrets_stay_unreadable) {
           "cat ~/work/ok ~/work/offline/publisher.key ~/work2/state/cordon.db 2>/dev/null\n"
           "ls ~/work/offline ~/work2/state 2>/dev/null\n"
           "cat ~/.config/gcloud/credentials.db 2>/dev/null\necho END\n");
-  char *before = tree_state(E.jhome);
+  /* only what this test planted: other tests share cordon-job's home */
+  char planted[300];
+  snprintf(planted, sizeof(planted), "%s/work", E.jhome);
+  char *before = tree_state(planted);
+  char *before2 =
+      capture("cd %s && sha256sum .cargo/* .vault-token .config/gcloud/* work2/*/*", E.jhome);
   struct run r = run_agent("exec");
   assert_ran(&r);
   const char *o = out_of(&r);
   cr_assert(strstr(o, "ok\n") && strstr(o, "END"), "got %s", o);
   cr_assert(!strstr(o, CANARY), "a canary was read: %s", o);
   cr_assert(!strstr(o, "README"), "the state directory is listed: %s", o);
-  char *after = tree_state(E.jhome);
-  cr_assert_str_eq(before, after, "the host home changed");
+  char *after = tree_state(planted);
+  char *after2 =
+      capture("cd %s && sha256sum .cargo/* .vault-token .config/gcloud/* work2/*/*", E.jhome);
+  cr_assert_str_eq(before, after, "the host tree changed");
+  cr_assert_str_eq(before2, after2, "a secret changed on the host");
   free(before);
   free(after);
+  free(before2);
+  free(after2);
   json_decref(r.res);
 }
 
