@@ -167,6 +167,11 @@ static int judge_place(const struct judge *j, const struct manifest_grant *g,
   if (same_place(p, j->root.v[0]) || (j->home.n && same_place(p, j->home.v[0])))
     return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "grant %s resolves to %s: too broad",
                            g->path, p->path);
+  /* a grant holding the home holds all of its hidden entries */
+  if (j->home.n && sandbox_os_place_within(j->home.v[0], p))
+    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD,
+                           "grant %s contains the job user's home %s: too broad", g->path,
+                           j->home.v[0]->path);
   bool under_root = false;
   for (size_t i = 0; i < j->roots.n && !under_root; i++)
     under_root = sandbox_os_place_within(p, j->roots.v[i]);

@@ -462,9 +462,13 @@ BOTH(cloud_credentials_cordon_state_and_absent_secrets_stay_unreadable) {
   E.planted_jhome = !E.as_user;
   agent_config("\"~/.cargo\",\"~/.config\"");
   /* the home itself, and a hidden place holding absent secrets */
+  char parent[300];
+  snprintf(parent, sizeof(parent), "{\"path\":\"%.*s\",\"access\":\"ro\"}",
+           (int)(strrchr(E.jhome, '/') - E.jhome), E.jhome);
+  agent_config("\"~/.cargo\",\"~/.config\",\"/\"");
   const char *refused[] = {"{\"path\":\"~\",\"access\":\"ro\"}",
-                           "{\"path\":\"~/.config\",\"access\":\"ro\"}"};
-  for (size_t i = 0; i < 2; i++) {
+                           "{\"path\":\"~/.config\",\"access\":\"ro\"}", parent};
+  for (size_t i = 0; i < 3; i++) {
     package(refused[i], "echo RAN\n");
     struct run r = run_agent("exec");
     assert_refused(&r, "scope_too_broad");
