@@ -69,20 +69,31 @@ static void judge_release(struct judge *j) {
   free(j->root_hidden);
 }
 
-/* path relative to the home's path if it lies below it ("" for the home
- * itself), '/' or '\\' separated; NULL otherwise. */
-static const char *home_rel(const struct judge *j, const char *path) {
-  if (!j->home.n)
-    return NULL;
-  const char *h = j->home.v[0]->path;
-  size_t n = strlen(h);
-  while (n > 1 && (h[n - 1] == '/' || h[n - 1] == '\\'))
+/* path relative to base if it lies below it ("" for base itself), '/' or
+ * '\\' separated; NULL otherwise. */
+static const char *rel_below(const char *path, const char *base) {
+  size_t n = strlen(base);
+  while (n > 1 && (base[n - 1] == '/' || base[n - 1] == '\\'))
     n--;
-  if (strncmp(path, h, n) != 0)
+  if (strncmp(path, base, n) != 0)
     return NULL;
   if (path[n] == '\0')
     return path + n;
+  if (base[n - 1] == '/' || base[n - 1] == '\\') /* a root: "/", "C:\\" */
+    return path + n;
   return path[n] == '/' || path[n] == '\\' ? path + n + 1 : NULL;
+}
+
+static const char *home_rel(const struct judge *j, const char *path) {
+  return j->home.n ? rel_below(path, j->home.v[0]->path) : NULL;
+}
+
+/* Does a component of rel start with '.' (".git", "a/.envrc/b")? */
+static bool has_hidden_component(const char *rel) {
+  for (const char *c = rel; *c; c++)
+    if (*c == '.' && (c == rel || c[-1] == '/' || c[-1] == '\\'))
+      return true;
+  return false;
 }
 
 /* Is path a hidden (or ~/bin-like) entry of the home, or inside one? */
@@ -135,7 +146,8 @@ static int judge_init(struct judge *j, const struct sandbox_policy *policy,
   if (j->roots.n && !(j->root_hidden = calloc(j->roots.n, sizeof(*j->root_hidden))))
     return -ENOMEM;
   for (size_t i = 0; i < j->roots.n; i++)
-    j->root_hidden[i] = in_home_hidden(j, j->roots.v[i]->path);
+    j->root_hidden[i] =
+        in_home_hidden(j, j->roots.v[i]->path) || has_hidden_component(j->roots.v[i]->path);
   for (const struct forbidden_row *row = NULL; (row = forbidden_next(FORBIDDEN_SECRET, row));) {
     if (row->base == FORBIDDEN_HOME && !has_home)
       continue;
@@ -187,6 +199,23 @@ static int judge_place(const struct judge *j, const struct manifest_grant *g,
       return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
                              "grant %s (%s) is a hidden or bin entry of the home: the owner's "
                              "grant roots must name it explicitly",
+                             g->path, p->path);
+  }
+  /* a writable grant of a hidden entry below its root (~/proj/.git):
+   * every hidden entry inside a writable grant is read-only, so one that
+   * is the grant itself needs the ceiling to name it as well */
+  if (g->rw) {
+    bool allowed = false;
+    for (size_t i = 0; i < j->roots.n && !allowed; i++) {
+      if (!sandbox_os_place_within(p, j->roots.v[i]))
+        continue;
+      const char *rel = rel_below(p->path, j->roots.v[i]->path);
+      allowed = j->root_hidden[i] || (rel && !has_hidden_component(rel));
+    }
+    if (!allowed)
+      return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                             "writable grant %s (%s) is or lies inside a hidden entry: the "
+                             "owner's grant roots must name it explicitly",
                              g->path, p->path);
   }
   for (size_t i = 0; i < j->secrets->n; i++)

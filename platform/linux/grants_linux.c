@@ -779,7 +779,9 @@ static int quarantine_tree(struct quarantine *q, int dfd, size_t rel_len, int de
   return r;
 }
 
-int grants_quarantine_new(const struct grant_set *g, const char *job_id, struct strv *moved) {
+int grants_quarantine_new(const struct grant_set *g, const char *job_id, struct strv *moved,
+                          bool *out_incomplete) {
+  *out_incomplete = false;
   char suffix[64];
   snprintf(suffix, sizeof(suffix), ".cordon-quarantined-%.32s", job_id ? job_id : "job");
   int total = 0;
@@ -794,6 +796,8 @@ int grants_quarantine_new(const struct grant_set *g, const char *job_id, struct 
     if (r < 0)
       return r;
     total += q.count;
+    if (q.entries > GRANTS_WALK_MAX_ENTRIES)
+      *out_incomplete = true;
   }
   return moved->err ? moved->err : total;
 }

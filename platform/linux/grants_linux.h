@@ -49,9 +49,11 @@ void grants_release(struct grant_set *g);
  * bounds, by fd, no symlink followed) and rename every hidden entry that
  * was not there before the job to NAME.cordon-quarantined-<job_id>, so
  * that a new .git, .envrc or .venv the job made is not run by the owner's
- * tools. Appends each renamed host path to moved; returns how many, or a
- * negated errno. */
-int grants_quarantine_new(const struct grant_set *g, const char *job_id, struct strv *moved);
+ * tools. Appends each renamed host path to moved; *out_incomplete says a
+ * grant had grown past the bound and was not checked to its end. Returns
+ * how many were moved, or a negated errno. */
+int grants_quarantine_new(const struct grant_set *g, const char *job_id, struct strv *moved,
+                          bool *out_incomplete);
 
 /* explain's "filesystem" object: the rules, what is kept read-only and
  * what is blinded for this plan. Caller owns; NULL on allocation failure. */

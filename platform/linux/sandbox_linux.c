@@ -394,7 +394,14 @@ static void report_quarantine(const struct grant_set *g, const char *job_id, str
                               size_t cap) {
   struct strv moved;
   strv_init(&moved);
-  if (grants_quarantine_new(g, job_id, &moved) > 0) {
+  bool incomplete = false;
+  int n_moved = grants_quarantine_new(g, job_id, &moved, &incomplete);
+  if (incomplete) {
+    static const char note[] = "cordon: a writable grant grew past the walk's bound during the "
+                               "job; new hidden entries beyond it were not moved aside\n";
+    result_buf_append(&res->err, (const uint8_t *)note, sizeof(note) - 1, cap);
+  }
+  if (n_moved > 0) {
     for (size_t i = 0; i < moved.n; i++) {
       char line[PATH_MAX + 96];
       int n = snprintf(line, sizeof(line), "cordon: new hidden entry %s moved aside (%s)\n",

@@ -611,3 +611,22 @@ BOTH(a_writable_grant_holding_a_hidden_symlink_is_refused) {
   assert_ran(&r);
   json_decref(r.res);
 }
+
+BOTH(a_writable_grant_of_a_hidden_entry_needs_the_ceiling) {
+  xsystem("mkdir -p %s/proj/.git/hooks && chown -R %s: %s/proj", E.home, E.owner, E.home);
+  char fs[512];
+  snprintf(fs, sizeof(fs), "{\"path\":\"%s/proj/.git/hooks\",\"access\":\"rw\"}", E.home);
+  package(fs, "echo evil > $HOME/x 2>/dev/null; echo RAN\n");
+  agent_config(NULL);
+  struct run r = run_agent("exec");
+  assert_refused(&r, "capability_denied");
+  cr_assert(strstr(jstr(r.res, "error.message"), "hidden entry"), "%s",
+            jstr(r.res, "error.message"));
+  json_decref(r.res);
+  /* read-only it is given */
+  snprintf(fs, sizeof(fs), "{\"path\":\"%s/proj/.git/hooks\",\"access\":\"ro\"}", E.home);
+  package(fs, "echo RAN\n");
+  r = run_agent("exec");
+  assert_ran(&r);
+  json_decref(r.res);
+}
