@@ -606,7 +606,7 @@ static void release_later(struct grant_set *later) {
 int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
                         struct grant_set *out, struct cordon_diag *diag) {
   struct grant_set gs = {0};
-  /* blind/overlay mounts go after every grant mount */
+  /* the blinds and read-only binds of the grant being walked */
   struct grant_set later = {0};
   struct home_ids hids;
   size_t n_entries = 0, n_protected = 0;
@@ -655,6 +655,10 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
       break;
     }
     r = blind_hidden(&later, sg, dest, diag);
+    if (r == 0 && g->rw && home_ids_has(&hids, sg->place->os->id))
+      r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                          "writable grant %s is a hidden entry of the home (a dotfile links to it)",
+                          g->path);
     if (r == 0 && S_ISDIR(sg->place->os->mode)) {
       struct walk w = {.sg = sg,
                        .later = &later,
@@ -668,11 +672,6 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
       int wfd = openat(gfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (wfd < 0) {
         r = -errno;
-      } else if (g->rw && home_ids_has(&hids, sg->place->os->id)) {
-        r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
-                            "writable grant %s is a hidden entry of the home (a dotfile links "
-                            "to it)",
-                            g->path);
       } else if (is_state_dir(wfd)) {
         r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
                             "grant %s is a cordon state directory", g->path);
@@ -683,9 +682,13 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
       if (wfd >= 0)
         close(wfd);
     }
+    /* each grant's blinds and read-only binds follow it directly, so that
+     * a grant nested in another one is never covered by the outer one's
+     * pins */
+    if (r == 0)
+      r = append_mounts(&gs, &later);
+    release_later(&later);
   }
-  if (r == 0)
-    r = append_mounts(&gs, &later);
   if (r == 0)
     r = gs.read_only.err ? gs.read_only.err : gs.blinded.err;
   release_later(&later);

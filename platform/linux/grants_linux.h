@@ -31,9 +31,9 @@ struct grant_set {
   struct grants_known *known; /* hidden entries inside them before the job */
 };
 
-/* The bwrap mounts of judged grants: each grant's fd (a duplicate) on its
- * host path, then the blinds of the secrets inside read-only grants, then
- * what the bounded walk of each directory grant found: inside a writable
+/* The bwrap mounts of judged grants, grant by grant: its fd (a duplicate)
+ * on its host path, then the blinds of the secrets inside it (read-only
+ * grants), then what the bounded walk of it found: inside a writable
  * grant every hidden entry (.git, .envrc, ...) and every entry that is a
  * hidden entry of the home (by identity) bound read-only over itself, the
  * directories between the grant and it bound onto themselves (renaming

@@ -630,3 +630,30 @@ BOTH(a_writable_grant_of_a_hidden_entry_needs_the_ceiling) {
   assert_ran(&r);
   json_decref(r.res);
 }
+
+BOTH(a_read_only_grant_nested_in_a_writable_one_stays_read_only) {
+  /* the outer grant pins sub (it holds a .git): the pin must not make the
+   * inner read-only grant writable */
+  xsystem("mkdir -p %s/proj/sub/.git && echo keep > %s/proj/sub/file && chown -R %s: %s/proj",
+          E.home, E.home, E.owner, E.home);
+  char proj[256];
+  snprintf(proj, sizeof(proj), "%s/proj", E.home);
+  open_up(proj);
+  char fs[1024], script[1024];
+  snprintf(fs, sizeof(fs),
+           "{\"path\":\"%s\",\"access\":\"rw\"},{\"path\":\"%s/sub\",\"access\":\"ro\"}", proj,
+           proj);
+  snprintf(script, sizeof(script),
+           "echo new > %s/top && echo TOP-OK\necho evil > %s/sub/file 2>/dev/null || echo "
+           "SUB-DENIED\n",
+           proj, proj);
+  package(fs, script);
+  agent_config(NULL);
+  struct run r = run_agent("exec");
+  assert_ran(&r);
+  cr_assert(strstr(out_of(&r), "TOP-OK") && strstr(out_of(&r), "SUB-DENIED"), "got %s", out_of(&r));
+  char *c = capture("cat %s/sub/file", proj);
+  cr_assert_str_eq(c, "keep\n");
+  free(c);
+  json_decref(r.res);
+}
