@@ -340,11 +340,22 @@ static int home_ids_collect(const char *home, struct home_ids *out) {
   }
   int r = 0;
   struct dirent *de;
-  while ((de = readdir(d)) && out->n < GRANTS_WALK_MAX_PROTECTED) {
-    if (de->d_name[0] != '.' || !strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+  /* the bin-like places too (forbidden_home_hidden), which may be links */
+  bool local_bin_done = false;
+  while (out->n < GRANTS_WALK_MAX_PROTECTED) {
+    const char *name;
+    if (!local_bin_done) {
+      name = ".local/bin";
+      local_bin_done = true;
+    } else if ((de = readdir(d))) {
+      name = de->d_name;
+    } else {
+      break;
+    }
+    if ((name[0] != '.' && strcmp(name, "bin") != 0) || !strcmp(name, ".") || !strcmp(name, ".."))
       continue;
     struct stat st;
-    if (fstatat(dirfd(d), de->d_name, &st, 0) < 0)
+    if (fstatat(dirfd(d), name, &st, 0) < 0)
       continue;
     struct ident *v = realloc(out->v, (out->n + 1) * sizeof(*v));
     if (!v) {

@@ -367,6 +367,21 @@ BOTH(a_home_dotfile_symlinked_into_a_writable_grant_keeps_its_target_read_only) 
   cr_assert_str_eq(c, "echo mine\n");
   free(c);
   json_decref(r.res);
+  /* ~/bin as a link into the grant: what it holds stays read-only */
+  xsystem("mkdir -p %s/dotfiles/mybin && echo '#!/bin/sh' > %s/dotfiles/mybin/tool && chown -R "
+          "%s: %s/dotfiles/mybin && rm -rf %s/bin && ln -sfn %s/dotfiles/mybin %s/bin",
+          E.home, E.home, E.owner, E.home, E.jhome, E.home, E.jhome);
+  open_up(dir);
+  snprintf(script, sizeof(script),
+           "echo evil > %s/mybin/tool 2>/dev/null || echo BIN-DENIED\n"
+           "echo evil > %s/mybin/new 2>/dev/null || echo NEW-DENIED\n",
+           dir, dir);
+  package(fs, script);
+  r = run_agent("exec");
+  assert_ran(&r);
+  cr_assert(strstr(out_of(&r), "BIN-DENIED") && strstr(out_of(&r), "NEW-DENIED"), "got %s",
+            out_of(&r));
+  json_decref(r.res);
   /* a dotfile that is a link to a granted directory: the grant is refused */
   xsystem("mkdir -p %s/dotfiles/conf && chown %s: %s/dotfiles/conf && ln -sfn %s/dotfiles/conf "
           "%s/.g12rc",
