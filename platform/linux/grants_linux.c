@@ -624,6 +624,10 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
   strv_init(&gs.read_only);
   strv_init(&gs.blinded);
   int r = home_ids_collect(home, &hids);
+  int hfd = home ? open(home, O_PATH | O_CLOEXEC) : -1;
+  char *home_real = hfd >= 0 ? fd_realpath(hfd) : NULL;
+  if (hfd >= 0)
+    close(hfd);
   if (r == 0 && !(gs.known = calloc(1, sizeof(*gs.known))))
     r = -ENOMEM;
   raise_nofile();
@@ -666,7 +670,11 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
       break;
     }
     r = blind_hidden(&later, sg, dest, diag);
-    if (r == 0 && g->rw && home_ids_has(&hids, sg->place->os->id))
+    /* reached through a link (a grant of the place itself was judged by
+     * the policy layer: the owner's ceiling names it) */
+    const char *rel = home_real ? below(sg->place->path, home_real) : NULL;
+    if (r == 0 && g->rw && home_ids_has(&hids, sg->place->os->id) &&
+        !(rel && forbidden_home_hidden(rel)))
       r = cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
                           "writable grant %s is a hidden entry of the home (a dotfile links to it)",
                           g->path);
@@ -704,6 +712,7 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
     r = gs.read_only.err ? gs.read_only.err : gs.blinded.err;
   release_later(&later);
   free(hids.v);
+  free(home_real);
   if (r < 0) {
     grants_release(&gs);
     return r;
