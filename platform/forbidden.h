@@ -1,10 +1,14 @@
 /* The one table of places a job is never given, for every OS.
  *
- * Three kinds of rows: secrets (credentials, keys, the agent's own state:
- * never granted, hidden inside a read-only grant where the OS can),
- * autorun places (where written code later runs outside the sandbox: never
- * inside a writable grant, whether they exist or not), and places kept
- * read-only inside a writable grant. Each row names the OSes it applies to
+ * Two kinds of rows: secrets (credentials, keys, the agent's own state:
+ * never granted, hidden inside a read-only grant where the OS can, and a
+ * grant holding one that does not exist yet is refused) and autorun places
+ * (where written code later runs outside the sandbox: never inside a
+ * writable grant, whether they exist or not). Rules that are structural
+ * rather than a list (hidden and bin places of the home, cordon state
+ * directories by their marker files) are the functions below; what stays
+ * read-only inside a writable grant is a rule of platform/grants.h (every
+ * hidden entry), not rows. Each row names the OSes it applies to
  * (MANIFEST_PLATFORM_* bits). Paths are written with '/'; the Windows layer
  * turns them into '\'.
  *
@@ -16,16 +20,17 @@
 #ifndef CORDON_PLATFORM_FORBIDDEN_H
 #define CORDON_PLATFORM_FORBIDDEN_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 enum forbidden_kind {
   FORBIDDEN_SECRET,  /* never granted; hidden inside a read-only grant where the OS can */
   FORBIDDEN_AUTORUN, /* never inside a writable grant, existing or not */
-  FORBIDDEN_KEEP_RO, /* inside a writable grant, at its top or one level down: read-only */
 };
 
 enum forbidden_base {
-  FORBIDDEN_HOME,  /* path is relative to the job user's home */
-  FORBIDDEN_ROOT,  /* path is absolute ("/etc/shadow"; on Windows on the system drive) */
-  FORBIDDEN_GRANT, /* path is relative to a writable grant (FORBIDDEN_KEEP_RO) */
+  FORBIDDEN_HOME, /* path is relative to the job user's home */
+  FORBIDDEN_ROOT, /* path is absolute ("/etc/shadow"; on Windows on the system drive) */
 };
 
 struct forbidden_row {
@@ -42,5 +47,16 @@ struct forbidden_row {
  * end. for (const struct forbidden_row *r = NULL; (r = forbidden_next(K, r));) */
 const struct forbidden_row *forbidden_next(enum forbidden_kind kind,
                                            const struct forbidden_row *prev);
+
+/* Does a directory holding an entry of this name count as a cordon
+ * server's or agent's state directory (its key files, lock, database)? */
+bool forbidden_state_marker(const char *name);
+/* All of those names (static storage). */
+const char *const *forbidden_state_markers(size_t *out_n);
+
+/* Is rel ('/'-separated, relative to a home) a hidden entry of the home,
+ * or inside one, or ~/bin-like (bin, .local/bin)? Those are never granted
+ * unless the owner's ceiling names a hidden path that contains them. */
+bool forbidden_home_hidden(const char *rel);
 
 #endif

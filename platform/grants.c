@@ -55,7 +55,8 @@ static bool same_place(const struct sandbox_place *a, const struct sandbox_place
 /* What every grant is judged against. The secrets are the result's: the
  * OS layer hides those inside read-only grants. */
 struct judge {
-  struct sandbox_places root, home, roots, autorun;
+  struct sandbox_places root, home, roots, autorun, secret_names;
+  bool *root_hidden; /* roots.v[i] names a hidden entry of the home */
   struct sandbox_places *secrets;
 };
 
@@ -64,6 +65,48 @@ static void judge_release(struct judge *j) {
   sandbox_places_release(&j->home);
   sandbox_places_release(&j->roots);
   sandbox_places_release(&j->autorun);
+  sandbox_places_release(&j->secret_names);
+  free(j->root_hidden);
+}
+
+/* path relative to base if it lies below it ("" for base itself), '/' or
+ * '\\' separated; NULL otherwise. */
+static const char *rel_below(const char *path, const char *base) {
+  size_t n = strlen(base);
+  while (n > 1 && (base[n - 1] == '/' || base[n - 1] == '\\'))
+    n--;
+  if (strncmp(path, base, n) != 0)
+    return NULL;
+  if (path[n] == '\0')
+    return path + n;
+  if (base[n - 1] == '/' || base[n - 1] == '\\') /* a root: "/", "C:\\" */
+    return path + n;
+  return path[n] == '/' || path[n] == '\\' ? path + n + 1 : NULL;
+}
+
+static const char *home_rel(const struct judge *j, const char *path) {
+  return j->home.n ? rel_below(path, j->home.v[0]->path) : NULL;
+}
+
+/* Does a component of rel start with '.' (".git", "a/.envrc/b")? */
+static bool has_hidden_component(const char *rel) {
+  for (const char *c = rel; *c; c++)
+    if (*c == '.' && (c == rel || c[-1] == '/' || c[-1] == '\\'))
+      return true;
+  return false;
+}
+
+/* Is path a hidden (or ~/bin-like) entry of the home, or inside one? */
+static bool in_home_hidden(const struct judge *j, const char *path) {
+  const char *rel = home_rel(j, path);
+  if (!rel || !*rel)
+    return false;
+  char buf[4096];
+  size_t i = 0;
+  for (; rel[i] && i < sizeof(buf) - 1; i++)
+    buf[i] = rel[i] == '\\' ? '/' : rel[i];
+  buf[i] = '\0';
+  return forbidden_home_hidden(buf);
 }
 
 /* "~", "~/x" or "/x" (agent config) as a base and a path. */
@@ -100,11 +143,20 @@ static int judge_init(struct judge *j, const struct sandbox_policy *policy,
     if (sandbox_os_place_add(os, base, path, SANDBOX_PLACE_GRANT, &j->roots) == -ENOMEM)
       return -ENOMEM;
   }
+  if (j->roots.n && !(j->root_hidden = calloc(j->roots.n, sizeof(*j->root_hidden))))
+    return -ENOMEM;
+  for (size_t i = 0; i < j->roots.n; i++)
+    j->root_hidden[i] =
+        in_home_hidden(j, j->roots.v[i]->path) || has_hidden_component(j->roots.v[i]->path);
   for (const struct forbidden_row *row = NULL; (row = forbidden_next(FORBIDDEN_SECRET, row));) {
     if (row->base == FORBIDDEN_HOME && !has_home)
       continue;
     if (sandbox_os_place_add(os, row_base(row), row->path, SANDBOX_PLACE_SECRET, j->secrets) ==
         -ENOMEM)
+      return -ENOMEM;
+    if (!strchr(row->path, '*') &&
+        sandbox_os_place_add(os, row_base(row), row->path, SANDBOX_PLACE_NAME, &j->secret_names) ==
+            -ENOMEM)
       return -ENOMEM;
   }
   if (policy->state_dir && sandbox_os_place_add(os, SANDBOX_BASE_HOST, policy->state_dir,
@@ -124,9 +176,14 @@ static int judge_init(struct judge *j, const struct sandbox_policy *policy,
 static int judge_place(const struct judge *j, const struct manifest_grant *g,
                        const struct sandbox_place *p, struct sandbox_grant *out,
                        struct cordon_diag *diag) {
-  if (same_place(p, j->root.v[0]) || (g->rw && j->home.n && same_place(p, j->home.v[0])))
+  if (same_place(p, j->root.v[0]) || (j->home.n && same_place(p, j->home.v[0])))
     return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "grant %s resolves to %s: too broad",
                            g->path, p->path);
+  /* a grant holding the home holds all of its hidden entries */
+  if (j->home.n && sandbox_os_place_within(j->home.v[0], p))
+    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD,
+                           "grant %s contains the job user's home %s: too broad", g->path,
+                           j->home.v[0]->path);
   bool under_root = false;
   for (size_t i = 0; i < j->roots.n && !under_root; i++)
     under_root = sandbox_os_place_within(p, j->roots.v[i]);
@@ -134,6 +191,33 @@ static int judge_place(const struct judge *j, const struct manifest_grant *g,
     return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
                            "grant %s (%s) is not under any of the owner's grant roots", g->path,
                            p->path);
+  if (in_home_hidden(j, p->path)) {
+    bool named = false;
+    for (size_t i = 0; i < j->roots.n && !named; i++)
+      named = j->root_hidden[i] && sandbox_os_place_within(p, j->roots.v[i]);
+    if (!named)
+      return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                             "grant %s (%s) is a hidden or bin entry of the home: the owner's "
+                             "grant roots must name it explicitly",
+                             g->path, p->path);
+  }
+  /* a writable grant of a hidden entry below its root (~/proj/.git):
+   * every hidden entry inside a writable grant is read-only, so one that
+   * is the grant itself needs the ceiling to name it as well */
+  if (g->rw) {
+    bool allowed = false;
+    for (size_t i = 0; i < j->roots.n && !allowed; i++) {
+      if (!sandbox_os_place_within(p, j->roots.v[i]))
+        continue;
+      const char *rel = rel_below(p->path, j->roots.v[i]->path);
+      allowed = j->root_hidden[i] || (rel && !has_hidden_component(rel));
+    }
+    if (!allowed)
+      return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
+                             "writable grant %s (%s) is or lies inside a hidden entry: the "
+                             "owner's grant roots must name it explicitly",
+                             g->path, p->path);
+  }
   for (size_t i = 0; i < j->secrets->n; i++)
     if (sandbox_os_place_within(p, j->secrets->v[i]))
       return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
@@ -152,6 +236,21 @@ static int judge_place(const struct judge *j, const struct manifest_grant *g,
     out->hidden = h;
     h[out->n_hidden++] = s;
   }
+  /* a secret that is absent now but would appear inside the grant during
+   * the job could not be hidden: no placeholder is created on the host */
+  for (size_t i = 0; i < j->secret_names.n; i++) {
+    const struct sandbox_place *nm = j->secret_names.v[i];
+    if (!sandbox_os_place_within(nm, p))
+      continue;
+    bool present = false;
+    for (size_t k = 0; k < j->secrets->n && !present; k++)
+      present = strcmp(j->secrets->v[k]->path, nm->path) == 0;
+    if (!present)
+      return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD,
+                             "grant %s contains the forbidden path %s (absent now; created during "
+                             "the job it could not be hidden)",
+                             g->path, nm->path);
+  }
   for (size_t i = 0; g->rw && i < j->autorun.n; i++)
     if (sandbox_os_place_within(j->autorun.v[i], p))
       return cordon_diag_set(
@@ -169,8 +268,8 @@ static int judge_grant(struct judge *j, const struct sandbox_os_probe *os, bool 
     return 0; /* the workspace is always there, and writable */
   if (g->base == MANIFEST_GRANT_ABSOLUTE && g->rel[0] == '\0')
     return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "a grant of / is too broad");
-  if (g->base == MANIFEST_GRANT_HOME && g->rel[0] == '\0' && g->rw)
-    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "a writable grant of ~ is too broad");
+  if (g->base == MANIFEST_GRANT_HOME && g->rel[0] == '\0')
+    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "a grant of ~ is too broad");
   if (g->base == MANIFEST_GRANT_HOME && !has_home)
     return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
                            "grant %s: the job user has no home directory", g->path);

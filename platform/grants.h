@@ -5,14 +5,19 @@
  * written on Windows); sandbox_grants_check judges each grant of a manifest
  * against the device owner's grant roots and the forbidden table
  * (platform/forbidden.h), always in this order:
- *   1. a grant of "/" and a writable grant of "~" are too broad;
+ *   1. a grant of "/" or of "~" is too broad;
  *   2. the grant must resolve;
- *   3. one that resolves to "/" (or, writable, to the home) is too broad;
+ *   3. one that resolves to "/" or to the home is too broad;
  *   4. it must lie under one of the owner's grant roots;
- *   5. it must not be, or lie inside, a secret (the agent's state included);
- *   6. a writable grant must contain no secret and no autorun place; the
+ *   5. a hidden or bin-like place of the home (forbidden_home_hidden) must
+ *      lie under a grant root that itself names such a place;
+ *   6. it must not be, or lie inside, a secret (the agent's state included);
+ *   7. a writable grant must contain no secret and no autorun place; the
  *      secrets inside a read-only grant are handed to the OS layer, which
- *      hides them where it can.
+ *      hides them where it can; a grant that would hold a secret that does
+ *      not exist yet is too broad (nothing could hide it if it appeared).
+ * Inside a writable grant the OS layer keeps every existing hidden entry
+ * read-only (Linux: grants_linux.c's bounded walk).
  * The OS layer then turns the accepted grants into its mechanism (bwrap
  * mounts, ACL grants) and may add refusals of its own.
  */

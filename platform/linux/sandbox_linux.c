@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -395,6 +396,7 @@ json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_resu
                   "subtree delegated to it), per-process rlimit otherwise; the result "
                   "says which was used"));
   json_object_set_new(o, "job_uid", json_integer(plan->probe->os->user.u.uid));
+  json_object_set_new(o, "filesystem", grants_explain_json(&os->grants));
   return o;
 }
 
@@ -452,6 +454,32 @@ static void reap_orphans(void) {
 }
 
 /* ---- running ---- */
+
+/* New hidden entries the job made in writable grants are moved aside and
+ * named on the job's stderr (docs/SECURITY.md, "New hidden entries"). */
+static void report_quarantine(const struct grant_set *g, const char *job_id, struct job_result *res,
+                              size_t cap) {
+  struct strv moved;
+  strv_init(&moved);
+  bool incomplete = false;
+  int n_moved = grants_quarantine_new(g, job_id, &moved, &incomplete);
+  if (incomplete) {
+    static const char note[] = "cordon: a writable grant grew past the walk's bound during the "
+                               "job; new hidden entries beyond it were not moved aside\n";
+    result_buf_append(&res->err, (const uint8_t *)note, sizeof(note) - 1, cap);
+  }
+  if (n_moved > 0) {
+    for (size_t i = 0; i < moved.n; i++) {
+      char line[PATH_MAX + 96];
+      int n = snprintf(line, sizeof(line), "cordon: new hidden entry %s moved aside (%s)\n",
+                       moved.v[i], ".cordon-quarantined-<job id>");
+      if (n > 0)
+        result_buf_append(&res->err, (const uint8_t *)line,
+                          (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1, cap);
+    }
+  }
+  strv_release(&moved);
+}
 
 int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   const struct manifest *m = plan->job->manifest;
@@ -637,6 +665,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   reap_orphans();
   res->wall_ms = (uint64_t)(core_mono_ms() - start);
   posix_output_finish(&out);
+  if (iso) /* the job tree is dead: nothing it made can change any more */
+    report_quarantine(&os->grants, plan->job->job_id, res, (size_t)m->output_kb * 1024);
   /* bwrap reports a job killed by signal N as exit status 128+N */
   posix_exit_status(status, iso, res);
   if (cpu_out) { /* reported like RLIMIT_CPU's end: signal SIGXCPU */

@@ -73,10 +73,41 @@ struct copy_state {
   struct cordon_diag *diag;
 };
 
-static int copy_file(int sfd, int dfd, const char *name, mode_t mode, struct copy_state *cs) {
-  int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+/* Open a file checked with lstat as the same regular file: no symlink
+ * followed, no FIFO or device opened in a way that blocks, and (staged by
+ * root) no hard link to a file the job user could not read. */
+static int open_checked(int sfd, const char *name, const struct stat *seen, struct copy_state *cs) {
+  int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (in < 0)
     return cordon_diag_set(cs->diag, -errno, "%s: %s", cs->path, strerror(errno));
+  struct stat st;
+  int r = 0;
+  if (fstat(in, &st) < 0)
+    r = cordon_diag_set(cs->diag, -errno, "%s: %s", cs->path, strerror(errno));
+  else if (!S_ISREG(st.st_mode) || st.st_dev != seen->st_dev || st.st_ino != seen->st_ino)
+    r = cordon_diag_set(cs->diag, CORDON_E_USAGE, "%s: changed while it was being copied",
+                        cs->path);
+  else if (geteuid() == 0 && st.st_nlink > 1 && !(st.st_mode & S_IROTH))
+    /* the job user is in none of the file's groups: only "other" bits
+     * would let it read a file it does not own */
+    r = cordon_diag_set(cs->diag, CORDON_E_USAGE,
+                        "%s: a hard link to a file the job user cannot read", cs->path);
+  if (r < 0) {
+    close(in);
+    return r;
+  }
+  int fl = fcntl(in, F_GETFL);
+  if (fl >= 0)
+    (void)fcntl(in, F_SETFL, fl & ~O_NONBLOCK);
+  return in;
+}
+
+static int copy_file(int sfd, int dfd, const char *name, const struct stat *seen,
+                     struct copy_state *cs) {
+  mode_t mode = seen->st_mode;
+  int in = open_checked(sfd, name, seen, cs);
+  if (in < 0)
+    return in;
   int out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                    (mode & 0111) ? 0755 : 0644);
   if (out < 0) {
@@ -150,7 +181,7 @@ static int copy_dir(int sfd, int dfd, int depth, struct copy_state *cs) {
     if (fstatat(sfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
       r = cordon_diag_set(cs->diag, -errno, "%s: %s", cs->path, strerror(errno));
     } else if (S_ISREG(st.st_mode)) {
-      r = copy_file(sfd, dfd, de->d_name, st.st_mode, cs);
+      r = copy_file(sfd, dfd, de->d_name, &st, cs);
     } else if (S_ISDIR(st.st_mode) && st.st_dev == cs->dst_dev && st.st_ino == cs->dst_ino) {
       r = cordon_diag_set(cs->diag, CORDON_E_USAGE,
                           "%s: the source contains the staging directory (is the agent's "
@@ -160,10 +191,15 @@ static int copy_dir(int sfd, int dfd, int depth, struct copy_state *cs) {
       if (mkdirat(dfd, de->d_name, 0755) < 0) {
         r = cordon_diag_set(cs->diag, -errno, "%s: %s", cs->path, strerror(errno));
       } else {
-        int s2 = openat(sfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int s2 =
+            openat(sfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
         int d2 = openat(dfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st2;
         if (s2 < 0 || d2 < 0)
           r = cordon_diag_set(cs->diag, -errno, "%s: %s", cs->path, strerror(errno));
+        else if (fstat(s2, &st2) < 0 || st2.st_dev != st.st_dev || st2.st_ino != st.st_ino)
+          r = cordon_diag_set(cs->diag, CORDON_E_USAGE, "%s: changed while it was being copied",
+                              cs->path);
         else
           r = copy_dir(s2, d2, depth + 1, cs);
         if (s2 >= 0)

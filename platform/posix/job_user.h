@@ -13,7 +13,7 @@ struct posix_job_user {
   uid_t uid;
   gid_t gid;
   char *name; /* owned */
-  char *home; /* owned: the account's home; a non-root agent's $HOME if absolute */
+  char *home; /* owned: the account's home from its passwd entry (never $HOME) */
 };
 
 /* 0 and *out on success; -EPERM with a one-line reason in why when the

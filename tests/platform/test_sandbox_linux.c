@@ -340,10 +340,16 @@ BOTH(tcp_without_net_is_blocked) {
   json_decref(r.res);
 }
 
-BOTH(planted_ssh_key_and_etc_shadow_are_unreadable_even_with_home_granted) {
-  package("\"capabilities\":{\"fs\":[{\"path\":\"~\",\"access\":\"ro\"}]}",
-          "cat ~/.ssh/id_ed25519 2>&1; ls -a ~/.ssh 2>&1; echo ---; cat /etc/shadow 2>&1;"
-          " echo ---; cat /etc/gshadow 2>&1; echo END\n");
+BOTH(a_read_grant_of_the_home_is_too_broad) {
+  package("\"capabilities\":{\"fs\":[{\"path\":\"~\",\"access\":\"ro\"}]}", "true\n");
+  struct run r = exec_pkg(NULL);
+  assert_refused(&r, "scope_too_broad");
+  json_decref(r.res);
+}
+
+BOTH(planted_ssh_key_and_etc_shadow_are_unreadable) {
+  package(NULL, "cat ~/.ssh/id_ed25519 2>&1; ls -a ~/.ssh 2>&1; echo ---; cat /etc/shadow 2>&1;"
+                " echo ---; cat /etc/gshadow 2>&1; echo END\n");
   struct run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   const char *o = out_of(&r);
@@ -399,11 +405,16 @@ BOTH(writing_bashrc_through_a_writable_home_grant_is_refused) {
   json_decref(r.res);
 }
 
-BOTH(a_writable_grant_of_dot_config_is_refused) {
+BOTH(a_grant_of_dot_config_needs_the_ceiling_and_writable_is_refused) {
   xsystem("mkdir -p %s/.config && chown %s: %s/.config", E.home, E.as_user ? TEST_USER : JOB_USER,
           E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/.config\",\"access\":\"rw\"}]}", "true\n");
   struct run r = exec_pkg(NULL);
+  assert_refused(&r, "capability_denied");
+  json_decref(r.res);
+  /* named by the ceiling, it is still refused writable: autorun places */
+  agent_config("{\"grant_roots\":[\"~\",\"~/.config\"]}");
+  r = exec_pkg(NULL);
   assert_refused(&r, "scope_too_broad");
   json_decref(r.res);
 }

@@ -568,11 +568,19 @@ BOTH(a_writable_grant_containing_login_scripts_is_too_broad) {
   snprintf(dir, sizeof(dir), "%s/.local", pw->pw_dir);
   bool made = mkdir(dir, 0755) == 0;
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/.local\",\"access\":\"rw\"}]}", "exit 0\n");
+  /* a hidden place of the home needs the ceiling to name it first */
   struct run r = exec_pkg(NULL);
+  assert_refused(&r, "capability_denied");
+  json_decref(r.res);
+  agent_config("{\"grant_roots\":[\"~\",\"~/.local\"]}");
+  r = exec_pkg(NULL);
   if (made)
     rmdir(dir);
   assert_refused(&r, "scope_too_broad");
-  cr_assert(strstr(jstr(r.res, "error.message"), ".local/bin"), "%s", jstr(r.res, "error.message"));
+  /* the autorun place, or first an absent secret it would hold */
+  cr_assert(strstr(jstr(r.res, "error.message"), ".local/bin") ||
+                strstr(jstr(r.res, "error.message"), "forbidden path"),
+            "%s", jstr(r.res, "error.message"));
   json_decref(r.res);
 }
 
