@@ -20,7 +20,9 @@ void cgroup_job_init(struct cgroup_job *cg) {
 
 static int write_file(const char *dir, const char *name, const char *value) {
   char path[4096];
-  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  int pn = snprintf(path, sizeof(path), "%s/%s", dir, name);
+  if (pn < 0 || (size_t)pn >= sizeof(path))
+    return -ENAMETOOLONG; /* a cut path would name another file */
   int fd = open(path, O_WRONLY | O_CLOEXEC);
   if (fd < 0)
     return -errno;
@@ -32,7 +34,9 @@ static int write_file(const char *dir, const char *name, const char *value) {
 
 static int read_file(const char *dir, const char *name, char *buf, size_t len) {
   char path[4096];
-  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  int pn = snprintf(path, sizeof(path), "%s/%s", dir, name);
+  if (pn < 0 || (size_t)pn >= sizeof(path))
+    return -ENAMETOOLONG; /* a cut path would name another file */
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return -errno;

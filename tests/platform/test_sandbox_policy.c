@@ -42,8 +42,6 @@ Test(forbidden, rows_flagged_for_one_os_apply_only_there) {
                os == MANIFEST_PLATFORM_LINUX);
   cr_assert_eq(has_row(FORBIDDEN_AUTORUN, FORBIDDEN_HOME, ".bashrc"),
                os != MANIFEST_PLATFORM_WINDOWS);
-  cr_assert_eq(has_row(FORBIDDEN_KEEP_RO, FORBIDDEN_GRANT, ".git/hooks"),
-               os == MANIFEST_PLATFORM_LINUX);
 }
 
 Test(forbidden, each_kind_yields_only_its_rows_in_order) {
