@@ -414,39 +414,34 @@ int server_db_job_list_active_on_device(struct server_db *db, const char *device
   return job_collect(db, st, out_list, diag);
 }
 
-int server_db_job_list_overdue(struct server_db *db, struct server_db_job_list *out_list,
-                               struct cordon_diag *diag) {
+/* The jobs of a list statement whose ?1, when bind_now, is the clock. */
+static int job_list_by(struct server_db *db, enum db_stmt q, bool bind_now,
+                       struct server_db_job_list *out_list, struct cordon_diag *diag) {
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_JOB_LIST_OVERDUE, &st, diag);
+  int err = db_stmt(db, q, &st, diag);
   if (err)
     return err;
   int rc = SQLITE_OK;
-  db_bind_int(st, 1, server_db_now(db), &rc);
+  if (bind_now)
+    db_bind_int(st, 1, server_db_now(db), &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return job_collect(db, st, out_list, diag);
+}
+
+int server_db_job_list_overdue(struct server_db *db, struct server_db_job_list *out_list,
+                               struct cordon_diag *diag) {
+  return job_list_by(db, Q_JOB_LIST_OVERDUE, true, out_list, diag);
 }
 
 int server_db_job_list_queued(struct server_db *db, struct server_db_job_list *out_list,
                               struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_JOB_LIST_QUEUED, &st, diag);
-  if (err)
-    return err;
-  return job_collect(db, st, out_list, diag);
+  return job_list_by(db, Q_JOB_LIST_QUEUED, false, out_list, diag);
 }
 
 int server_db_job_list_queue_expired(struct server_db *db, struct server_db_job_list *out_list,
                                      struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_JOB_LIST_QUEUE_EXPIRED, &st, diag);
-  if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_int(st, 1, server_db_now(db), &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
-    return err;
-  return job_collect(db, st, out_list, diag);
+  return job_list_by(db, Q_JOB_LIST_QUEUE_EXPIRED, true, out_list, diag);
 }
 
 int server_db_job_count_in_flight(struct server_db *db, const char *device_id, size_t *out_count,
