@@ -33,6 +33,7 @@
   X(CANCELLED, "cancelled", "the job was cancelled")                                               \
   X(AGENT_RESTARTED, "agent_restarted", "the agent restarted while the job ran")                   \
   X(DEVICE_LOST, "device_lost", "the device did not come back before the deadline")                \
+  X(QUEUE_EXPIRED, "queue_expired", "no eligible device came online before the queue deadline")    \
   X(PLATFORM_MISMATCH, "platform_mismatch", "the package does not support this platform")          \
   X(USAGE, "usage", "bad usage")                                                                   \
   X(PROTOCOL, "protocol_error", "protocol error")                                                  \

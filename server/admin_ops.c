@@ -64,6 +64,8 @@ static bool has_type(const json_t *v, enum admin_type type) {
     return json_is_array(v);
   case ADMIN_BOOL:
     return json_is_boolean(v);
+  case ADMIN_INT:
+    return json_is_integer(v);
   }
   return false;
 }
@@ -101,6 +103,11 @@ const char *admin_request_string(const json_t *req, enum admin_arg arg) {
 
 bool admin_request_flag(const json_t *req, enum admin_arg arg) {
   return json_is_true(admin_request_get(req, arg));
+}
+
+long long admin_request_int(const json_t *req, enum admin_arg arg, long long dflt) {
+  json_t *v = admin_request_get(req, arg);
+  return json_is_integer(v) ? (long long)json_integer_value(v) : dflt;
 }
 
 json_t *admin_reply_ok(void) {

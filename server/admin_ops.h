@@ -31,16 +31,21 @@ enum admin_type {
   ADMIN_STRING,
   ADMIN_ARRAY, /* its elements are the handler's to check */
   ADMIN_BOOL,
+  ADMIN_INT, /* a JSON integer */
 };
 
 /* Every argument an op may take: id, JSON key, type. */
 #define ADMIN_ARGS(X)                                                                              \
-  X(USER, "user", ADMIN_STRING)       /* a user's name */                                          \
-  X(DEVICE, "device", ADMIN_STRING)   /* a device id */                                            \
-  X(PACKAGE, "package", ADMIN_STRING) /* an absolute path to a .cpkg */                            \
-  X(ARGS, "args", ADMIN_ARRAY)        /* the job's arguments, strings */                           \
-  X(WAIT, "wait", ADMIN_BOOL)         /* reply only once the job is over */                        \
-  X(JOB, "job", ADMIN_STRING)         /* a job id */
+  X(USER, "user", ADMIN_STRING)        /* a user's name */                                         \
+  X(DEVICE, "device", ADMIN_STRING)    /* a device id */                                           \
+  X(PACKAGE, "package", ADMIN_STRING)  /* an absolute path to a .cpkg */                           \
+  X(ARGS, "args", ADMIN_ARRAY)         /* the job's arguments, strings */                          \
+  X(WAIT, "wait", ADMIN_BOOL)          /* reply only once the job is over */                       \
+  X(JOB, "job", ADMIN_STRING)          /* a job id */                                              \
+  X(WHERE, "where", ADMIN_ARRAY)       /* "KEY=VALUE" labels the device must have */               \
+  X(NO_QUEUE, "no_queue", ADMIN_BOOL)  /* refuse rather than queue when no device is online */     \
+  X(QUEUE_TTL, "queue_ttl", ADMIN_INT) /* seconds a queued job waits; absent: the daemon's */      \
+  X(EXPLAIN, "explain", ADMIN_BOOL)    /* say which device and why, send nothing */
 
 enum admin_arg {
 #define ADMIN_ARG_ENUM_(id, key, type) ADMIN_ARG_##id,
@@ -55,17 +60,30 @@ enum admin_arg {
  * when no request can miss).
  * Replies (beyond "ok"):
  *   ping      -
- *   dispatch  "job_id", "device"; with wait, "job" (the `job --json` object)
- *             once it is over; no device: code no_eligible_device and
- *             "candidates" [{"device", "name", "reason"}]
+ *   dispatch  "job_id", "device" (null while queued for any device),
+ *             "state" ("sent" or "queued"), "queue_expires" (Unix seconds,
+ *             queued only); with wait, "job" (the `job --json` object) once
+ *             it is over; no device: code no_eligible_device and
+ *             "candidates" [{"device", "name", "reason"}]; with explain,
+ *             nothing is sent: "decision" ("send", "queue" or "refuse"),
+ *             "device" (the one it would take, or null) and "candidates"
+ *             [{"device", "name", "online", "running", "max_jobs",
+ *             "last_seen", "labels", "reason" (null when eligible),
+ *             "chosen"}]
  *   cancel    "state": "cancelled"
- *   revoke    "disconnected": whether a live session was closed */
+ *   revoke    "disconnected": whether a live session was closed
+ *   wait      "job" (the `job --json` object) once the job is over: at once
+ *             for a finished job; a job cancelled on its device is over
+ *             when its result arrives or its deadline passes */
 #define ADMIN_OPS(X)                                                                               \
   X(PING, "ping", daemon_op_ping, 0, 0, NULL)                                                      \
   X(DISPATCH, "dispatch", daemon_op_dispatch, ADMIN_A(USER) | ADMIN_A(PACKAGE),                    \
-    ADMIN_A(DEVICE) | ADMIN_A(ARGS) | ADMIN_A(WAIT), "dispatch needs user, package and args")      \
+    ADMIN_A(DEVICE) | ADMIN_A(ARGS) | ADMIN_A(WAIT) | ADMIN_A(WHERE) | ADMIN_A(NO_QUEUE) |         \
+        ADMIN_A(QUEUE_TTL) | ADMIN_A(EXPLAIN),                                                     \
+    "dispatch needs user, package and args")                                                       \
   X(CANCEL, "cancel", daemon_op_cancel, ADMIN_A(JOB), 0, "no such job")                            \
-  X(REVOKE, "revoke", daemon_op_revoke, ADMIN_A(DEVICE), 0, "revoke needs a device")
+  X(REVOKE, "revoke", daemon_op_revoke, ADMIN_A(DEVICE), 0, "revoke needs a device")               \
+  X(WAIT, "wait", daemon_op_wait, ADMIN_A(JOB), 0, "wait needs a job")
 
 enum admin_op {
 #define ADMIN_OP_ENUM_(id, name, handler, required, optional, usage) ADMIN_OP_##id,
@@ -84,6 +102,8 @@ enum admin_op {
 #define ADMIN_REPLY_CANDIDATES "candidates"
 #define ADMIN_REPLY_STATE "state"
 #define ADMIN_REPLY_DISCONNECTED "disconnected"
+#define ADMIN_REPLY_QUEUE_EXPIRES "queue_expires"
+#define ADMIN_REPLY_DECISION "decision"
 
 /* The wire name of op and the JSON key of arg; NULL when out of range. */
 const char *admin_op_name(enum admin_op op);
@@ -109,6 +129,8 @@ const char *admin_request_string(const json_t *req, enum admin_arg arg);
 json_t *admin_request_get(const json_t *req, enum admin_arg arg);
 /* A boolean arg: true only when present and true. */
 bool admin_request_flag(const json_t *req, enum admin_arg arg);
+/* An integer arg, or dflt when absent. */
+long long admin_request_int(const json_t *req, enum admin_arg arg, long long dflt);
 
 /* --- replies -------------------------------------------------------------- */
 

@@ -97,27 +97,47 @@ void server_cli_escape(const char *s, char *buf, size_t size) {
 }
 
 int server_cli_parse_duration(const char *s, int64_t *out_seconds) {
-  if (!s || !*s || *s == '-' || *s == '+')
+  /* a number alone (seconds), or number-unit pairs: 90s, 10m, 1h30m, 1d12h */
+  if (!s || !*s)
     return -EINVAL;
-  char *end = NULL;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s)
-    return -EINVAL;
-  int64_t mult;
-  if (strcmp(end, "") == 0 || strcmp(end, "s") == 0)
-    mult = 1;
-  else if (strcmp(end, "m") == 0)
-    mult = 60;
-  else if (strcmp(end, "h") == 0)
-    mult = 3600;
-  else if (strcmp(end, "d") == 0)
-    mult = 86400;
-  else
-    return -EINVAL;
-  if (v > INT64_MAX / mult)
-    return -EINVAL;
-  *out_seconds = (int64_t)v * mult;
+  int64_t total = 0;
+  const char *p = s;
+  while (*p) {
+    if (*p < '0' || *p > '9')
+      return -EINVAL;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (errno || end == p)
+      return -EINVAL;
+    int64_t mult;
+    switch (*end) {
+    case '\0':
+      if (p != s) /* "1h30": a bare number only alone */
+        return -EINVAL;
+      mult = 1;
+      break;
+    case 's':
+      mult = 1;
+      break;
+    case 'm':
+      mult = 60;
+      break;
+    case 'h':
+      mult = 3600;
+      break;
+    case 'd':
+      mult = 86400;
+      break;
+    default:
+      return -EINVAL;
+    }
+    if (v > (INT64_MAX - total) / mult)
+      return -EINVAL;
+    total += (int64_t)v * mult;
+    p = *end ? end + 1 : end;
+  }
+  *out_seconds = total;
   return 0;
 }
 

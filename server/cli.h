@@ -57,7 +57,8 @@ json_t *server_cli_json_time(int64_t t);
  * (U+0080..U+009F) as \xNN, a backslash as \\. Truncated to fit size. */
 void server_cli_escape(const char *s, char *buf, size_t size);
 
-/* "600", "600s", "10m", "2h", "1d" -> seconds; -EINVAL otherwise. */
+/* "600", "600s", "10m", "2h", "1d", and pairs such as "1h30m" -> seconds;
+ * -EINVAL otherwise. */
 int server_cli_parse_duration(const char *s, int64_t *out_seconds);
 
 /* json_dumpf(j) on stdout, indented, with a final newline; steals j. ascii:
@@ -71,6 +72,7 @@ int server_cmd_pack(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_user(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_paircode(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_devices(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_device(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_job(const struct server_cli *cli, int argc, char **argv);

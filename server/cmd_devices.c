@@ -1,30 +1,38 @@
 /* cordon-server devices [--user U] [--json]: the paired devices (docs/DESIGN.md
- * section 2). Names and platforms come from the devices: printed escaped. */
+ * section 2). Names and platforms come from the devices: printed escaped.
+ * cordon-server device label DEVICE [KEY=VALUE...] [--remove KEY]...: the
+ * operator's labels of a device, which dispatch --where matches. Both work
+ * on the database, whether the daemon runs or not. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "server/cli.h"
 #include "server/db.h"
 
 static const char devices_usage[] =
     "usage: cordon-server devices [--user USER] [--json] [--state DIR]";
+static const char device_usage[] = "usage: cordon-server device label DEVICE [KEY=VALUE...] "
+                                   "[--remove KEY]... [--json] [--state DIR]";
 
 static const char *device_state_name(enum server_db_device_state s) {
   return s == SERVER_DB_DEVICE_ACTIVE ? "active" : "revoked";
 }
 
 static json_t *device_json(const struct server_db_device *d) {
-  return json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:b, s:o, s:s}", "id", d->id, "name", d->name,
+  return json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:b, s:o, s:s, s:o}", "id", d->id, "name", d->name,
                    "owner", d->owner, "platform", d->platform[0] ? d->platform : NULL, "best_level",
                    d->has_level ? sandbox_level_name(d->best_level) : NULL, "online", d->online,
                    "last_seen", server_cli_json_time(d->last_seen), "state",
-                   device_state_name(d->state));
+                   device_state_name(d->state), "labels", server_db_labels_to_json(&d->labels));
 }
 
 static void print_table(const struct server_db_device_list *l) {
-  printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %s\n", "ID", "NAME", "OWNER", "PLATFORM", "LEVEL",
-         "ONLINE", "LAST SEEN", "STATE");
+  printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", "ID", "NAME", "OWNER", "PLATFORM",
+         "LEVEL", "ONLINE", "LAST SEEN", "STATE", "LABELS");
   for (size_t i = 0; i < l->count; i++) {
     const struct server_db_device *d = &l->items[i];
     char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1], seen[64];
@@ -32,9 +40,11 @@ static void print_table(const struct server_db_device_list *l) {
     server_cli_escape(d->platform[0] ? d->platform : "-", platform, sizeof(platform));
     server_cli_format_time(d->last_seen, "never", seen, sizeof(seen));
     const char *level = d->has_level ? sandbox_level_name(d->best_level) : "-";
-    printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %s\n", d->id, name, d->owner, platform,
-           level ? level : "-", d->online ? "online" : "offline", seen,
-           device_state_name(d->state));
+    char labels[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
+    server_db_labels_format(&d->labels, labels, sizeof(labels));
+    printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", d->id, name, d->owner, platform,
+           level ? level : "-", d->online ? "online" : "offline", seen, device_state_name(d->state),
+           labels[0] ? labels : "-");
   }
 }
 
@@ -93,4 +103,80 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
   }
   server_db_device_list_release(&l);
   return status;
+}
+
+static int print_labels(const struct server_db_labels *l, int json) {
+  if (json)
+    return server_cli_print_json(server_db_labels_to_json(l), 0);
+  for (size_t i = 0; i < l->count; i++)
+    printf("%s=%s\n", l->items[i].key, l->items[i].value);
+  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+}
+
+int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {
+  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                       {"remove", required_argument, NULL, 'r'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  const char *state = cli->state_dir;
+  const char *remove[SERVER_DB_LABELS_MAX];
+  size_t n_remove = 0;
+  int json = 0, c;
+  optind = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 's':
+      state = optarg;
+      break;
+    case 'r':
+      if (n_remove == SERVER_DB_LABELS_MAX)
+        return server_cli_failf(CORDON_E_USAGE, "--remove: at most %d keys", SERVER_DB_LABELS_MAX);
+      if (!server_db_label_key_valid(optarg))
+        return server_cli_failf(CORDON_E_USAGE,
+                                "--remove '%s': a label key is 1..63 of [a-z0-9._-] starting "
+                                "with a letter or digit",
+                                optarg);
+      remove[n_remove++] = optarg;
+      break;
+    case 'j':
+      json = 1;
+      break;
+    case 'h':
+      printf("%s\n", device_usage);
+      return 0;
+    default:
+      return server_cli_failf(CORDON_E_USAGE, "%s", device_usage);
+    }
+  }
+  /* getopt permutes: "label", DEVICE, then the labels */
+  if (argc - optind < 2 || strcmp(argv[optind], "label") != 0)
+    return server_cli_failf(CORDON_E_USAGE, "%s", device_usage);
+  const char *id = argv[optind + 1];
+  size_t n_set = (size_t)(argc - optind - 2);
+  if (n_set > SERVER_DB_LABELS_MAX)
+    return server_cli_failf(CORDON_E_LIMIT, "a device has at most %d labels", SERVER_DB_LABELS_MAX);
+  struct server_db_label set[SERVER_DB_LABELS_MAX];
+  struct cordon_diag diag = {{0}};
+  for (size_t i = 0; i < n_set; i++) {
+    const char *text = argv[optind + 2 + i];
+    if (server_db_label_parse(text, &set[i], &diag) < 0)
+      return server_cli_fail(CORDON_E_USAGE, &diag);
+    for (size_t k = 0; k < i; k++)
+      if (strcmp(set[k].key, set[i].key) == 0)
+        return server_cli_failf(CORDON_E_USAGE, "label %s given twice", set[i].key);
+    for (size_t k = 0; k < n_remove; k++)
+      if (strcmp(remove[k], set[i].key) == 0)
+        return server_cli_failf(CORDON_E_USAGE, "label %s both set and removed", set[i].key);
+  }
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status)
+    return status;
+  struct server_db_labels after;
+  int err = server_db_device_label(db, id, set, n_set, remove, n_remove, &after, &diag);
+  server_db_close(db);
+  if (err)
+    return server_cli_db_fail(err, &diag);
+  return print_labels(&after, json);
 }

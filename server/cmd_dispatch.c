@@ -1,4 +1,7 @@
-/* cordon-server dispatch / cancel: requests to the running daemon. */
+/* cordon-server dispatch / cancel: requests to the running daemon. A
+ * dispatch --wait is two requests: the dispatch (its reply names the job at
+ * once, printed on stderr so that it can be cancelled), then a wait for that
+ * job. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -10,6 +13,7 @@
 #include "server/admin_client.h"
 #include "server/admin_ops.h"
 #include "server/cli.h"
+#include "server/db.h"
 
 static void print_json(json_t *j) {
   char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -37,17 +41,113 @@ static int reply_error(json_t *reply) {
   return server_cli_failf(err, "%s", message ? message : "failed");
 }
 
+static const char dispatch_usage[] =
+    "dispatch --user U [--device D] [--where KEY=VALUE]... FILE.cpkg [--wait | --detach] "
+    "[--no-queue | --queue-ttl DURATION] [--explain] [-- ARGS...]";
+
+/* --explain: every candidate and the verdict, on stdout. */
+static int print_explain(json_t *reply) {
+  printf("%-32s  %-20s %-7s %-7s %-20s %-24s %s\n", "DEVICE", "NAME", "ONLINE", "LOAD", "LAST SEEN",
+         "LABELS", "VERDICT");
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(reply, ADMIN_REPLY_CANDIDATES), i, c) {
+    const char *reason = json_string_value(json_object_get(c, "reason"));
+    char name[4 * SERVER_DB_NAME_MAX + 1], load[32], seen[64], labels[512] = "";
+    server_cli_escape(json_string_value(json_object_get(c, "name")), name, sizeof(name));
+    json_t *run = json_object_get(c, "running");
+    snprintf(load, sizeof(load), "%s", "-");
+    if (json_is_integer(run))
+      snprintf(load, sizeof(load), "%lld/%lld", (long long)json_integer_value(run),
+               (long long)json_integer_value(json_object_get(c, "max_jobs")));
+    server_cli_format_time(json_integer_value(json_object_get(c, "last_seen")), "never", seen,
+                           sizeof(seen));
+    const char *k;
+    json_t *v;
+    size_t o = 0;
+    json_object_foreach(json_object_get(c, "labels"), k, v) {
+      int n = snprintf(labels + o, sizeof(labels) - o, "%s%s=%s", o ? "," : "", k,
+                       json_string_value(v));
+      if (n < 0 || (size_t)n >= sizeof(labels) - o)
+        break;
+      o += (size_t)n;
+    }
+    bool chosen = json_is_true(json_object_get(c, "chosen"));
+    printf("%-32s  %-20s %-7s %-7s %-20s %-24s %s\n",
+           json_string_value(json_object_get(c, "device")), name[0] ? name : "-",
+           json_is_true(json_object_get(c, "online")) ? "online" : "offline", load, seen,
+           labels[0] ? labels : "-",
+           chosen    ? "chosen"
+           : !reason ? "eligible, not the least loaded"
+                     : reason);
+  }
+  const char *decision = json_string_value(json_object_get(reply, ADMIN_REPLY_DECISION));
+  const char *dev = json_string_value(json_object_get(reply, ADMIN_REPLY_DEVICE));
+  if (decision && strcmp(decision, "send") == 0)
+    printf("decision: send to %s\n", dev ? dev : "?");
+  else if (decision && strcmp(decision, "queue") == 0)
+    printf("decision: queue until %s comes online\n", dev ? dev : "an eligible device");
+  else
+    printf("decision: refuse (no_eligible_device)\n");
+  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+}
+
+/* The job of a wait reply: its result JSON on stdout, the exit status of
+ * the job (docs/DESIGN.md section 2.1). */
+static int print_outcome(json_t *job) {
+  json_t *res = json_object_get(job, "result");
+  const char *st = json_string_value(json_object_get(job, "state"));
+  if (json_is_object(res)) {
+    print_json(res);
+    json_t *ec = json_object_get(res, "exit_code");
+    json_t *err = json_object_get(res, "error");
+    if (json_is_object(err))
+      return server_cli_failf(cordon_err_from_name(json_string_value(json_object_get(err, "code"))),
+                              "%s", json_string_value(json_object_get(err, "message")));
+    return json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
+  }
+  int code = cordon_err_from_name(json_string_value(json_object_get(job, "error")));
+  if (!code)
+    code = st && strcmp(st, "expired") == 0 ? CORDON_E_DEVICE_LOST : CORDON_E_CANCELLED;
+  return server_cli_failf(code, "job %s ended %s without a result: %s",
+                          json_string_value(json_object_get(job, "id")), st ? st : "?",
+                          cordon_err_message(code));
+}
+
+/* Wait for job id through the daemon; the reply's "job" in *out_job. */
+static int wait_job(const char *state, const char *id, json_t **out_reply) {
+  json_t *req = admin_request_new(ADMIN_OP_WAIT);
+  int r = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) : -ENOMEM;
+  struct cordon_diag diag = {{0}};
+  if (r == 0)
+    r = admin_call(state, req, out_reply, &diag);
+  json_decref(req);
+  return r < 0 ? server_cli_fail(r, &diag) : 0;
+}
+
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"user", required_argument, NULL, 'u'},
                                        {"device", required_argument, NULL, 'd'},
                                        {"wait", no_argument, NULL, 'w'},
+                                       {"detach", no_argument, NULL, 'D'},
+                                       {"where", required_argument, NULL, 'W'},
+                                       {"no-queue", no_argument, NULL, 'n'},
+                                       {"queue-ttl", required_argument, NULL, 't'},
+                                       {"explain", no_argument, NULL, 'e'},
                                        {"state", required_argument, NULL, 's'},
                                        {0}};
   const char *state = cli->state_dir, *user = NULL, *device = NULL;
-  bool wait = false;
+  bool wait = false, detach = false, no_queue = false, explain = false;
+  int64_t ttl = 0;
+  json_t *where = json_array();
+  struct server_db_labels seen = {0};
   int c;
+  if (!where)
+    return server_cli_failf(-ENOMEM, "out of memory");
   optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    struct server_db_label l;
+    struct cordon_diag ld = {{0}};
     switch (c) {
     case 'u':
       user = optarg;
@@ -58,23 +158,55 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     case 'w':
       wait = true;
       break;
+    case 'D':
+      detach = true;
+      break;
+    case 'W':
+      if (server_db_label_parse(optarg, &l, &ld) < 0) {
+        json_decref(where);
+        return server_cli_failf(CORDON_E_USAGE, "--where %s", ld.msg);
+      }
+      if (server_db_labels_get(&seen, l.key) || server_db_labels_put(&seen, &l, &ld) < 0) {
+        json_decref(where);
+        return server_cli_failf(CORDON_E_USAGE, "--where: label %s given twice, or more than %d",
+                                l.key, SERVER_DB_LABELS_MAX);
+      }
+      json_array_append_new(where, json_string(optarg));
+      break;
+    case 'n':
+      no_queue = true;
+      break;
+    case 't':
+      if (server_cli_parse_duration(optarg, &ttl) < 0 || ttl < 1 || ttl > SERVER_DB_QUEUE_TTL_MAX) {
+        json_decref(where);
+        return server_cli_failf(CORDON_E_USAGE,
+                                "--queue-ttl: a duration from 1s to 30d (90s, 10m, 1h30m)");
+      }
+      break;
+    case 'e':
+      explain = true;
+      break;
     case 's':
       state = optarg;
       break;
     default:
-      return server_cli_failf(CORDON_E_USAGE,
-                              "dispatch --user U [--device D] FILE.cpkg [--wait] [-- ARGS...]");
+      json_decref(where);
+      return server_cli_failf(CORDON_E_USAGE, "%s", dispatch_usage);
     }
   }
   /* getopt permutes: the package is the first operand, the rest are args */
-  if (!user || optind >= argc)
-    return server_cli_failf(CORDON_E_USAGE,
-                            "dispatch --user U [--device D] FILE.cpkg [--wait] [-- ARGS...]");
+  if (!user || optind >= argc || (wait && detach) || (no_queue && ttl) ||
+      (explain && (wait || detach))) {
+    json_decref(where);
+    return server_cli_failf(CORDON_E_USAGE, "%s", dispatch_usage);
+  }
   char pkg[PATH_MAX];
-  if (!realpath(argv[optind], pkg))
+  if (!realpath(argv[optind], pkg)) {
+    json_decref(where);
     return server_cli_failf(CORDON_E_USAGE, "%s: cannot read the package", argv[optind]);
+  }
   json_t *args = json_array();
-  for (int i = optind + 1; i < argc; i++)
+  for (int i = optind + 1; args && i < argc; i++)
     json_array_append_new(args, json_string(argv[i]));
   json_t *req = admin_request_new(ADMIN_OP_DISPATCH);
   int r = req ? admin_request_set(req, ADMIN_ARG_ARGS, args) : -ENOMEM;
@@ -86,8 +218,15 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     r = admin_request_set(req, ADMIN_ARG_DEVICE, json_string(device));
   if (r == 0)
     r = admin_request_set(req, ADMIN_ARG_PACKAGE, json_string(pkg));
-  if (r == 0)
-    r = admin_request_set(req, ADMIN_ARG_WAIT, json_boolean(wait));
+  if (r == 0 && json_array_size(where))
+    r = admin_request_set(req, ADMIN_ARG_WHERE, json_incref(where));
+  if (r == 0 && no_queue)
+    r = admin_request_set(req, ADMIN_ARG_NO_QUEUE, json_true());
+  if (r == 0 && ttl)
+    r = admin_request_set(req, ADMIN_ARG_QUEUE_TTL, json_integer(ttl));
+  if (r == 0 && explain)
+    r = admin_request_set(req, ADMIN_ARG_EXPLAIN, json_true());
+  json_decref(where);
   json_t *reply = NULL;
   struct cordon_diag diag = {{0}};
   if (r == 0)
@@ -95,33 +234,48 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   json_decref(req);
   if (r < 0)
     return server_cli_fail(r, &diag);
-  int rc;
   if (!admin_reply_is_ok(reply)) {
-    rc = reply_error(reply);
-  } else if (!wait) {
-    printf("%s\n", json_string_value(json_object_get(reply, ADMIN_REPLY_JOB_ID)));
-    rc = 0;
-  } else {
-    json_t *job = json_object_get(reply, ADMIN_REPLY_JOB);
-    json_t *res = json_object_get(job, "result");
-    const char *st = json_string_value(json_object_get(job, "state"));
-    if (json_is_object(res)) {
-      print_json(res);
-      json_t *ec = json_object_get(res, "exit_code");
-      json_t *err = json_object_get(res, "error");
-      if (json_is_object(err)) {
-        rc = server_cli_failf(cordon_err_from_name(json_string_value(json_object_get(err, "code"))),
-                              "%s", json_string_value(json_object_get(err, "message")));
-      } else {
-        rc = json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
-      }
-    } else {
-      rc = server_cli_failf(st && strcmp(st, "expired") == 0 ? CORDON_E_DEVICE_LOST
-                                                             : CORDON_E_CANCELLED,
-                            "job %s ended %s without a result",
-                            json_string_value(json_object_get(job, "id")), st ? st : "?");
-    }
+    int rc = reply_error(reply);
+    json_decref(reply);
+    return rc;
   }
+  if (explain) {
+    int rc = print_explain(reply);
+    json_decref(reply);
+    return rc;
+  }
+  char id[CORDON_ID_HEX_SIZE];
+  snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(reply, ADMIN_REPLY_JOB_ID)));
+  const char *st = json_string_value(json_object_get(reply, ADMIN_REPLY_STATE));
+  bool queued = st && strcmp(st, "queued") == 0;
+  const char *dev = json_string_value(json_object_get(reply, ADMIN_REPLY_DEVICE));
+  char until[64];
+  server_cli_format_time(json_integer_value(json_object_get(reply, ADMIN_REPLY_QUEUE_EXPIRES)), "?",
+                         until, sizeof(until));
+  if (!wait) {
+    printf("%s\n", id);
+    fflush(stdout);
+    if (queued)
+      fprintf(stderr, "%s: job %s queued: it waits for %s until %s\n", SERVER_PROG, id,
+              dev ? dev : "an eligible device", until);
+    json_decref(reply);
+    return 0;
+  }
+  /* the id at once, so that it can be cancelled while we wait */
+  if (queued)
+    fprintf(stderr, "%s: job %s queued: it waits for %s until %s\n", SERVER_PROG, id,
+            dev ? dev : "an eligible device", until);
+  else
+    fprintf(stderr, "%s: job %s sent to device %s\n", SERVER_PROG, id, dev ? dev : "?");
+  json_decref(reply);
+  reply = NULL;
+  int rc = wait_job(state, id, &reply);
+  if (rc)
+    return rc;
+  if (!admin_reply_is_ok(reply))
+    rc = reply_error(reply);
+  else
+    rc = print_outcome(json_object_get(reply, ADMIN_REPLY_JOB));
   json_decref(reply);
   return rc;
 }

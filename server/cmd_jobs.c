@@ -1,17 +1,24 @@
-/* cordon-server jobs [--user U] [--json] and job ID [--json]: job states and
- * results. `job ID --json` prints {"id","user","device","state","result"}
- * with result the stored docs/DESIGN.md section 5 object or null. */
+/* cordon-server jobs [--user U] [--json] and job ID [--json] [--wait]: job
+ * states and results. `job ID --json` prints {"id","user","device","state",
+ * "error","result"} with result the stored docs/DESIGN.md section 5 object
+ * or null. With --wait the running daemon is asked to answer once the job
+ * is over (admin op wait); then the job is printed as without it, and the
+ * exit status is the job's. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "server/admin_client.h"
+#include "server/admin_ops.h"
 #include "server/cli.h"
 #include "server/db.h"
 
 static const char jobs_usage[] =
     "usage: cordon-server jobs [--user USER] [--limit N] [--json] [--state DIR]";
-static const char job_usage[] = "usage: cordon-server job ID [--json] [--state DIR]";
+static const char job_usage[] = "usage: cordon-server job ID [--json] [--wait] [--state DIR]";
 
 #define JOBS_DEFAULT_LIMIT 100
 
@@ -24,11 +31,14 @@ static json_t *job_summary_json(const struct server_db_job *j) {
 }
 
 static int parse_opts(int argc, char **argv, const char *usage, int with_filters,
-                      const char **state, const char **user, size_t *limit, int *json) {
-  static const struct option opts[] = {
-      {"state", required_argument, NULL, 's'}, {"user", required_argument, NULL, 'u'},
-      {"limit", required_argument, NULL, 'n'}, {"json", no_argument, NULL, 'j'},
-      {"help", no_argument, NULL, 'h'},        {0}};
+                      const char **state, const char **user, size_t *limit, int *json, int *wait) {
+  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                       {"user", required_argument, NULL, 'u'},
+                                       {"limit", required_argument, NULL, 'n'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"wait", no_argument, NULL, 'w'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -52,6 +62,11 @@ static int parse_opts(int argc, char **argv, const char *usage, int with_filters
     case 'j':
       *json = 1;
       break;
+    case 'w':
+      if (with_filters)
+        return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+      *wait = 1;
+      break;
     case 'h':
       printf("%s\n", usage);
       return -1;
@@ -65,8 +80,8 @@ static int parse_opts(int argc, char **argv, const char *usage, int with_filters
 int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
   const char *state = cli->state_dir, *user = NULL;
   size_t limit = JOBS_DEFAULT_LIMIT;
-  int json = 0;
-  int status = parse_opts(argc, argv, jobs_usage, 1, &state, &user, &limit, &json);
+  int json = 0, wait = 0;
+  int status = parse_opts(argc, argv, jobs_usage, 1, &state, &user, &limit, &json, &wait);
   if (status)
     return status < 0 ? 0 : status;
   if (optind != argc)
@@ -107,11 +122,48 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
   return status;
 }
 
+/* Ask the daemon to answer once job j is over (j is released here). */
+static int wait_over(const char *state, struct server_db_job *j) {
+  char id[CORDON_ID_HEX_SIZE];
+  snprintf(id, sizeof(id), "%s", j->id);
+  const char *st = server_db_job_state_name(j->state);
+  server_db_job_release(j);
+  json_t *req = admin_request_new(ADMIN_OP_WAIT), *reply = NULL;
+  struct cordon_diag diag = {{0}};
+  int err = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) : -ENOMEM;
+  if (err == 0)
+    err = admin_call(state, req, &reply, &diag);
+  json_decref(req);
+  if (err == -ENOENT || err == -ECONNREFUSED)
+    return server_cli_failf(err, "job %s is %s and the daemon is not running to finish it", id, st);
+  if (err)
+    return server_cli_fail(err, &diag);
+  int status = 0;
+  if (!admin_reply_is_ok(reply)) {
+    const char *msg;
+    err = admin_reply_err(reply, &msg);
+    status = server_cli_failf(err, "%s", msg ? msg : "the daemon did not wait");
+  }
+  json_decref(reply);
+  return status;
+}
+
+/* docs/DESIGN.md section 2.1: 0 only for a job that ran and exited 0. */
+static int job_exit_status(const struct server_db_job *j) {
+  if (j->state != SERVER_DB_JOB_DONE)
+    return 1;
+  json_t *r = server_db_job_result_to_json(j);
+  json_t *ec = json_object_get(r, "exit_code");
+  int status = json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
+  json_decref(r);
+  return status;
+}
+
 int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   const char *state = cli->state_dir, *user = NULL;
   size_t limit = 0;
-  int json = 0;
-  int status = parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json);
+  int json = 0, wait = 0;
+  int status = parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json, &wait);
   if (status)
     return status < 0 ? 0 : status;
   if (argc - optind != 1)
@@ -122,6 +174,15 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   struct cordon_diag diag = {{0}};
   struct server_db_job j;
   int err = server_db_job_get(db, argv[optind], &j, &diag);
+  if (!err && wait && !server_db_job_state_is_final(j.state)) {
+    server_db_close(db);
+    db = NULL;
+    if ((status = wait_over(state, &j)))
+      return status;
+    if ((status = server_cli_open_db(state, &db)))
+      return status;
+    err = server_db_job_get(db, argv[optind], &j, &diag);
+  }
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
@@ -137,9 +198,20 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
     char *args_text = args ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     json_decref(args);
     printf("id:       %s\nuser:     %s\ndevice:   %s\nstate:    %s\nerror:    %s\n"
-           "created:  %s\nupdated:  %s\ndeadline: %s\nargs:     %s\nresult:   ",
+           "created:  %s\nupdated:  %s\ndeadline: %s\n",
            j.id, j.user, j.device_id[0] ? j.device_id : "-", server_db_job_state_name(j.state),
-           j.error[0] ? j.error : "-", created, updated, deadline, args_text ? args_text : "?");
+           j.error[0] ? j.error : "-", created, updated, deadline);
+    if (j.queue_expires) { /* it waited (or waits) in the queue */
+      char until[64];
+      server_cli_format_time(j.queue_expires, "-", until, sizeof(until));
+      printf("queued:   until %s\n", until);
+    }
+    if (j.where.count) {
+      char where[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
+      server_db_labels_format(&j.where, where, sizeof(where));
+      printf("where:    %s\n", where);
+    }
+    printf("args:     %s\nresult:   ", args_text ? args_text : "?");
     free(args_text);
     if (j.result_json) {
       fflush(stdout);
@@ -148,6 +220,8 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
       printf("none\n");
     }
   }
+  if (wait && status == 0)
+    status = job_exit_status(&j);
   server_db_job_release(&j);
   return status;
 }

@@ -1,4 +1,4 @@
-/* cordon-server run --listen HOST:PORT */
+/* cordon-server run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,10 +30,12 @@ static int parse_host_port(const char *s, char *host, size_t host_len, int *out_
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
                                        {"job-grace", required_argument, NULL, 'g'},
+                                       {"queue-ttl", required_argument, NULL, 'q'},
                                        {"state", required_argument, NULL, 's'},
                                        {0}};
   const char *state = cli->state_dir, *listen = NULL;
   long grace = 0;
+  int64_t queue_ttl = 0;
   int c;
   optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -44,11 +46,16 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       grace = strtol(optarg, &end, 10);
       if (*end || grace < 1 || grace > 86400)
         return server_cli_failf(CORDON_E_USAGE, "--job-grace: seconds in 1..86400");
+    } else if (c == 'q') {
+      if (server_cli_parse_duration(optarg, &queue_ttl) < 0 || queue_ttl < 1 ||
+          queue_ttl > SERVER_DB_QUEUE_TTL_MAX)
+        return server_cli_failf(CORDON_E_USAGE,
+                                "--queue-ttl: a duration from 1s to 30d (90s, 10m, 1h30m)");
     } else if (c == 's')
       state = optarg;
     else
-      return server_cli_failf(CORDON_E_USAGE,
-                              "run --listen HOST:PORT [--job-grace SECONDS] [--state DIR]");
+      return server_cli_failf(CORDON_E_USAGE, "run --listen HOST:PORT [--job-grace SECONDS] "
+                                              "[--queue-ttl DURATION] [--state DIR]");
   }
   if (!listen || optind != argc)
     return server_cli_failf(CORDON_E_USAGE, "run --listen HOST:PORT [--state DIR]");
@@ -57,7 +64,12 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
   if (parse_host_port(listen, host, sizeof(host), &port) < 0)
     return server_cli_failf(CORDON_E_USAGE, "--listen: expected HOST:PORT, got '%s'", listen);
   struct daemon_options opt = {
-      .state_dir = state, .host = host, .port = port, .job_grace_s = (unsigned)grace};
+      .state_dir = state,
+      .host = host,
+      .port = port,
+      .job_grace_s = (unsigned)grace,
+      .queue_ttl_s = (unsigned)queue_ttl,
+  };
   struct cordon_diag diag = {{0}};
   int r = daemon_run(&opt, &diag);
   if (r < 0)

@@ -61,6 +61,11 @@ static bool on_session_message(void *data, struct session *s, struct msg *m) {
   return jobs_on_message(d->jobs, s, m);
 }
 
+static void on_session_online(void *data, struct session *s) {
+  struct daemon *d = data;
+  jobs_on_device_online(d->jobs, s);
+}
+
 static void on_session_closed(void *data, struct session *s) {
   struct daemon *d = data;
   jobs_on_session_closed(d->jobs, s);
@@ -81,6 +86,10 @@ static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const jso
 
 static void daemon_op_cancel(struct daemon *d, struct admin_conn *c, const json_t *req) {
   jobs_op_cancel(d->jobs, c, req);
+}
+
+static void daemon_op_wait(struct daemon *d, struct admin_conn *c, const json_t *req) {
+  jobs_op_wait(d->jobs, c, req);
 }
 
 /* The database part of a revoke is the command's; the live session is ours. */
@@ -162,13 +171,14 @@ static int load_keys(struct daemon *d, struct cordon_diag *diag) {
 }
 
 /* The parts, before anything listens. 0 or -ENOMEM. */
-static int compose(struct daemon *d, unsigned job_grace_s) {
+static int compose(struct daemon *d, const struct daemon_options *opt) {
   const struct session_hooks hooks = {
       .data = d,
       .pair_hello = on_pair_hello,
       .pair_proof = on_pair_proof,
       .message = on_session_message,
       .closed = on_session_closed,
+      .online = on_session_online,
   };
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
   if (r == 0)
@@ -178,9 +188,11 @@ static int compose(struct daemon *d, unsigned job_grace_s) {
         .loop = d->loop,
         .db = d->db,
         .sessions = d->sessions,
+        .state_dir = d->state_dir,
         .ticket_sk = d->ticket_sk,
         .publisher_pk = d->publisher_pk,
-        .grace_s = job_grace_s,
+        .grace_s = opt->job_grace_s,
+        .queue_ttl_s = opt->queue_ttl_s,
     };
     r = jobs_new(&cfg, &d->jobs);
   }
@@ -212,7 +224,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
     r = -ENOMEM;
     goto out_free;
   }
-  if ((r = compose(d, opt->job_grace_s)) < 0)
+  if ((r = compose(d, opt)) < 0)
     goto out_loop;
   r = net_server_new(d->loop, opt->host, opt->port, d->noise_priv,
                      (1u << NOISE_MODE_SESSION) | (1u << NOISE_MODE_PAIRING), &d->limits,

@@ -28,6 +28,7 @@ struct daemon_options {
   int port;
   const struct net_limits *limits; /* NULL: net_limits_default() */
   unsigned job_grace_s;            /* deadline = timeout_s + this; 0: 120 */
+  unsigned queue_ttl_s;            /* how long a queued job waits by default; 0: 1 h */
 };
 
 /* Run until SIGTERM/SIGINT. Returns 0 after a clean shutdown

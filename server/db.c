@@ -80,6 +80,15 @@ static const char *const migrations[] = {
     "CREATE TRIGGER jobs_result_once BEFORE UPDATE OF result ON jobs"
     "  WHEN OLD.result IS NOT NULL"
     "  BEGIN SELECT RAISE(ABORT, 'a job result is recorded once'); END;",
+    /* 1 -> 2: device labels; jobs that wait in the queue for a device */
+    "CREATE TABLE device_labels ("
+    "  device_id TEXT NOT NULL REFERENCES devices(id),"
+    "  key TEXT NOT NULL CHECK (length(key) BETWEEN 1 AND 63),"
+    "  value TEXT NOT NULL CHECK (length(value) BETWEEN 1 AND 63),"
+    "  PRIMARY KEY (device_id, key)) WITHOUT ROWID;"
+    "ALTER TABLE jobs ADD COLUMN queue_expires INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN where_labels TEXT;"
+    "CREATE INDEX jobs_queued ON jobs (created) WHERE state = 'queued';",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,

@@ -56,17 +56,18 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 1 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 2 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
-#define SERVER_DB_NAME_MAX 64                  /* bytes of a user or device name */
-#define SERVER_DB_PLATFORM_MAX 16              /* bytes of a platform name */
-#define SERVER_DB_CODE_MAX 64                  /* bytes of an error code string */
-#define SERVER_DB_FACTS_MAX (16 * 1024)        /* bytes of a device's facts JSON */
-#define SERVER_DB_ARGS_MAX (64 * 1024)         /* bytes of a job's args JSON */
-#define SERVER_DB_RESULT_MAX (4 * 1024 * 1024) /* bytes of a job's result JSON */
-#define SERVER_DB_PUBKEY_SIZE 32               /* X25519 static public key */
-#define SERVER_DB_HASH_SIZE 32                 /* package index hash (CPKG_HASH_SIZE) */
+#define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
+#define SERVER_DB_PLATFORM_MAX 16                /* bytes of a platform name */
+#define SERVER_DB_CODE_MAX 64                    /* bytes of an error code string */
+#define SERVER_DB_FACTS_MAX (16 * 1024)          /* bytes of a device's facts JSON */
+#define SERVER_DB_ARGS_MAX (64 * 1024)           /* bytes of a job's args JSON */
+#define SERVER_DB_RESULT_MAX (4 * 1024 * 1024)   /* bytes of a job's result JSON */
+#define SERVER_DB_PUBKEY_SIZE 32                 /* X25519 static public key */
+#define SERVER_DB_HASH_SIZE 32                   /* package index hash (CPKG_HASH_SIZE) */
+#define SERVER_DB_QUEUE_TTL_MAX (30 * 24 * 3600) /* seconds a job may wait for a device */
 
 /* Pairing codes (docs/OPERATIONS.md, "Server state"): 200 bits in Crockford
  * base32 (0-9 a-z without i l o u), 8 groups of 5 joined by '-':
@@ -183,6 +184,48 @@ int server_db_code_fail(struct server_db *db, const char *code_id, int *out_atte
 int server_db_code_consume(struct server_db *db, const char *code_id, int64_t *out_user_id,
                            struct cordon_diag *diag);
 
+/* --- labels --------------------------------------------------------------- */
+
+/* A device's labels, set by the operator (`device label`), and a job's
+ * constraints (`dispatch --where`), which every label of the job must match
+ * exactly. A label is KEY=VALUE: KEY 1..63 bytes of [a-z0-9._-] starting
+ * with a letter or digit, VALUE 1..63 bytes of [A-Za-z0-9._-]. At most
+ * SERVER_DB_LABELS_MAX per device and per job; keys are unique. */
+#define SERVER_DB_LABEL_MAX 63
+#define SERVER_DB_LABELS_MAX 32
+
+struct server_db_label {
+  char key[SERVER_DB_LABEL_MAX + 1];
+  char value[SERVER_DB_LABEL_MAX + 1];
+};
+
+struct server_db_labels {
+  struct server_db_label items[SERVER_DB_LABELS_MAX]; /* sorted by key */
+  size_t count;
+};
+
+/* Pure: whether key is a label key. */
+bool server_db_label_key_valid(const char *key);
+/* Pure: parse "KEY=VALUE". -EINVAL with a one-line diag naming the text. */
+int server_db_label_parse(const char *text, struct server_db_label *out_label,
+                          struct cordon_diag *diag);
+/* Pure: add or replace label in labels, kept sorted. -EINVAL when it is not
+ * valid, CORDON_E_LIMIT when labels is full. */
+int server_db_labels_put(struct server_db_labels *labels, const struct server_db_label *label,
+                         struct cordon_diag *diag);
+/* Pure: the value of key, NULL when absent. */
+const char *server_db_labels_get(const struct server_db_labels *labels, const char *key);
+/* Pure: every label of want is in have with the same value (true when want
+ * is empty). out_missing (may be NULL) is the first label of want that is
+ * not, when there is one. */
+bool server_db_labels_match(const struct server_db_labels *have,
+                            const struct server_db_labels *want,
+                            const struct server_db_label **out_missing);
+/* {"key": "value", ...}, a new reference (NULL when out of memory). */
+json_t *server_db_labels_to_json(const struct server_db_labels *labels);
+/* "k=v,k=v" (or "" when empty), cut to fit size. */
+void server_db_labels_format(const struct server_db_labels *labels, char *buf, size_t size);
+
 /* --- devices -------------------------------------------------------------- */
 
 enum server_db_device_state {
@@ -218,6 +261,7 @@ struct server_db_device {
   bool online;
   int64_t last_seen; /* 0 = never */
   int64_t created;
+  struct server_db_labels labels;
 };
 
 struct server_db_device_list {
@@ -269,6 +313,15 @@ int server_db_device_set_all_offline(struct server_db *db, struct cordon_diag *d
  * must also close the device's live session (the database alone cannot). */
 int server_db_device_revoke(struct server_db *db, const char *id, struct cordon_diag *diag);
 
+/* Set the labels of `set` (adding or replacing) and remove the keys of
+ * `remove` (a key that is not there is no error), in one transaction.
+ * -ENOENT for an unknown device, -EINVAL for a label or key that is not
+ * valid, CORDON_E_LIMIT when the device would have more than
+ * SERVER_DB_LABELS_MAX labels. out_labels (may be NULL): the labels after. */
+int server_db_device_label(struct server_db *db, const char *id, const struct server_db_label *set,
+                           size_t n_set, const char *const *remove, size_t n_remove,
+                           struct server_db_labels *out_labels, struct cordon_diag *diag);
+
 /* user_id 0 = all users; ordered by owner, then name. */
 int server_db_device_list(struct server_db *db, int64_t user_id,
                           struct server_db_device_list *out_list, struct cordon_diag *diag);
@@ -293,12 +346,19 @@ bool server_db_job_state_is_final(enum server_db_job_state s);
 /* Whether from -> to is an edge of the graph above. */
 bool server_db_job_transition_is_legal(enum server_db_job_state from, enum server_db_job_state to);
 
+/* A job waits in the queue when queue_expires is not 0: it stays `queued`
+ * until server_db_job_send gives it to a device (its own device_id when one
+ * was named, else any device of the user whose labels match `where`), or
+ * until queue_expires passes. A queued job with queue_expires 0 is being
+ * dispatched right now; its deadline decides it. */
 struct server_db_job_new {
   int64_t user_id;
-  const char *device_id;       /* NULL when no device was chosen */
-  const uint8_t *package_hash; /* SERVER_DB_HASH_SIZE bytes */
-  const char *args_json;       /* a JSON array; NULL = [] */
-  int64_t deadline;            /* absolute; 0 = none */
+  const char *device_id;                /* NULL when no device was chosen or named */
+  const uint8_t *package_hash;          /* SERVER_DB_HASH_SIZE bytes */
+  const char *args_json;                /* a JSON array; NULL = [] */
+  int64_t deadline;                     /* absolute; 0 = none */
+  int64_t queue_expires;                /* absolute; 0 = not queued */
+  const struct server_db_labels *where; /* NULL or empty: no constraint */
 };
 
 struct server_db_job {
@@ -312,6 +372,8 @@ struct server_db_job {
   char error[SERVER_DB_CODE_MAX + 1]; /* stable error code, "" when none */
   char *result_json;                  /* heap, NULL until a result was recorded */
   int64_t created, updated, deadline;
+  int64_t queue_expires;         /* 0 = never waited in the queue */
+  struct server_db_labels where; /* the constraints its device must meet */
 };
 
 struct server_db_job_list {
@@ -333,6 +395,13 @@ int server_db_job_transition(struct server_db *db, const char *id, enum server_d
                              enum server_db_job_state to, const char *error_code,
                              struct cordon_diag *diag);
 
+/* A queued job goes to device_id: queued -> sent in one conditional UPDATE
+ * that also sets the job's device and deadline. -ESTALE when the job is no
+ * longer queued (cancelled, expired meanwhile), -EPERM when it waits for
+ * another device, -ENOENT when unknown. */
+int server_db_job_send(struct server_db *db, const char *id, const char *device_id,
+                       int64_t deadline, struct cordon_diag *diag);
+
 /* Record the §5 result of a job, once per job id, from device_id (the job's
  * device; another device gets -ENOENT). result_json must be a JSON object.
  * One UPDATE: the result is stored and, if the job is sent or running, it
@@ -350,8 +419,9 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
                       struct cordon_diag *diag);
 /* The job as one JSON object, the shape `cordon-server job ID --json` prints
  * and a dispatch --wait reply carries: {"id", "user", "device" (null when
- * none), "state", "result" (the stored result object, null when none or
- * unreadable)}. New reference; NULL when out of memory. */
+ * none), "state", "error" (the stable code, null when none), "result" (the
+ * stored result object, null when none or unreadable)}. New reference;
+ * NULL when out of memory. */
 json_t *server_db_job_to_json(const struct server_db_job *job);
 /* Its "result" alone: a new reference, JSON null when there is none. */
 json_t *server_db_job_result_to_json(const struct server_db_job *job);
@@ -365,6 +435,12 @@ int server_db_job_list_active_on_device(struct server_db *db, const char *device
 /* Non-final jobs whose deadline (non-zero) is <= now, oldest first. */
 int server_db_job_list_overdue(struct server_db *db, struct server_db_job_list *out_list,
                                struct cordon_diag *diag);
+/* Jobs waiting in the queue (state queued, queue_expires set), oldest first. */
+int server_db_job_list_queued(struct server_db *db, struct server_db_job_list *out_list,
+                              struct cordon_diag *diag);
+/* Those of them whose queue_expires is <= now, oldest first. */
+int server_db_job_list_queue_expired(struct server_db *db, struct server_db_job_list *out_list,
+                                     struct cordon_diag *diag);
 /* Number of sent or running jobs on a device (its concurrency in use). */
 int server_db_job_count_in_flight(struct server_db *db, const char *device_id, size_t *out_count,
                                   struct cordon_diag *diag);

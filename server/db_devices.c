@@ -98,6 +98,7 @@ static int read_device(sqlite3_stmt *st, struct server_db_device *d) {
   d->online = sqlite3_column_int(st, 11) != 0;
   d->last_seen = sqlite3_column_int64(st, 12);
   d->created = sqlite3_column_int64(st, 13);
+  db_labels_from_json((const char *)sqlite3_column_text(st, 14), &d->labels);
   return db_col_dup(st, 8, &d->facts_json);
 }
 

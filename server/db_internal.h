@@ -8,12 +8,16 @@
  *   db_pair_codes.c  pairing codes (mint, lookup, fail, consume)
  *   db_devices.c     devices, and pairing completion (code + device in one
  *                    transaction, through db_code_consume)
- *   db_jobs.c        jobs: the state graph, transitions, results, lists
+ *   db_labels.c      device labels (the device_labels table) and the pure
+ *                    label helpers dispatch constraints share
+ *   db_jobs.c        jobs: the state graph, transitions, the queue, results,
+ *                    lists
  *
  * Calls go one way: every table file calls db.c; db_devices.c also calls
  * db_pair_codes.c (consuming the code), which calls db_users.c (the user a
- * code is minted for). Nothing calls back. Every statement is prepared once per handle from
- * DB_STATEMENTS; user data is only ever bound, never spliced into SQL. */
+ * code is minted for); db_devices.c and db_jobs.c call db_labels.c (labels
+ * from and to their JSON text). Nothing calls back. Every statement is prepared once per handle
+ * from DB_STATEMENTS; user data is only ever bound, never spliced into SQL. */
 #ifndef CORDON_SERVER_DB_INTERNAL_H
 #define CORDON_SERVER_DB_INTERNAL_H
 
@@ -30,11 +34,13 @@
  * in their order. */
 #define DEVICE_COLUMNS                                                                             \
   "d.id, d.user_id, u.name, d.name, d.platform, d.public_key, d.best_level,"                       \
-  " d.downgrade_reason, d.facts, d.max_jobs, d.state, d.online, d.last_seen, d.created"            \
+  " d.downgrade_reason, d.facts, d.max_jobs, d.state, d.online, d.last_seen, d.created,"           \
+  " (SELECT json_group_object(l.key, l.value) FROM device_labels l WHERE l.device_id = d.id)"      \
   " FROM devices d JOIN users u ON u.id = d.user_id"
 #define JOB_COLUMNS                                                                                \
   "j.id, j.user_id, u.name, j.device_id, j.package_hash, j.args, j.state, j.error, j.result,"      \
-  " j.created, j.updated, j.deadline FROM jobs j JOIN users u ON u.id = j.user_id"
+  " j.created, j.updated, j.deadline, j.queue_expires, j.where_labels"                             \
+  " FROM jobs j JOIN users u ON u.id = j.user_id"
 
 /* transactions and the schema version (db.c) */
 #define DB_TX_STATEMENTS(X)                                                                        \
@@ -88,10 +94,21 @@
   X(DEVICE_REVOKE, "UPDATE devices SET state = 'revoked', online = 0"                              \
                    " WHERE id = ?1 AND state = 'active'")
 
+/* device labels (db_labels.c) */
+#define DB_LABEL_STATEMENTS(X)                                                                     \
+  X(LABEL_SET, "INSERT INTO device_labels (device_id, key, value) VALUES (?1, ?2, ?3)"             \
+               " ON CONFLICT (device_id, key) DO UPDATE SET value = excluded.value")               \
+  X(LABEL_REMOVE, "DELETE FROM device_labels WHERE device_id = ?1 AND key = ?2")                   \
+  X(LABEL_COUNT, "SELECT count(*) FROM device_labels WHERE device_id = ?1")                        \
+  X(LABEL_LIST, "SELECT json_group_object(key, value) FROM device_labels WHERE device_id = ?1")
+
 /* jobs (db_jobs.c) */
 #define DB_JOB_STATEMENTS(X)                                                                       \
   X(JOB_ADD, "INSERT INTO jobs (id, user_id, device_id, package_hash, args, state, created,"       \
-             " updated, deadline) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6, ?7)")              \
+             " updated, deadline, queue_expires, where_labels)"                                    \
+             " VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6, ?7, ?8, ?9)")                         \
+  X(JOB_SEND, "UPDATE jobs SET state = 'sent', device_id = ?2, deadline = ?3, updated = ?4"        \
+              " WHERE id = ?1 AND state = 'queued' AND (device_id IS NULL OR device_id = ?2)")     \
   X(JOB_TRANSITION, "UPDATE jobs SET state = ?3, error = coalesce(?4, error), updated = ?5"        \
                     " WHERE id = ?1 AND state = ?2")                                               \
   X(JOB_RECORD_RESULT,                                                                             \
@@ -108,6 +125,11 @@
                                " AND j.state IN " DB_LIVE_STATES " ORDER BY j.created, j.rowid")   \
   X(JOB_LIST_OVERDUE, "SELECT " JOB_COLUMNS " WHERE j.deadline <> 0 AND j.deadline <= ?1"          \
                       " AND j.state IN " DB_LIVE_STATES " ORDER BY j.created, j.rowid")            \
+  X(JOB_LIST_QUEUED, "SELECT " JOB_COLUMNS " WHERE j.state = 'queued' AND j.queue_expires <> 0"    \
+                     " ORDER BY j.created, j.rowid")                                               \
+  X(JOB_LIST_QUEUE_EXPIRED, "SELECT " JOB_COLUMNS " WHERE j.state = 'queued'"                      \
+                            " AND j.queue_expires <> 0 AND j.queue_expires <= ?1"                  \
+                            " ORDER BY j.created, j.rowid")                                        \
   X(JOB_COUNT_IN_FLIGHT, "SELECT count(*) FROM jobs WHERE device_id = ?1"                          \
                          " AND state IN ('sent','running')")
 
@@ -116,6 +138,7 @@
   DB_USER_STATEMENTS(X)                                                                            \
   DB_CODE_STATEMENTS(X)                                                                            \
   DB_DEVICE_STATEMENTS(X)                                                                          \
+  DB_LABEL_STATEMENTS(X)                                                                           \
   DB_JOB_STATEMENTS(X)
 
 enum db_stmt {
@@ -182,6 +205,13 @@ bool db_valid_json(const char *s, size_t max, bool want_object);
 void db_new_id(char out[CORDON_ID_HEX_SIZE]);
 
 /* --- across tables -------------------------------------------------------- */
+
+/* db_labels.c: labels from their JSON object text ({"k": "v", ...}); NULL
+ * or text that is not such an object gives no labels. */
+void db_labels_from_json(const char *text, struct server_db_labels *out);
+/* The labels as compact JSON object text (heap), NULL for none or when out
+ * of memory (*out_err -ENOMEM then). */
+char *db_labels_dump(const struct server_db_labels *labels, int *out_err);
 
 /* db_pair_codes.c: the consuming UPDATE of server_db_code_consume, inside or
  * outside a transaction (server_db_pair_complete runs it inside one). */

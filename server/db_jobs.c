@@ -1,5 +1,6 @@
-/* Jobs (server/db.h): the state graph, conditional transitions, results
- * recorded exactly once, and the lists the daemon and the commands read. */
+/* Jobs (server/db.h): the state graph, conditional transitions, the queue
+ * (jobs that wait for a device), results recorded exactly once, and the
+ * lists the daemon and the commands read. */
 #include "server/db.h"
 
 #include <errno.h>
@@ -72,6 +73,8 @@ static int read_job(sqlite3_stmt *st, struct server_db_job *j) {
   j->created = sqlite3_column_int64(st, 9);
   j->updated = sqlite3_column_int64(st, 10);
   j->deadline = sqlite3_column_int64(st, 11);
+  j->queue_expires = sqlite3_column_int64(st, 12);
+  db_labels_from_json((const char *)sqlite3_column_text(st, 13), &j->where);
   if (db_col_dup(st, 5, &j->args_json) < 0 || db_col_dup(st, 8, &j->result_json) < 0)
     return -ENOMEM;
   if (!j->args_json && !(j->args_json = strdup("[]")))
@@ -107,14 +110,22 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   if (job->args_json && !db_valid_json(job->args_json, SERVER_DB_ARGS_MAX, false))
     return cordon_diag_set(diag, -EINVAL, "job args must be a JSON array of at most %d bytes",
                            SERVER_DB_ARGS_MAX);
-  if (job->deadline < 0)
+  if (job->deadline < 0 || job->queue_expires < 0)
     return cordon_diag_set(diag, -EINVAL, "negative deadline");
+  for (size_t i = 0; job->where && i < job->where->count; i++)
+    if (!server_db_label_key_valid(job->where->items[i].key))
+      return cordon_diag_set(diag, -EINVAL, "bad label key in the job's constraints");
   char id[CORDON_ID_HEX_SIZE];
   db_new_id(id);
-  sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_JOB_ADD, &st, diag);
+  int err = 0;
+  char *where = db_labels_dump(job->where, &err);
   if (err)
+    return cordon_diag_set(diag, err, "out of memory");
+  sqlite3_stmt *st = NULL;
+  if ((err = db_stmt(db, Q_JOB_ADD, &st, diag))) {
+    free(where);
     return err;
+  }
   int rc = SQLITE_OK;
   db_bind_text(st, 1, id, &rc);
   db_bind_int(st, 2, job->user_id, &rc);
@@ -123,6 +134,9 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   db_bind_text(st, 5, job->args_json ? job->args_json : "[]", &rc);
   db_bind_int(st, 6, server_db_now(db), &rc);
   db_bind_int(st, 7, job->deadline, &rc);
+  db_bind_int(st, 8, job->queue_expires, &rc);
+  db_bind_text(st, 9, where, &rc);
+  free(where);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
@@ -199,6 +213,46 @@ int server_db_job_transition(struct server_db *db, const char *id, enum server_d
     return err;
   return cordon_diag_set(diag, -ESTALE, "job %s is %s, not %s", id,
                          server_db_job_state_name(now_state), server_db_job_state_name(from));
+}
+
+int server_db_job_send(struct server_db *db, const char *id, const char *device_id,
+                       int64_t deadline, struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no such job");
+  if (!cordon_id_hex_valid(device_id))
+    return cordon_diag_set(diag, -ENOENT, "no such device");
+  if (deadline < 0)
+    return cordon_diag_set(diag, -EINVAL, "negative deadline");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_SEND, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_text(st, 2, device_id, &rc);
+  db_bind_int(st, 3, deadline, &rc);
+  db_bind_int(st, 4, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc != SQLITE_DONE)
+    err = db_map_rc(db->h, rc) == -ENOENT
+              ? cordon_diag_set(diag, -ENOENT, "no device '%s'", device_id)
+              : db_fail(db, rc, "send job", diag);
+  db_done(st);
+  if (err)
+    return err;
+  if (sqlite3_changes(db->h) == 1)
+    return 0;
+  enum server_db_job_state s;
+  char dev[CORDON_ID_HEX_SIZE];
+  bool has_result;
+  if ((err = job_peek(db, id, &s, dev, &has_result, diag)))
+    return err;
+  if (s != SERVER_DB_JOB_QUEUED)
+    return cordon_diag_set(diag, -ESTALE, "job %s is %s, not queued", id,
+                           server_db_job_state_name(s));
+  return cordon_diag_set(diag, -EPERM, "job %s waits for device %s", id, dev);
 }
 
 int server_db_job_record_result(struct server_db *db, const char *id, const char *device_id,
@@ -300,10 +354,10 @@ json_t *server_db_job_result_to_json(const struct server_db_job *job) {
 }
 
 json_t *server_db_job_to_json(const struct server_db_job *job) {
-  return json_pack("{s:s, s:s, s:s?, s:s, s:o}", "id", job->id, "user", job->user, "device",
+  return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:o}", "id", job->id, "user", job->user, "device",
                    job->device_id[0] ? job->device_id : NULL, "state",
-                   server_db_job_state_name(job->state), "result",
-                   server_db_job_result_to_json(job));
+                   server_db_job_state_name(job->state), "error", job->error[0] ? job->error : NULL,
+                   "result", server_db_job_result_to_json(job));
 }
 
 /* Collect the rows of a bound job query. */
@@ -360,17 +414,34 @@ int server_db_job_list_active_on_device(struct server_db *db, const char *device
   return job_collect(db, st, out_list, diag);
 }
 
-int server_db_job_list_overdue(struct server_db *db, struct server_db_job_list *out_list,
-                               struct cordon_diag *diag) {
+/* The jobs of a list statement whose ?1, when bind_now, is the clock. */
+static int job_list_by(struct server_db *db, enum db_stmt q, bool bind_now,
+                       struct server_db_job_list *out_list, struct cordon_diag *diag) {
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_JOB_LIST_OVERDUE, &st, diag);
+  int err = db_stmt(db, q, &st, diag);
   if (err)
     return err;
   int rc = SQLITE_OK;
-  db_bind_int(st, 1, server_db_now(db), &rc);
+  if (bind_now)
+    db_bind_int(st, 1, server_db_now(db), &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return job_collect(db, st, out_list, diag);
+}
+
+int server_db_job_list_overdue(struct server_db *db, struct server_db_job_list *out_list,
+                               struct cordon_diag *diag) {
+  return job_list_by(db, Q_JOB_LIST_OVERDUE, true, out_list, diag);
+}
+
+int server_db_job_list_queued(struct server_db *db, struct server_db_job_list *out_list,
+                              struct cordon_diag *diag) {
+  return job_list_by(db, Q_JOB_LIST_QUEUED, false, out_list, diag);
+}
+
+int server_db_job_list_queue_expired(struct server_db *db, struct server_db_job_list *out_list,
+                                     struct cordon_diag *diag) {
+  return job_list_by(db, Q_JOB_LIST_QUEUE_EXPIRED, true, out_list, diag);
 }
 
 int server_db_job_count_in_flight(struct server_db *db, const char *device_id, size_t *out_count,

@@ -1,11 +1,13 @@
-/* Jobs in the daemon (server/jobs.h): choosing a device, tickets,
- * streaming the package in chunks, results recorded exactly once, cancel,
- * expiry. */
+/* Jobs in the daemon (server/jobs.h): choosing a device, the queue,
+ * tickets, streaming the package in chunks, results recorded exactly once,
+ * cancel, expiry, and the admin requests that wait for a job. */
 #include "server/jobs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/file.h"
 #include "core/id.h"
 #include "core/log.h"
 #include "core/manifest.h"
@@ -24,125 +27,56 @@
 #define JOB_CHUNK (60u << 10)
 #define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
 #define JOB_TICKET_TTL_S 600
+#define JOB_TICK_MS 1000
 
+/* An admin connection waiting for a job to be over. */
 struct waiter {
   struct admin_conn *conn;
+  char id[CORDON_ID_HEX_SIZE];
   struct waiter *next;
+};
+
+/* A job whose package is being streamed to its device. */
+struct sending {
+  struct jobs *owner;
+  char id[CORDON_ID_HEX_SIZE];
+  uint8_t raw_id[CORDON_ID_LEN];
+  struct session *session;
+  int fd;
+  uint64_t size, sent;
+  char queued_path[PATH_MAX]; /* "" or its copy in STATE/queue, removed with it */
+  uv_timer_t pump;
+  struct sending *next;
 };
 
 struct jobs {
   uv_loop_t *loop;
   struct server_db *db;
   struct sessions *sessions;
+  char queue_dir[3072]; /* short enough for QUEUE/<name> in PATH_MAX */
   const uint8_t *ticket_sk, *publisher_pk;
-  unsigned grace_s;
-  uv_timer_t expiry;
-  bool started;
-  struct live_job *list;
-};
-
-/* A job the daemon is sending or waiting for. */
-struct live_job {
-  struct jobs *owner;
-  char id[CORDON_ID_HEX_SIZE];
-  uint8_t raw_id[CORDON_ID_LEN];
-  char device_id[CORDON_ID_HEX_SIZE];
-  struct session *session; /* while it is being sent */
-  int fd;                  /* the package, while sending */
-  uint64_t size, sent;
-  uv_timer_t pump;
+  unsigned grace_s, queue_ttl_s;
+  uv_timer_t tick;
+  bool started, closing;
+  struct sending *sends;
   struct waiter *waiters;
-  struct live_job *next;
 };
 
-static void job_unlink(struct live_job *j) {
-  for (struct live_job **pp = &j->owner->list; *pp; pp = &(*pp)->next)
-    if (*pp == j) {
-      *pp = j->next;
-      break;
-    }
-}
+/* ---- the package ---- */
 
-static void job_pump_closed(uv_handle_t *h) {
-  free(h->data);
-}
+struct pkg {
+  int fd;
+  struct manifest *m;
+  uint8_t hash[CPKG_HASH_SIZE];
+  uint64_t size;
+};
 
-static void job_free(struct live_job *j) {
-  job_unlink(j);
-  if (j->fd >= 0)
-    close(j->fd);
-  for (struct waiter *w = j->waiters, *n; w; w = n) {
-    n = w->next;
-    admin_conn_reply(w->conn, admin_reply_error(CORDON_E_INTERNAL, "the server is shutting down"));
-    free(w);
-  }
-  uv_close((uv_handle_t *)&j->pump, job_pump_closed);
-}
-
-static struct live_job *job_find(struct jobs *js, const char *id) {
-  for (struct live_job *j = js->list; j; j = j->next)
-    if (strcmp(j->id, id) == 0)
-      return j;
-  return NULL;
-}
-
-static json_t *job_json(struct jobs *js, const char *id) {
-  struct server_db_job job;
-  if (server_db_job_get(js->db, id, &job, NULL) < 0)
-    return NULL;
-  json_t *o = server_db_job_to_json(&job);
-  server_db_job_release(&job);
-  return o;
-}
-
-/* Tell everyone waiting for j that it is over, then forget it. */
-static void job_finished(struct live_job *j) {
-  json_t *o = job_json(j->owner, j->id);
-  for (struct waiter *w = j->waiters, *n; w; w = n) {
-    n = w->next;
-    admin_conn_reply(w->conn, o ? json_pack("{s:b, s:O}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB, o)
-                                : admin_reply_error(CORDON_E_INTERNAL, "job lost"));
-    free(w);
-  }
-  j->waiters = NULL;
-  json_decref(o);
-  job_free(j);
-}
-
-static void pump(uv_timer_t *t) {
-  struct live_job *j = t->data;
-  struct session *s = j->session;
-  if (!s || s->state != SESSION_ACTIVE) {
-    uv_timer_stop(t);
-    return;
-  }
-  uint8_t buf[JOB_CHUNK];
-  while (j->sent < j->size && net_conn_queued(s->conn) < JOB_SEND_WINDOW) {
-    size_t want = j->size - j->sent < sizeof(buf) ? (size_t)(j->size - j->sent) : sizeof(buf);
-    ssize_t n = pread(j->fd, buf, want, (off_t)j->sent);
-    if (n <= 0) {
-      core_log("job %s: cannot read the package: %s", j->id, n < 0 ? strerror(errno) : "EOF");
-      session_goaway(s, MSG_GOAWAY_PROTOCOL, "package unreadable on the server");
-      uv_timer_stop(t);
-      return;
-    }
-    struct msg m = {.type = MSG_CHUNK};
-    memcpy(m.chunk.job_id, j->raw_id, CORDON_ID_LEN);
-    m.chunk.offset = j->sent;
-    m.chunk.data.data = buf;
-    m.chunk.data.len = (size_t)n;
-    if (session_send(s, &m) < 0) {
-      uv_timer_stop(t);
-      return;
-    }
-    j->sent += (uint64_t)n;
-  }
-  if (j->sent >= j->size) {
-    uv_timer_stop(t);
-    close(j->fd);
-    j->fd = -1;
-    j->session = NULL;
-  }
+static void pkg_release(struct pkg *p) {
+  if (p->fd >= 0)
+    close(p->fd);
+  p->fd = -1;
+  manifest_free(p->m);
+  p->m = NULL;
 }
 
 /* Read the package's signed index with the server's own publisher key. */
@@ -192,186 +126,652 @@ static int read_package(struct jobs *js, int fd, struct manifest **out_m,
   return r;
 }
 
-static unsigned platform_bit(const char *p) {
-  return manifest_platform_from_name(p);
-}
-
-/* Choose a device; on failure, reasons names why each candidate was not. */
-static int choose_device(struct jobs *js, int64_t user_id, const char *want,
-                         const struct manifest *m, char out_id[CORDON_ID_HEX_SIZE],
-                         json_t *reasons) {
-  struct server_db_device_list list;
-  int r = server_db_device_list(js->db, user_id, &list, NULL);
-  if (r < 0)
+static int pkg_open(struct jobs *js, const char *path, struct pkg *out, struct cordon_diag *diag) {
+  out->fd = -1;
+  out->m = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0)
+    return cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", path, strerror(errno));
+  int r = read_package(js, fd, &out->m, out->hash, &out->size, diag);
+  if (r < 0) {
+    close(fd);
     return r;
-  bool found = false, named = false;
-  for (size_t i = 0; i < list.count && !found; i++) {
-    struct server_db_device *dev = &list.items[i];
-    if (want && strcmp(want, dev->id) != 0)
-      continue;
-    named = true;
-    const char *why = NULL;
-    size_t in_flight = 0;
-    server_db_job_count_in_flight(js->db, dev->id, &in_flight, NULL);
-    if (dev->state != SERVER_DB_DEVICE_ACTIVE)
-      why = "revoked";
-    else if (!sessions_find(js->sessions, dev->id))
-      why = "offline";
-    else if (!(m->platforms & platform_bit(dev->platform)))
-      why = "platform not in the package's platforms";
-    else if (!dev->has_level || dev->best_level < m->min_sandbox)
-      why = "best sandbox level below min_sandbox";
-    else if (dev->max_jobs > 0 && in_flight >= (size_t)dev->max_jobs)
-      why = "at its concurrency limit";
-    if (why) {
-      json_array_append_new(reasons, json_pack("{s:s, s:s, s:s}", "device", dev->id, "name",
-                                               dev->name, "reason", why));
-    } else {
-      snprintf(out_id, CORDON_ID_HEX_SIZE, "%s", dev->id);
-      found = true;
-    }
   }
-  if (want && !named) /* another user's device is never named back */
-    json_array_append_new(
-        reasons, json_pack("{s:s, s:s}", "device", want, "reason", "no such device for this user"));
-  server_db_device_list_release(&list);
-  return found ? 0 : CORDON_E_NO_ELIGIBLE_DEVICE;
+  out->fd = fd;
+  return 0;
 }
 
-void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) {
-  const char *user = admin_request_string(req, ADMIN_ARG_USER);
-  const char *device = admin_request_string(req, ADMIN_ARG_DEVICE);
-  const char *path = admin_request_string(req, ADMIN_ARG_PACKAGE);
-  json_t *args = admin_request_get(req, ADMIN_ARG_ARGS);
-  bool wait = admin_request_flag(req, ADMIN_ARG_WAIT);
-  size_t n_args = args ? json_array_size(args) : 0;
-  if (n_args > MSG_ARGS_MAX) {
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "too many arguments"));
+static void queue_path(const struct jobs *js, const char *id, char out[PATH_MAX]) {
+  snprintf(out, PATH_MAX, "%s/%s.cpkg", js->queue_dir, id);
+}
+
+static void fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+}
+
+/* The package's first `size` bytes (what its device will get) into a new
+ * STATE/queue/tmp-<random>, fsynced. */
+static int queue_copy(struct jobs *js, int fd, uint64_t size, char out_tmp[PATH_MAX],
+                      struct cordon_diag *diag) {
+  uint8_t rnd[CORDON_ID_LEN];
+  char hex[CORDON_ID_HEX_SIZE];
+  cordon_id_random(rnd);
+  cordon_id_to_hex(rnd, hex);
+  snprintf(out_tmp, PATH_MAX, "%s/tmp-%s", js->queue_dir, hex);
+  int out = open(out_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (out < 0)
+    return cordon_diag_set(diag, -errno, "cannot queue the package: %s: %s", out_tmp,
+                           strerror(errno));
+  uint8_t buf[65536];
+  uint64_t off = 0;
+  int r = 0;
+  while (r == 0 && off < size) {
+    size_t want = size - off < sizeof(buf) ? (size_t)(size - off) : sizeof(buf);
+    ssize_t n = pread(fd, buf, want, (off_t)off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      r = n < 0 ? cordon_diag_set(diag, -errno, "cannot read the package: %s", strerror(errno))
+                : cordon_diag_set(diag, CORDON_E_PACKAGE_CORRUPT,
+                                  "the package is shorter than its index says");
+    else if ((r = core_write_all(out, buf, (size_t)n)) < 0)
+      cordon_diag_set(diag, r, "cannot queue the package: %s", strerror(-r));
+    else
+      off += (uint64_t)n;
+  }
+  if (r == 0 && fsync(out) < 0)
+    r = cordon_diag_set(diag, -errno, "cannot queue the package: %s", strerror(errno));
+  close(out);
+  if (r < 0)
+    unlink(out_tmp);
+  return r;
+}
+
+/* ---- waiting for a job ---- */
+
+/* Over: final, except a job cancelled on its device, whose result (with
+ * what the job printed) is still to come until its deadline. */
+static bool job_is_over(const struct server_db_job *job, int64_t now) {
+  if (!server_db_job_state_is_final(job->state))
+    return false;
+  return !(job->state == SERVER_DB_JOB_CANCELLED && !job->result_json && job->deadline != 0 &&
+           now < job->deadline);
+}
+
+static json_t *job_reply(const struct server_db_job *job) {
+  json_t *o = server_db_job_to_json(job);
+  return o ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB, o)
+           : admin_reply_error(-ENOMEM, "out of memory");
+}
+
+/* Answer those waiting for job id (NULL: for any job) whose job is over. */
+static void answer_waiters(struct jobs *js, const char *id) {
+  int64_t now = server_db_now(js->db);
+  for (struct waiter **pp = &js->waiters; *pp;) {
+    struct waiter *w = *pp;
+    if (id && strcmp(w->id, id) != 0) {
+      pp = &w->next;
+      continue;
+    }
+    struct server_db_job job;
+    int r = server_db_job_get(js->db, w->id, &job, NULL);
+    if (r == 0 && !job_is_over(&job, now)) {
+      server_db_job_release(&job);
+      pp = &w->next;
+      continue;
+    }
+    if (r < 0 && r != -ENOENT) { /* the database is busy: next tick */
+      pp = &w->next;
+      continue;
+    }
+    *pp = w->next;
+    admin_conn_reply(w->conn,
+                     r == 0 ? job_reply(&job) : admin_reply_error(CORDON_E_USAGE, "no such job"));
+    if (r == 0)
+      server_db_job_release(&job);
+    free(w);
+  }
+}
+
+static int add_waiter(struct jobs *js, struct admin_conn *c, const char *id) {
+  struct waiter *w = calloc(1, sizeof(*w));
+  if (!w)
+    return -ENOMEM;
+  w->conn = c;
+  snprintf(w->id, sizeof(w->id), "%s", id);
+  w->next = js->waiters;
+  js->waiters = w;
+  return 0;
+}
+
+/* ---- streaming a package ---- */
+
+static void sending_closed(uv_handle_t *h) {
+  free(h->data);
+}
+
+static void sending_free(struct sending *x) {
+  for (struct sending **pp = &x->owner->sends; *pp; pp = &(*pp)->next)
+    if (*pp == x) {
+      *pp = x->next;
+      break;
+    }
+  if (x->fd >= 0)
+    close(x->fd);
+  if (x->queued_path[0])
+    unlink(x->queued_path);
+  uv_close((uv_handle_t *)&x->pump, sending_closed);
+}
+
+static struct sending *sending_find(struct jobs *js, const char *id) {
+  for (struct sending *x = js->sends; x; x = x->next)
+    if (strcmp(x->id, id) == 0)
+      return x;
+  return NULL;
+}
+
+static void pump(uv_timer_t *t) {
+  struct sending *x = t->data;
+  struct session *s = x->session;
+  if (!s || s->state != SESSION_ACTIVE) {
+    uv_timer_stop(t);
     return;
   }
-  char **argv = calloc(n_args + 1, sizeof(char *));
-  if (!argv) {
-    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
-    return;
-  }
-  for (size_t i = 0; i < n_args; i++) {
-    const char *s = json_string_value(json_array_get(args, i));
-    if (!s || strlen(s) > MSG_ARG_MAX) {
-      free(argv);
-      admin_conn_reply(
-          c, admin_reply_error(CORDON_E_USAGE, "arguments must be strings of at most 4096 bytes"));
+  uint8_t buf[JOB_CHUNK];
+  while (x->sent < x->size && net_conn_queued(s->conn) < JOB_SEND_WINDOW) {
+    size_t want = x->size - x->sent < sizeof(buf) ? (size_t)(x->size - x->sent) : sizeof(buf);
+    ssize_t n = pread(x->fd, buf, want, (off_t)x->sent);
+    if (n <= 0) {
+      core_log("job %s: cannot read the package: %s", x->id, n < 0 ? strerror(errno) : "EOF");
+      session_goaway(s, MSG_GOAWAY_PROTOCOL, "package unreadable on the server");
+      uv_timer_stop(t);
       return;
     }
-    argv[i] = (char *)s;
+    struct msg m = {.type = MSG_CHUNK};
+    memcpy(m.chunk.job_id, x->raw_id, CORDON_ID_LEN);
+    m.chunk.offset = x->sent;
+    m.chunk.data.data = buf;
+    m.chunk.data.len = (size_t)n;
+    if (session_send(s, &m) < 0) {
+      uv_timer_stop(t);
+      return;
+    }
+    x->sent += (uint64_t)n;
   }
-  struct server_db_user u;
-  struct cordon_diag diag = {{0}};
-  struct manifest *m = NULL;
-  int fd = -1;
-  char msgbuf[600];
-  if (server_db_user_get_by_name(js->db, user, &u, NULL) < 0) {
-    snprintf(msgbuf, sizeof(msgbuf), "no user '%s'", user);
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, msgbuf));
-    goto out;
+  if (x->sent >= x->size) {
+    uv_timer_stop(t);
+    sending_free(x);
   }
-  fd = open(path, O_RDONLY | O_CLOEXEC);
-  uint8_t hash[CPKG_HASH_SIZE];
-  uint64_t size;
-  int r = fd < 0 ? cordon_diag_set(&diag, CORDON_E_USAGE, "%s: %s", path, strerror(errno))
-                 : read_package(js, fd, &m, hash, &size, &diag);
+}
+
+/* The job (queued in the database) goes to s: queued -> sent with its
+ * device and deadline committed first, then the ticket and the chunks. The
+ * package's fd is taken over. */
+static int send_job(struct jobs *js, const char *job_id, const char *user, struct session *s,
+                    struct pkg *p, char **argv, size_t n_args, int64_t deadline,
+                    const char *queued_path, struct cordon_diag *diag) {
+  struct sending *x = calloc(1, sizeof(*x));
+  if (!x)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  int r = server_db_job_send(js->db, job_id, s->device_id, deadline, diag);
   if (r < 0) {
-    admin_conn_reply(c, admin_reply_error(r, diag.msg[0] ? diag.msg : cordon_err_message(r)));
-    goto out;
+    free(x);
+    return r;
   }
-  json_t *reasons = json_array();
-  char dev_id[CORDON_ID_HEX_SIZE];
-  r = choose_device(js, u.id, device, m, dev_id, reasons);
-  if (r < 0) {
-    json_t *e = admin_reply_error(CORDON_E_NO_ELIGIBLE_DEVICE, "no device can run this job");
-    json_object_set_new(e, ADMIN_REPLY_CANDIDATES, reasons);
-    admin_conn_reply(c, e);
-    goto out;
-  }
-  json_decref(reasons);
-  /* the job, committed before anything is sent */
-  char *args_json = args ? json_dumps(args, JSON_COMPACT) : strdup("[]");
-  struct server_db_job_new nj = {
-      .user_id = u.id,
-      .device_id = dev_id,
-      .package_hash = hash,
-      .args_json = args_json,
-      .deadline = (int64_t)(core_wall_ms() / 1000) + m->timeout_s + js->grace_s,
-  };
-  char job_id[CORDON_ID_HEX_SIZE];
-  r = server_db_job_add(js->db, &nj, job_id, &diag);
-  free(args_json);
-  if (r == 0)
-    r = server_db_job_transition(js->db, job_id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL,
-                                 &diag);
-  if (r < 0) {
-    admin_conn_reply(c, admin_reply_error(r, diag.msg));
-    goto out;
-  }
-  struct session *s = sessions_find(js->sessions, dev_id);
-  struct live_job *j = calloc(1, sizeof(*j));
-  struct waiter *w = wait ? calloc(1, sizeof(*w)) : NULL;
-  if (!j || (wait && !w)) {
-    free(j);
-    free(w);
-    server_db_job_transition(js->db, job_id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_FAILED,
-                             "internal_error", NULL);
-    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
-    goto out;
-  }
-  j->owner = js;
-  j->fd = fd;
-  fd = -1;
-  j->size = size;
-  j->session = s;
-  snprintf(j->id, sizeof(j->id), "%s", job_id);
-  snprintf(j->device_id, sizeof(j->device_id), "%s", dev_id);
-  cordon_id_from_hex(job_id, j->raw_id);
-  uv_timer_init(js->loop, &j->pump);
-  j->pump.data = j;
-  j->next = js->list;
-  js->list = j;
+  x->owner = js;
+  x->fd = p->fd;
+  p->fd = -1;
+  x->size = p->size;
+  x->session = s;
+  snprintf(x->id, sizeof(x->id), "%s", job_id);
+  snprintf(x->queued_path, sizeof(x->queued_path), "%s", queued_path ? queued_path : "");
+  cordon_id_from_hex(job_id, x->raw_id);
+  uv_timer_init(js->loop, &x->pump);
+  x->pump.data = x;
+  x->next = js->sends;
+  js->sends = x;
 
   struct ticket t = {0};
-  memcpy(t.job_id, j->raw_id, CORDON_ID_LEN);
-  cordon_id_from_hex(dev_id, t.device_id);
+  memcpy(t.job_id, x->raw_id, CORDON_ID_LEN);
+  cordon_id_from_hex(s->device_id, t.device_id);
   ticket_user_tag(user, t.user_tag);
   memcpy(t.session_id, s->session_id, CORDON_ID_LEN);
-  memcpy(t.index_hash, hash, CPKG_HASH_SIZE);
+  memcpy(t.index_hash, p->hash, CPKG_HASH_SIZE);
   ticket_args_hash(argv, n_args, t.args_hash);
   t.issued_ms = core_wall_ms();
   t.expires_ms = t.issued_ms + JOB_TICKET_TTL_S * 1000ull;
   uint8_t body[TICKET_BODY_LEN];
   ticket_encode(&t, body);
   struct msg jm = {.type = MSG_JOB};
-  memcpy(jm.job.job_id, j->raw_id, CORDON_ID_LEN);
+  memcpy(jm.job.job_id, x->raw_id, CORDON_ID_LEN);
   jm.job.ticket.data = body;
   jm.job.ticket.len = sizeof(body);
   ticket_sign(body, js->ticket_sk, jm.job.ticket_sig);
-  memcpy(jm.job.pkg_hash, hash, CPKG_HASH_SIZE);
-  jm.job.pkg_size = size;
+  memcpy(jm.job.pkg_hash, p->hash, CPKG_HASH_SIZE);
+  jm.job.pkg_size = p->size;
   jm.job.args = argv;
   jm.job.n_args = n_args;
   session_send(s, &jm);
-  uv_timer_start(&j->pump, pump, 0, 2);
-  core_log("job %s sent to device %s (%s)", job_id, dev_id, user);
-  if (w) {
-    w->conn = c;
-    j->waiters = w;
+  uv_timer_start(&x->pump, pump, 0, 2);
+  core_log("job %s sent to device %s (%s)", job_id, s->device_id, user);
+  return 0;
+}
+
+/* ---- choosing a device ---- */
+
+struct cand {
+  const struct server_db_device *dev;
+  struct session *s;
+  size_t running;
+  unsigned max;  /* max_jobs, at least 1 */
+  bool fits;     /* active, platform, level, labels: it could take the job */
+  char why[256]; /* "" when it can take it now */
+};
+
+struct choice {
+  struct server_db_device_list list;
+  struct cand *c;
+  size_t n;
+  long best;     /* index into c of the device to take, -1 for none now */
+  bool any_fits; /* one would fit once online or less busy */
+  bool named;    /* the device asked for is one of the user's */
+};
+
+static void choice_release(struct choice *ch) {
+  free(ch->c);
+  ch->c = NULL;
+  server_db_device_list_release(&ch->list);
+}
+
+/* a takes the job before b: less loaded (running / max_jobs), then seen more
+ * recently. */
+static bool cand_better(const struct cand *a, const struct cand *b) {
+  uint64_t la = (uint64_t)a->running * b->max, lb = (uint64_t)b->running * a->max;
+  if (la != lb)
+    return la < lb;
+  return a->dev->last_seen > b->dev->last_seen;
+}
+
+/* Evaluate the user's devices (or only want) for a job of manifest m (NULL:
+ * skip the platform and level checks) whose device must have the labels of
+ * where. */
+static int choose(struct jobs *js, int64_t user_id, const char *want, const struct manifest *m,
+                  const struct server_db_labels *where, struct choice *out) {
+  memset(out, 0, sizeof(*out));
+  out->best = -1;
+  int r = server_db_device_list(js->db, user_id, &out->list, NULL);
+  if (r < 0)
+    return r;
+  out->c = calloc(out->list.count ? out->list.count : 1, sizeof(*out->c));
+  if (!out->c) {
+    server_db_device_list_release(&out->list);
+    return -ENOMEM;
+  }
+  for (size_t i = 0; i < out->list.count; i++) {
+    const struct server_db_device *dev = &out->list.items[i];
+    if (want && strcmp(want, dev->id) != 0)
+      continue;
+    out->named = true;
+    struct cand *c = &out->c[out->n++];
+    c->dev = dev;
+    c->s = sessions_find(js->sessions, dev->id);
+    server_db_job_count_in_flight(js->db, dev->id, &c->running, NULL);
+    c->max = dev->max_jobs > 0 ? (unsigned)dev->max_jobs : 1;
+    const struct server_db_label *miss = NULL;
+    if (dev->state != SERVER_DB_DEVICE_ACTIVE) {
+      snprintf(c->why, sizeof(c->why), "revoked");
+    } else if (m && !(m->platforms & manifest_platform_from_name(dev->platform))) {
+      snprintf(c->why, sizeof(c->why), "platform not in the package's platforms");
+    } else if (m && (!dev->has_level || dev->best_level < m->min_sandbox)) {
+      snprintf(c->why, sizeof(c->why), "best sandbox level below min_sandbox");
+    } else if (!server_db_labels_match(&dev->labels, where, &miss)) {
+      const char *have = server_db_labels_get(&dev->labels, miss->key);
+      snprintf(c->why, sizeof(c->why), "label %s=%s wanted, it has %s%s%s", miss->key, miss->value,
+               have ? miss->key : "none", have ? "=" : "", have ? have : "");
+    } else {
+      c->fits = true;
+      out->any_fits = true;
+      if (!c->s)
+        snprintf(c->why, sizeof(c->why), "offline");
+      else if (c->running >= c->max)
+        snprintf(c->why, sizeof(c->why), "at its concurrency limit (%zu of %u running)", c->running,
+                 c->max);
+    }
+    if (!c->why[0] && (out->best < 0 || cand_better(c, &out->c[out->best])))
+      out->best = (long)(c - out->c);
+  }
+  return 0;
+}
+
+static const char *choice_decision(const struct choice *ch, bool no_queue) {
+  return ch->best >= 0 ? "send" : ch->any_fits && !no_queue ? "queue" : "refuse";
+}
+
+/* Why no device can take it: {"device", "name", "reason"} each. */
+static json_t *choice_reasons(const struct choice *ch, const char *want) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < ch->n; i++)
+    json_array_append_new(a, json_pack("{s:s, s:s, s:s}", "device", ch->c[i].dev->id, "name",
+                                       ch->c[i].dev->name, "reason", ch->c[i].why));
+  if (a && want && !ch->named) /* another user's device is never named back */
+    json_array_append_new(
+        a, json_pack("{s:s, s:s}", "device", want, "reason", "no such device for this user"));
+  return a;
+}
+
+static json_t *explain_reply(const struct choice *ch, const char *want, bool no_queue) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < ch->n; i++) {
+    const struct cand *c = &ch->c[i];
+    json_array_append_new(
+        a, json_pack("{s:s, s:s, s:b, s:I, s:i, s:I, s:o, s:s?, s:b}", "device", c->dev->id, "name",
+                     c->dev->name, "online", c->s != NULL, "running", (json_int_t)c->running,
+                     "max_jobs", c->dev->max_jobs, "last_seen", (json_int_t)c->dev->last_seen,
+                     "labels", server_db_labels_to_json(&c->dev->labels), "reason",
+                     c->why[0] ? c->why : NULL, "chosen", (long)i == ch->best));
+  }
+  if (a && want && !ch->named)
+    json_array_append_new(a, json_pack("{s:s, s:s, s:b}", "device", want, "reason",
+                                       "no such device for this user", "chosen", 0));
+  const char *decision = choice_decision(ch, no_queue);
+  const char *dev = ch->best >= 0                                     ? ch->c[ch->best].dev->id
+                    : strcmp(decision, "queue") == 0 && want && ch->n ? ch->c[0].dev->id
+                                                                      : NULL;
+  return json_pack("{s:b, s:s, s:s?, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DECISION, decision,
+                   ADMIN_REPLY_DEVICE, dev, ADMIN_REPLY_CANDIDATES, a ? a : json_array());
+}
+
+/* ---- dispatch ---- */
+
+/* The args of a request or of a stored job: strings (borrowed from args). */
+static int args_to_argv(const json_t *args, char ***out_argv, size_t *out_n,
+                        struct cordon_diag *diag) {
+  size_t n = args ? json_array_size(args) : 0;
+  if (n > MSG_ARGS_MAX)
+    return cordon_diag_set(diag, CORDON_E_USAGE, "too many arguments");
+  char **argv = calloc(n + 1, sizeof(char *));
+  if (!argv)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    const char *s = json_string_value(json_array_get(args, i));
+    if (!s || strlen(s) > MSG_ARG_MAX) {
+      free(argv);
+      return cordon_diag_set(diag, CORDON_E_USAGE,
+                             "arguments must be strings of at most 4096 bytes");
+    }
+    argv[i] = (char *)s;
+  }
+  *out_argv = argv;
+  *out_n = n;
+  return 0;
+}
+
+static int where_parse(const json_t *where, struct server_db_labels *out,
+                       struct cordon_diag *diag) {
+  memset(out, 0, sizeof(*out));
+  size_t i;
+  json_t *v;
+  json_array_foreach(where, i, v) {
+    struct server_db_label l;
+    const char *text = json_string_value(v);
+    if (!text)
+      return cordon_diag_set(diag, CORDON_E_USAGE, "where: labels are KEY=VALUE strings");
+    int r = server_db_label_parse(text, &l, diag);
+    if (r < 0)
+      return cordon_diag_set(diag, CORDON_E_USAGE, "%s", diag->msg);
+    if (server_db_labels_get(out, l.key))
+      return cordon_diag_set(diag, CORDON_E_USAGE, "where: label %s given twice", l.key);
+    if ((r = server_db_labels_put(out, &l, diag)) < 0)
+      return cordon_diag_set(diag, CORDON_E_USAGE, "%s", diag->msg);
+  }
+  return 0;
+}
+
+/* Reply now, or register the waiter of a dispatch --wait. */
+static void dispatch_answer(struct jobs *js, struct admin_conn *c, bool wait, const char *job_id,
+                            json_t *reply) {
+  if (wait && add_waiter(js, c, job_id) == 0) {
+    json_decref(reply);
+    answer_waiters(js, job_id);
+    return;
+  }
+  admin_conn_reply(c, reply);
+}
+
+struct dispatch_req {
+  const char *user;
+  int64_t user_id;
+  char **argv;
+  size_t n_args;
+  const json_t *args;
+  struct server_db_labels where;
+  bool wait;
+  long long ttl;
+};
+
+static void dispatch_now(struct jobs *js, struct admin_conn *c, const struct dispatch_req *d,
+                         struct pkg *p, struct cand *to) {
+  char *args_json = d->args ? json_dumps(d->args, JSON_COMPACT) : strdup("[]");
+  int64_t deadline = server_db_now(js->db) + p->m->timeout_s + js->grace_s;
+  struct server_db_job_new nj = {
+      .user_id = d->user_id,
+      .device_id = to->dev->id,
+      .package_hash = p->hash,
+      .args_json = args_json,
+      .deadline = deadline,
+      .where = &d->where,
+  };
+  char job_id[CORDON_ID_HEX_SIZE];
+  struct cordon_diag diag = {{0}};
+  int r = server_db_job_add(js->db, &nj, job_id, &diag);
+  free(args_json);
+  if (r < 0) {
+    admin_conn_reply(c, admin_reply_error(r, diag.msg));
+    return;
+  }
+  r = send_job(js, job_id, d->user, to->s, p, d->argv, d->n_args, deadline, NULL, &diag);
+  if (r < 0) {
+    server_db_job_transition(js->db, job_id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_FAILED,
+                             "internal_error", NULL);
+    admin_conn_reply(c, admin_reply_error(r, diag.msg));
+    return;
+  }
+  dispatch_answer(js, c, d->wait, job_id,
+                  json_pack("{s:b, s:s, s:s, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB_ID, job_id,
+                            ADMIN_REPLY_DEVICE, to->dev->id, ADMIN_REPLY_STATE, "sent"));
+}
+
+/* No device now, but one would fit: the job waits in the database, its
+ * package in STATE/queue. */
+static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct dispatch_req *d,
+                           struct pkg *p, const char *device) {
+  struct cordon_diag diag = {{0}};
+  char tmp[PATH_MAX], path[PATH_MAX];
+  int r = queue_copy(js, p->fd, p->size, tmp, &diag);
+  if (r < 0) {
+    core_log("cannot queue a job: %s", diag.msg);
+    admin_conn_reply(c, admin_reply_error(r, diag.msg));
+    return;
+  }
+  char *args_json = d->args ? json_dumps(d->args, JSON_COMPACT) : strdup("[]");
+  int64_t expires = server_db_now(js->db) + d->ttl;
+  struct server_db_job_new nj = {
+      .user_id = d->user_id,
+      .device_id = device,
+      .package_hash = p->hash,
+      .args_json = args_json,
+      .queue_expires = expires,
+      .where = &d->where,
+  };
+  char job_id[CORDON_ID_HEX_SIZE];
+  r = server_db_job_add(js->db, &nj, job_id, &diag);
+  free(args_json);
+  if (r < 0) {
+    unlink(tmp);
+    admin_conn_reply(c, admin_reply_error(r, diag.msg));
+    return;
+  }
+  queue_path(js, job_id, path);
+  if (rename(tmp, path) < 0) {
+    int e = errno;
+    unlink(tmp);
+    server_db_job_transition(js->db, job_id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_FAILED,
+                             "internal_error", NULL);
+    snprintf(diag.msg, sizeof(diag.msg), "cannot queue the package: %s", strerror(e));
+    admin_conn_reply(c, admin_reply_error(-e, diag.msg));
+    return;
+  }
+  fsync_dir(js->queue_dir);
+  core_log("job %s queued for %s of %s for %llds", job_id, device ? device : "any device", d->user,
+           (long long)d->ttl);
+  dispatch_answer(js, c, d->wait, job_id,
+                  json_pack("{s:b, s:s, s:s?, s:s, s:I}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB_ID,
+                            job_id, ADMIN_REPLY_DEVICE, device, ADMIN_REPLY_STATE, "queued",
+                            ADMIN_REPLY_QUEUE_EXPIRES, (json_int_t)expires));
+}
+
+void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) {
+  const char *device = admin_request_string(req, ADMIN_ARG_DEVICE);
+  const char *path = admin_request_string(req, ADMIN_ARG_PACKAGE);
+  bool no_queue = admin_request_flag(req, ADMIN_ARG_NO_QUEUE);
+  bool explain = admin_request_flag(req, ADMIN_ARG_EXPLAIN);
+  struct dispatch_req d = {
+      .user = admin_request_string(req, ADMIN_ARG_USER),
+      .args = admin_request_get(req, ADMIN_ARG_ARGS),
+      .wait = admin_request_flag(req, ADMIN_ARG_WAIT),
+      .ttl = admin_request_int(req, ADMIN_ARG_QUEUE_TTL, js->queue_ttl_s),
+  };
+  struct cordon_diag diag = {{0}};
+  struct pkg p = {.fd = -1};
+  struct choice ch = {0};
+  char msgbuf[600];
+  if (d.ttl < 1 || d.ttl > SERVER_DB_QUEUE_TTL_MAX) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "queue_ttl: 1 second to 30 days"));
+    return;
+  }
+  int r = where_parse(admin_request_get(req, ADMIN_ARG_WHERE), &d.where, &diag);
+  if (r == 0)
+    r = args_to_argv(d.args, &d.argv, &d.n_args, &diag);
+  if (r < 0) {
+    admin_conn_reply(c, admin_reply_error(r, diag.msg));
+    return;
+  }
+  struct server_db_user u;
+  if (server_db_user_get_by_name(js->db, d.user, &u, NULL) < 0) {
+    snprintf(msgbuf, sizeof(msgbuf), "no user '%s'", d.user);
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, msgbuf));
+    goto out;
+  }
+  d.user_id = u.id;
+  if ((r = pkg_open(js, path, &p, &diag)) < 0) {
+    admin_conn_reply(c, admin_reply_error(r, diag.msg[0] ? diag.msg : cordon_err_message(r)));
+    goto out;
+  }
+  if ((r = choose(js, u.id, device, p.m, &d.where, &ch)) < 0) {
+    admin_conn_reply(c, admin_reply_error(r, "cannot read the devices"));
+    goto out;
+  }
+  if (explain) {
+    admin_conn_reply(c, explain_reply(&ch, device, no_queue));
+  } else if (ch.best >= 0) {
+    dispatch_now(js, c, &d, &p, &ch.c[ch.best]);
+  } else if (ch.any_fits && !no_queue) {
+    dispatch_queue(js, c, &d, &p, device ? ch.c[0].dev->id : NULL);
   } else {
-    admin_conn_reply(c, json_pack("{s:b, s:s, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB_ID, job_id,
-                                  ADMIN_REPLY_DEVICE, dev_id));
+    json_t *e = admin_reply_error(CORDON_E_NO_ELIGIBLE_DEVICE,
+                                  ch.any_fits ? "no device can run this job now (no queueing)"
+                                              : "no device can run this job");
+    json_object_set_new(e, ADMIN_REPLY_CANDIDATES, choice_reasons(&ch, device));
+    admin_conn_reply(c, e);
   }
 out:
-  if (fd >= 0)
-    close(fd);
-  manifest_free(m);
-  free(argv);
+  choice_release(&ch);
+  pkg_release(&p);
+  free(d.argv);
 }
+
+/* ---- the queue ---- */
+
+static void fail_queued(struct jobs *js, const char *id, const char *path, int err,
+                        const char *why) {
+  core_log("job %s: its queued package cannot be sent: %s", id, why);
+  if (server_db_job_transition(js->db, id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_FAILED,
+                               cordon_err_name(err), NULL) == 0)
+    unlink(path);
+  answer_waiters(js, id);
+}
+
+/* Send one queued job to the best device available now, if there is one. */
+static void drain_one(struct jobs *js, const struct server_db_job *job) {
+  char path[PATH_MAX];
+  queue_path(js, job->id, path);
+  const char *want = job->device_id[0] ? job->device_id : NULL;
+  struct pkg p = {.fd = -1};
+  struct choice ch = {0};
+  json_t *args = NULL;
+  char **argv = NULL;
+  size_t n_args = 0;
+  struct cordon_diag diag = {{0}};
+  int r = pkg_open(js, path, &p, &diag);
+  if (r == 0 && memcmp(p.hash, job->package_hash, CPKG_HASH_SIZE) != 0)
+    r = cordon_diag_set(&diag, CORDON_E_PACKAGE_CORRUPT,
+                        "the queued package is not the one dispatched");
+  if (r == 0 && !(args = json_loads(job->args_json, 0, NULL)))
+    r = cordon_diag_set(&diag, CORDON_E_INTERNAL, "the job's arguments are unreadable");
+  if (r == 0)
+    r = args_to_argv(args, &argv, &n_args, &diag);
+  if (r < 0) {
+    fail_queued(js, job->id, path, r, diag.msg);
+    goto out;
+  }
+  if (choose(js, job->user_id, want, p.m, &job->where, &ch) < 0 || ch.best < 0)
+    goto out; /* still waiting: eligibility is the package's as well */
+  int64_t deadline = server_db_now(js->db) + p.m->timeout_s + js->grace_s;
+  r = send_job(js, job->id, job->user, ch.c[ch.best].s, &p, argv, n_args, deadline, path, &diag);
+  if (r < 0)
+    core_log("job %s: not sent from the queue: %s", job->id, diag.msg);
+out:
+  choice_release(&ch);
+  pkg_release(&p);
+  free(argv);
+  json_decref(args);
+}
+
+/* Queued jobs, oldest first, each to the best device available now. */
+static void drain(struct jobs *js) {
+  if (js->closing)
+    return;
+  struct server_db_job_list list;
+  if (server_db_job_list_queued(js->db, &list, NULL) < 0)
+    return;
+  int64_t now = server_db_now(js->db);
+  for (size_t i = 0; i < list.count; i++) {
+    const struct server_db_job *job = &list.items[i];
+    if (job->queue_expires <= now)
+      continue; /* the tick expires it */
+    /* first without reading the package: is there anyone to take it? */
+    struct choice ch;
+    if (choose(js, job->user_id, job->device_id[0] ? job->device_id : NULL, NULL, &job->where,
+               &ch) < 0)
+      continue;
+    bool someone = ch.best >= 0;
+    choice_release(&ch);
+    if (someone)
+      drain_one(js, job);
+  }
+  server_db_job_list_release(&list);
+}
+
+void jobs_on_device_online(struct jobs *js, struct session *s) {
+  (void)s;
+  drain(js);
+}
+
+/* ---- cancel, wait ---- */
 
 void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
   const char *id = admin_request_string(req, ADMIN_ARG_JOB);
@@ -388,29 +788,75 @@ void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
     admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "the job has already finished"));
     return;
   }
-  struct session *s = dev[0] ? sessions_find(js->sessions, dev) : NULL;
+  /* a queued job was never sent: nobody to tell */
+  struct session *s =
+      dev[0] && st != SERVER_DB_JOB_QUEUED ? sessions_find(js->sessions, dev) : NULL;
   /* recorded first; the device's late result is still stored, state stays */
   int r = server_db_job_transition(js->db, id, st, SERVER_DB_JOB_CANCELLED, "cancelled", NULL);
   if (r < 0) {
     admin_conn_reply(c, admin_reply_error(r, "the job changed state meanwhile; try again"));
     return;
   }
+  if (st == SERVER_DB_JOB_QUEUED) {
+    char path[PATH_MAX];
+    queue_path(js, id, path);
+    unlink(path);
+  }
+  struct sending *x = sending_find(js, id);
+  if (x) /* no more chunks for it */
+    sending_free(x);
   if (s) {
     struct msg m = {.type = MSG_CANCEL};
     cordon_id_from_hex(id, m.cancel.job_id);
     session_send(s, &m);
   }
-  struct live_job *j = job_find(js, id);
-  if (j && j->session == NULL && !j->waiters) /* fully sent, nobody waiting */
-    job_free(j);
+  core_log("job %s cancelled (it was %s)", id, server_db_job_state_name(st));
   admin_conn_reply(c, json_pack("{s:b, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_STATE, "cancelled"));
+  answer_waiters(js, id);
+}
+
+void jobs_op_wait(struct jobs *js, struct admin_conn *c, const json_t *req) {
+  const char *id = admin_request_string(req, ADMIN_ARG_JOB);
+  struct server_db_job job;
+  if (server_db_job_get(js->db, id, &job, NULL) < 0) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such job"));
+    return;
+  }
+  server_db_job_release(&job);
+  if (add_waiter(js, c, job.id) < 0) {
+    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
+    return;
+  }
+  answer_waiters(js, job.id);
 }
 
 /* ---- from the agent ---- */
 
+/* A result the server will never record (another device's, or for a job
+ * this device was not sent): say why, then ack it so the agent's spool
+ * lets it go (docs/protocol/messages.md, "Jobs"). Nothing is stored. */
+static void refuse_result(struct session *s, const uint8_t job_id[CORDON_ID_LEN], const char *id,
+                          const char *why) {
+  core_log("job %s: result from %s refused: %s", id, s->device_id, why);
+  struct msg e = {.type = MSG_ERROR};
+  e.error.code = (char *)cordon_err_name(CORDON_E_WRONG_DEVICE);
+  e.error.message = (char *)why;
+  e.error.has_job_id = true;
+  memcpy(e.error.job_id, job_id, CORDON_ID_LEN);
+  session_send(s, &e);
+  struct msg ack = {.type = MSG_ACK};
+  memcpy(ack.ack.job_id, job_id, CORDON_ID_LEN);
+  session_send(s, &ack);
+}
+
 static void on_result(struct jobs *js, struct session *s, struct msg_result *mr) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(mr->job_id, id);
+  uint8_t own[CORDON_ID_LEN];
+  if (cordon_id_from_hex(s->device_id, own) < 0 || memcmp(own, mr->device_id, CORDON_ID_LEN) != 0) {
+    refuse_result(s, mr->job_id, id, "the result's device_id is not this session's device");
+    return;
+  }
   struct job_result r;
   job_result_init(&r);
   int rc = result_from_msg(mr, &r);
@@ -426,6 +872,11 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
             : -ENOMEM;
   free(text);
   job_result_release(&r);
+  if (rc == -ENOENT || rc == -ESTALE) {
+    /* unknown, another device's, or still queued: never sent to this one */
+    refuse_result(s, mr->job_id, id, "no job with this id was sent to this device");
+    return;
+  }
   if (rc == 0 || rc == -EALREADY) {
     /* recorded (now or before): the agent may forget it */
     struct msg ack = {.type = MSG_ACK};
@@ -434,22 +885,30 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     core_log("job %s: result from %s recorded%s", id, s->device_id,
              rc == -EALREADY ? " already" : "");
   } else {
+    /* not recorded, not acked: the agent sends it again on its next session */
     core_log("job %s: result from %s not recorded: %s", id, s->device_id, diag.msg);
-    if (rc == -ENOENT) /* not this device's job: never ack, never store */
-      return;
+    return;
   }
-  struct live_job *dj = job_find(js, id);
-  if (dj)
-    job_finished(dj);
+  struct sending *x = sending_find(js, id);
+  if (x) /* refused before its package arrived: no more chunks */
+    sending_free(x);
+  answer_waiters(js, id);
+  drain(js); /* the device has room again */
 }
 
 bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
   char id[CORDON_ID_HEX_SIZE];
   switch (m->type) {
-  case MSG_RUNNING:
+  case MSG_RUNNING: {
     cordon_id_to_hex(m->running.job_id, id);
-    server_db_job_transition(js->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL);
+    struct server_db_job job;
+    if (server_db_job_get(js->db, id, &job, NULL) == 0) {
+      if (strcmp(job.device_id, s->device_id) == 0) /* only its own device's word */
+        server_db_job_transition(js->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL);
+      server_db_job_release(&job);
+    }
     return true;
+  }
   case MSG_RESULT:
     on_result(js, s, &m->result);
     return true;
@@ -459,16 +918,19 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
 }
 
 void jobs_on_session_closed(struct jobs *js, struct session *s) {
-  for (struct live_job *j = js->list; j; j = j->next)
-    if (j->session == s) {
-      j->session = NULL;
-      uv_timer_stop(&j->pump);
+  for (struct sending *x = js->sends, *n; x; x = n) {
+    n = x->next;
+    if (x->session == s) {
+      uv_timer_stop(&x->pump);
+      sending_free(x);
     }
+  }
 }
 
-/* Every second: jobs past their deadline expire with device_lost. */
-static void expire_tick(uv_timer_t *t) {
-  struct jobs *js = t->data;
+/* ---- every second ---- */
+
+/* Sent jobs past their deadline expire with device_lost. */
+static void expire_overdue(struct jobs *js) {
   struct server_db_job_list list;
   if (server_db_job_list_overdue(js->db, &list, NULL) < 0)
     return;
@@ -477,12 +939,68 @@ static void expire_tick(uv_timer_t *t) {
     if (server_db_job_transition(js->db, job->id, job->state, SERVER_DB_JOB_EXPIRED, "device_lost",
                                  NULL) == 0) {
       core_log("job %s expired: device_lost", job->id);
-      struct live_job *dj = job_find(js, job->id);
-      if (dj)
-        job_finished(dj);
+      struct sending *x = sending_find(js, job->id);
+      if (x)
+        sending_free(x);
+      answer_waiters(js, job->id);
     }
   }
   server_db_job_list_release(&list);
+}
+
+/* Queued jobs past their queue_expires end with queue_expired. */
+static void expire_queue(struct jobs *js) {
+  struct server_db_job_list list;
+  if (server_db_job_list_queue_expired(js->db, &list, NULL) < 0)
+    return;
+  for (size_t i = 0; i < list.count; i++) {
+    struct server_db_job *job = &list.items[i];
+    if (server_db_job_transition(js->db, job->id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_EXPIRED,
+                                 cordon_err_name(CORDON_E_QUEUE_EXPIRED), NULL) == 0) {
+      char path[PATH_MAX];
+      queue_path(js, job->id, path);
+      unlink(path);
+      core_log("job %s expired: queue_expired", job->id);
+      answer_waiters(js, job->id);
+    }
+  }
+  server_db_job_list_release(&list);
+}
+
+static void tick(uv_timer_t *t) {
+  struct jobs *js = t->data;
+  expire_overdue(js);
+  expire_queue(js);
+  drain(js);
+  answer_waiters(js, NULL); /* e.g. a cancelled job whose deadline passed */
+}
+
+/* At start: STATE/queue holds only the packages of jobs still queued. */
+static void queue_sweep(struct jobs *js) {
+  DIR *dir = opendir(js->queue_dir);
+  if (!dir)
+    return;
+  struct dirent *de;
+  while ((de = readdir(dir))) {
+    char id[CORDON_ID_HEX_SIZE], path[PATH_MAX];
+    bool keep = false;
+    if (de->d_name[0] == '.')
+      continue;
+    if (strlen(de->d_name) == CORDON_ID_HEX_LEN + 5 &&
+        strcmp(de->d_name + CORDON_ID_HEX_LEN, ".cpkg") == 0) {
+      snprintf(id, sizeof(id), "%.*s", CORDON_ID_HEX_LEN, de->d_name);
+      struct server_db_job job;
+      if (server_db_job_get(js->db, id, &job, NULL) == 0) {
+        keep = job.state == SERVER_DB_JOB_QUEUED && job.queue_expires != 0;
+        server_db_job_release(&job);
+      }
+    }
+    if (!keep) {
+      snprintf(path, sizeof(path), "%s/%s", js->queue_dir, de->d_name);
+      unlink(path);
+    }
+  }
+  closedir(dir);
 }
 
 /* ---- lifecycle ---- */
@@ -497,22 +1015,35 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   js->ticket_sk = cfg->ticket_sk;
   js->publisher_pk = cfg->publisher_pk;
   js->grace_s = cfg->grace_s ? cfg->grace_s : JOBS_DEFAULT_GRACE_S;
+  js->queue_ttl_s = cfg->queue_ttl_s ? cfg->queue_ttl_s : JOBS_DEFAULT_QUEUE_TTL_S;
+  snprintf(js->queue_dir, sizeof(js->queue_dir), "%s/%s", cfg->state_dir ? cfg->state_dir : ".",
+           JOBS_QUEUE_DIR);
   *out_jobs = js;
   return 0;
 }
 
 void jobs_start(struct jobs *js) {
-  uv_timer_init(js->loop, &js->expiry);
-  js->expiry.data = js;
-  uv_timer_start(&js->expiry, expire_tick, 1000, 1000);
+  if (mkdir(js->queue_dir, 0700) < 0 && errno != EEXIST)
+    core_log("cannot make %s: %s; jobs cannot be queued", js->queue_dir, strerror(errno));
+  queue_sweep(js);
+  uv_timer_init(js->loop, &js->tick);
+  js->tick.data = js;
+  uv_timer_start(&js->tick, tick, JOB_TICK_MS, JOB_TICK_MS);
   js->started = true;
 }
 
 void jobs_close(struct jobs *js) {
-  if (js->started && !uv_is_closing((uv_handle_t *)&js->expiry))
-    uv_close((uv_handle_t *)&js->expiry, NULL);
-  while (js->list)
-    job_free(js->list);
+  js->closing = true;
+  if (js->started && !uv_is_closing((uv_handle_t *)&js->tick))
+    uv_close((uv_handle_t *)&js->tick, NULL);
+  while (js->sends)
+    sending_free(js->sends);
+  for (struct waiter *w = js->waiters, *n; w; w = n) {
+    n = w->next;
+    admin_conn_reply(w->conn, admin_reply_error(CORDON_E_INTERNAL, "the server is shutting down"));
+    free(w);
+  }
+  js->waiters = NULL;
 }
 
 void jobs_free(struct jobs *js) {

@@ -20,6 +20,7 @@ static const struct server_command commands[] = {
     {"user", server_cmd_user, "add or list users (user add NAME, user list)"},
     {"pair-code", server_cmd_paircode, "mint a single-use pairing code for a user"},
     {"devices", server_cmd_devices, "list paired devices"},
+    {"device", server_cmd_device, "a device's labels (device label DEVICE KEY=VALUE...)"},
     {"revoke", server_cmd_revoke, "revoke a device (terminal)"},
     {"jobs", server_cmd_jobs, "list jobs"},
     {"job", server_cmd_job, "show one job and its result"},

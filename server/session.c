@@ -117,6 +117,8 @@ static void device_hello(struct session *s, const struct msg_hello *h,
   w.welcome = *welcome;
   (void)session_send(s, &w);
   core_log("device %s (%s) connected from %s", s->device_id, s->user, net_conn_peer(s->conn));
+  if (t->hooks.online)
+    t->hooks.online(t->hooks.data, s);
 }
 
 static void on_hello(struct session *s, const struct msg_hello *h) {
@@ -183,8 +185,10 @@ static void on_message(struct session *s, struct msg *m) {
     return;
   }
   if (s->state == SESSION_PAIR_PROOF && m->type == MSG_PAIR_PROOF) {
-    if (t->hooks.pair_proof(t->hooks.data, s, &m->pair_proof) == 0)
-      s->state = SESSION_DONE;
+    if (t->hooks.pair_proof(t->hooks.data, s, &m->pair_proof) == 0) {
+      s->state = SESSION_DONE; /* docs/protocol/pairing.md: pair_done, then close */
+      net_conn_flush_close(s->conn, 0);
+    }
     return;
   }
   if (s->state == SESSION_ACTIVE && on_active_message(s, m))
@@ -221,6 +225,16 @@ static int on_ready(struct net_conn *c) {
   return 0;
 }
 
+/* Silent for 2 * SERVER_PING_MS: ask (the pong is traffic). */
+static void on_quiet(struct net_conn *c) {
+  struct session *s = net_conn_data(c);
+  if (!s || s->state == SESSION_HELLO)
+    return;
+  struct msg p = {.type = MSG_PING};
+  p.ping.nonce = core_wall_ms();
+  (void)session_send(s, &p);
+}
+
 static void on_close(struct net_conn *c, int err) {
   struct session *s = net_conn_data(c);
   if (!s)
@@ -250,5 +264,6 @@ static void on_close(struct net_conn *c, int err) {
 const struct net_conn_ops sessions_net_ops = {
     .on_ready = on_ready,
     .on_record = on_record,
+    .on_quiet = on_quiet,
     .on_close = on_close,
 };

@@ -4,7 +4,10 @@
  * Here: decoding and the sender check of every record, the version
  * negotiation and the welcome, who the device is (its key must be a paired,
  * unrevoked device whose id the hello names; a newer session replaces an
- * older one), ping/pong, unpair, goaway, and the device's online flag. What
+ * older one), ping/pong (a session silent for 2 * SERVER_PING_MS is pinged;
+ * the connection layer closes one silent for 4 * SERVER_PING_MS), unpair,
+ * goaway, closing a pairing connection after pair_done, and the device's
+ * online flag. What
  * a session carries beyond that belongs to others and reaches them through
  * struct session_hooks: the pairing exchange (server/pair.c) and job
  * messages (server/jobs.c). Those modules call back only the functions
@@ -30,7 +33,7 @@ enum session_state {
   SESSION_HELLO,      /* waiting for the hello */
   SESSION_PAIR_PROOF, /* pairing: waiting for the agent's proof */
   SESSION_ACTIVE,     /* a known device's session */
-  SESSION_DONE,       /* pairing finished; only ping and goaway from here */
+  SESSION_DONE,       /* pairing finished: pair_done is flushed, then the connection closes */
 };
 
 struct pair_attempt; /* server/pair.c */
@@ -66,6 +69,9 @@ struct session_hooks {
   bool (*message)(void *data, struct session *s, struct msg *m);
   /* The connection closed; s is freed when this returns. */
   void (*closed)(void *data, struct session *s);
+  /* A device's session became active and its welcome is queued: jobs that
+   * wait for the device may be sent now. May be NULL. */
+  void (*online)(void *data, struct session *s);
 };
 
 struct sessions;

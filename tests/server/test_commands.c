@@ -267,8 +267,8 @@ Test(commands, devices_json_is_an_array_of_the_documented_shape) {
   cr_assert(json_is_array(j));
   cr_assert_eq(json_array_size(j), 1);
   json_t *d = json_array_get(j, 0);
-  static const char *const keys[] = {"id",         "name",   "owner",     "platform",
-                                     "best_level", "online", "last_seen", "state"};
+  static const char *const keys[] = {"id",     "name",      "owner", "platform", "best_level",
+                                     "online", "last_seen", "state", "labels"};
   cr_assert_eq(json_object_size(d), sizeof(keys) / sizeof(keys[0]));
   for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
     cr_assert_not_null(json_object_get(d, keys[i]), "missing %s", keys[i]);
@@ -343,7 +343,8 @@ Test(commands, job_and_jobs_json) {
   run(&r, "job", job, "--json", NULL);
   cr_assert_eq(r.status, 0, "%s", r.err);
   json_t *j = parse_stdout(&r);
-  cr_assert_eq(json_object_size(j), 5);
+  cr_assert_eq(json_object_size(j), 6);
+  cr_assert(json_is_null(json_object_get(j, "error")));
   cr_assert_str_eq(json_string_value(json_object_get(j, "id")), job);
   cr_assert_str_eq(json_string_value(json_object_get(j, "user")), "alice");
   cr_assert_str_eq(json_string_value(json_object_get(j, "device")), dev);

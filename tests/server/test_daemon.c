@@ -380,7 +380,8 @@ Test(daemon, no_eligible_device_for_another_user_or_an_offline_device) {
   cr_assert_eq(o->status, 1);
   cr_assert(strstr(o->err, "no_eligible_device"), "%s", o->err);
   free(o);
-  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  /* queueing for an offline device is tests/server/test_queue.c's; here refused */
+  o = RUN(SERVER, "dispatch", "--user", "alice", "--no-queue", pkg, "--state", state);
   cr_assert_eq(o->status, 1);
   cr_assert(strstr(o->err, "offline"), "the reason per candidate: %s", o->err);
   free(o);

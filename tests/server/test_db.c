@@ -962,7 +962,8 @@ Test(db, racing_results_exactly_one_recorded) {
 Test(db, job_lists) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice"), bob = add_user(db, "bob");
-  char dev[CORDON_ID_HEX_SIZE], j1[CORDON_ID_HEX_SIZE], j2[CORDON_ID_HEX_SIZE], j3[CORDON_ID_HEX_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], j1[CORDON_ID_HEX_SIZE], j2[CORDON_ID_HEX_SIZE],
+      j3[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 1, dev);
   server_db_set_clock(db, 100);
   add_job(db, alice, dev, j1);
@@ -1010,4 +1011,330 @@ Test(db, two_handles_see_each_others_commits) {
   cr_assert_eq(server_db_device_set_online(b, dev, true, NULL), -EPERM);
   server_db_close(a);
   server_db_close(b);
+}
+
+/* --- schema 1 -> 2: labels and the queue ---------------------------------- */
+
+/* The schema as version 1 of cordon-server wrote it (frozen: migrations are
+ * append-only), to check that version 2 migrates an old database. */
+static const char schema_v1[] =
+    "PRAGMA application_id = 1668248164;"
+    "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+    "INSERT INTO schema_version (version) VALUES (0);"
+    "CREATE TABLE users ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  name TEXT NOT NULL UNIQUE,"
+    "  created INTEGER NOT NULL);"
+    "CREATE TABLE pair_codes ("
+    "  id TEXT PRIMARY KEY,"
+    "  user_id INTEGER NOT NULL REFERENCES users(id),"
+    "  key BLOB CHECK (key IS NULL OR length(key) = 32),"
+    "  created INTEGER NOT NULL,"
+    "  expires INTEGER NOT NULL,"
+    "  attempts INTEGER NOT NULL CHECK (attempts >= 0),"
+    "  state TEXT NOT NULL CHECK (state IN ('live','used','burned')),"
+    "  used_at INTEGER);"
+    "CREATE INDEX pair_codes_user ON pair_codes (user_id, state);"
+    "CREATE TABLE devices ("
+    "  id TEXT PRIMARY KEY,"
+    "  user_id INTEGER NOT NULL REFERENCES users(id),"
+    "  name TEXT NOT NULL,"
+    "  platform TEXT,"
+    "  public_key BLOB NOT NULL UNIQUE CHECK (length(public_key) = 32),"
+    "  best_level TEXT CHECK (best_level IN ('none','contained','isolated')),"
+    "  downgrade_reason TEXT,"
+    "  facts TEXT,"
+    "  max_jobs INTEGER NOT NULL DEFAULT 0,"
+    "  state TEXT NOT NULL CHECK (state IN ('active','revoked')),"
+    "  online INTEGER NOT NULL DEFAULT 0,"
+    "  last_seen INTEGER NOT NULL DEFAULT 0,"
+    "  created INTEGER NOT NULL);"
+    "CREATE INDEX devices_user ON devices (user_id);"
+    "CREATE TRIGGER devices_revoked_is_terminal BEFORE UPDATE OF state ON devices"
+    "  WHEN OLD.state = 'revoked' AND NEW.state <> 'revoked'"
+    "  BEGIN SELECT RAISE(ABORT, 'a revoked device stays revoked'); END;"
+    "CREATE TABLE jobs ("
+    "  id TEXT PRIMARY KEY,"
+    "  user_id INTEGER NOT NULL REFERENCES users(id),"
+    "  device_id TEXT REFERENCES devices(id),"
+    "  package_hash BLOB NOT NULL CHECK (length(package_hash) = 32),"
+    "  args TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN"
+    "    ('queued','sent','running','done','failed','expired','cancelled')),"
+    "  error TEXT,"
+    "  result TEXT,"
+    "  created INTEGER NOT NULL,"
+    "  updated INTEGER NOT NULL,"
+    "  deadline INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX jobs_user ON jobs (user_id, created);"
+    "CREATE INDEX jobs_device_state ON jobs (device_id, state);"
+    "CREATE TRIGGER jobs_result_once BEFORE UPDATE OF result ON jobs"
+    "  WHEN OLD.result IS NOT NULL"
+    "  BEGIN SELECT RAISE(ABORT, 'a job result is recorded once'); END;";
+
+Test(db, migrates_a_version_1_database_and_keeps_its_rows) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open(path, &h), SQLITE_OK);
+  char *err = NULL;
+  int rc = sqlite3_exec(h, schema_v1, NULL, NULL, &err);
+  cr_assert_eq(rc, SQLITE_OK, "%s", err ? err : "");
+  rc = sqlite3_exec(
+      h,
+      "UPDATE schema_version SET version = 1;"
+      "INSERT INTO users (name, created) VALUES ('alice', 1);"
+      "INSERT INTO devices (id, user_id, name, platform, public_key, best_level, max_jobs,"
+      " state, online, last_seen, created) VALUES ('00112233445566778899aabbccddeeff', 1,"
+      " 'laptop', 'linux', zeroblob(32), 'isolated', 2, 'active', 0, 5, 1);"
+      "INSERT INTO jobs (id, user_id, device_id, package_hash, args, state, created, updated,"
+      " deadline) VALUES ('aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa', 1,"
+      " '00112233445566778899aabbccddeeff', zeroblob(32), '[\"x\"]', 'sent', 10, 10, 500),"
+      " ('bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb', 1, NULL, zeroblob(32), '[]', 'queued', 11, 11, 0);",
+      NULL, NULL, &err);
+  cr_assert_eq(rc, SQLITE_OK, "%s", err ? err : "");
+  sqlite3_close(h);
+  chmod(path, 0600);
+
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_open(state_dir, 0, &db, &d), 0, "%s", d.msg);
+  int v = 0;
+  cr_assert_eq(server_db_schema_version(db, &v, NULL), 0);
+  cr_assert_eq(v, 2);
+  cr_assert_eq(SERVER_DB_SCHEMA_VERSION, 2);
+  struct server_db_device dev;
+  cr_assert_eq(server_db_device_get(db, "00112233445566778899aabbccddeeff", &dev, NULL), 0);
+  cr_assert_str_eq(dev.name, "laptop");
+  cr_assert_eq(dev.labels.count, 0, "old devices have no labels");
+  server_db_device_release(&dev);
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", &j, NULL), 0);
+  cr_assert_eq(j.state, SERVER_DB_JOB_SENT);
+  cr_assert_eq(j.deadline, 500);
+  cr_assert_eq(j.queue_expires, 0);
+  cr_assert_eq(j.where.count, 0);
+  server_db_job_release(&j);
+  /* an old queued job was being dispatched, not waiting: not in the queue */
+  struct server_db_job_list l = {0};
+  cr_assert_eq(server_db_job_list_queued(db, &l, NULL), 0);
+  cr_assert_eq(l.count, 0);
+  server_db_job_list_release(&l);
+  /* the new parts work on the migrated database */
+  struct server_db_label gpu = {"gpu", "yes"};
+  struct server_db_labels after;
+  cr_assert_eq(
+      server_db_device_label(db, "00112233445566778899aabbccddeeff", &gpu, 1, NULL, 0, &after, &d),
+      0, "%s", d.msg);
+  cr_assert_eq(after.count, 1);
+  server_db_close(db);
+  /* and it opens again as version 2, untouched */
+  cr_assert_eq(server_db_open(state_dir, 0, &db, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_device_get(db, "00112233445566778899aabbccddeeff", &dev, NULL), 0);
+  cr_assert_str_eq(server_db_labels_get(&dev.labels, "gpu"), "yes");
+  server_db_device_release(&dev);
+  server_db_close(db);
+}
+
+Test(db, label_syntax) {
+  static const struct {
+    const char *text;
+    bool ok;
+  } cases[] = {
+      {"gpu=yes", true},
+      {"zone=eu-west-1", true},
+      {"os.version=13.2_b", true},
+      {"9lives=Cat.9", true},
+      {"k=V", true},
+      {"gpu", false},
+      {"=yes", false},
+      {"gpu=", false},
+      {"GPU=yes", false},
+      {"-gpu=yes", false},
+      {"gpu=y es", false},
+      {"gpu=y=s", false},
+      {"gpu/x=yes", false},
+      {"g\xc3\xa9=yes", false},
+      {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa=x", true},   /* 63 */
+      {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa=x", false}, /* 64 */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    struct server_db_label l;
+    struct cordon_diag d = {{0}};
+    int r = server_db_label_parse(cases[i].text, &l, &d);
+    cr_expect_eq(r == 0, cases[i].ok, "'%s': %d %s", cases[i].text, r, d.msg);
+    if (!cases[i].ok) {
+      cr_expect_eq(r, -EINVAL);
+      cr_expect(strstr(d.msg, "KEY=VALUE") && !strchr(d.msg, '\n'), "one clear line: %s", d.msg);
+    }
+  }
+  struct server_db_label l;
+  cr_assert_eq(server_db_label_parse("zone=eu", &l, NULL), 0);
+  cr_assert_str_eq(l.key, "zone");
+  cr_assert_str_eq(l.value, "eu");
+  cr_assert(server_db_label_key_valid("a.b-c_d"));
+  cr_assert(!server_db_label_key_valid(""));
+  cr_assert(!server_db_label_key_valid("a=b"));
+}
+
+Test(db, labels_match_all_of_the_wanted_ones) {
+  struct server_db_labels have = {0}, want = {0};
+  struct server_db_label a = {"gpu", "yes"}, b = {"zone", "eu"}, c = {"zone", "us"};
+  cr_assert_eq(server_db_labels_put(&have, &b, NULL), 0);
+  cr_assert_eq(server_db_labels_put(&have, &a, NULL), 0);
+  cr_assert_str_eq(have.items[0].key, "gpu", "kept sorted");
+  cr_assert(server_db_labels_match(&have, &want, NULL), "nothing wanted: anything matches");
+  cr_assert_eq(server_db_labels_put(&want, &a, NULL), 0);
+  cr_assert(server_db_labels_match(&have, &want, NULL));
+  cr_assert_eq(server_db_labels_put(&want, &c, NULL), 0);
+  const struct server_db_label *miss = NULL;
+  cr_assert(!server_db_labels_match(&have, &want, &miss));
+  cr_assert_str_eq(miss->key, "zone");
+  cr_assert_str_eq(miss->value, "us");
+  cr_assert_eq(server_db_labels_put(&want, &b, NULL), 0); /* replaces zone=us */
+  cr_assert_eq(want.count, 2);
+  cr_assert(server_db_labels_match(&have, &want, NULL));
+  char buf[64];
+  server_db_labels_format(&have, buf, sizeof(buf));
+  cr_assert_str_eq(buf, "gpu=yes,zone=eu");
+  struct server_db_labels full = {0};
+  for (int i = 0; i < SERVER_DB_LABELS_MAX; i++) {
+    struct server_db_label x;
+    snprintf(x.key, sizeof(x.key), "k%02d", i);
+    snprintf(x.value, sizeof(x.value), "v");
+    cr_assert_eq(server_db_labels_put(&full, &x, NULL), 0);
+  }
+  struct server_db_label one_more = {"zz", "v"};
+  cr_assert_eq(server_db_labels_put(&full, &one_more, NULL), CORDON_E_LIMIT);
+}
+
+Test(db, device_labels_set_replace_remove_and_are_read_back) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE], other[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  add_device(db, alice, 2, other);
+  struct server_db_label set[] = {{"gpu", "yes"}, {"zone", "eu"}};
+  struct server_db_labels after;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_device_label(db, dev, set, 2, NULL, 0, &after, &d), 0, "%s", d.msg);
+  cr_assert_eq(after.count, 2);
+  struct server_db_label us = {"zone", "us"};
+  const char *rm[] = {"gpu", "absent"};
+  cr_assert_eq(server_db_device_label(db, dev, &us, 1, rm, 2, &after, &d), 0, "%s", d.msg);
+  cr_assert_eq(after.count, 1);
+  cr_assert_str_eq(server_db_labels_get(&after, "zone"), "us");
+  struct server_db_device got;
+  cr_assert_eq(server_db_device_get(db, dev, &got, NULL), 0);
+  cr_assert_eq(got.labels.count, 1);
+  cr_assert_str_eq(got.labels.items[0].value, "us");
+  server_db_device_release(&got);
+  struct server_db_device_list l = {0};
+  cr_assert_eq(server_db_device_list(db, alice, &l, NULL), 0);
+  cr_assert_eq(l.count, 2);
+  for (size_t i = 0; i < l.count; i++)
+    cr_assert_eq(l.items[i].labels.count, strcmp(l.items[i].id, dev) == 0 ? 1u : 0u);
+  server_db_device_list_release(&l);
+  /* refusals change nothing */
+  struct server_db_label bad = {"Bad", "x"};
+  cr_assert_eq(server_db_device_label(db, dev, &bad, 1, NULL, 0, NULL, &d), -EINVAL);
+  const char *badrm[] = {"a b"};
+  cr_assert_eq(server_db_device_label(db, dev, NULL, 0, badrm, 1, NULL, &d), -EINVAL);
+  cr_assert_eq(
+      server_db_device_label(db, "ffffffffffffffffffffffffffffffff", set, 1, NULL, 0, NULL, &d),
+      -ENOENT);
+  struct server_db_label many[SERVER_DB_LABELS_MAX];
+  for (int i = 0; i < SERVER_DB_LABELS_MAX; i++) {
+    snprintf(many[i].key, sizeof(many[i].key), "k%02d", i);
+    snprintf(many[i].value, sizeof(many[i].value), "v");
+  }
+  cr_assert_eq(server_db_device_label(db, dev, many, SERVER_DB_LABELS_MAX, NULL, 0, NULL, &d),
+               CORDON_E_LIMIT, "zone + 32 more is over the cap");
+  cr_assert_eq(server_db_device_label(db, dev, NULL, 0, NULL, 0, &after, &d), 0);
+  cr_assert_eq(after.count, 1, "the refused change was rolled back");
+  server_db_close(db);
+}
+
+Test(db, queued_jobs_wait_in_order_expire_and_go_to_one_device) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE], dev2[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  add_device(db, alice, 2, dev2);
+  uint8_t hash[32] = {3};
+  struct server_db_labels where = {0};
+  struct server_db_label gpu = {"gpu", "yes"};
+  cr_assert_eq(server_db_labels_put(&where, &gpu, NULL), 0);
+  char any[CORDON_ID_HEX_SIZE], pinned[CORDON_ID_HEX_SIZE], soon[CORDON_ID_HEX_SIZE];
+  server_db_set_clock(db, 1000);
+  struct server_db_job_new n = {
+      .user_id = alice, .package_hash = hash, .queue_expires = 5000, .where = &where};
+  cr_assert_eq(server_db_job_add(db, &n, any, NULL), 0);
+  server_db_set_clock(db, 1001);
+  struct server_db_job_new p = {
+      .user_id = alice, .device_id = dev2, .package_hash = hash, .queue_expires = 5000};
+  cr_assert_eq(server_db_job_add(db, &p, pinned, NULL), 0);
+  server_db_set_clock(db, 1002);
+  struct server_db_job_new s = {.user_id = alice, .package_hash = hash, .queue_expires = 1500};
+  cr_assert_eq(server_db_job_add(db, &s, soon, NULL), 0);
+  /* being dispatched now, not waiting: not in the queue */
+  char now_job[CORDON_ID_HEX_SIZE];
+  add_job(db, alice, dev, now_job);
+
+  struct server_db_job_list l = {0};
+  cr_assert_eq(server_db_job_list_queued(db, &l, NULL), 0);
+  cr_assert_eq(l.count, 3);
+  cr_assert_str_eq(l.items[0].id, any, "oldest first");
+  cr_assert_str_eq(l.items[1].id, pinned);
+  cr_assert_str_eq(l.items[2].id, soon);
+  cr_assert_eq(l.items[0].queue_expires, 5000);
+  cr_assert_eq(l.items[0].where.count, 1);
+  cr_assert_str_eq(server_db_labels_get(&l.items[0].where, "gpu"), "yes");
+  cr_assert_str_eq(l.items[1].device_id, dev2);
+  server_db_job_list_release(&l);
+
+  server_db_set_clock(db, 1499);
+  cr_assert_eq(server_db_job_list_queue_expired(db, &l, NULL), 0);
+  cr_assert_eq(l.count, 0);
+  server_db_job_list_release(&l);
+  server_db_set_clock(db, 1500);
+  cr_assert_eq(server_db_job_list_queue_expired(db, &l, NULL), 0);
+  cr_assert_eq(l.count, 1);
+  cr_assert_str_eq(l.items[0].id, soon);
+  server_db_job_list_release(&l);
+  cr_assert_eq(server_db_job_transition(db, soon, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_EXPIRED,
+                                        "queue_expired", NULL),
+               0);
+
+  /* a pinned job goes only to its device */
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_job_send(db, pinned, dev, 2000, &d), -EPERM);
+  cr_assert_eq(server_db_job_send(db, pinned, dev2, 2000, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_job_send(db, pinned, dev2, 2000, &d), -ESTALE, "sent once");
+  cr_assert_eq(server_db_job_send(db, soon, dev, 2000, &d), -ESTALE, "expired: never sent");
+  /* any device of the user: the first send wins, the device and deadline stick */
+  cr_assert_eq(server_db_job_send(db, any, dev, 2100, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_job_send(db, any, dev2, 2100, &d), -ESTALE);
+  cr_assert_eq(server_db_job_send(db, "ffffffffffffffffffffffffffffffff", dev, 1, &d), -ENOENT);
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, any, &j, NULL), 0);
+  cr_assert_eq(j.state, SERVER_DB_JOB_SENT);
+  cr_assert_str_eq(j.device_id, dev);
+  cr_assert_eq(j.deadline, 2100);
+  json_t *o = server_db_job_to_json(&j);
+  cr_assert(json_is_null(json_object_get(o, "error")));
+  json_decref(o);
+  server_db_job_release(&j);
+  cr_assert_eq(server_db_job_get(db, soon, &j, NULL), 0);
+  o = server_db_job_to_json(&j);
+  cr_assert_str_eq(json_string_value(json_object_get(o, "error")), "queue_expired");
+  json_decref(o);
+  server_db_job_release(&j);
+  size_t in_flight = 0;
+  cr_assert_eq(server_db_job_count_in_flight(db, dev, &in_flight, NULL), 0);
+  cr_assert_eq(in_flight, 1);
+  cr_assert_eq(server_db_job_list_queued(db, &l, NULL), 0);
+  cr_assert_eq(l.count, 0, "nothing waits any more");
+  server_db_job_list_release(&l);
+  server_db_close(db);
 }

@@ -1,0 +1,322 @@
+/* The daemon against a peer written from docs/protocol/ (net/ and proto/
+ * only, in this process), for the cases a real agent never produces: a
+ * result naming another device, results for jobs the device was not sent,
+ * a pairing connection kept open after pair_done, a session that stays
+ * silent. And a real agent whose spool holds such a result. */
+#include "e2e.h"
+
+#include <sodium.h>
+
+#include "agent/state.h"
+#include "core/id.h"
+#include "core/result.h"
+#include "net/conn.h"
+#include "proto/msg.h"
+#include "proto/noise.h"
+#include "proto/pairing.h"
+#include "proto/result_msg.h"
+
+static void setup(void) {
+  cr_assert(sodium_init() >= 0);
+  e2e_setup();
+}
+
+TestSuite(peer, .init = setup, .fini = e2e_teardown, .timeout = 120);
+
+#define PEER_MSGS 256
+
+struct peer {
+  uv_loop_t loop;
+  struct net_conn *conn;
+  bool ready, closed;
+  int close_err;
+  struct msg got[PEER_MSGS];
+  size_t n, seen;
+};
+
+static int peer_ready(struct net_conn *c) {
+  struct peer *p = net_conn_data(c);
+  p->ready = true;
+  return 0;
+}
+
+static void peer_record(struct net_conn *c, const uint8_t *data, size_t len) {
+  struct peer *p = net_conn_data(c);
+  struct msg m;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(msg_decode(data, len, &m, &d), 0, "the server sent a bad message: %s", d.msg);
+  if (p->n < PEER_MSGS)
+    p->got[p->n++] = m;
+  else
+    msg_release(&m);
+}
+
+static void peer_close(struct net_conn *c, int err) {
+  struct peer *p = net_conn_data(c);
+  p->closed = true;
+  p->close_err = err;
+  p->conn = NULL;
+}
+
+static const struct net_conn_ops peer_ops = {
+    .on_ready = peer_ready, .on_record = peer_record, .on_close = peer_close};
+
+static void peer_spin(struct peer *p, int ms) {
+  for (int t = 0; t < ms; t += 10) {
+    uv_run(&p->loop, UV_RUN_NOWAIT);
+    msleep(10);
+  }
+}
+
+static void peer_connect(struct peer *p, const uint8_t *priv, enum noise_mode mode) {
+  memset(p, 0, sizeof(*p));
+  cr_assert_eq(uv_loop_init(&p->loop), 0);
+  struct net_limits lim;
+  net_limits_default(&lim);
+  lim.idle_ms = 0; /* the server's deadlines are under test, not ours */
+  lim.quiet_ms = 0;
+  int port = atoi(strrchr(e2e_addr, ':') + 1);
+  cr_assert_eq(net_connect(&p->loop, "127.0.0.1", port, priv, mode, &lim, &peer_ops, p, &p->conn),
+               0);
+  for (int i = 0; i < 500 && !p->ready && !p->closed; i++)
+    peer_spin(p, 10);
+  cr_assert(p->ready, "handshake");
+}
+
+static void peer_send(struct peer *p, const struct msg *m) {
+  uint8_t *buf;
+  size_t len;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(msg_encode_alloc(m, &buf, &len, &d), 0, "%s", d.msg);
+  cr_assert_eq(net_conn_send(p->conn, buf, len), 0);
+  free(buf);
+  uv_run(&p->loop, UV_RUN_NOWAIT);
+}
+
+/* The next message of type t after the last one returned (others are
+ * skipped), within ms; NULL when none came. */
+static struct msg *peer_next(struct peer *p, enum msg_type t, int ms) {
+  for (int waited = 0;; waited += 10) {
+    for (; p->seen < p->n; p->seen++)
+      if (p->got[p->seen].type == t)
+        return &p->got[p->seen++];
+    if (waited >= ms || p->closed)
+      return NULL;
+    peer_spin(p, 10);
+  }
+}
+
+static void peer_release(struct peer *p) {
+  if (p->conn)
+    net_conn_close(p->conn, 0);
+  for (int i = 0; i < 100 && !p->closed; i++)
+    peer_spin(p, 10);
+  uv_run(&p->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&p->loop);
+  for (size_t i = 0; i < p->n; i++)
+    msg_release(&p->got[i]);
+}
+
+/* A session as agent a (its identity, its device id): hello, welcome. */
+static void peer_session(struct peer *p, const struct e2e_agent *a) {
+  uint8_t *priv = NULL;
+  struct agent_pairing pr;
+  cr_assert_eq(agent_identity_load(a->dir, &priv, NULL), 0);
+  cr_assert_eq(agent_pairing_load(a->dir, &pr, NULL), 0);
+  peer_connect(p, priv, NOISE_MODE_SESSION);
+  sodium_free(priv);
+  struct msg h = {.type = MSG_HELLO};
+  h.hello.proto_min = 1;
+  h.hello.proto_max = 1;
+  h.hello.agent_version = "peer-test";
+  h.hello.has_device_id = true;
+  memcpy(h.hello.device_id, pr.device_id, CORDON_ID_LEN);
+  h.hello.platform = "linux";
+  h.hello.best_level = MSG_LEVEL_ISOLATED;
+  h.hello.max_jobs = 4;
+  peer_send(p, &h);
+  cr_assert_not_null(peer_next(p, MSG_WELCOME, 5000), "welcome");
+}
+
+/* A well-formed result of a job that ran and exited 0, as device dev. */
+static void send_result(struct peer *p, const uint8_t job_id[CORDON_ID_LEN], const char *dev_hex) {
+  struct job_result r;
+  job_result_init(&r);
+  r.ran = r.exited = true;
+  r.level_known = true;
+  r.level = SANDBOX_LEVEL_ISOLATED;
+  snprintf(r.mechanism, sizeof(r.mechanism), "bwrap");
+  uint8_t dev[CORDON_ID_LEN];
+  cr_assert_eq(cordon_id_from_hex(dev_hex, dev), 0);
+  struct msg m;
+  result_to_msg(&r, job_id, dev, &m);
+  peer_send(p, &m);
+  job_result_release(&r);
+}
+
+/* After a refused result: error wrong_device for that job, then its ack. */
+static void expect_refused(struct peer *p, const uint8_t job_id[CORDON_ID_LEN]) {
+  struct msg *e = peer_next(p, MSG_ERROR, 5000);
+  cr_assert_not_null(e, "the result is answered");
+  cr_assert_str_eq(e->error.code, "wrong_device");
+  cr_assert(e->error.has_job_id);
+  cr_assert_eq(memcmp(e->error.job_id, job_id, CORDON_ID_LEN), 0);
+  struct msg *a = peer_next(p, MSG_ACK, 5000);
+  cr_assert_not_null(a, "then acked, so that a spool lets it go");
+  cr_assert_eq(memcmp(a->ack.job_id, job_id, CORDON_ID_LEN), 0);
+}
+
+static const char manifest[] =
+    "{\"name\":\"hello\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}";
+
+Test(peer, a_result_naming_another_device_is_refused_and_not_stored) {
+  struct e2e_agent *a = pair_agent(0, "one", NULL), *b = pair_agent(1, "two", NULL);
+  struct peer p;
+  peer_session(&p, a);
+  char *pkg = pack("hello", manifest, "echo hi\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", "--device", a->id, "--no-queue", pkg,
+                      "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  struct msg *j = peer_next(&p, MSG_JOB, 5000);
+  cr_assert_not_null(j, "the job reaches the peer");
+  uint8_t raw[CORDON_ID_LEN];
+  memcpy(raw, j->job.job_id, CORDON_ID_LEN);
+  send_result(&p, raw, b->id); /* on a's session, in b's name */
+  expect_refused(&p, raw);
+  json_t *job;
+  cr_assert_str_eq(job_state(id, &job), "sent", "nothing recorded");
+  cr_assert(json_is_null(json_object_get(job, "result")));
+  json_decref(job);
+  /* its own result is still taken */
+  send_result(&p, raw, a->id);
+  cr_assert_not_null(peer_next(&p, MSG_ACK, 5000));
+  cr_assert(wait_state(id, "done", 5000), "state %s", job_state(id, NULL));
+  peer_release(&p);
+  free(pkg);
+}
+
+Test(peer, a_result_for_a_job_this_device_was_not_sent_is_answered_and_acked) {
+  struct e2e_agent *a = pair_agent(0, "one", NULL), *b = pair_agent(1, "two", NULL);
+  struct peer p;
+  peer_session(&p, a);
+  /* a job id the server never made */
+  uint8_t unknown[CORDON_ID_LEN];
+  cordon_id_random(unknown);
+  send_result(&p, unknown, a->id);
+  expect_refused(&p, unknown);
+  /* another device's job (queued for b, which is offline) */
+  char *pkg = pack("hello", manifest, "echo hi\n");
+  struct out *o =
+      RUN(SERVER, "dispatch", "--user", "alice", "--device", b->id, pkg, "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  uint8_t raw[CORDON_ID_LEN];
+  cordon_id_from_hex(id, raw);
+  send_result(&p, raw, a->id);
+  expect_refused(&p, raw);
+  json_t *job;
+  cr_assert_str_eq(job_state(id, &job), "queued", "b's job is untouched");
+  cr_assert(json_is_null(json_object_get(job, "result")));
+  json_decref(job);
+  cr_assert(!p.closed, "the session goes on");
+  peer_release(&p);
+  free(pkg);
+}
+
+Test(peer, a_real_agent_drops_a_refused_result_from_its_spool) {
+  struct e2e_agent *a = pair_agent(0, "one", NULL);
+  /* a result for a job the server does not know, as the agent spools it */
+  struct job_result r;
+  job_result_init(&r);
+  job_result_fail(&r, CORDON_E_CANCELLED, "left over");
+  uint8_t job[CORDON_ID_LEN], dev[CORDON_ID_LEN];
+  cordon_id_random(job);
+  cordon_id_from_hex(a->id, dev);
+  struct msg m;
+  result_to_msg(&r, job, dev, &m);
+  uint8_t *buf;
+  size_t len;
+  cr_assert_eq(msg_encode_alloc(&m, &buf, &len, NULL), 0);
+  job_result_release(&r);
+  char hex[CORDON_ID_HEX_SIZE], path[600];
+  cordon_id_to_hex(job, hex);
+  snprintf(path, sizeof(path), "%s/spool", a->dir);
+  mkdir(path, 0700);
+  snprintf(path, sizeof(path), "%s/spool/%s.result", a->dir, hex);
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  cr_assert_eq(fwrite(buf, 1, len, f), len);
+  fclose(f);
+  free(buf);
+  start_agent(a);
+  for (int i = 0; i < 250 && access(path, F_OK) == 0; i++)
+    msleep(20);
+  cr_assert(access(path, F_OK) != 0, "the spool drained");
+  char want[100];
+  snprintf(want, sizeof(want), "job %s: result from %s refused", hex, a->id);
+  cr_assert(wait_in(e2e_server_log, want, 2000));
+  cr_assert(device_online(a->id), "and the agent stays connected");
+}
+
+Test(peer, the_server_closes_a_pairing_connection_after_pair_done) {
+  char *code = mint_code("alice");
+  char code_id[PAIRING_CODE_ID_CHARS + 1];
+  uint8_t key[PAIRING_KEY_LEN], pub[NOISE_KEY_LEN];
+  cr_assert_eq(pairing_code_derive(code, code_id, key), 0);
+  uint8_t *priv = sodium_malloc(NOISE_KEY_LEN);
+  cr_assert_eq(noise_keypair_generate(pub, priv), 0);
+  struct peer p;
+  peer_connect(&p, priv, NOISE_MODE_PAIRING);
+  sodium_free(priv);
+  struct msg h = {.type = MSG_HELLO};
+  h.hello.proto_min = 1;
+  h.hello.proto_max = 1;
+  h.hello.agent_version = "peer-test";
+  h.hello.pair_code = code_id;
+  h.hello.name = "raw";
+  h.hello.platform = "linux";
+  h.hello.best_level = MSG_LEVEL_ISOLATED;
+  h.hello.max_jobs = 1;
+  peer_send(&p, &h);
+  cr_assert_not_null(peer_next(&p, MSG_WELCOME, 5000));
+  struct msg *sp = peer_next(&p, MSG_PAIR_PROOF, 5000);
+  cr_assert_not_null(sp);
+  uint8_t hh[NOISE_HASH_LEN];
+  net_conn_handshake_hash(p.conn, hh);
+  cr_assert_eq(pairing_mac_verify(key, PAIRING_ROLE_SERVER, hh, sp->pair_proof.mac), 0);
+  struct msg proof = {.type = MSG_PAIR_PROOF};
+  proof.pair_proof.role = MSG_ROLE_AGENT;
+  pairing_mac(key, PAIRING_ROLE_AGENT, hh, proof.pair_proof.mac);
+  peer_send(&p, &proof);
+  cr_assert_not_null(peer_next(&p, MSG_PAIR_DONE, 5000), "paired");
+  /* we say nothing more and close nothing: the server closes */
+  for (int i = 0; i < 300 && !p.closed; i++)
+    peer_spin(&p, 10);
+  cr_assert(p.closed, "the server closed the pairing connection after pair_done");
+  cr_assert_eq(p.close_err, 0, "an orderly end between two records, not %d", p.close_err);
+  cr_assert_null(peer_next(&p, MSG_GOAWAY, 0), "closed without a goaway");
+  json_t *d = devices_json();
+  cr_assert_eq(json_array_size(d), 1, "and the device was recorded");
+  json_decref(d);
+  peer_release(&p);
+  free(code);
+}
+
+Test(peer, a_silent_session_is_pinged_and_a_pong_keeps_it) {
+  struct e2e_agent *a = pair_agent(0, "one", NULL);
+  struct peer p;
+  peer_session(&p, a);
+  /* the server pings after 2 * ping_ms (30 s) of silence */
+  struct msg *ping = peer_next(&p, MSG_PING, 40000);
+  cr_assert_not_null(ping, "the server pinged a silent session");
+  struct msg pong = {.type = MSG_PONG};
+  pong.pong.nonce = ping->ping.nonce;
+  peer_send(&p, &pong);
+  peer_spin(&p, 1000);
+  cr_assert(!p.closed, "answered: the session stays");
+  cr_assert(device_online(a->id));
+  peer_release(&p);
+}
