@@ -385,11 +385,10 @@ int daemon_job_reach_check(const char *job_user, const char *dir, struct cordon_
   mode_t want;
   const char *bit = needed_bit(&bs, ju.uid, ju.gid, &want);
   r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
-                      "job user %s cannot search %s (mode %04o, owner uid %u), so it cannot "
-                      "reach its jobs in %s: that directory needs %s (mode %04o, chmod %s %s), "
-                      "or use a --config outside it",
-                      ju.name, blocker, (unsigned)(bs.st_mode & 07777), (unsigned)bs.st_uid, real,
-                      bit, (unsigned)want, bit, blocker);
+                      "the job user %s cannot reach %s: %s is mode %04o (owner uid %u) and needs "
+                      "%s (chmod %s %s, mode %04o), or use a --config outside it",
+                      ju.name, real, blocker, (unsigned)(bs.st_mode & 07777), (unsigned)bs.st_uid,
+                      bit, bit, blocker, (unsigned)want);
 out_user:
   posix_job_user_release(&ju);
   return r;
