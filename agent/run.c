@@ -154,10 +154,11 @@ static void drain(struct runner *rn, const char *why) {
     return;
   }
   rn->draining = rn->health.draining = true;
-  char n[16], t[16];
+  char n[16], t[16], msg[64];
   snprintf(n, sizeof(n), "%u", rn->jobs.n_running);
   snprintf(t, sizeof(t), "%u", rn->opt.drain_timeout_s);
-  core_log_kv(CORE_LOG_INFO, "draining", "reason", why, "running", n, "drain_timeout_s", t, NULL);
+  snprintf(msg, sizeof(msg), "%s: stopping", why); /* "SIGTERM: stopping" */
+  core_log_kv(CORE_LOG_INFO, msg, "running", n, "drain_timeout_s", t, NULL);
   agent_dispatch_drain(&rn->jobs);
   agent_session_shutdown(&rn->session, "the agent is stopping");
   tell_status(rn);

@@ -691,7 +691,7 @@ Test(agent_daemon, sigterm_during_a_job_drains_and_the_result_arrives_after_rest
   char spooled[400];
   cr_assert_eq(access(spool_path(job_id(0), spooled, sizeof(spooled)), F_OK), 0,
                "the finished job's result is spooled");
-  cr_assert(log_has("msg=draining reason=SIGTERM running=1"), "%s", slurp(T.log));
+  cr_assert(log_has("msg=\"SIGTERM: stopping\" running=1 drain_timeout_s=30"), "%s", slurp(T.log));
 
   T.agent = START("--drain-timeout", "30");
   struct seen_result *r = wait_result(job_id(0), 1, 10000);
