@@ -237,8 +237,11 @@ static void reload(struct runner *rn) {
     agent_health_error(&rn->health, "%s", diag.msg);
   }
   struct agent_facts facts;
-  if (agent_facts_probe(nc, &facts) == 0)
+  if (agent_facts_probe(nc, &facts) == 0) {
+    if (facts.max_jobs > rn->jobs.pool_size)
+      facts.max_jobs = rn->jobs.pool_size;
     rn->facts = facts; /* what the next hello says */
+  }
   agent_dispatch_set_config(&rn->jobs, nc);
   agent_config_free((struct agent_config *)rn->cfg);
   rn->cfg = nc;

@@ -70,6 +70,8 @@ static struct {
   pid_t agent;
 } T;
 
+static char *slurp(const char *path);
+
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -264,7 +266,7 @@ static struct seen_result *wait_result(const uint8_t *id, int n, int ms) {
   want_id = id;
   want_n = n;
   cr_assert(spin(ms, have_result), "no result (copy %d) within %d ms; agent log:\n%s", n, ms,
-            T.log);
+            slurp(T.log));
   return result_for(id);
 }
 
@@ -1064,4 +1066,41 @@ Test(agent_daemon, a_config_under_a_0700_directory_is_refused_at_start_with_the_
   kill(T.agent, SIGTERM);
   cr_assert_eq(wait_exit(T.agent, 10000), 0);
   T.agent = 0;
+}
+
+Test(agent_daemon, status_checks_the_job_users_reach_by_owner_group_and_other_bits, .init = setup,
+     .fini = teardown, .timeout = 60) {
+  if (!is_root_with_job_user())
+    cr_skip_test("needs root and the cordon-job account (scripts/test-setup.sh)");
+  struct passwd *pw = getpwnam("cordon-job");
+  const struct {
+    unsigned mode;
+    bool group_is_job_users;
+    bool reachable;
+    const char *needs;
+  } cases[] = {
+      {0700, false, false, "needs o+x"}, {0701, false, true, NULL},
+      {0740, true, false, "needs g+x"},  {0750, true, true, NULL},
+      {0705, true, false, "needs g+x"}, /* the group's bits decide, not the others' */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char parent[200], cfg[240];
+    snprintf(parent, sizeof(parent), "%s/p%zu", T.dir, i);
+    cr_assert_eq(mkdir(parent, 0700), 0);
+    cr_assert_eq(chown(parent, 0, cases[i].group_is_job_users ? pw->pw_gid : 0), 0);
+    cr_assert_eq(chmod(parent, cases[i].mode), 0);
+    snprintf(cfg, sizeof(cfg), "%s/agent", parent); /* not made yet: its parent is checked */
+    struct out *o = cli(cfg, (const char *const[]){"status", "--json", NULL});
+    cr_assert_eq(o->status, 0, "%s", o->err);
+    json_t *s = json_loads(o->out, 0, NULL);
+    json_t *st = json_object_get(s, "staging");
+    cr_assert_eq(json_is_true(json_object_get(st, "reachable")), cases[i].reachable,
+                 "mode %04o: %s", cases[i].mode, o->out);
+    const char *problem = json_string_value(json_object_get(st, "problem"));
+    if (cases[i].needs)
+      cr_assert(problem && strstr(problem, cases[i].needs), "mode %04o: %s", cases[i].mode,
+                problem);
+    json_decref(s);
+    free(o);
+  }
 }
