@@ -79,23 +79,6 @@ out_close:
   return r;
 }
 
-long daemon_lock_holder(const char *dir, const char *name) {
-  char path[PATH_MAX], buf[32];
-  if (join(dir, name, path, sizeof(path)) < 0)
-    return 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0)
-    return 0;
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0)
-    return 0;
-  buf[n] = '\0';
-  char *end;
-  long pid = strtol(buf, &end, 10);
-  return pid > 0 && (*end == '\n' || *end == '\0') ? pid : 0;
-}
-
 void daemon_lock_release(struct daemon_lock *lock) {
   if (!lock)
     return;

@@ -69,27 +69,6 @@ int daemon_lock_take(const char *dir, const char *name, struct daemon_lock **out
   return 0;
 }
 
-long daemon_lock_holder(const char *dir, const char *name) {
-  wchar_t *w = lock_path(dir, name);
-  if (!w)
-    return 0;
-  HANDLE h = CreateFileW(w, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
-                         NULL, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
-  free(w);
-  if (h == INVALID_HANDLE_VALUE)
-    return 0;
-  char buf[32];
-  DWORD got = 0;
-  BOOL ok = ReadFile(h, buf, sizeof(buf) - 1, &got, NULL);
-  CloseHandle(h);
-  if (!ok || got == 0)
-    return 0;
-  buf[got] = '\0';
-  char *end;
-  long pid = strtol(buf, &end, 10);
-  return pid > 0 && (*end == '\n' || *end == '\0') ? pid : 0;
-}
-
 void daemon_lock_release(struct daemon_lock *lock) {
   if (!lock)
     return;
