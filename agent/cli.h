@@ -1,8 +1,11 @@
 /* What every agent command prints, in one place: the one-line error on
  * stderr, "cordon-agent: <code>: <message>", and JSON on stdout (stdout
  * carries JSON only). The exit statuses are main.c's contract: 0 done,
- * 1 ran and failed or was refused, 2 bad usage or malformed local input.
- * Nothing here exits or keeps state. */
+ * 1 ran and failed or was refused, 2 bad usage or malformed local input,
+ * AGENT_EXIT_UNPAIRED (`run` only) not paired, or revoked or unpaired by
+ * the server: restarting cannot help until someone pairs the device (the
+ * systemd units say RestartPreventExitStatus=). Nothing here exits or
+ * keeps state. */
 #ifndef CORDON_AGENT_CLI_H
 #define CORDON_AGENT_CLI_H
 
@@ -11,6 +14,7 @@
 #include "core/error.h"
 
 #define AGENT_PROG "cordon-agent"
+#define AGENT_EXIT_UNPAIRED 3
 
 /* "cordon-agent: <code name>: <detail>" on stderr; detail NULL or empty:
  * the code's own message. */

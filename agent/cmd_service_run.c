@@ -20,7 +20,7 @@ static int fail(int err, const char *detail) {
 static int run_as_service(void *ctx) {
   const struct agent_config *cfg = ctx;
   fprintf(stderr, PROG ": started by the Service Control Manager\n");
-  int rc = agent_cmd_run(cfg);
+  int rc = agent_cmd_run(cfg, NULL);
   fprintf(stderr, PROG ": service stopped (exit status %d)\n", rc);
   return rc;
 }

@@ -1,17 +1,92 @@
 /* cordon-agent status [--json]: what sandbox this device can give, its
- * pairing, and whether `run` is connected (CONFIG/connection). */
+ * pairing, whether the job user can reach the staging directory, and what
+ * the running agent says about itself, asked over its control socket
+ * (agent/ctl_client.h): "running" false and "connected" null when nothing
+ * answers; never guessed from a file. */
+#include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "agent/cli.h"
 #include "agent/commands.h"
+#include "agent/ctl_client.h"
 #include "agent/state.h"
 #include "compat/posix.h"
 #include "core/id.h"
+#include "platform/daemon.h"
 #include "platform/paths.h"
 #include "platform/sandbox.h"
+
+/* "staging": can the job user reach CONFIG/jobs (or, before `run` made
+ * it, the directory CONFIG is in: run makes CONFIG and CONFIG/jobs 0711
+ * itself)? */
+static json_t *staging_json(const struct agent_config *cfg) {
+  char jobs[PATH_MAX], target[PATH_MAX];
+  snprintf(jobs, sizeof(jobs), "%s/jobs", cfg->dir);
+  struct stat st;
+  if (stat(jobs, &st) == 0) {
+    snprintf(target, sizeof(target), "%s", jobs);
+  } else {
+    snprintf(target, sizeof(target), "%s", cfg->dir);
+    char *slash = strrchr(target, '/');
+    if (slash && slash != target)
+      *slash = '\0';
+    else if (slash)
+      slash[1] = '\0';
+  }
+  struct cordon_diag diag = {{0}};
+  int r = daemon_job_reach_check(cfg->job_user, target, &diag);
+  json_t *o = json_object();
+  json_object_set_new(o, "dir", json_string(jobs));
+  json_object_set_new(o, "checked", json_string(target));
+  if (r == 0) {
+    json_object_set_new(o, "reachable", json_true());
+    json_object_set_new(o, "problem", json_null());
+  } else {
+    json_object_set_new(o, "reachable", r == CORDON_E_CONFIG_INVALID ? json_false() : json_null());
+    json_object_set_new(o, "problem", json_string(diag.msg));
+  }
+  return o;
+}
+
+/* What the running agent says, into o; a line for people into summary. */
+static void live_json(const struct agent_config *cfg, json_t *o, char *summary, size_t len) {
+  json_t *live = NULL;
+  struct cordon_diag diag = {{0}};
+  int r = agent_ctl_ask(cfg->dir, AGENT_CTL_STATUS, &live, &diag);
+  const char *keys[] = {"pid", "connected_since", "draining", "jobs_running", "last_error"};
+  if (r == 0) {
+    json_object_set_new(o, "running", json_true());
+    json_object_set(o, "connected", json_object_get(live, "connected"));
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+      json_t *v = json_object_get(live, keys[i]);
+      json_object_set(o, keys[i], v ? v : json_null());
+    }
+    json_object_set_new(o, "live_detail", json_null());
+    const char *since = json_string_value(json_object_get(live, "connected_since"));
+    snprintf(summary, len, "agent: running (pid %lld), %s%s%s, %zu job(s) running",
+             (long long)json_integer_value(json_object_get(live, "pid")),
+             since ? "connected since " : "not connected", since ? since : "",
+             json_is_true(json_object_get(live, "draining")) ? ", stopping" : "",
+             json_array_size(json_object_get(live, "jobs_running")));
+    json_decref(live);
+    return;
+  }
+  const char *detail = r == -ECONNREFUSED ? NULL
+                       : r == -ENOTSUP
+                           ? "this platform has no control socket: ask the service manager"
+                           : diag.msg;
+  json_object_set_new(o, "running", r == -ECONNREFUSED ? json_false() : json_null());
+  json_object_set_new(o, "connected", json_null());
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+    json_object_set_new(o, keys[i], json_null());
+  json_object_set_new(o, "live_detail", detail ? json_string(detail) : json_null());
+  snprintf(summary, len, "agent: %s%s",
+           r == -ECONNREFUSED ? "not running" : "unknown: ", detail ? detail : "");
+}
 
 int agent_cmd_status(const struct agent_config *cfg, bool json_only) {
   struct sandbox_policy pol;
@@ -42,24 +117,18 @@ int agent_cmd_status(const struct agent_config *cfg, bool json_only) {
     json_object_set_new(o, "server", json_string(server));
     json_object_set_new(o, "user", json_string(pairing.user));
   }
-  /* written by `run` as it connects and disconnects (agent/session.c) */
-  char cpath[4200], cstate[32] = "";
-  snprintf(cpath, sizeof(cpath), "%s/connection", cfg->dir);
-  FILE *cf = fopen(cpath, "re");
-  if (cf) {
-    if (!fgets(cstate, sizeof(cstate), cf))
-      cstate[0] = '\0';
-    fclose(cf);
-  }
-  json_object_set_new(o, "connected", json_boolean(paired && strncmp(cstate, "connected", 9) == 0));
-  if (json_only) {
-    agent_print_json(o);
-  } else {
+  char summary[700];
+  live_json(cfg, o, summary, sizeof(summary));
+  json_t *staging = staging_json(cfg);
+  json_object_set_new(o, "staging", staging);
+  if (!json_only) {
     /* people: a short summary on stderr keeps stdout for JSON only */
-    fprintf(stderr, "best level: %s%s%s\n", sandbox_level_name(best), reason ? " — " : "",
-            reason ? reason : "");
-    agent_print_json(o);
+    fprintf(stderr, "best level: %s%s%s\n%s\n", sandbox_level_name(best), reason ? " — " : "",
+            reason ? reason : "", summary);
+    if (json_is_false(json_object_get(staging, "reachable")))
+      fprintf(stderr, "staging: %s\n", json_string_value(json_object_get(staging, "problem")));
   }
+  agent_print_json(o);
   json_decref(o);
   sandbox_probe_free(probe);
   return 0;

@@ -24,7 +24,24 @@ int agent_cmd_exec(const struct agent_config *cfg, const char *source, const cha
 int agent_cmd_pair(const struct agent_config *cfg, const char *server, const char *code,
                    const char *name);
 int agent_cmd_unpair(const struct agent_config *cfg);
-/* run until SIGTERM/SIGINT or agent_run_request_stop; 0 after a clean stop. */
-int agent_cmd_run(const struct agent_config *cfg);
+/* `run`'s options. */
+struct agent_run_options {
+  /* SIGTERM: how long running jobs may go on before they are cancelled
+   * (0: at once) */
+  unsigned drain_timeout_s;
+};
+#define AGENT_DRAIN_TIMEOUT_DEFAULT_S 30
+#define AGENT_DRAIN_TIMEOUT_MAX_S 86400
+
+/* run until SIGTERM/SIGINT or agent_run_request_stop (a drain: no new
+ * jobs, running ones finish or are cancelled after drain_timeout_s, every
+ * result spooled); SIGHUP re-reads config.json. 0 after a clean stop;
+ * AGENT_EXIT_UNPAIRED when not paired or the server says the device was
+ * revoked or unpaired; 2 when another `run` holds the config directory or
+ * the job user cannot reach it; 1 for other failures. opt NULL: the
+ * defaults. */
+int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options *opt);
+/* metrics: the running agent's Prometheus text on stdout. */
+int agent_cmd_metrics(const struct agent_config *cfg);
 
 #endif

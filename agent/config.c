@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -115,6 +116,7 @@ int agent_config_load(const char *dir, struct agent_config **out_config, struct 
   struct agent_config *c = calloc(1, sizeof(*c));
   if (!c)
     return -ENOMEM;
+  c->refs = 1;
   c->net = true;
   c->lowest_level = paths_default_lowest_level();
   c->max_jobs = 4;
@@ -164,7 +166,7 @@ out_fail:
 }
 
 void agent_config_free(struct agent_config *c) {
-  if (!c)
+  if (!c || --c->refs > 0)
     return;
   for (size_t i = 0; i < c->n_grant_roots; i++)
     free(c->grant_roots[i]);
@@ -186,4 +188,20 @@ void agent_config_policy(const struct agent_config *c, struct sandbox_policy *ou
   out_policy->job_user = c->job_user;
   out_policy->bwrap_path = c->bwrap_path;
   out_policy->state_dir = c->dir;
+}
+
+const struct agent_config *agent_config_ref(const struct agent_config *c) {
+  ((struct agent_config *)c)->refs++;
+  return c;
+}
+
+void agent_config_grant_roots_text(const struct agent_config *c, char *buf, size_t buf_len) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < c->n_grant_roots && o < buf_len; i++) {
+    int n = snprintf(buf + o, buf_len - o, "%s%s", i ? "," : "", c->grant_roots[i]);
+    if (n < 0)
+      break;
+    o += (size_t)n;
+  }
 }

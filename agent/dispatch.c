@@ -13,6 +13,7 @@
 #include "agent/cpkg_stage.h"
 #include "agent/job.h"
 #include "compat/posix.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "platform/fs.h"
 #include "platform/sandbox.h"
@@ -21,8 +22,12 @@
 
 struct agent_dispatch_job {
   struct agent_dispatch *d;
+  const struct agent_config *cfg; /* a reference: the ceiling it came under */
   uint8_t raw_id[CORDON_ID_LEN];
   char id[CORDON_ID_HEX_SIZE];
+  char package[160];   /* name@version, once the manifest is known */
+  uint64_t started_ms; /* wall clock, when it started running */
+  const char *level;   /* the planned sandbox level, once planned */
   struct agent_job job;
   bool job_made;
   struct agent_cpkg_stager *stager;
@@ -40,21 +45,62 @@ struct agent_dispatch_job {
 void agent_dispatch_init(struct agent_dispatch *d, uv_loop_t *loop, const struct agent_config *cfg,
                          const struct agent_pairing *pairing, const struct cpkg_trust *trust,
                          struct agent_session *session, const struct agent_spool *spool,
-                         const struct agent_seen *seen) {
-  *d = (struct agent_dispatch){.cfg = cfg,
+                         const struct agent_seen *seen, struct agent_health *health) {
+  *d = (struct agent_dispatch){.cfg = agent_config_ref(cfg),
+                               .pool_size = cfg->max_jobs,
                                .pairing = pairing,
                                .trust = trust,
                                .loop = loop,
                                .session = session,
                                .spool = spool,
-                               .seen = seen};
+                               .seen = seen,
+                               .health = health};
 }
 
-/* Spool the result, then send it. */
-static void deliver(struct agent_dispatch *d, const uint8_t raw_id[CORDON_ID_LEN],
-                    struct job_result *res) {
+void agent_dispatch_set_config(struct agent_dispatch *d, const struct agent_config *cfg) {
+  const struct agent_config *old = d->cfg;
+  d->cfg = agent_config_ref(cfg);
+  agent_config_free((struct agent_config *)old);
+}
+
+static void changed(struct agent_dispatch *d) {
+  if (d->on_change)
+    d->on_change(d->ctx);
+}
+
+/* One line per result: "job refused" with its code and reason, or "job
+ * finished" with how it ended. j is NULL for a job refused before it was
+ * made or one recovered after a restart. */
+static void log_result(struct agent_dispatch *d, const struct agent_dispatch_job *j, const char *id,
+                       const struct job_result *res, enum agent_outcome o) {
+  const char *package = j && j->package[0] ? j->package : "-";
+  const char *code = res->error ? cordon_err_name(res->error) : "-";
+  if (o == AGENT_OUTCOME_REFUSED) {
+    core_log_kv(CORE_LOG_WARN, "job refused", "job", id, "user", d->pairing->user, "package",
+                package, "code", code, "reason", res->error_message, NULL);
+    return;
+  }
+  char status[16] = "-", duration[24];
+  const char *status_key = "exit_code";
+  if (res->ran && res->exited)
+    snprintf(status, sizeof(status), "%d", res->exit_code);
+  else if (res->ran)
+    status_key = "signal", snprintf(status, sizeof(status), "%d", res->signal);
+  snprintf(duration, sizeof(duration), "%llu", (unsigned long long)res->wall_ms);
+  core_log_kv(o == AGENT_OUTCOME_LOST ? CORE_LOG_WARN : CORE_LOG_INFO, "job finished", "job", id,
+              "user", d->pairing->user, "package", package, "outcome", agent_outcome_name(o),
+              status_key, status, "level", res->level_known ? sandbox_level_name(res->level) : "-",
+              "duration_ms", duration, "code", code, NULL);
+}
+
+/* Count and log the result, spool it, then send it. */
+static void deliver(struct agent_dispatch *d, const struct agent_dispatch_job *j,
+                    const uint8_t raw_id[CORDON_ID_LEN], struct job_result *res) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(raw_id, id);
+  enum agent_outcome o = agent_outcome_of(res);
+  d->health->outcomes[o]++;
+  log_result(d, j, id, res, o);
   struct msg m;
   result_to_msg(res, raw_id, d->pairing->device_id, &m);
   uint8_t *buf;
@@ -62,24 +108,26 @@ static void deliver(struct agent_dispatch *d, const uint8_t raw_id[CORDON_ID_LEN
   struct cordon_diag diag = {{0}};
   int r = msg_encode_alloc(&m, &buf, &len, &diag);
   if (r < 0) {
-    core_log("job %s: cannot encode its result: %s", id, diag.msg);
+    core_log_kv(CORE_LOG_ERROR, "cannot encode a result", "job", id, "reason", diag.msg, NULL);
+    agent_health_error(d->health, "job %s: cannot encode its result: %s", id, diag.msg);
     return;
   }
   r = agent_spool_put_result(d->spool, raw_id, buf, len);
-  if (r < 0)
-    core_log("job %s: cannot spool its result: %s", id, strerror(-r));
+  if (r < 0) {
+    core_log_kv(CORE_LOG_ERROR, "cannot spool a result", "job", id, "reason", strerror(-r), NULL);
+    agent_health_error(d->health, "job %s: cannot spool its result: %s", id, strerror(-r));
+  }
   agent_session_send_encoded(d->session, buf, len);
   free(buf);
 }
 
-static void refuse(struct agent_dispatch *d, const uint8_t raw_id[CORDON_ID_LEN], int err,
-                   const char *why) {
+static void refuse(struct agent_dispatch *d, const struct agent_dispatch_job *j,
+                   const uint8_t raw_id[CORDON_ID_LEN], int err, const char *why) {
   struct job_result res;
   job_result_init(&res);
   cordon_id_to_hex(raw_id, res.job_id);
   job_result_fail(&res, err, "%s", why);
-  core_log("job %s refused: %s: %s", res.job_id, cordon_err_name(err), why);
-  deliver(d, raw_id, &res);
+  deliver(d, j, raw_id, &res);
   job_result_release(&res);
 }
 
@@ -109,22 +157,28 @@ static void job_free(struct agent_dispatch_job *j) {
   for (int i = 0; i < 2; i++)
     if (j->cancel_pipe[i] >= 0)
       close(j->cancel_pipe[i]);
+  agent_config_free((struct agent_config *)j->cfg);
   free(j);
 }
 
 static void fail_job(struct agent_dispatch_job *j, int err, const char *why) {
-  refuse(j->d, j->raw_id, err, why);
+  refuse(j->d, j, j->raw_id, err, why);
   job_free(j);
 }
 
 void agent_dispatch_on_job(struct agent_dispatch *d, struct msg_job *mj) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(mj->job_id, id);
+  if (d->draining) {
+    refuse(d, NULL, mj->job_id, CORDON_E_SPAWN_FAILED, "the agent is stopping");
+    return;
+  }
   struct ticket t;
   int r =
       ticket_verify(mj->ticket.data, mj->ticket.len, mj->ticket_sig, d->pairing->ticket_key, &t);
   if (r < 0) {
-    refuse(d, mj->job_id, CORDON_E_SIGNATURE_INVALID, "the ticket's signature does not verify");
+    refuse(d, NULL, mj->job_id, CORDON_E_SIGNATURE_INVALID,
+           "the ticket's signature does not verify");
     return;
   }
   uint8_t tag[CORDON_ID_LEN], args_hash[32];
@@ -133,39 +187,41 @@ void agent_dispatch_on_job(struct agent_dispatch *d, struct msg_job *mj) {
   if (sodium_memcmp(t.device_id, d->pairing->device_id, CORDON_ID_LEN) != 0 ||
       sodium_memcmp(t.user_tag, tag, CORDON_ID_LEN) != 0 ||
       sodium_memcmp(t.session_id, d->session->id, CORDON_ID_LEN) != 0) {
-    refuse(d, mj->job_id, CORDON_E_WRONG_DEVICE,
+    refuse(d, NULL, mj->job_id, CORDON_E_WRONG_DEVICE,
            "the ticket is for another device, user or session");
     return;
   }
   if (memcmp(t.job_id, mj->job_id, CORDON_ID_LEN) != 0 ||
       memcmp(t.index_hash, mj->pkg_hash, sizeof(t.index_hash)) != 0 ||
       memcmp(t.args_hash, args_hash, sizeof(args_hash)) != 0) {
-    refuse(d, mj->job_id, CORDON_E_SIGNATURE_INVALID, "the job does not match its ticket");
+    refuse(d, NULL, mj->job_id, CORDON_E_SIGNATURE_INVALID, "the job does not match its ticket");
     return;
   }
   if ((int64_t)t.expires_ms < agent_session_server_now_ms(d->session)) {
-    refuse(d, mj->job_id, CORDON_E_TICKET_EXPIRED, "the ticket has expired");
+    refuse(d, NULL, mj->job_id, CORDON_E_TICKET_EXPIRED, "the ticket has expired");
     return;
   }
   r = agent_seen_check_and_add(d->seen, mj->job_id, t.expires_ms);
   if (r == CORDON_E_TICKET_REPLAYED) {
-    refuse(d, mj->job_id, r, "this job id was already seen");
+    refuse(d, NULL, mj->job_id, r, "this job id was already seen");
     return;
   }
   if (r < 0) {
-    refuse(d, mj->job_id, CORDON_E_SPAWN_FAILED, "cannot record the job id");
+    refuse(d, NULL, mj->job_id, CORDON_E_SPAWN_FAILED, "cannot record the job id");
     return;
   }
-  if (d->n_running >= d->cfg->max_jobs) {
-    refuse(d, mj->job_id, CORDON_E_SPAWN_FAILED, "the agent is at its max_jobs limit");
+  unsigned max_jobs = d->cfg->max_jobs < d->pool_size ? d->cfg->max_jobs : d->pool_size;
+  if (d->n_running >= max_jobs) {
+    refuse(d, NULL, mj->job_id, CORDON_E_SPAWN_FAILED, "the agent is at its max_jobs limit");
     return;
   }
   struct agent_dispatch_job *j = calloc(1, sizeof(*j));
   if (!j) {
-    refuse(d, mj->job_id, CORDON_E_SPAWN_FAILED, "out of memory");
+    refuse(d, NULL, mj->job_id, CORDON_E_SPAWN_FAILED, "out of memory");
     return;
   }
   j->d = d;
+  j->cfg = agent_config_ref(d->cfg);
   j->stage_fd = -1;
   j->cancel_pipe[0] = j->cancel_pipe[1] = -1;
   memcpy(j->raw_id, mj->job_id, CORDON_ID_LEN);
@@ -188,7 +244,8 @@ void agent_dispatch_on_job(struct agent_dispatch *d, struct msg_job *mj) {
     fail_job(j, CORDON_E_SPAWN_FAILED, "cannot write the spool");
     return;
   }
-  r = agent_job_begin_stream(&j->job, d->cfg, id, &j->stage_fd, &diag);
+  core_log_kv(CORE_LOG_DEBUG, "job accepted", "job", id, "user", d->pairing->user, NULL);
+  r = agent_job_begin_stream(&j->job, j->cfg, id, &j->stage_fd, &diag);
   j->job_made = true;
   if (r == 0)
     r = agent_cpkg_stager_new(d->trust, j->stage_fd, &j->stager, &diag);
@@ -208,12 +265,10 @@ static void work_done(uv_work_t *w, int status) {
   struct agent_dispatch_job *j = w->data;
   struct agent_dispatch *d = j->d;
   d->n_running--;
-  core_log("job %s finished: %s", j->id,
-           j->job.result.error    ? cordon_err_name(j->job.result.error)
-           : j->job.result.exited ? "exited"
-                                  : "killed");
-  deliver(d, j->raw_id, &j->job.result);
+  j->running = false;
+  deliver(d, j, j->raw_id, &j->job.result);
   job_free(j);
+  changed(d);
 }
 
 /* The whole package arrived: verify, plan, and run it on the pool. */
@@ -227,6 +282,7 @@ static void start_job(struct agent_dispatch_job *j) {
     fail_job(j, r, diag.msg);
     return;
   }
+  snprintf(j->package, sizeof(j->package), "%s@%s", m->name, m->version);
   if (memcmp(hash, j->index_hash, sizeof(hash)) != 0) {
     manifest_free(m);
     fail_job(j, CORDON_E_SIGNATURE_INVALID, "the package is not the one the ticket names");
@@ -249,8 +305,7 @@ static void start_job(struct agent_dispatch_job *j) {
     struct job_result *res = &j->job.result;
     if (!res->error)
       job_result_fail(res, r, "%s", cordon_err_message(r));
-    core_log("job %s refused: %s: %s", j->id, cordon_err_name(res->error), res->error_message);
-    deliver(d, j->raw_id, res);
+    deliver(d, j, j->raw_id, res);
     job_free(j);
     return;
   }
@@ -262,9 +317,14 @@ static void start_job(struct agent_dispatch_job *j) {
   agent_session_send(d->session, &running);
   j->running = true;
   d->n_running++;
+  j->started_ms = core_wall_ms();
   j->work.data = j;
-  core_log("job %s started", j->id);
+  const char *why;
+  j->level = sandbox_level_name(sandbox_probe_best(j->job.probe, &why)); /* the plan's level */
+  core_log_kv(CORE_LOG_INFO, "job started", "job", j->id, "user", d->pairing->user, "package",
+              j->package, "level", j->level, NULL);
   uv_queue_work(d->loop, &j->work, work_run, work_done);
+  changed(d);
 }
 
 void agent_dispatch_on_chunk(struct agent_dispatch *d, const struct msg_chunk *c) {
@@ -302,8 +362,12 @@ static void recover_one(void *ctx, const uint8_t raw[CORDON_ID_LEN]) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(raw, id);
   int killed = sandbox_reap_leftovers(id);
-  if (killed > 0)
-    core_log("job %s: killed %d process(es) left from before the restart", id, killed);
+  if (killed > 0) {
+    char n[16];
+    snprintf(n, sizeof(n), "%d", killed);
+    core_log_kv(CORE_LOG_WARN, "killed processes left from before the restart", "job", id, "killed",
+                n, NULL);
+  }
   char jobs[PATH_MAX];
   snprintf(jobs, sizeof(jobs), "%s/jobs", d->cfg->dir);
   int jfd = open(jobs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -315,7 +379,7 @@ static void recover_one(void *ctx, const uint8_t raw[CORDON_ID_LEN]) {
   job_result_init(&res);
   snprintf(res.job_id, sizeof(res.job_id), "%s", id);
   job_result_fail(&res, CORDON_E_AGENT_RESTARTED, "the agent restarted while the job ran");
-  deliver(d, raw, &res);
+  deliver(d, NULL, raw, &res);
   job_result_release(&res);
 }
 
@@ -328,8 +392,28 @@ void agent_dispatch_connection_lost(struct agent_dispatch *d) {
   for (struct agent_dispatch_job *j = d->jobs, *n; j; j = n) {
     n = j->next;
     if (!j->running)
-      fail_job(j, CORDON_E_DEVICE_LOST, "the connection closed while the package arrived");
+      fail_job(j, CORDON_E_DEVICE_LOST,
+               d->draining ? "the agent stopped while the package arrived"
+                           : "the connection closed while the package arrived");
   }
+}
+
+void agent_dispatch_drain(struct agent_dispatch *d) {
+  d->draining = true;
+}
+
+size_t agent_dispatch_list(const struct agent_dispatch *d, struct agent_ctl_job *out, size_t max) {
+  size_t n = 0;
+  for (const struct agent_dispatch_job *j = d->jobs; j && n < max; j = j->next) {
+    if (!j->running)
+      continue;
+    struct agent_ctl_job *o = &out[n++];
+    memcpy(o->id, j->id, sizeof(o->id));
+    snprintf(o->package, sizeof(o->package), "%s", j->package);
+    o->started_ms = j->started_ms;
+    o->level = j->level;
+  }
+  return n;
 }
 
 void agent_dispatch_cancel_running(struct agent_dispatch *d) {
@@ -341,4 +425,6 @@ void agent_dispatch_cancel_running(struct agent_dispatch *d) {
 void agent_dispatch_release(struct agent_dispatch *d) {
   while (d->jobs)
     job_free(d->jobs);
+  agent_config_free((struct agent_config *)d->cfg);
+  d->cfg = NULL;
 }

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,27 @@
 #include "platform/fs.h"
 #include "platform/paths.h"
 
+int agent_job_dir_prepare(const struct agent_config *cfg, char *out_jobs, size_t len,
+                          struct cordon_diag *diag) {
+  /* A root agent's jobs reach their package by path as the job user: the
+   * state and jobs dirs are then searchable (0711), never listable; job
+   * ids are 128-bit random. */
+  bool root = geteuid() == 0;
+  int r = fs_mkdir_p(cfg->dir, 0700);
+  char jobs[PATH_MAX];
+  if (r == 0 && snprintf(jobs, sizeof(jobs), "%s/jobs", cfg->dir) >= (int)sizeof(jobs))
+    r = -ENAMETOOLONG;
+  if (r == 0 && mkdir(jobs, root ? 0711 : 0700) < 0 && errno != EEXIST)
+    r = -errno;
+  if (r == 0 && root && (chmod(cfg->dir, 0711) < 0 || chmod(jobs, 0711) < 0))
+    r = -errno;
+  if (r == 0 && snprintf(out_jobs, len, "%s", jobs) >= (int)len)
+    r = -ENAMETOOLONG;
+  if (r < 0)
+    return cordon_diag_set(diag, r, "cannot create %s/jobs: %s", cfg->dir, strerror(-r));
+  return 0;
+}
+
 /* id: the job id (CORDON_ID_HEX_LEN hex digits) from a ticket, or NULL
  * for a new random one. */
 static int make_job_dir(struct agent_job *job, const struct agent_config *cfg, const char *id,
@@ -26,20 +48,11 @@ static int make_job_dir(struct agent_job *job, const struct agent_config *cfg, c
   else
     cordon_id_to_hex(raw, job->id);
   memcpy(job->result.job_id, job->id, sizeof(job->id));
-  /* A root agent's contained jobs reach their package by path as the job
-   * user: the state and jobs dirs are then searchable (0711), never
-   * listable; job ids are 128-bit random. */
   mode_t dmode = geteuid() == 0 ? 0711 : 0700;
-  int r = fs_mkdir_p(cfg->dir, 0700);
   char jobs[PATH_MAX];
-  if (r == 0 && snprintf(jobs, sizeof(jobs), "%s/jobs", cfg->dir) >= (int)sizeof(jobs))
-    r = -ENAMETOOLONG;
-  if (r == 0 && mkdir(jobs, dmode) < 0 && errno != EEXIST)
-    r = -errno;
-  if (r == 0 && geteuid() == 0 && (chmod(cfg->dir, 0711) < 0 || chmod(jobs, 0711) < 0))
-    r = -errno;
+  int r = agent_job_dir_prepare(cfg, jobs, sizeof(jobs), diag);
   if (r < 0)
-    return cordon_diag_set(diag, r, "cannot create %s/jobs: %s", cfg->dir, strerror(-r));
+    return r;
   if (asprintf(&job->dir, "%s/%s", jobs, job->id) < 0) {
     job->dir = NULL;
     return -ENOMEM;

@@ -4,6 +4,7 @@
 #define CORDON_AGENT_JOB_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "agent/config.h"
@@ -25,6 +26,11 @@ struct agent_job {
   struct job_result result;
 };
 
+/* CONFIG/jobs, made if missing (0700; for a root agent CONFIG and it are
+ * made 0711, see docs/ARCHITECTURE.md), its path into out_jobs. 0, or -errno
+ * with diag. */
+int agent_job_dir_prepare(const struct agent_config *cfg, char *out_jobs, size_t len,
+                          struct cordon_diag *diag);
 /* Make the job directory and stage a source DIR (copy) or a .cpkg (verify
  * while unpacking). A local input problem (bad manifest, unreadable DIR,
  * a symlink in DIR) returns CORDON_E_USAGE or CORDON_E_MANIFEST_INVALID

@@ -1,8 +1,10 @@
 /* cordon-agent: command-line entry: parse the command line and dispatch to
- * the commands (agent/commands.h), which are the agent library. Only JSON goes to stdout; one-line
- * errors go to stderr as "cordon-agent: <code>: <message>". Exit status:
- * 0 ran and exited 0 / command succeeded; 1 ran and failed, timed out or
- * was refused; 2 bad usage or malformed local input. */
+ * the commands (agent/commands.h), which are the agent library. Only JSON
+ * goes to stdout (`metrics`: Prometheus text); one-line errors go to
+ * stderr as "cordon-agent: <code>: <message>". Exit status: 0 ran and
+ * exited 0 / command succeeded; 1 ran and failed, timed out or was
+ * refused; 2 bad usage or malformed local input; 3 (`run`) not paired, or
+ * revoked or unpaired by the server. */
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -26,8 +28,9 @@ static int usage(const char *msg) {
       "  explain DIR|FILE.cpkg [--json]          the sandbox plan, without running\n"
       "  exec DIR|FILE.cpkg [--trust KEY] [-- ARGS...]  run a package locally\n"
       "  pair --server HOST:PORT [--code CODE] [--name NAME]  enrol (the code may come on stdin)\n"
-      "  run [--service]                         stay connected and run dispatched jobs\n"
-      "                                          (--service: as the Windows service)\n"
+      "  run [--drain-timeout S] [--log-level L] stay connected and run dispatched jobs\n"
+      "      [--service]                         (--service: as the Windows service)\n"
+      "  metrics                                 the running agent's metrics (Prometheus text)\n"
       "  unpair                                  forget the pairing\n");
   return 2;
 }
@@ -38,6 +41,7 @@ struct cli {
   const char *target;
   const char *trust;
   const char *server, *code, *name;
+  const char *drain_timeout, *log_level;
   bool json;
   bool service; /* run --service: started by the Windows Service Control Manager */
   char **args;
@@ -53,7 +57,8 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
       c->n_args = (size_t)(argc - i - 1);
       break;
     } else if (strcmp(a, "--config") == 0 || strcmp(a, "--trust") == 0 ||
-               strcmp(a, "--server") == 0 || strcmp(a, "--code") == 0 || strcmp(a, "--name") == 0) {
+               strcmp(a, "--server") == 0 || strcmp(a, "--code") == 0 || strcmp(a, "--name") == 0 ||
+               strcmp(a, "--drain-timeout") == 0 || strcmp(a, "--log-level") == 0) {
       if (i + 1 >= argc) {
         fprintf(stderr, AGENT_PROG ": usage: %s needs a value\n", a);
         return 2;
@@ -67,6 +72,10 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
         c->server = v;
       else if (strcmp(a, "--code") == 0)
         c->code = v;
+      else if (strcmp(a, "--drain-timeout") == 0)
+        c->drain_timeout = v;
+      else if (strcmp(a, "--log-level") == 0)
+        c->log_level = v;
       else
         c->name = v;
     } else if (strcmp(a, "--json") == 0) {
@@ -118,9 +127,18 @@ static int service_command(int argc, char **argv) {
 }
 
 /* `run --service`: only the Windows service's command line says it (see
- * docs/WINDOWS.md); systemd and launchd run plain `run`. */
+ * docs/WINDOWS.md); systemd and launchd run plain `run`. The Windows
+ * service drains with the default timeout (the SCM's wait hint). */
 static int cmd_run(const struct cli *c, const struct agent_config *cfg) {
-  return c->service ? agent_cmd_run_service(cfg) : agent_cmd_run(cfg);
+  struct agent_run_options opt = {.drain_timeout_s = AGENT_DRAIN_TIMEOUT_DEFAULT_S};
+  if (c->drain_timeout) {
+    char *end;
+    long v = strtol(c->drain_timeout, &end, 10);
+    if (*end || end == c->drain_timeout || v < 0 || v > AGENT_DRAIN_TIMEOUT_MAX_S)
+      return agent_usage("--drain-timeout: seconds in 0..86400");
+    opt.drain_timeout_s = (unsigned)v;
+  }
+  return c->service ? agent_cmd_run_service(cfg) : agent_cmd_run(cfg, &opt);
 }
 
 int main(int argc, char **argv) {
@@ -140,6 +158,14 @@ int main(int argc, char **argv) {
     return r;
   if (c.service && strcmp(c.cmd, "run") != 0)
     return agent_usage("--service goes with run only");
+  if ((c.drain_timeout || c.log_level) && strcmp(c.cmd, "run") != 0)
+    return agent_usage("--drain-timeout and --log-level go with run only");
+  if (c.log_level) {
+    enum core_log_level level;
+    if (core_log_level_parse(c.log_level, &level) < 0)
+      return agent_usage("--log-level: debug, info, warn or error");
+    core_log_set_level(level);
+  }
   if (sodium_init() < 0) {
     fprintf(stderr, AGENT_PROG ": crypto_failed: libsodium could not start\n");
     return 1;
@@ -162,6 +188,8 @@ int main(int argc, char **argv) {
     rc = agent_cmd_pair(cfg, c.server, c.code, c.name);
   else if (strcmp(c.cmd, "run") == 0)
     rc = cmd_run(&c, cfg);
+  else if (strcmp(c.cmd, "metrics") == 0)
+    rc = agent_cmd_metrics(cfg);
   else if (strcmp(c.cmd, "unpair") == 0)
     rc = agent_cmd_unpair(cfg);
   else {

@@ -2,12 +2,12 @@
 
 #include <errno.h>
 #include <sodium.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "compat/posix.h"
 #include "core/clock.h"
-#include "core/file.h"
 #include "core/log.h"
 
 /* the run's link: a ping after 10 s of silence, given up after 60 s */
@@ -17,15 +17,19 @@
 #define BACKOFF_FIRST_MS 500
 #define BACKOFF_MAX_MS 30000
 
-static void write_connection_state(const struct agent_session *s, bool connected) {
-  const char *text = connected ? "connected\n" : "disconnected\n";
-  core_write_file_atomic(s->cfg->dir, "connection", text, strlen(text), 0600);
+/* Every record this side sends goes through here (bytes counted). */
+static int send_record(struct agent_session *s, struct net_conn *c, const uint8_t *buf,
+                       size_t len) {
+  int r = net_conn_send(c, buf, len);
+  if (r == 0)
+    s->health->bytes_sent += len;
+  return r;
 }
 
 int agent_session_send_encoded(struct agent_session *s, const uint8_t *buf, size_t len) {
   if (!s->conn || !s->ready)
     return -ENOTCONN;
-  return net_conn_send(s->conn, buf, len);
+  return send_record(s, s->conn, buf, len);
 }
 
 int agent_session_send(struct agent_session *s, const struct msg *m) {
@@ -36,7 +40,7 @@ int agent_session_send(struct agent_session *s, const struct msg *m) {
   int r = msg_encode_alloc(m, &buf, &len, NULL);
   if (r < 0)
     return r;
-  r = net_conn_send(s->conn, buf, len);
+  r = send_record(s, s->conn, buf, len);
   free(buf);
   return r;
 }
@@ -50,7 +54,10 @@ static void schedule_connect(struct agent_session *s);
 static int on_check_peer(struct net_conn *c, const uint8_t key[NOISE_KEY_LEN]) {
   struct agent_session *s = net_conn_data(c);
   if (sodium_memcmp(key, s->pairing->server_key, NOISE_KEY_LEN) != 0) {
-    core_log("the server's key is not the one pinned at pairing: not connecting");
+    core_log_kv(CORE_LOG_ERROR, "the server's key is not the one pinned at pairing: not connecting",
+                "server", s->health->server, NULL);
+    agent_health_error(s->health, "the server's key at %s is not the one pinned at pairing",
+                       s->health->server);
     return CORDON_E_UNKNOWN_KEY;
   }
   return 0;
@@ -67,7 +74,7 @@ static int on_ready(struct net_conn *c) {
   int r = msg_encode_alloc(&m, &buf, &len, NULL);
   if (r < 0)
     return r;
-  r = net_conn_send(c, buf, len);
+  r = send_record(s, c, buf, len);
   free(buf);
   return r;
 }
@@ -84,13 +91,19 @@ static void on_first_record(struct agent_session *s, struct net_conn *c, const s
     s->backoff_ms = 0;
     memcpy(s->id, m->welcome.session_id, CORDON_ID_LEN);
     s->clock_offset_ms = (int64_t)m->welcome.time_ms - (int64_t)core_wall_ms();
-    write_connection_state(s, true);
-    core_log("connected to %s:%d as device of %s", s->pairing->host, s->pairing->port,
-             s->pairing->user);
+    s->health->connected = true;
+    s->health->connected_since_ms = core_wall_ms();
+    s->health->sessions++;
+    char dev[CORDON_ID_HEX_SIZE];
+    cordon_id_to_hex(s->pairing->device_id, dev);
+    core_log_kv(CORE_LOG_INFO, "connected to the server", "server", s->health->server, "device",
+                dev, "user", s->pairing->user, NULL);
     s->ops->on_welcome(s->ctx);
   } else if (m->type == MSG_GOAWAY) {
-    core_log("the server refused the session: %s: %s", m->goaway.code,
-             m->goaway.message ? m->goaway.message : "");
+    const char *text = m->goaway.message ? m->goaway.message : "";
+    core_log_kv(CORE_LOG_WARN, "the server refused the session", "server", s->health->server,
+                "code", m->goaway.code, "reason", text, NULL);
+    agent_health_error(s->health, "the server refused the session: %s: %s", m->goaway.code, text);
     if (goaway_is_final(&m->goaway))
       s->ops->on_revoked(s->ctx, "this device is no longer paired with the server; run "
                                  "`cordon-agent unpair`, then pair again");
@@ -110,14 +123,18 @@ static void on_session_record(struct agent_session *s, struct net_conn *c, struc
   }
   case MSG_PONG:
     break;
-  case MSG_GOAWAY:
-    core_log("the server closed the session: %s: %s", m->goaway.code,
-             m->goaway.message ? m->goaway.message : "");
-    if (goaway_is_final(&m->goaway))
+  case MSG_GOAWAY: {
+    const char *text = m->goaway.message ? m->goaway.message : "";
+    bool final = goaway_is_final(&m->goaway);
+    core_log_kv(final ? CORE_LOG_ERROR : CORE_LOG_WARN, "the server closed the session", "server",
+                s->health->server, "code", m->goaway.code, "reason", text, NULL);
+    agent_health_error(s->health, "the server closed the session: %s: %s", m->goaway.code, text);
+    if (final)
       s->ops->on_revoked(s->ctx, "this device was revoked or unpaired; run `cordon-agent "
                                  "unpair`, then pair again");
     net_conn_close(c, 0);
     break;
+  }
   default:
     s->ops->on_message(s->ctx, m);
     break;
@@ -126,10 +143,13 @@ static void on_session_record(struct agent_session *s, struct net_conn *c, struc
 
 static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
   struct agent_session *s = net_conn_data(c);
+  s->health->bytes_received += len;
   struct msg m;
   struct cordon_diag diag = {{0}};
   if (msg_decode(data, len, &m, &diag) < 0) {
-    core_log("bad message from the server: %s", diag.msg);
+    core_log_kv(CORE_LOG_WARN, "bad message from the server", "server", s->health->server, "reason",
+                diag.msg, NULL);
+    agent_health_error(s->health, "bad message from the server: %s", diag.msg);
     net_conn_close(c, CORDON_E_PROTOCOL);
     return;
   }
@@ -151,15 +171,24 @@ static void on_quiet(struct net_conn *c) {
 
 static void on_close(struct net_conn *c, int err) {
   struct agent_session *s = net_conn_data(c);
+  bool was_ready = false;
   if (s->conn == c) {
     s->conn = NULL;
-    if (s->ready)
-      write_connection_state(s, false);
+    was_ready = s->ready;
     s->ready = false;
   }
+  if (was_ready) {
+    s->health->connected = false;
+    s->health->disconnected_ms = core_wall_ms();
+  }
+  const char *reason = err ? cordon_err_message(err) : s->stopping ? "stopping" : "closed";
+  if (was_ready || (err && !s->stopping))
+    core_log_kv(err && !s->stopping ? CORE_LOG_WARN : CORE_LOG_INFO,
+                was_ready ? "session ended" : "connection failed", "server", s->health->server,
+                "reason", reason, NULL);
   if (err && !s->stopping)
-    core_log("connection to %s:%d lost: %s", s->pairing->host, s->pairing->port,
-             cordon_err_message(err));
+    agent_health_error(s->health, "connection to %s %s: %s", s->health->server,
+                       was_ready ? "lost" : "failed", reason);
   s->ops->on_lost(s->ctx);
   if (!s->stopping)
     schedule_connect(s);
@@ -177,12 +206,20 @@ static void do_connect(uv_timer_t *t) {
   struct agent_session *s = t->data;
   if (s->stopping || s->conn)
     return;
+  s->health->connects++;
+  core_log_kv(CORE_LOG_DEBUG, "connecting", "server", s->health->server, NULL);
   int r = net_connect(s->loop, s->pairing->host, s->pairing->port, s->priv, NOISE_MODE_SESSION,
                       &s->limits, &session_ops, s, &s->conn);
   if (r < 0) {
     s->conn = NULL;
+    const char *why = cordon_err_message(r);
+    core_log_kv(CORE_LOG_WARN, "connection failed", "server", s->health->server, "reason", why,
+                NULL);
+    agent_health_error(s->health, "connection to %s failed: %s", s->health->server, why);
     schedule_connect(s);
   }
+  if (s->ops->on_attempt)
+    s->ops->on_attempt(s->ctx);
 }
 
 static void schedule_connect(struct agent_session *s) {
@@ -195,8 +232,13 @@ static void schedule_connect(struct agent_session *s) {
 
 void agent_session_init(struct agent_session *s, uv_loop_t *loop, const struct agent_config *cfg,
                         const struct agent_pairing *pairing, const struct agent_facts *facts,
-                        const uint8_t *priv, const struct agent_session_ops *ops, void *ctx) {
+                        const uint8_t *priv, struct agent_health *health,
+                        const struct agent_session_ops *ops, void *ctx) {
   memset(s, 0, sizeof(*s));
+  s->health = health;
+  /* an IPv6 literal is written in brackets, as `pair --server` takes it */
+  snprintf(health->server, sizeof(health->server), strchr(pairing->host, ':') ? "[%s]:%d" : "%s:%d",
+           pairing->host, pairing->port);
   s->loop = loop;
   s->cfg = cfg;
   s->pairing = pairing;
@@ -215,14 +257,33 @@ void agent_session_start(struct agent_session *s) {
   uv_timer_start(&s->retry, do_connect, 0, 0);
 }
 
-void agent_session_close(struct agent_session *s) {
+/* No more connecting: the retry timer goes (once). */
+static void stop_connecting(struct agent_session *s) {
+  if (s->stopping)
+    return;
   s->stopping = true;
   uv_timer_stop(&s->retry);
   uv_close((uv_handle_t *)&s->retry, NULL);
-  if (s->conn)
+}
+
+void agent_session_close(struct agent_session *s) {
+  stop_connecting(s);
+  if (s->conn && !s->flushing) /* a flushing goaway closes by itself */
     net_conn_close(s->conn, 0);
 }
 
-void agent_session_release(struct agent_session *s) {
-  write_connection_state(s, false);
+void agent_session_shutdown(struct agent_session *s, const char *why) {
+  if (s->conn && s->ready) {
+    struct msg m = {.type = MSG_GOAWAY};
+    m.goaway.code = MSG_GOAWAY_SHUTDOWN;
+    m.goaway.message = (char *)why;
+    if (agent_session_send(s, &m) == 0)
+      core_log_kv(CORE_LOG_INFO, "told the server: goaway shutdown", "server", s->health->server,
+                  NULL);
+    stop_connecting(s);
+    s->flushing = true;
+    net_conn_flush_close(s->conn, 0); /* the goaway must reach the server */
+    return;
+  }
+  agent_session_close(s);
 }

@@ -1,14 +1,15 @@
 /* The session of `cordon-agent run` with its paired server: connect over
  * Noise (the server's key pinned at pairing), hello/welcome, pings, the
  * server's goaway, and reconnecting with backoff (0.5 s doubling to 30 s,
- * jittered) until closed. CONFIG/connection says "connected" or
- * "disconnected" for `status`.
+ * jittered) until closed. Its state, errors and counters go into the
+ * runner's agent_health (agent/health.h), which `status` asks for over
+ * the control socket.
  *
  * The session knows no jobs: what it receives for them it hands to its
  * owner through agent_session_ops, and the owner sends through it. It logs
- * its own events (core_log). The struct is the caller's storage and holds
- * libuv handles: it must not move between agent_session_init and the end of
- * the loop run after agent_session_close. Loop thread only. */
+ * its own events (core_log_kv: server=, reason=, code=). The struct is the caller's storage and
+ * holds libuv handles: it must not move between agent_session_init and the end of the loop run
+ * after agent_session_close. Loop thread only. */
 #ifndef CORDON_AGENT_SESSION_H
 #define CORDON_AGENT_SESSION_H
 
@@ -18,6 +19,7 @@
 #include <uv.h>
 
 #include "agent/config.h"
+#include "agent/health.h"
 #include "agent/hello.h"
 #include "agent/state.h"
 #include "core/id.h"
@@ -33,6 +35,9 @@ struct agent_session_ops {
   void (*on_message)(void *ctx, struct msg *m);
   /* A connection ended; unless closed, the session tries again. */
   void (*on_lost)(void *ctx);
+  /* A connection attempt was made (optional): the first one tells the
+   * runner that start-up is over. */
+  void (*on_attempt)(void *ctx);
   /* The server says this device is revoked or unpaired: it will never take
    * it again. why is for the log. The connection closes after this. */
   void (*on_revoked)(void *ctx, const char *why);
@@ -48,6 +53,7 @@ struct agent_session {
   const struct agent_pairing *pairing;
   const struct agent_facts *facts;
   const uint8_t *priv;
+  struct agent_health *health;
   const struct agent_session_ops *ops;
   void *ctx;
   struct net_limits limits;
@@ -56,14 +62,17 @@ struct agent_session {
   uv_timer_t retry;
   unsigned backoff_ms;
   bool stopping;
+  bool flushing; /* the goaway of agent_session_shutdown is being written */
   uint64_t ping_nonce;
 };
 
-/* Set up (no connection yet). cfg, pairing, facts and priv (the identity
- * key) are borrowed for the session's life. */
+/* Set up (no connection yet). cfg, pairing, facts, priv (the identity
+ * key) and health are borrowed for the session's life; facts may change
+ * between connections (the next hello says what they say then). */
 void agent_session_init(struct agent_session *s, uv_loop_t *loop, const struct agent_config *cfg,
                         const struct agent_pairing *pairing, const struct agent_facts *facts,
-                        const uint8_t *priv, const struct agent_session_ops *ops, void *ctx);
+                        const uint8_t *priv, struct agent_health *health,
+                        const struct agent_session_ops *ops, void *ctx);
 /* Connect from the next loop turn on. */
 void agent_session_start(struct agent_session *s);
 /* Encode and send one message: 0, -ENOTCONN when no session is ready, or
@@ -76,7 +85,9 @@ int64_t agent_session_server_now_ms(const struct agent_session *s);
 /* For good: no reconnecting; the retry timer and the connection close
  * (their callbacks run in the loop; on_lost is still called). */
 void agent_session_close(struct agent_session *s);
-/* After the loop has ended: CONFIG/connection says disconnected. */
-void agent_session_release(struct agent_session *s);
+/* Stopping: a ready session is told goaway `shutdown` (the server takes
+ * no more jobs from it), written out, then closed; then as
+ * agent_session_close. */
+void agent_session_shutdown(struct agent_session *s, const char *why);
 
 #endif

@@ -559,7 +559,8 @@ static void not_in_split(struct policy *p, int nr, uint32_t action, const struct
     excluded |= (vals[i] & m) == v;
   if (!excluded) {
     struct cond c[4];
-    memcpy(c, fixed, nfixed * sizeof(*c));
+    if (nfixed)
+      memcpy(c, fixed, nfixed * sizeof(*c)); /* fixed may be NULL when nfixed is 0 */
     c[nfixed] = (struct cond){.arg = arg, .mask = m, .value = v};
     compile(p, nr, action, c, nfixed + 1);
     return;

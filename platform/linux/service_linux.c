@@ -9,10 +9,13 @@
  * The hardening directives are chosen so bwrap keeps working inside the
  * service: it needs user, mount, pid, net, ipc, uts (and cgroup) namespaces
  * and must be able to mount a fresh /proc, which the kernel refuses in a
- * user namespace when /proc has parts mounted over (ProtectKernelTunables,
- * ProtectKernelLogs, ProtectProc and ProcSubset all do that). Each
- * directive's reason is in the unit itself; installers/linux/ ships the
- * same text.
+ * user namespace when /proc has parts mounted over (ProtectKernelTunables
+ * and ProtectKernelLogs do that; ProcSubset=pid hides what bwrap reads).
+ * The unit's system call filter binds bwrap and the jobs as well. Each
+ * directive's reason is in the unit itself; this is the one place the
+ * text is written: installers/linux/ ships what `service print` renders
+ * (tests/platform/test_service_linux.c compares them), and
+ * docs/OPERATIONS.md records the `systemd-analyze security` scores.
  */
 #include <errno.h>
 #include <limits.h>
@@ -92,19 +95,38 @@ int service_os_render(const struct service_options *o, char **out_text) {
   if (sys)
     fprintf(f, "Wants=network-online.target\n"
                "After=network-online.target\n");
-  fprintf(f, "\n[Service]\nType=simple\nExecStart=");
+  fprintf(f, "\n[Service]\n"
+             "# READY=1 once the first connection attempt is made (a server that is\n"
+             "# down must not fail the start), then STATUS= lines; docs/OPERATIONS.md\n"
+             "Type=notify\n"
+             "NotifyAccess=main\n"
+             "ExecStart=");
   append_word(f, o->agent_path, true);
   if (config_dir) {
     fprintf(f, " --config ");
     append_word(f, config_dir, true);
   }
   fprintf(f, " run\n"
+             "# SIGHUP re-reads config.json's ceiling; running jobs keep theirs\n"
+             "ExecReload=/bin/kill -HUP $MAINPID\n"
              "# a crash or an error exit restarts the agent; a clean stop does not\n"
              "Restart=on-failure\n"
              "RestartSec=5s\n"
-             "# stopping the agent stops its jobs: they live in its control group\n"
-             "KillMode=control-group\n"
-             "TimeoutStopSec=30s\n");
+             "# 3: not paired, or revoked or unpaired by the server; 2: a bad config,\n"
+             "# a staging directory the job user cannot reach, or another agent on\n"
+             "# the same config directory. Restarting cannot help until someone acts\n"
+             "RestartPreventExitStatus=2 3\n"
+             "# the loop says WATCHDOG=1 every 30 s; one silent for 60 s is restarted\n"
+             "WatchdogSec=60s\n"
+             "# SIGTERM to the agent alone: it tells the server goaway, lets running\n"
+             "# jobs finish for --drain-timeout (30 s), spools their results and\n"
+             "# exits; what is left of its control group is killed after it\n"
+             "KillMode=mixed\n"
+             "TimeoutStopSec=45s\n");
+  if (!sys)
+    fprintf(f, "# the unit's cgroup subtree is the agent's, for per-job cgroups (where\n"
+               "# one cannot be made, the job falls back to rlimits and its result says so)\n"
+               "Delegate=yes\n");
   if (sys)
     fprintf(f, "# /var/lib/cordon-agent, 0711: the job user must reach its staged\n"
                "# package by path (docs/ARCHITECTURE.md); the files in it stay 0600\n"
@@ -138,29 +160,50 @@ int service_os_render(const struct service_options *o, char **out_text) {
                "ProtectHome=yes\n"
                "# a private /tmp; jobs get their own tmpfs from bwrap anyway\n"
                "PrivateTmp=yes\n"
+               "# the agent mounts nothing; bwrap's mounts are in its own namespaces\n"
+               "PrivateMounts=yes\n"
                "# /dev with only the pseudo-devices; bwrap's --dev binds from these\n"
                "PrivateDevices=yes\n"
                "# cgroups must stay writable: per-job cgroups are created under ours\n"
                "ProtectControlGroups=no\n"
                "# not set, because they mount over parts of /proc and the kernel then\n"
                "# refuses bwrap's fresh /proc in its user namespace:\n"
-               "# ProtectKernelTunables, ProtectKernelLogs, ProtectProc, ProcSubset\n"
+               "# ProtectKernelTunables, ProtectKernelLogs; ProcSubset (pid) hides\n"
+               "# /proc/sys, which bwrap reads\n"
                "ProtectKernelModules=yes\n"
                "ProtectClock=yes\n"
-               "ProtectHostname=yes\n");
+               "ProtectHostname=yes\n"
+               "# not set either: PrivateUsers (the agent must be real root to become\n"
+               "# the job user), PrivateNetwork and IPAddressDeny (the server is where\n"
+               "# the operator put it; jobs may have the network), UMask=0077 (the job\n"
+               "# user reads its staged package as 'other', 0644 and 0755)\n");
+  if (sys)
+    fprintf(f, "# hidepid=invisible: jobs at level contained see only their own\n"
+               "# processes; the root agent still sees all (procfs's gid= is 0), and\n"
+               "# bwrap can still mount its own /proc (no mounts over this one)\n"
+               "ProtectProc=invisible\n");
   fprintf(f,
           "# no setuid gains for the agent or its jobs (the launcher sets it per job\n"
           "# too); bwrap on Debian is not setuid and works under it\n"
           "NoNewPrivileges=yes\n"
           "# exactly the namespaces bwrap makes for an isolated job\n"
           "RestrictNamespaces=user mnt pid net ipc uts cgroup\n"
-          "# TCP for the server and jobs with net; AF_UNIX for the admin socket and\n"
-          "# jobs; AF_NETLINK because bwrap brings up lo in a new network namespace\n"
+          "# TCP for the server and jobs with net; AF_UNIX for the control socket\n"
+          "# and jobs; AF_NETLINK because bwrap brings up lo in a new network\n"
+          "# namespace\n"
           "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK\n"
           "RestrictRealtime=yes\n"
           "RestrictSUIDSGID=yes\n"
           "LockPersonality=yes\n"
+          "KeyringMode=private\n"
           "SystemCallArchitectures=native\n"
+          "# this filter binds bwrap and every job too: it refuses only calls that\n"
+          "# the agent and bwrap never make and the job filter refuses anyway\n"
+          "# (platform/linux/seccomp.c); @mount, @privileged and @resources stay,\n"
+          "# bwrap mounts and the agent drops to the job user and sets rlimits\n"
+          "SystemCallFilter=~@clock @cpu-emulation @debug @module @obsolete @raw-io @reboot "
+          "@swap\n"
+          "SystemCallErrorNumber=EPERM\n"
           "# not set: MemoryDenyWriteExecute (jobs may run JITs: node, java, pypy)\n"
           "\n[Install]\nWantedBy=%s\n",
           sys ? "multi-user.target" : "default.target");

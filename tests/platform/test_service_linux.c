@@ -86,8 +86,9 @@ Test(service_linux, system_unit_runs_the_agent_with_restart_and_hardening) {
   /* these would make the kernel refuse bwrap's fresh /proc */
   cr_assert(!strstr(t, "ProtectKernelTunables=yes"));
   cr_assert(!strstr(t, "ProtectKernelLogs=yes"));
-  cr_assert(!strstr(t, "ProtectProc="));
   cr_assert(!strstr(t, "ProcSubset="));
+  /* a fresh procfs with hidepid: bwrap can still mount its own */
+  cr_assert(has_line(t, "ProtectProc=invisible"));
   cr_assert(!strstr(t, "MemoryDenyWriteExecute=yes"));
   cr_assert(!strstr(t, "PrivateUsers=yes"), "bwrap makes its own user namespace");
   /* each hardening choice carries its reason in a comment */
@@ -95,6 +96,46 @@ Test(service_linux, system_unit_runs_the_agent_with_restart_and_hardening) {
   for (const char *p = t; (p = strstr(p, "\n#")); p++)
     comments++;
   cr_assert_geq(comments, 20, "%s", t);
+  free(t);
+}
+
+static long seconds_of(const char *text, const char *key) {
+  const char *p = strstr(text, key);
+  cr_assert(p, "no %s", key);
+  return strtol(p + strlen(key), NULL, 10);
+}
+
+/* what both units say about readiness, restarts and stopping */
+static void assert_lifecycle(const char *t) {
+  cr_assert(has_line(t, "Type=notify"), "%s", t);
+  cr_assert(has_line(t, "NotifyAccess=main"));
+  cr_assert(has_line(t, "ExecReload=/bin/kill -HUP $MAINPID"));
+  /* not paired / revoked (3) and bad local setup (2) are not retried */
+  cr_assert(has_line(t, "RestartPreventExitStatus=2 3"));
+  cr_assert(has_line(t, "WatchdogSec=60s"));
+  /* SIGTERM to the agent alone, or its jobs die before the drain */
+  cr_assert(has_line(t, "KillMode=mixed"));
+  cr_assert_gt(seconds_of(t, "\nTimeoutStopSec="), 30, "longer than the default drain");
+  cr_assert(has_line(t, "SystemCallFilter=~@clock @cpu-emulation @debug @module @obsolete @raw-io "
+                        "@reboot @swap"));
+  cr_assert(has_line(t, "SystemCallErrorNumber=EPERM"));
+  /* that one filter only: bwrap mounts (@mount), the agent drops to the
+   * job user (@privileged) and sets rlimits (@resources) */
+  int filters = 0;
+  for (const char *p = t; (p = strstr(p, "\nSystemCallFilter=")); p++)
+    filters++;
+  cr_assert_eq(filters, 1, "%s", t);
+}
+
+Test(service_linux, both_units_wait_for_ready_and_do_not_restart_an_unpaired_agent) {
+  char *t = render(SERVICE_SCOPE_SYSTEM, "/usr/bin/cordon-agent", NULL);
+  assert_lifecycle(t);
+  cr_assert(has_line(t, "Delegate=memory pids"));
+  cr_assert(has_line(t, "PrivateMounts=yes"));
+  free(t);
+  t = render(SERVICE_SCOPE_USER, "/usr/bin/cordon-agent", "/home/alice/.local/state/cordon-agent");
+  assert_lifecycle(t);
+  cr_assert(has_line(t, "Delegate=yes"), "the user's agent makes job cgroups in its subtree");
   free(t);
 }
 
@@ -110,6 +151,9 @@ Test(service_linux, user_unit_has_no_system_only_directives) {
   cr_assert(!strstr(t, "CapabilityBoundingSet="));
   cr_assert(!strstr(t, "ProtectSystem="));
   cr_assert(!strstr(t, "network-online.target"), "the user manager has no such target");
+  /* they would put the agent in a user namespace of systemd's making */
+  cr_assert(!strstr(t, "PrivateMounts="));
+  cr_assert(!strstr(t, "ProtectProc="));
   free(t);
 }
 
@@ -176,15 +220,29 @@ Test(service_linux, shipped_units_pass_systemd_analyze_verify) {
   }
 }
 
-Test(service_linux, the_generated_system_unit_is_the_shipped_one) {
-  char *t = render(SERVICE_SCOPE_SYSTEM, "/usr/bin/cordon-agent", NULL);
-  char buf[16384];
-  FILE *f = fopen(CORDON_SOURCE_DIR "/installers/linux/cordon-agent.service", "r");
-  cr_assert(f);
+/* The unit text is written in one place (service_linux.c): the shipped
+ * files are what `cordon-agent service print --agent-path
+ * /usr/bin/cordon-agent [--user --default-config]` renders. */
+static void assert_shipped(const char *file, const char *rendered) {
+  char path[512], buf[16384];
+  snprintf(path, sizeof(path), CORDON_SOURCE_DIR "/installers/linux/%s", file);
+  FILE *f = fopen(path, "r");
+  cr_assert(f, "%s: %s", path, strerror(errno));
   size_t n = fread(buf, 1, sizeof(buf) - 1, f);
   fclose(f);
   buf[n] = '\0';
-  cr_assert_str_eq(buf, t, "regenerate installers/linux/cordon-agent.service");
+  cr_assert_str_eq(buf, rendered, "regenerate installers/linux/%s", file);
+}
+
+Test(service_linux, the_generated_system_unit_is_the_shipped_one) {
+  char *t = render(SERVICE_SCOPE_SYSTEM, "/usr/bin/cordon-agent", NULL);
+  assert_shipped("cordon-agent.service", t);
+  free(t);
+}
+
+Test(service_linux, the_generated_user_unit_is_the_shipped_one) {
+  char *t = render(SERVICE_SCOPE_USER, "/usr/bin/cordon-agent", NULL);
+  assert_shipped("cordon-agent-user.service", t);
   free(t);
 }
 

@@ -54,7 +54,7 @@ Test(queue, a_job_dispatched_while_the_only_device_is_offline_runs_exactly_once_
   /* exactly once: one send, one start, also across a reconnect */
   char sent[80], started[80];
   snprintf(sent, sizeof(sent), "job %s sent", id);
-  snprintf(started, sizeof(started), "job %s started", id);
+  snprintf(started, sizeof(started), "msg=\"job started\" job=%s", id);
   e2e_stop(&a->pid, SIGTERM);
   start_agent(a);
   msleep(2500);
