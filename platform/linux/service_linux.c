@@ -145,10 +145,6 @@ int service_os_render(const struct service_options *o, char **out_text) {
                "# directory and the job user's home (where writable grants live)\n"
                "ProtectSystem=strict\n"
                "ReadWritePaths=-/var/lib/cordon-job\n");
-  if (!sys)
-    fprintf(f, "# a cgroup subtree of the user's own: per-job cgroups limit memory,\n"
-               "# processes and CPU for each job's whole tree (else per-process rlimits)\n"
-               "Delegate=yes\n");
   if (sys && strcmp(config_dir, SYSTEM_STATE_DIR) != 0) {
     fprintf(f, "ReadWritePaths=");
     append_word(f, config_dir, false);
