@@ -55,13 +55,18 @@ enum admin_arg {
  * when no request can miss).
  * Replies (beyond "ok"):
  *   ping      -
+ *   sessions  "sessions" [{"device", "user", "address", "since" (Unix
+ *             seconds)}]: the devices connected now; "draining": bool
  *   dispatch  "job_id", "device"; with wait, "job" (the `job --json` object)
  *             once it is over; no device: code no_eligible_device and
- *             "candidates" [{"device", "name", "reason"}]
+ *             "candidates" [{"device", "name", "reason"}]; while the daemon
+ *             drains: code io_error; a waiter whose job is not over when
+ *             the daemon stops: code io_error with "job_id" and "state"
  *   cancel    "state": "cancelled"
  *   revoke    "disconnected": whether a live session was closed */
 #define ADMIN_OPS(X)                                                                               \
   X(PING, "ping", daemon_op_ping, 0, 0, NULL)                                                      \
+  X(SESSIONS, "sessions", daemon_op_sessions, 0, 0, NULL)                                          \
   X(DISPATCH, "dispatch", daemon_op_dispatch, ADMIN_A(USER) | ADMIN_A(PACKAGE),                    \
     ADMIN_A(DEVICE) | ADMIN_A(ARGS) | ADMIN_A(WAIT), "dispatch needs user, package and args")      \
   X(CANCEL, "cancel", daemon_op_cancel, ADMIN_A(JOB), 0, "no such job")                            \
@@ -84,6 +89,8 @@ enum admin_op {
 #define ADMIN_REPLY_CANDIDATES "candidates"
 #define ADMIN_REPLY_STATE "state"
 #define ADMIN_REPLY_DISCONNECTED "disconnected"
+#define ADMIN_REPLY_SESSIONS "sessions"
+#define ADMIN_REPLY_DRAINING "draining"
 
 /* The wire name of op and the JSON key of arg; NULL when out of range. */
 const char *admin_op_name(enum admin_op op);
@@ -118,8 +125,9 @@ json_t *admin_reply_ok(void);
 json_t *admin_reply_error(int err, const char *message);
 /* Whether a reply says ok. */
 bool admin_reply_is_ok(const json_t *reply);
-/* The error of a reply that is not ok: its code (CORDON_E_INTERNAL when it
- * names none this build knows) and message (NULL when absent). */
+/* The error of a reply that is not ok: its code (-EIO for "io_error",
+ * CORDON_E_INTERNAL when it names none this build knows) and message
+ * (NULL when absent). */
 int admin_reply_err(const json_t *reply, const char **out_message);
 
 #endif

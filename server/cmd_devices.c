@@ -1,5 +1,7 @@
 /* cordon-server devices [--user U] [--json]: the paired devices (docs/DESIGN.md
- * section 2). Names and platforms come from the devices: printed escaped. */
+ * section 2). Names and platforms come from the devices: printed escaped.
+ * Whether a device is online is the running daemon's answer; with no
+ * daemon it is unknown (JSON null), never the database's last word. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -14,15 +16,15 @@ static const char *device_state_name(enum server_db_device_state s) {
   return s == SERVER_DB_DEVICE_ACTIVE ? "active" : "revoked";
 }
 
-static json_t *device_json(const struct server_db_device *d) {
-  return json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:b, s:o, s:s}", "id", d->id, "name", d->name,
+static json_t *device_json(const struct server_db_device *d, const json_t *live) {
+  return json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:o, s:o, s:s}", "id", d->id, "name", d->name,
                    "owner", d->owner, "platform", d->platform[0] ? d->platform : NULL, "best_level",
-                   d->has_level ? sandbox_level_name(d->best_level) : NULL, "online", d->online,
-                   "last_seen", server_cli_json_time(d->last_seen), "state",
-                   device_state_name(d->state));
+                   d->has_level ? sandbox_level_name(d->best_level) : NULL, "online",
+                   server_cli_online_json(live, d->id), "last_seen",
+                   server_cli_json_time(d->last_seen), "state", device_state_name(d->state));
 }
 
-static void print_table(const struct server_db_device_list *l) {
+static void print_table(const struct server_db_device_list *l, const json_t *live) {
   printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %s\n", "ID", "NAME", "OWNER", "PLATFORM", "LEVEL",
          "ONLINE", "LAST SEEN", "STATE");
   for (size_t i = 0; i < l->count; i++) {
@@ -33,7 +35,7 @@ static void print_table(const struct server_db_device_list *l) {
     server_cli_format_time(d->last_seen, "never", seen, sizeof(seen));
     const char *level = d->has_level ? sandbox_level_name(d->best_level) : "-";
     printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %s\n", d->id, name, d->owner, platform,
-           level ? level : "-", d->online ? "online" : "offline", seen,
+           level ? level : "-", server_cli_online_text(live, d->id), seen,
            device_state_name(d->state));
   }
 }
@@ -80,17 +82,24 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
+  json_t *live = NULL;
+  char why[600];
+  if (server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
+    live = NULL;
   if (json) {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < l.count; i++)
-      if (json_array_append_new(arr, device_json(&l.items[i])) < 0) {
+      if (json_array_append_new(arr, device_json(&l.items[i], live)) < 0) {
         json_decref(arr);
         arr = NULL;
       }
     status = server_cli_print_json(arr, 0);
   } else {
-    print_table(&l);
+    print_table(&l, live);
   }
+  if (!live && !json)
+    fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, why);
+  json_decref(live);
   server_db_device_list_release(&l);
   return status;
 }

@@ -269,6 +269,11 @@ int server_db_device_set_all_offline(struct server_db *db, struct cordon_diag *d
  * must also close the device's live session (the database alone cannot). */
 int server_db_device_revoke(struct server_db *db, const char *id, struct cordon_diag *diag);
 
+/* How many devices are in each state (for metrics): out_counts indexed by
+ * enum server_db_device_state. */
+int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
+                                    struct cordon_diag *diag);
+
 /* user_id 0 = all users; ordered by owner, then name. */
 int server_db_device_list(struct server_db *db, int64_t user_id,
                           struct server_db_device_list *out_list, struct cordon_diag *diag);
@@ -365,6 +370,11 @@ int server_db_job_list_active_on_device(struct server_db *db, const char *device
 /* Non-final jobs whose deadline (non-zero) is <= now, oldest first. */
 int server_db_job_list_overdue(struct server_db *db, struct server_db_job_list *out_list,
                                struct cordon_diag *diag);
+/* How many jobs are in each state (for metrics): out_counts indexed by enum
+ * server_db_job_state. */
+#define SERVER_DB_JOB_STATE_COUNT 7
+int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_DB_JOB_STATE_COUNT],
+                                 struct cordon_diag *diag);
 /* Number of sent or running jobs on a device (its concurrency in use). */
 int server_db_job_count_in_flight(struct server_db *db, const char *device_id, size_t *out_count,
                                   struct cordon_diag *diag);

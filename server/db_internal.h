@@ -86,7 +86,8 @@
                         " WHERE id = ?1")                                                          \
   X(DEVICE_ALL_OFFLINE, "UPDATE devices SET online = 0 WHERE online <> 0")                         \
   X(DEVICE_REVOKE, "UPDATE devices SET state = 'revoked', online = 0"                              \
-                   " WHERE id = ?1 AND state = 'active'")
+                   " WHERE id = ?1 AND state = 'active'")                                          \
+  X(DEVICE_COUNT_BY_STATE, "SELECT state, count(*) FROM devices GROUP BY state")
 
 /* jobs (db_jobs.c) */
 #define DB_JOB_STATEMENTS(X)                                                                       \
@@ -109,7 +110,8 @@
   X(JOB_LIST_OVERDUE, "SELECT " JOB_COLUMNS " WHERE j.deadline <> 0 AND j.deadline <= ?1"          \
                       " AND j.state IN " DB_LIVE_STATES " ORDER BY j.created, j.rowid")            \
   X(JOB_COUNT_IN_FLIGHT, "SELECT count(*) FROM jobs WHERE device_id = ?1"                          \
-                         " AND state IN ('sent','running')")
+                         " AND state IN ('sent','running')")                                       \
+  X(JOB_COUNT_BY_STATE, "SELECT state, count(*) FROM jobs GROUP BY state")
 
 #define DB_STATEMENTS(X)                                                                           \
   DB_TX_STATEMENTS(X)                                                                              \

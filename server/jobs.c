@@ -20,6 +20,7 @@
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
 #include "server/admin_ops.h"
+#include "server/metrics.h"
 
 #define JOB_CHUNK (60u << 10)
 #define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
@@ -47,6 +48,9 @@ struct live_job {
   char id[CORDON_ID_HEX_SIZE];
   uint8_t raw_id[CORDON_ID_LEN];
   char device_id[CORDON_ID_HEX_SIZE];
+  char user[SERVER_DB_NAME_MAX + 1];
+  char package[160];       /* name@version, for the log */
+  int64_t dispatched_ms;   /* core_mono_ms of the request */
   struct session *session; /* while it is being sent */
   int fd;                  /* the package, while sending */
   uint64_t size, sent;
@@ -67,13 +71,34 @@ static void job_pump_closed(uv_handle_t *h) {
   free(h->data);
 }
 
+/* A waiter whose job is not over when the daemon stops: the job id and its
+ * state, not an error about the job (it goes on; its result is recorded
+ * when the agent delivers it to the next daemon). */
+static json_t *reply_stopped(struct live_job *j) {
+  struct server_db_job job;
+  const char *state = "unknown";
+  if (server_db_job_get(j->owner->db, j->id, &job, NULL) == 0) {
+    state = server_db_job_state_name(job.state);
+    server_db_job_release(&job);
+  }
+  char msg[400];
+  snprintf(msg, sizeof(msg),
+           "the server stopped before job %s finished (it is %s on device %s); `cordon-server "
+           "job %s` shows its result once the agent delivers it",
+           j->id, state, j->device_id, j->id);
+  json_t *e = admin_reply_error(-ESHUTDOWN, msg);
+  json_object_set_new(e, ADMIN_REPLY_JOB_ID, json_string(j->id));
+  json_object_set_new(e, ADMIN_REPLY_STATE, json_string(state));
+  return e;
+}
+
 static void job_free(struct live_job *j) {
   job_unlink(j);
   if (j->fd >= 0)
     close(j->fd);
   for (struct waiter *w = j->waiters, *n; w; w = n) {
     n = w->next;
-    admin_conn_reply(w->conn, admin_reply_error(CORDON_E_INTERNAL, "the server is shutting down"));
+    admin_conn_reply(w->conn, reply_stopped(j));
     free(w);
   }
   uv_close((uv_handle_t *)&j->pump, job_pump_closed);
@@ -121,7 +146,8 @@ static void pump(uv_timer_t *t) {
     size_t want = j->size - j->sent < sizeof(buf) ? (size_t)(j->size - j->sent) : sizeof(buf);
     ssize_t n = pread(j->fd, buf, want, (off_t)j->sent);
     if (n <= 0) {
-      core_log("job %s: cannot read the package: %s", j->id, n < 0 ? strerror(errno) : "EOF");
+      core_log_kv(CORE_LOG_ERROR, "cannot read the package", "job", j->id, "device", j->device_id,
+                  "package", j->package, "error", n < 0 ? strerror(errno) : "EOF", NULL);
       session_goaway(s, MSG_GOAWAY_PROTOCOL, "package unreadable on the server");
       uv_timer_stop(t);
       return;
@@ -244,6 +270,7 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
   const char *path = admin_request_string(req, ADMIN_ARG_PACKAGE);
   json_t *args = admin_request_get(req, ADMIN_ARG_ARGS);
   bool wait = admin_request_flag(req, ADMIN_ARG_WAIT);
+  int64_t dispatched_ms = core_mono_ms();
   size_t n_args = args ? json_array_size(args) : 0;
   if (n_args > MSG_ARGS_MAX) {
     admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "too many arguments"));
@@ -287,6 +314,8 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
   char dev_id[CORDON_ID_HEX_SIZE];
   r = choose_device(js, u.id, device, m, dev_id, reasons);
   if (r < 0) {
+    core_log_kv(CORE_LOG_INFO, "dispatch refused", "user", user, "device", device ? device : "-",
+                "package", m->name, "version", m->version, "reason", "no_eligible_device", NULL);
     json_t *e = admin_reply_error(CORDON_E_NO_ELIGIBLE_DEVICE, "no device can run this job");
     json_object_set_new(e, ADMIN_REPLY_CANDIDATES, reasons);
     admin_conn_reply(c, e);
@@ -330,6 +359,9 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
   j->session = s;
   snprintf(j->id, sizeof(j->id), "%s", job_id);
   snprintf(j->device_id, sizeof(j->device_id), "%s", dev_id);
+  snprintf(j->user, sizeof(j->user), "%s", user);
+  snprintf(j->package, sizeof(j->package), "%s@%s", m->name, m->version);
+  j->dispatched_ms = dispatched_ms;
   cordon_id_from_hex(job_id, j->raw_id);
   uv_timer_init(js->loop, &j->pump);
   j->pump.data = j;
@@ -358,7 +390,15 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
   jm.job.n_args = n_args;
   session_send(s, &jm);
   uv_timer_start(&j->pump, pump, 0, 2);
-  core_log("job %s sent to device %s (%s)", job_id, dev_id, user);
+  metrics_job_dispatched();
+  {
+    char sz[24], dl[24], na[16];
+    snprintf(sz, sizeof(sz), "%llu", (unsigned long long)size);
+    snprintf(dl, sizeof(dl), "%lld", (long long)nj.deadline);
+    snprintf(na, sizeof(na), "%zu", n_args);
+    core_log_kv(CORE_LOG_INFO, "job sent", "job", job_id, "user", user, "device", dev_id, "package",
+                j->package, "size", sz, "args", na, "deadline", dl, NULL);
+  }
   if (w) {
     w->conn = c;
     j->waiters = w;
@@ -400,6 +440,9 @@ void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
     cordon_id_from_hex(id, m.cancel.job_id);
     session_send(s, &m);
   }
+  metrics_job_finished(SERVER_DB_JOB_CANCELLED, -1);
+  core_log_kv(CORE_LOG_INFO, "job cancelled", "job", id, "device", dev[0] ? dev : "-", "was",
+              server_db_job_state_name(st), "device_told", s ? "yes" : "no", NULL);
   struct live_job *j = job_find(js, id);
   if (j && j->session == NULL && !j->waiters) /* fully sent, nobody waiting */
     job_free(j);
@@ -408,37 +451,101 @@ void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
 
 /* ---- from the agent ---- */
 
+/* One line per result, saying what became of it (and the metrics). */
+static void log_result(struct jobs *js, struct session *s, const struct live_job *dj,
+                       const char *id, const struct job_result *r, bool readable, int rc,
+                       enum server_db_job_state after, const struct cordon_diag *diag) {
+  char user[SERVER_DB_NAME_MAX + 1] = "-", code[16] = "-", sig[16] = "-", secs[24];
+  struct server_db_job job;
+  if (dj)
+    snprintf(user, sizeof(user), "%s", dj->user);
+  else if (server_db_job_get(js->db, id, &job, NULL) == 0) {
+    snprintf(user, sizeof(user), "%s", job.user);
+    server_db_job_release(&job);
+  }
+  if (r->ran && r->exited)
+    snprintf(code, sizeof(code), "%d", r->exit_code);
+  else if (r->ran)
+    snprintf(sig, sizeof(sig), "%d", r->signal);
+  snprintf(secs, sizeof(secs), "%.3f", (double)r->wall_ms / 1000.0);
+  const char *level = r->level_known ? sandbox_level_name(r->level) : NULL;
+  const char *pkg = dj ? dj->package : "-";
+  const char *err = r->error ? cordon_err_name(r->error) : "-";
+  if (rc == 0 && after != SERVER_DB_JOB_EXPIRED) {
+    /* a cancelled job was counted when it was cancelled */
+    metrics_job_finished(after == SERVER_DB_JOB_CANCELLED ? -1 : (int)after, (int64_t)r->wall_ms);
+    core_log_kv(CORE_LOG_INFO, "job finished", "job", id, "user", user, "device", s->device_id,
+                "package", pkg, "outcome", server_db_job_state_name(after), "exit_code", code,
+                "signal", sig, "error", err, "timed_out", r->timed_out ? "yes" : "no", "level",
+                level ? level : "-", "mechanism", r->mechanism[0] ? r->mechanism : "-",
+                "duration_s", secs, NULL);
+    return;
+  }
+  enum metrics_result_refusal why;
+  const char *what;
+  enum core_log_level lvl = CORE_LOG_WARN;
+  if (rc == 0) { /* kept with the job, whose state stays expired */
+    why = METRICS_REFUSAL_LATE;
+    what = "the job had expired: the result is kept, the state stays expired";
+  } else if (rc == -EALREADY) {
+    why = METRICS_REFUSAL_ALREADY_RECORDED;
+    what = "a result was recorded before: acknowledged again, nothing changed";
+    lvl = CORE_LOG_INFO;
+  } else if (rc == -ENOENT) {
+    why = METRICS_REFUSAL_NOT_THIS_DEVICE;
+    what = "no such job for this device: not stored, not acknowledged";
+  } else if (rc == -ESTALE) {
+    why = METRICS_REFUSAL_NOT_SENT;
+    what = "the job was never sent: not stored";
+  } else if (!readable) {
+    why = METRICS_REFUSAL_MALFORMED;
+    what = "the result could not be read: not stored";
+  } else {
+    why = METRICS_REFUSAL_STORE_FAILED;
+    what = diag->msg[0] ? diag->msg : cordon_err_message(rc);
+    lvl = CORE_LOG_ERROR;
+  }
+  static const char *const codes[] = {
+#define REFUSAL_NAME_(id, label) [METRICS_REFUSAL_##id] = label,
+      METRICS_RESULT_REFUSALS(REFUSAL_NAME_)
+#undef REFUSAL_NAME_
+  };
+  metrics_result_refused(why);
+  core_log_kv(lvl, why == METRICS_REFUSAL_LATE ? "late result" : "result refused", "job", id,
+              "user", user, "device", s->device_id, "package", pkg, "code", codes[why], "detail",
+              what, "exit_code", code, "signal", sig, "level", level ? level : "-", "duration_s",
+              secs, NULL);
+}
+
 static void on_result(struct jobs *js, struct session *s, struct msg_result *mr) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(mr->job_id, id);
   struct job_result r;
   job_result_init(&r);
   int rc = result_from_msg(mr, &r);
+  bool readable = rc == 0;
   json_t *j = rc == 0 ? job_result_to_json(&r) : NULL;
   char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
   bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
-  enum server_db_job_state after;
+  enum server_db_job_state after = SERVER_DB_JOB_QUEUED;
   struct cordon_diag diag = {{0}};
   rc = text ? server_db_job_record_result(
                   js->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
                   r.error ? cordon_err_name(r.error) : NULL, text, &after, &diag)
             : -ENOMEM;
   free(text);
+  struct live_job *dj = job_find(js, id);
+  log_result(js, s, dj, id, &r, readable, rc, after, &diag);
   job_result_release(&r);
   if (rc == 0 || rc == -EALREADY) {
     /* recorded (now or before): the agent may forget it */
     struct msg ack = {.type = MSG_ACK};
     memcpy(ack.ack.job_id, mr->job_id, CORDON_ID_LEN);
     session_send(s, &ack);
-    core_log("job %s: result from %s recorded%s", id, s->device_id,
-             rc == -EALREADY ? " already" : "");
-  } else {
-    core_log("job %s: result from %s not recorded: %s", id, s->device_id, diag.msg);
-    if (rc == -ENOENT) /* not this device's job: never ack, never store */
-      return;
+  } else if (rc == -ENOENT) { /* not this device's job: never ack, never store */
+    return;
   }
-  struct live_job *dj = job_find(js, id);
   if (dj)
     job_finished(dj);
 }
@@ -446,10 +553,22 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
 bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
   char id[CORDON_ID_HEX_SIZE];
   switch (m->type) {
-  case MSG_RUNNING:
+  case MSG_RUNNING: {
     cordon_id_to_hex(m->running.job_id, id);
-    server_db_job_transition(js->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL);
+    int r =
+        server_db_job_transition(js->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL);
+    struct live_job *dj = job_find(js, id);
+    char ms[24] = "-";
+    if (dj && r == 0) {
+      int64_t lat = core_mono_ms() - dj->dispatched_ms;
+      metrics_dispatch_latency((uint64_t)(lat > 0 ? lat : 0));
+      snprintf(ms, sizeof(ms), "%.3f", (double)lat / 1000.0);
+    }
+    core_log_kv(r == 0 ? CORE_LOG_INFO : CORE_LOG_DEBUG, "job running", "job", id, "user",
+                dj ? dj->user : "-", "device", s->device_id, "package", dj ? dj->package : "-",
+                "latency_s", ms, "recorded", r == 0 ? "yes" : "no", NULL);
     return true;
+  }
   case MSG_RESULT:
     on_result(js, s, &m->result);
     return true;
@@ -476,7 +595,10 @@ static void expire_tick(uv_timer_t *t) {
     struct server_db_job *job = &list.items[i];
     if (server_db_job_transition(js->db, job->id, job->state, SERVER_DB_JOB_EXPIRED, "device_lost",
                                  NULL) == 0) {
-      core_log("job %s expired: device_lost", job->id);
+      metrics_job_finished(SERVER_DB_JOB_EXPIRED, -1);
+      core_log_kv(CORE_LOG_WARN, "job expired", "job", job->id, "user", job->user, "device",
+                  job->device_id[0] ? job->device_id : "-", "was",
+                  server_db_job_state_name(job->state), "error", "device_lost", NULL);
       struct live_job *dj = job_find(js, job->id);
       if (dj)
         job_finished(dj);

@@ -115,14 +115,14 @@ static void start_server(void) {
       "--job-grace", "1",   "--listen", server_addr[0] ? server_addr : "127.0.0.1:0",
       NULL};
   server_pid = spawn_logged(log, argv);
-  cr_assert(wait_log(log, "listening on 127.0.0.1:", 5000), "the server did not start");
+  cr_assert(wait_log(log, "msg=listening listen=127.0.0.1:", 5000), "the server did not start");
   FILE *f = fopen(log, "r");
-  char line[512];
+  char line[1024];
   int port = 0;
   while (fgets(line, sizeof(line), f)) {
-    char *p = strstr(line, "listening on 127.0.0.1:");
+    char *p = strstr(line, "msg=listening listen=127.0.0.1:");
     if (p)
-      port = atoi(p + strlen("listening on 127.0.0.1:"));
+      port = atoi(p + strlen("msg=listening listen=127.0.0.1:"));
   }
   fclose(f);
   cr_assert(port > 0);
