@@ -71,7 +71,7 @@ struct daemon {
 static const char *log_target(void) {
   if (logfile_active())
     return "file";
-  return journal_stream_is_stderr() && journal_available() ? "journal" : "stderr";
+  return journal_active() ? "journal" : "stderr";
 }
 
 /* ---- session events ---- */
@@ -442,7 +442,7 @@ static int open_log(const struct daemon_options *opt, struct cordon_diag *diag) 
   if (opt->log_file)
     return logfile_open(opt->log_file, diag);
   if (journal_stream_is_stderr() && journal_available())
-    return journal_install();
+    (void)journal_install(); /* no journal socket after all: stderr */
   return 0;
 }
 

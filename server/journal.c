@@ -8,9 +8,17 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 
+#include <unistd.h>
+
 #if CORDON_WITH_SYSTEMD
+/* CODE_FILE, CODE_LINE and CODE_FUNC would name this file, not the event */
+#define SD_JOURNAL_SUPPRESS_LOCATION
 #include <systemd/sd-journal.h>
 #endif
+
+#define JOURNAL_SOCKET "/run/systemd/journal/socket"
+
+static bool installed;
 
 #define JOURNAL_MAX_FIELDS 16 /* core_log_kv's pairs */
 #define JOURNAL_FIELD_MAX 64  /* bytes of a field name */
@@ -30,6 +38,10 @@ bool journal_stream_is_stderr(void) {
 
 bool journal_available(void) {
   return CORDON_WITH_SYSTEMD != 0;
+}
+
+bool journal_active(void) {
+  return installed;
 }
 
 int journal_priority(enum core_log_level level) {
@@ -109,7 +121,11 @@ out:
 }
 
 int journal_install(void) {
+  /* libsystemd drops lines silently when the socket is not there */
+  if (access(JOURNAL_SOCKET, F_OK) < 0)
+    return -errno;
   core_log_set_writer(journal_write, NULL);
+  installed = true;
   return 0;
 }
 #else

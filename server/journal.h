@@ -8,8 +8,9 @@
  * device and inode, as systemd sets it for a service whose output goes to
  * the journal) and the build has libsystemd (CORDON_WITH_SYSTEMD=1);
  * otherwise lines stay on stderr. A line the journal refuses is written to
- * stderr instead. Uses no other part of the server: the agent could use it
- * as it is. */
+ * stderr instead (one that libsystemd drops because the socket went away
+ * is lost: under systemd the socket belongs to PID 1 and does not go). Uses no other part of the
+ * server: the agent could use it as it is. */
 #ifndef CORDON_SERVER_JOURNAL_H
 #define CORDON_SERVER_JOURNAL_H
 
@@ -22,9 +23,12 @@
 bool journal_stream_is_stderr(void);
 /* Whether this build can write to the journal. */
 bool journal_available(void);
-/* Install the writer (core_log_set_writer). 0, or -ENOTSUP without
- * libsystemd. */
+/* Install the writer (core_log_set_writer). 0, -ENOENT when the
+ * journal's socket is not there (libsystemd would drop every line
+ * silently), or -ENOTSUP without libsystemd. */
 int journal_install(void);
+/* Whether the writer is installed. */
+bool journal_active(void);
 
 /* Pure, for the writer and its tests: the journal's syslog priority of a
  * level, and the field name of a logfmt key: "CORDON_" then the key upper
