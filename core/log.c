@@ -184,6 +184,8 @@ void core_log_kv(enum core_log_level level, const char *msg, ...) {
   emit(level, msg, kv, n);
 }
 
+static void vlogl(enum core_log_level level, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 static void vlogl(enum core_log_level level, const char *fmt, va_list ap) {
   if (!core_log_enabled(level))
     return;
