@@ -1204,3 +1204,32 @@ Test(daemon, metrics_parse_as_prometheus_text_and_their_job_counts_match_jobs) {
   free(bad);
   free(slow);
 }
+
+Test(daemon, a_result_after_its_job_expired_is_logged_late_and_the_job_stays_expired) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg = pack("stuck",
+                   "{\"name\":\"stuck\",\"version\":\"1\",\"timeout_s\":2,"
+                   "\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+                   "sleep 30\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  char id[33];
+  snprintf(id, sizeof(id), "%.32s", o->out);
+  free(o);
+  cr_assert(wait_state(id, "running", 5000));
+  kill(agent_pid, SIGSTOP); /* its result cannot come before the deadline */
+  cr_assert(wait_state(id, "expired", 10000), "state %s", job_state(id, NULL));
+  kill(agent_pid, SIGCONT); /* the agent's timeout fires now, and it reports */
+  char want[128];
+  snprintf(want, sizeof(want), "msg=\"late result\" job=%s ", id);
+  cr_assert(wait_log(server_log_path(), want, 10000), "logged late");
+  cr_assert(log_has(server_log_path(), " code=late "));
+  snprintf(want, sizeof(want), "msg=\"job finished\" job=%s ", id);
+  cr_assert(!log_has(server_log_path(), want), "not logged as finished");
+  json_t *job;
+  cr_assert_str_eq(job_state(id, &job), "expired");
+  cr_assert(json_is_object(json_object_get(job, "result")), "kept with the job");
+  json_decref(job);
+  free(pkg);
+}
