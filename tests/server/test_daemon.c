@@ -725,6 +725,18 @@ static bool find_job(const char *want, char id[33], int ms) {
   return false;
 }
 
+/* `dispatch --wait` of pkg in the background, its stdout and stderr in
+ * out and err (DIR/wait.out, DIR/wait.err); returns once its job runs,
+ * with the job's id, or -1. */
+static pid_t dispatch_wait_running(const char *pkg, char out[400], char err[400], char id[33]) {
+  snprintf(out, 400, "%s/wait.out", dir);
+  snprintf(err, 400, "%s/wait.err", dir);
+  pid_t waiter = spawn_to(out, err,
+                          (const char *const[]){SERVER, "dispatch", "--user", "alice", pkg,
+                                                "--wait", "--state", state, NULL});
+  return find_job("running", id, 5000) ? waiter : -1;
+}
+
 Test(daemon, a_second_run_on_the_same_state_is_refused_and_the_first_stays_reachable) {
   pair("laptop");
   start_agent();
@@ -811,14 +823,9 @@ Test(daemon, sigterm_drains_a_running_job_delivers_its_result_and_exits_0) {
   char *pkg =
       pack("drain", "{\"name\":\"drain\",\"version\":\"2\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
            "sleep 2; echo drained\n");
-  char out[400], err[400];
-  snprintf(out, sizeof(out), "%s/wait.out", dir);
-  snprintf(err, sizeof(err), "%s/wait.err", dir);
-  pid_t waiter = spawn_to(out, err,
-                          (const char *const[]){SERVER, "dispatch", "--user", "alice", pkg,
-                                                "--wait", "--state", state, NULL});
-  char id[33];
-  cr_assert(find_job("running", id, 5000), "the job runs");
+  char out[400], err[400], id[33];
+  pid_t waiter = dispatch_wait_running(pkg, out, err, id);
+  cr_assert(waiter > 0, "the job runs");
   kill(server_pid, SIGTERM);
   cr_assert(wait_log(server_log_path(), "msg=\"signal: draining, then shutting down\"", 2000));
   cr_assert(alive(server_pid), "it waits for the running job");
@@ -853,14 +860,9 @@ Test(daemon, a_drain_that_times_out_tells_the_waiter_the_job_id_and_state) {
   char *pkg =
       pack("late", "{\"name\":\"late\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
            "sleep 4; echo late\n");
-  char out[400], err[400];
-  snprintf(out, sizeof(out), "%s/wait.out", dir);
-  snprintf(err, sizeof(err), "%s/wait.err", dir);
-  pid_t waiter = spawn_to(out, err,
-                          (const char *const[]){SERVER, "dispatch", "--user", "alice", pkg,
-                                                "--wait", "--state", state, NULL});
-  char id[33];
-  cr_assert(find_job("running", id, 5000));
+  char out[400], err[400], id[33];
+  pid_t waiter = dispatch_wait_running(pkg, out, err, id);
+  cr_assert(waiter > 0);
   kill(server_pid, SIGTERM);
   int st = wait_exit(server_pid, 5000);
   server_pid = -1;
