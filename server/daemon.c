@@ -125,11 +125,11 @@ static void update_status(struct daemon *d) {
   size_t online = sessions_count(d->sessions);
   size_t running = jobs[SERVER_DB_JOB_SENT] + jobs[SERVER_DB_JOB_RUNNING];
   char status[sizeof(d->status)];
-  if (d->phase == DAEMON_DRAINING)
-    snprintf(status, sizeof(status), "draining: %zu job%s to finish, %zu device%s online",
-             jobs_in_flight_online(d), jobs_in_flight_online(d) == 1 ? "" : "s", online,
-             online == 1 ? "" : "s");
-  else
+  if (d->phase == DAEMON_DRAINING) {
+    size_t left = jobs_in_flight_online(d);
+    snprintf(status, sizeof(status), "draining: %zu job%s to finish, %zu device%s online", left,
+             left == 1 ? "" : "s", online, online == 1 ? "" : "s");
+  } else
     snprintf(status, sizeof(status), "%zu device%s online, %zu job%s running", online,
              online == 1 ? "" : "s", running, running == 1 ? "" : "s");
   if (strcmp(status, d->status) == 0)
@@ -495,10 +495,12 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
     r = server_lock_take(d->state_dir, &d->lock, diag);
   if (r == 0)
     r = server_db_open(d->state_dir, 0, &d->db, diag);
-  if (r == 0)
-    r = notify_open(&d->notify, diag);
+  struct cordon_diag notify_diag = {{0}};
+  bool notify_bad = r == 0 && notify_open(&d->notify, &notify_diag) < 0;
   if (r == 0)
     r = open_log(opt, diag);
+  if (r == 0 && notify_bad) /* not fatal: only systemd would have listened */
+    core_log_kv(CORE_LOG_WARN, "no readiness notifications", "error", notify_diag.msg, NULL);
   if (r == 0)
     r = server_db_device_set_all_offline(d->db, diag);
   if (r < 0)

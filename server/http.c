@@ -102,12 +102,11 @@ int http_request_parse(const char *buf, size_t len, struct http_request *out) {
     if (bad)
       return -400;
     if (!nl) {
-      /* an unfinished request line can already be too long */
-      if (first && status == 0 && memchr(p, ' ', (size_t)(end - p))) {
-        const char *sp = memchr(p, ' ', (size_t)(end - p));
+      /* an unfinished request line can already hold too long a target */
+      const char *sp = first ? memchr(p, ' ', (size_t)(end - p)) : NULL;
+      if (sp) {
         const char *sp2 = memchr(sp + 1, ' ', (size_t)(end - sp - 1));
-        size_t tn = (size_t)((sp2 ? sp2 : end) - sp - 1);
-        if (tn >= HTTP_PATH_MAX)
+        if ((size_t)((sp2 ? sp2 : end) - sp - 1) >= HTTP_PATH_MAX)
           return -414;
       }
       if (len >= HTTP_REQUEST_MAX)
