@@ -962,8 +962,7 @@ Test(db, racing_results_exactly_one_recorded) {
 Test(db, job_lists) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice"), bob = add_user(db, "bob");
-  char dev[CORDON_ID_HEX_SIZE], j1[CORDON_ID_HEX_SIZE], j2[CORDON_ID_HEX_SIZE],
-      j3[CORDON_ID_HEX_SIZE];
+  char dev[CORDON_ID_HEX_SIZE], j1[CORDON_ID_HEX_SIZE], j2[CORDON_ID_HEX_SIZE], j3[CORDON_ID_HEX_SIZE];
   add_device(db, alice, 1, dev);
   server_db_set_clock(db, 100);
   add_job(db, alice, dev, j1);
