@@ -34,7 +34,7 @@ echo "code: $code"
 
 say "cordon-agent pair (both sides print the same authentication string)"
 echo "$code" | $B/cordon-agent --config "$work/agent" pair --server "127.0.0.1:$port" --name laptop
-grep "authentication string" "$work/server.log"
+grep "authentication_string=" "$work/server.log"
 
 say "cordon-agent run; cordon-server devices"
 $B/cordon-agent --config "$work/agent" run 2>"$work/agent.log" &

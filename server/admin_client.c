@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -14,6 +15,11 @@
 
 int admin_call(const char *state_dir, const json_t *req, json_t **out_reply,
                struct cordon_diag *diag) {
+  return admin_call_within(state_dir, req, 0, out_reply, diag);
+}
+
+int admin_call_within(const char *state_dir, const json_t *req, unsigned timeout_ms,
+                      json_t **out_reply, struct cordon_diag *diag) {
   enum admin_op op;
   int r = admin_request_check(req, &op, diag);
   if (r < 0)
@@ -25,6 +31,11 @@ int admin_call(const char *state_dir, const json_t *req, json_t **out_reply,
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0)
     return -errno;
+  if (timeout_ms) {
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  }
   if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
     int e = errno;
     close(fd);
@@ -67,6 +78,10 @@ int admin_call(const char *state_dir, const json_t *req, json_t **out_reply,
     ssize_t k = read(fd, buf + len, cap - 1 - len);
     if (k < 0 && errno == EINTR)
       continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      r = cordon_diag_set(diag, -ETIMEDOUT, "the daemon did not answer within %u ms", timeout_ms);
+      break;
+    }
     if (k <= 0)
       break;
     len += (size_t)k;

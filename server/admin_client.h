@@ -15,5 +15,9 @@
  * error, with diag. */
 int admin_call(const char *state_dir, const json_t *req, json_t **out_reply,
                struct cordon_diag *diag);
+/* The same, but the daemon must answer within timeout_ms (0: no limit):
+ * -ETIMEDOUT otherwise. For questions that should be answered at once. */
+int admin_call_within(const char *state_dir, const json_t *req, unsigned timeout_ms,
+                      json_t **out_reply, struct cordon_diag *diag);
 
 #endif

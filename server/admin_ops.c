@@ -126,6 +126,8 @@ bool admin_reply_is_ok(const json_t *reply) {
 int admin_reply_err(const json_t *reply, const char **out_message) {
   const char *code = json_string_value(json_object_get(reply, ADMIN_REPLY_CODE));
   int err = code ? cordon_err_from_name(code) : 0;
+  if (!err && code && strcmp(code, cordon_err_name(-EIO)) == 0)
+    err = -EIO; /* what every negated errno is called on the wire */
   *out_message = json_string_value(json_object_get(reply, ADMIN_REPLY_MESSAGE));
   return err ? err : CORDON_E_INTERNAL;
 }

@@ -70,6 +70,13 @@ enum admin_arg {
  *             [{"device", "name", "online", "running", "max_jobs",
  *             "last_seen", "labels", "reason" (null when eligible),
  *             "chosen"}]
+ *   sessions  "sessions" [{"device", "user", "address", "since" (Unix
+ *             seconds)}]: the devices connected now; "draining": bool
+ *   dispatch  "job_id", "device"; with wait, "job" (the `job --json` object)
+ *             once it is over; no device: code no_eligible_device and
+ *             "candidates" [{"device", "name", "reason"}]; while the daemon
+ *             drains: code io_error; a waiter whose job is not over when
+ *             the daemon stops: code io_error with "job_id" and "state"
  *   cancel    "state": "cancelled"
  *   revoke    "disconnected": whether a live session was closed
  *   wait      "job" (the `job --json` object) once the job is over: at once
@@ -77,6 +84,7 @@ enum admin_arg {
  *             when its result arrives or its deadline passes */
 #define ADMIN_OPS(X)                                                                               \
   X(PING, "ping", daemon_op_ping, 0, 0, NULL)                                                      \
+  X(SESSIONS, "sessions", daemon_op_sessions, 0, 0, NULL)                                          \
   X(DISPATCH, "dispatch", daemon_op_dispatch, ADMIN_A(USER) | ADMIN_A(PACKAGE),                    \
     ADMIN_A(DEVICE) | ADMIN_A(ARGS) | ADMIN_A(WAIT) | ADMIN_A(WHERE) | ADMIN_A(NO_QUEUE) |         \
         ADMIN_A(QUEUE_TTL) | ADMIN_A(EXPLAIN),                                                     \
@@ -104,6 +112,8 @@ enum admin_op {
 #define ADMIN_REPLY_DISCONNECTED "disconnected"
 #define ADMIN_REPLY_QUEUE_EXPIRES "queue_expires"
 #define ADMIN_REPLY_DECISION "decision"
+#define ADMIN_REPLY_SESSIONS "sessions"
+#define ADMIN_REPLY_DRAINING "draining"
 
 /* The wire name of op and the JSON key of arg; NULL when out of range. */
 const char *admin_op_name(enum admin_op op);
@@ -140,8 +150,9 @@ json_t *admin_reply_ok(void);
 json_t *admin_reply_error(int err, const char *message);
 /* Whether a reply says ok. */
 bool admin_reply_is_ok(const json_t *reply);
-/* The error of a reply that is not ok: its code (CORDON_E_INTERNAL when it
- * names none this build knows) and message (NULL when absent). */
+/* The error of a reply that is not ok: its code (-EIO for "io_error",
+ * CORDON_E_INTERNAL when it names none this build knows) and message
+ * (NULL when absent). */
 int admin_reply_err(const json_t *reply, const char **out_message);
 
 #endif

@@ -3,12 +3,14 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "server/admin_ops.h"
 
 #define ADMIN_BACKLOG 16
@@ -25,6 +27,7 @@ struct admin_conn {
   char buf[ADMIN_REQUEST_MAX];
   size_t len;
   bool responded;
+  long uid, pid;
 };
 
 static void conn_closed(uv_handle_t *h) {
@@ -64,6 +67,11 @@ void admin_conn_reply(struct admin_conn *c, json_t *reply) {
     free(req);
     conn_close(c);
   }
+}
+
+void admin_conn_peer(const struct admin_conn *c, long *out_uid, long *out_pid) {
+  *out_uid = c->uid;
+  *out_pid = c->pid;
 }
 
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -121,10 +129,21 @@ static void on_connection(uv_stream_t *server, int status) {
   struct ucred cred;
   socklen_t cl = sizeof(cred);
   if (uv_fileno((uv_handle_t *)&c->pipe, &fd) < 0 ||
-      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0 || cred.uid != geteuid()) {
+      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) < 0) {
     conn_close(c);
     return;
   }
+  if (cred.uid != geteuid()) {
+    char uid[24], pid[24];
+    snprintf(uid, sizeof(uid), "%ld", (long)cred.uid);
+    snprintf(pid, sizeof(pid), "%ld", (long)cred.pid);
+    core_log_kv(CORE_LOG_WARN, "admin connection refused", "uid", uid, "pid", pid, "reason",
+                "not the daemon's user", NULL);
+    conn_close(c);
+    return;
+  }
+  c->uid = (long)cred.uid;
+  c->pid = (long)cred.pid;
   uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read);
 }
 

@@ -31,5 +31,8 @@ void admin_sock_free(struct admin_sock *a);
 
 /* Write reply (stolen; NULL: close without one) as one line, then close. */
 void admin_conn_reply(struct admin_conn *c, json_t *reply);
+/* Who is asking: the peer's uid and pid (SO_PEERCRED at accept), for the
+ * daemon's log. */
+void admin_conn_peer(const struct admin_conn *c, long *out_uid, long *out_pid);
 
 #endif

@@ -3,10 +3,14 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "server/admin_client.h"
+#include "server/admin_ops.h"
 
 int server_cli_exit_status(int err) {
   switch (err) {
@@ -150,4 +154,53 @@ int server_cli_print_json(json_t *j, int ascii) {
   if (rc != 0 || fputc('\n', stdout) == EOF || fflush(stdout) != 0)
     return server_cli_failf(-EIO, "cannot write to stdout");
   return 0;
+}
+
+int server_cli_live_sessions(const char *state_dir, json_t **out_sessions, char *why,
+                             size_t why_size) {
+  json_t *req = admin_request_new(ADMIN_OP_SESSIONS), *reply = NULL;
+  struct cordon_diag diag = {{0}};
+  int r =
+      req ? admin_call_within(state_dir, req, SERVER_CLI_LIVE_TIMEOUT_MS, &reply, &diag) : -ENOMEM;
+  json_decref(req);
+  if (r == -ENOENT || r == -ECONNREFUSED) {
+    snprintf(why, why_size, "daemon not running");
+    return -ESRCH;
+  }
+  if (r < 0) {
+    snprintf(why, why_size, "the daemon did not answer: %s",
+             diag.msg[0] ? diag.msg : cordon_err_message(r));
+    return r;
+  }
+  json_t *list = json_object_get(reply, ADMIN_REPLY_SESSIONS);
+  if (!admin_reply_is_ok(reply) || !json_is_array(list)) {
+    const char *msg = NULL;
+    if (!admin_reply_is_ok(reply))
+      (void)admin_reply_err(reply, &msg);
+    snprintf(why, why_size, "the daemon did not answer: %s", msg ? msg : "no session list");
+    json_decref(reply);
+    return CORDON_E_PROTOCOL;
+  }
+  *out_sessions = json_incref(list);
+  json_decref(reply);
+  return 0;
+}
+
+static bool is_online(const json_t *sessions, const char *device_id) {
+  size_t i;
+  json_t *s;
+  json_array_foreach(sessions, i, s) {
+    const char *d = json_string_value(json_object_get(s, "device"));
+    if (d && device_id && strcmp(d, device_id) == 0)
+      return true;
+  }
+  return false;
+}
+
+json_t *server_cli_online_json(const json_t *sessions, const char *device_id) {
+  return sessions ? json_boolean(is_online(sessions, device_id)) : json_null();
+}
+
+const char *server_cli_online_text(const json_t *sessions, const char *device_id) {
+  return sessions ? is_online(sessions, device_id) ? "online" : "offline" : "unknown";
 }

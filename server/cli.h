@@ -65,6 +65,25 @@ int server_cli_parse_duration(const char *s, int64_t *out_seconds);
  * escape everything outside ASCII (for people's terminals). 0 or exit 1. */
 int server_cli_print_json(json_t *j, int ascii);
 
+/* --- live state from the running daemon (devices, jobs, job) ------------
+ * The database's online flag is what the daemon last wrote; only a running
+ * daemon knows who is connected now. These ask it (admin op `sessions`,
+ * answered within SERVER_CLI_LIVE_TIMEOUT_MS). */
+
+#define SERVER_CLI_LIVE_TIMEOUT_MS 5000
+
+/* 0 and *out_sessions (the reply's array, new reference), or -ESRCH when
+ * no daemon runs, or another error when one did not answer; why (never
+ * NULL) then says it for people: "daemon not running" or "the daemon did
+ * not answer: ...". */
+int server_cli_live_sessions(const char *state_dir, json_t **out_sessions, char *why,
+                             size_t why_size);
+/* Whether device_id is connected: JSON true or false, or null when sessions
+ * is NULL (unknown). New reference. */
+json_t *server_cli_online_json(const json_t *sessions, const char *device_id);
+/* The same for a table: "online", "offline" or "unknown". */
+const char *server_cli_online_text(const json_t *sessions, const char *device_id);
+
 int server_cmd_init(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_pack(const struct server_cli *cli, int argc, char **argv);
 /* Commands on the state database (server/cmd_user.c, cmd_paircode.c,

@@ -2,7 +2,9 @@
  * section 2). Names and platforms come from the devices: printed escaped.
  * cordon-server device label DEVICE [KEY=VALUE...] [--remove KEY]...: the
  * operator's labels of a device, which dispatch --where matches. Both work
- * on the database, whether the daemon runs or not. */
+ * on the database, whether the daemon runs or not; whether a device is
+ * online is the running daemon's answer, and with no daemon it is unknown
+ * (JSON null), never the database's last word. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -22,15 +24,16 @@ static const char *device_state_name(enum server_db_device_state s) {
   return s == SERVER_DB_DEVICE_ACTIVE ? "active" : "revoked";
 }
 
-static json_t *device_json(const struct server_db_device *d) {
-  return json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:b, s:o, s:s, s:o}", "id", d->id, "name", d->name,
+static json_t *device_json(const struct server_db_device *d, const json_t *live) {
+  return json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:o, s:o, s:s, s:o}", "id", d->id, "name", d->name,
                    "owner", d->owner, "platform", d->platform[0] ? d->platform : NULL, "best_level",
-                   d->has_level ? sandbox_level_name(d->best_level) : NULL, "online", d->online,
-                   "last_seen", server_cli_json_time(d->last_seen), "state",
-                   device_state_name(d->state), "labels", server_db_labels_to_json(&d->labels));
+                   d->has_level ? sandbox_level_name(d->best_level) : NULL, "online",
+                   server_cli_online_json(live, d->id), "last_seen",
+                   server_cli_json_time(d->last_seen), "state", device_state_name(d->state),
+                   "labels", server_db_labels_to_json(&d->labels));
 }
 
-static void print_table(const struct server_db_device_list *l) {
+static void print_table(const struct server_db_device_list *l, const json_t *live) {
   printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", "ID", "NAME", "OWNER", "PLATFORM",
          "LEVEL", "ONLINE", "LAST SEEN", "STATE", "LABELS");
   for (size_t i = 0; i < l->count; i++) {
@@ -43,8 +46,8 @@ static void print_table(const struct server_db_device_list *l) {
     char labels[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
     server_db_labels_format(&d->labels, labels, sizeof(labels));
     printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", d->id, name, d->owner, platform,
-           level ? level : "-", d->online ? "online" : "offline", seen, device_state_name(d->state),
-           labels[0] ? labels : "-");
+           level ? level : "-", server_cli_online_text(live, d->id), seen,
+           device_state_name(d->state), labels[0] ? labels : "-");
   }
 }
 
@@ -90,17 +93,24 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
+  json_t *live = NULL;
+  char why[600];
+  if (server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
+    live = NULL;
   if (json) {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < l.count; i++)
-      if (json_array_append_new(arr, device_json(&l.items[i])) < 0) {
+      if (json_array_append_new(arr, device_json(&l.items[i], live)) < 0) {
         json_decref(arr);
         arr = NULL;
       }
     status = server_cli_print_json(arr, 0);
   } else {
-    print_table(&l);
+    print_table(&l, live);
   }
+  if (!live && !json)
+    fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, why);
+  json_decref(live);
   server_db_device_list_release(&l);
   return status;
 }

@@ -1,9 +1,10 @@
 /* cordon-server jobs [--user U] [--json] and job ID [--json] [--wait]: job
  * states and results. `job ID --json` prints {"id","user","device","state",
- * "error","result"} with result the stored docs/DESIGN.md section 5 object
- * or null. With --wait the running daemon is asked to answer once the job
- * is over (admin op wait); then the job is printed as without it, and the
- * exit status is the job's. */
+ * "error","result","device_online"} with result the stored docs/DESIGN.md
+ * section 5 object or null, and device_online the running daemon's answer
+ * (null when no daemon runs, or the job has no device). With --wait the
+ * running daemon is asked to answer once the job is over (admin op wait);
+ * then the job is printed as without it, and the exit status is the job's. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -22,12 +23,16 @@ static const char job_usage[] = "usage: cordon-server job ID [--json] [--wait] [
 
 #define JOBS_DEFAULT_LIMIT 100
 
-static json_t *job_summary_json(const struct server_db_job *j) {
-  return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:o, s:o}", "id", j->id, "user", j->user, "device",
-                   j->device_id[0] ? j->device_id : NULL, "state",
+static json_t *job_online_json(const struct server_db_job *j, const json_t *live) {
+  return j->device_id[0] ? server_cli_online_json(live, j->device_id) : json_null();
+}
+
+static json_t *job_summary_json(const struct server_db_job *j, const json_t *live) {
+  return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:o, s:o, s:o}", "id", j->id, "user", j->user,
+                   "device", j->device_id[0] ? j->device_id : NULL, "state",
                    server_db_job_state_name(j->state), "error", j->error[0] ? j->error : NULL,
                    "created", server_cli_json_time(j->created), "updated",
-                   server_cli_json_time(j->updated));
+                   server_cli_json_time(j->updated), "device_online", job_online_json(j, live));
 }
 
 static int parse_opts(int argc, char **argv, const char *usage, int with_filters,
@@ -98,26 +103,34 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
+  json_t *live = NULL;
+  char why[600];
+  if (server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
+    live = NULL;
   if (json) {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < l.count; i++)
-      if (json_array_append_new(arr, job_summary_json(&l.items[i])) < 0) {
+      if (json_array_append_new(arr, job_summary_json(&l.items[i], live)) < 0) {
         json_decref(arr);
         arr = NULL;
       }
     status = server_cli_print_json(arr, 0);
   } else {
-    printf("%-32s  %-12s %-32s  %-9s %-20s %s\n", "ID", "USER", "DEVICE", "STATE", "CREATED",
-           "ERROR");
+    printf("%-32s  %-12s %-32s  %-7s  %-9s %-20s %s\n", "ID", "USER", "DEVICE", "ONLINE", "STATE",
+           "CREATED", "ERROR");
     for (size_t i = 0; i < l.count; i++) {
       const struct server_db_job *j = &l.items[i];
       char created[64];
       server_cli_format_time(j->created, "-", created, sizeof(created));
-      printf("%-32s  %-12s %-32s  %-9s %-20s %s\n", j->id, j->user,
-             j->device_id[0] ? j->device_id : "-", server_db_job_state_name(j->state), created,
-             j->error[0] ? j->error : "-");
+      printf("%-32s  %-12s %-32s  %-7s  %-9s %-20s %s\n", j->id, j->user,
+             j->device_id[0] ? j->device_id : "-",
+             j->device_id[0] ? server_cli_online_text(live, j->device_id) : "-",
+             server_db_job_state_name(j->state), created, j->error[0] ? j->error : "-");
     }
+    if (!live)
+      fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, why);
   }
+  json_decref(live);
   server_db_job_list_release(&l);
   return status;
 }
@@ -186,8 +199,15 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
+  json_t *live = NULL;
+  char why[600];
+  if (j.device_id[0] && server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
+    live = NULL;
   if (json) {
-    status = server_cli_print_json(server_db_job_to_json(&j), 0);
+    json_t *o = server_db_job_to_json(&j);
+    if (o)
+      json_object_set_new(o, "device_online", job_online_json(&j, live));
+    status = server_cli_print_json(o, 0);
   } else {
     char created[64], updated[64], deadline[64];
     server_cli_format_time(j.created, "-", created, sizeof(created));
@@ -197,10 +217,18 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
     json_t *args = json_loads(j.args_json, 0, &jerr);
     char *args_text = args ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     json_decref(args);
-    printf("id:       %s\nuser:     %s\ndevice:   %s\nstate:    %s\nerror:    %s\n"
+    char online[700];
+    if (!j.device_id[0])
+      snprintf(online, sizeof(online), "-");
+    else if (live)
+      snprintf(online, sizeof(online), "%s", server_cli_online_text(live, j.device_id));
+    else
+      snprintf(online, sizeof(online), "unknown (%s)", why);
+    printf("id:       %s\nuser:     %s\ndevice:   %s\nonline:   %s\nstate:    %s\nerror:    %s\n"
            "created:  %s\nupdated:  %s\ndeadline: %s\n",
-           j.id, j.user, j.device_id[0] ? j.device_id : "-", server_db_job_state_name(j.state),
-           j.error[0] ? j.error : "-", created, updated, deadline);
+           j.id, j.user, j.device_id[0] ? j.device_id : "-", online,
+           server_db_job_state_name(j.state), j.error[0] ? j.error : "-", created, updated,
+           deadline);
     if (j.queue_expires) { /* it waited (or waits) in the queue */
       char until[64];
       server_cli_format_time(j.queue_expires, "-", until, sizeof(until));
@@ -222,6 +250,7 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   }
   if (wait && status == 0)
     status = job_exit_status(&j);
+  json_decref(live);
   server_db_job_release(&j);
   return status;
 }

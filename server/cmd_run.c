@@ -1,11 +1,18 @@
-/* cordon-server run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] */
+/* cordon-server run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION]
+ *   [--drain-timeout SECONDS] [--log-level LEVEL] [--log-file PATH]
+ *   [--metrics HOST:PORT] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "server/cli.h"
 #include "server/daemon.h"
+
+static const char run_usage[] =
+    "run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] [--drain-timeout SECONDS] "
+    "[--log-level debug|info|warn|error] [--log-file PATH] [--metrics HOST:PORT] [--state DIR]";
 
 static int parse_host_port(const char *s, char *host, size_t host_len, int *out_port) {
   const char *colon = strrchr(s, ':');
@@ -27,48 +34,79 @@ static int parse_host_port(const char *s, char *host, size_t host_len, int *out_
   return 0;
 }
 
+static int parse_seconds(const char *s, long lo, long hi, long *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || v < lo || v > hi)
+    return -1;
+  *out = v;
+  return 0;
+}
+
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
                                        {"job-grace", required_argument, NULL, 'g'},
                                        {"queue-ttl", required_argument, NULL, 'q'},
+                                       {"drain-timeout", required_argument, NULL, 'd'},
+                                       {"log-level", required_argument, NULL, 'v'},
+                                       {"log-file", required_argument, NULL, 'f'},
+                                       {"metrics", required_argument, NULL, 'm'},
                                        {"state", required_argument, NULL, 's'},
                                        {0}};
-  const char *state = cli->state_dir, *listen = NULL;
-  long grace = 0;
+  const char *state = cli->state_dir, *listen = NULL, *metrics = NULL, *log_file = NULL;
+  long grace = 0, drain = -1;
   int64_t queue_ttl = 0;
+  enum core_log_level level = CORE_LOG_INFO;
   int c;
   optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     if (c == 'l')
       listen = optarg;
     else if (c == 'g') {
-      char *end;
-      grace = strtol(optarg, &end, 10);
-      if (*end || grace < 1 || grace > 86400)
+      if (parse_seconds(optarg, 1, 86400, &grace) < 0)
         return server_cli_failf(CORDON_E_USAGE, "--job-grace: seconds in 1..86400");
     } else if (c == 'q') {
       if (server_cli_parse_duration(optarg, &queue_ttl) < 0 || queue_ttl < 1 ||
           queue_ttl > SERVER_DB_QUEUE_TTL_MAX)
         return server_cli_failf(CORDON_E_USAGE,
                                 "--queue-ttl: a duration from 1s to 30d (90s, 10m, 1h30m)");
-    } else if (c == 's')
+    } else if (c == 'd') {
+      if (parse_seconds(optarg, 0, 86400, &drain) < 0)
+        return server_cli_failf(CORDON_E_USAGE, "--drain-timeout: seconds in 0..86400");
+    } else if (c == 'v') {
+      if (core_log_level_parse(optarg, &level) < 0)
+        return server_cli_failf(CORDON_E_USAGE, "--log-level: debug, info, warn or error, not '%s'",
+                                optarg);
+    } else if (c == 'f')
+      log_file = optarg;
+    else if (c == 'm')
+      metrics = optarg;
+    else if (c == 's')
       state = optarg;
     else
-      return server_cli_failf(CORDON_E_USAGE, "run --listen HOST:PORT [--job-grace SECONDS] "
-                                              "[--queue-ttl DURATION] [--state DIR]");
+      return server_cli_failf(CORDON_E_USAGE, "%s", run_usage);
   }
   if (!listen || optind != argc)
-    return server_cli_failf(CORDON_E_USAGE, "run --listen HOST:PORT [--state DIR]");
-  char host[256];
-  int port;
+    return server_cli_failf(CORDON_E_USAGE, "%s", run_usage);
+  char host[256], mhost[256];
+  int port, mport = 0;
   if (parse_host_port(listen, host, sizeof(host), &port) < 0)
     return server_cli_failf(CORDON_E_USAGE, "--listen: expected HOST:PORT, got '%s'", listen);
+  if (metrics && parse_host_port(metrics, mhost, sizeof(mhost), &mport) < 0)
+    return server_cli_failf(CORDON_E_USAGE, "--metrics: expected HOST:PORT, got '%s'", metrics);
+  if (log_file && !*log_file)
+    return server_cli_failf(CORDON_E_USAGE, "--log-file: a path");
   struct daemon_options opt = {
       .state_dir = state,
       .host = host,
       .port = port,
       .job_grace_s = (unsigned)grace,
       .queue_ttl_s = (unsigned)queue_ttl,
+      .drain_timeout_s = (int)drain,
+      .log_file = log_file,
+      .log_level = level,
+      .metrics_host = metrics ? mhost : NULL,
+      .metrics_port = mport,
   };
   struct cordon_diag diag = {{0}};
   int r = daemon_run(&opt, &diag);

@@ -322,6 +322,11 @@ int server_db_device_label(struct server_db *db, const char *id, const struct se
                            size_t n_set, const char *const *remove, size_t n_remove,
                            struct server_db_labels *out_labels, struct cordon_diag *diag);
 
+/* How many devices are in each state (for metrics): out_counts indexed by
+ * enum server_db_device_state. */
+int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
+                                    struct cordon_diag *diag);
+
 /* user_id 0 = all users; ordered by owner, then name. */
 int server_db_device_list(struct server_db *db, int64_t user_id,
                           struct server_db_device_list *out_list, struct cordon_diag *diag);
@@ -441,6 +446,11 @@ int server_db_job_list_queued(struct server_db *db, struct server_db_job_list *o
 /* Those of them whose queue_expires is <= now, oldest first. */
 int server_db_job_list_queue_expired(struct server_db *db, struct server_db_job_list *out_list,
                                      struct cordon_diag *diag);
+/* How many jobs are in each state (for metrics): out_counts indexed by enum
+ * server_db_job_state. */
+#define SERVER_DB_JOB_STATE_COUNT 7
+int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_DB_JOB_STATE_COUNT],
+                                 struct cordon_diag *diag);
 /* Number of sent or running jobs on a device (its concurrency in use). */
 int server_db_job_count_in_flight(struct server_db *db, const char *device_id, size_t *out_count,
                                   struct cordon_diag *diag);

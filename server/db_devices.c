@@ -396,3 +396,25 @@ int server_db_device_list(struct server_db *db, int64_t user_id,
   *out_list = l;
   return 0;
 }
+
+int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
+                                    struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_COUNT_BY_STATE, &st, diag);
+  if (err)
+    return err;
+  size_t counts[2] = {0, 0};
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *state = (const char *)sqlite3_column_text(st, 0);
+    counts[state && strcmp(state, "active") == 0 ? SERVER_DB_DEVICE_ACTIVE
+                                                 : SERVER_DB_DEVICE_REVOKED] +=
+        (size_t)sqlite3_column_int64(st, 1);
+  }
+  if (rc != SQLITE_DONE)
+    err = db_fail(db, rc, "count devices by state", diag);
+  db_done(st);
+  if (!err)
+    memcpy(out_counts, counts, sizeof(counts));
+  return err;
+}

@@ -92,7 +92,8 @@
                         " WHERE id = ?1")                                                          \
   X(DEVICE_ALL_OFFLINE, "UPDATE devices SET online = 0 WHERE online <> 0")                         \
   X(DEVICE_REVOKE, "UPDATE devices SET state = 'revoked', online = 0"                              \
-                   " WHERE id = ?1 AND state = 'active'")
+                   " WHERE id = ?1 AND state = 'active'")                                          \
+  X(DEVICE_COUNT_BY_STATE, "SELECT state, count(*) FROM devices GROUP BY state")
 
 /* device labels (db_labels.c) */
 #define DB_LABEL_STATEMENTS(X)                                                                     \
@@ -131,7 +132,8 @@
                             " AND j.queue_expires <> 0 AND j.queue_expires <= ?1"                  \
                             " ORDER BY j.created, j.rowid")                                        \
   X(JOB_COUNT_IN_FLIGHT, "SELECT count(*) FROM jobs WHERE device_id = ?1"                          \
-                         " AND state IN ('sent','running')")
+                         " AND state IN ('sent','running')")                                       \
+  X(JOB_COUNT_BY_STATE, "SELECT state, count(*) FROM jobs GROUP BY state")
 
 #define DB_STATEMENTS(X)                                                                           \
   DB_TX_STATEMENTS(X)                                                                              \

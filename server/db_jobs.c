@@ -19,6 +19,7 @@ static const char *const job_state_names[] = {
     [SERVER_DB_JOB_CANCELLED] = "cancelled",
 };
 #define JOB_STATE_COUNT (sizeof(job_state_names) / sizeof(job_state_names[0]))
+_Static_assert(JOB_STATE_COUNT == SERVER_DB_JOB_STATE_COUNT, "db.h counts every job state");
 
 const char *server_db_job_state_name(enum server_db_job_state s) {
   return (unsigned)s < JOB_STATE_COUNT ? job_state_names[s] : NULL;
@@ -465,5 +466,26 @@ int server_db_job_count_in_flight(struct server_db *db, const char *device_id, s
   db_done(st);
   if (!err)
     *out_count = (size_t)n;
+  return err;
+}
+
+int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_DB_JOB_STATE_COUNT],
+                                 struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_COUNT_BY_STATE, &st, diag);
+  if (err)
+    return err;
+  size_t counts[SERVER_DB_JOB_STATE_COUNT] = {0};
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    enum server_db_job_state s;
+    if (server_db_job_state_parse((const char *)sqlite3_column_text(st, 0), &s) == 0)
+      counts[s] += (size_t)sqlite3_column_int64(st, 1);
+  }
+  if (rc != SQLITE_DONE)
+    err = db_fail(db, rc, "count jobs by state", diag);
+  db_done(st);
+  if (!err)
+    memcpy(out_counts, counts, sizeof(counts));
   return err;
 }

@@ -23,6 +23,7 @@
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
 #include "server/admin_ops.h"
+#include "server/metrics.h"
 
 #define JOB_CHUNK (60u << 10)
 #define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
@@ -49,6 +50,15 @@ struct sending {
   struct sending *next;
 };
 
+/* What the log and the metrics need of a sent job until it is over. */
+struct flight {
+  char id[CORDON_ID_HEX_SIZE];
+  char user[SERVER_DB_NAME_MAX + 1];
+  char package[160]; /* name@version */
+  int64_t sent_ms;   /* core_mono_ms when it was sent */
+  struct flight *next;
+};
+
 struct jobs {
   uv_loop_t *loop;
   struct server_db *db;
@@ -57,8 +67,9 @@ struct jobs {
   const uint8_t *ticket_sk, *publisher_pk;
   unsigned grace_s, queue_ttl_s;
   uv_timer_t tick;
-  bool started, closing;
+  bool started, closing, draining;
   struct sending *sends;
+  struct flight *flights;
   struct waiter *waiters;
 };
 
@@ -248,6 +259,38 @@ static int add_waiter(struct jobs *js, struct admin_conn *c, const char *id) {
   return 0;
 }
 
+/* ---- jobs in flight (for the log and the metrics) ---- */
+
+static struct flight *flight_find(struct jobs *js, const char *id) {
+  for (struct flight *f = js->flights; f; f = f->next)
+    if (strcmp(f->id, id) == 0)
+      return f;
+  return NULL;
+}
+
+static void flight_add(struct jobs *js, const char *id, const char *user,
+                       const struct manifest *m) {
+  struct flight *f = calloc(1, sizeof(*f));
+  if (!f)
+    return; /* only the log loses its package name */
+  snprintf(f->id, sizeof(f->id), "%s", id);
+  snprintf(f->user, sizeof(f->user), "%s", user);
+  snprintf(f->package, sizeof(f->package), "%s@%s", m->name, m->version);
+  f->sent_ms = core_mono_ms();
+  f->next = js->flights;
+  js->flights = f;
+}
+
+static void flight_drop(struct jobs *js, const char *id) {
+  for (struct flight **pp = &js->flights; *pp; pp = &(*pp)->next)
+    if (strcmp((*pp)->id, id) == 0) {
+      struct flight *f = *pp;
+      *pp = f->next;
+      free(f);
+      return;
+    }
+}
+
 /* ---- streaming a package ---- */
 
 static void sending_closed(uv_handle_t *h) {
@@ -286,7 +329,9 @@ static void pump(uv_timer_t *t) {
     size_t want = x->size - x->sent < sizeof(buf) ? (size_t)(x->size - x->sent) : sizeof(buf);
     ssize_t n = pread(x->fd, buf, want, (off_t)x->sent);
     if (n <= 0) {
-      core_log("job %s: cannot read the package: %s", x->id, n < 0 ? strerror(errno) : "EOF");
+      struct flight *f = flight_find(x->owner, x->id);
+      core_log_kv(CORE_LOG_ERROR, "cannot read the package", "job", x->id, "device", s->device_id,
+                  "package", f ? f->package : "-", "error", n < 0 ? strerror(errno) : "EOF", NULL);
       session_goaway(s, MSG_GOAWAY_PROTOCOL, "package unreadable on the server");
       uv_timer_stop(t);
       return;
@@ -357,7 +402,16 @@ static int send_job(struct jobs *js, const char *job_id, const char *user, struc
   jm.job.n_args = n_args;
   session_send(s, &jm);
   uv_timer_start(&x->pump, pump, 0, 2);
-  core_log("job %s sent to device %s (%s)", job_id, s->device_id, user);
+  flight_add(js, job_id, user, p->m);
+  metrics_job_dispatched();
+  char sz[24], dl[24], na[16];
+  snprintf(sz, sizeof(sz), "%llu", (unsigned long long)p->size);
+  snprintf(dl, sizeof(dl), "%lld", (long long)deadline);
+  snprintf(na, sizeof(na), "%zu", n_args);
+  struct flight *f = flight_find(js, job_id);
+  core_log_kv(CORE_LOG_INFO, "job sent", "job", job_id, "user", user, "device", s->device_id,
+              "package", f ? f->package : "-", "size", sz, "args", na, "deadline", dl, "from",
+              queued_path ? "queue" : "dispatch", NULL);
   return 0;
 }
 
@@ -593,7 +647,7 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
   char tmp[PATH_MAX], path[PATH_MAX];
   int r = queue_copy(js, p->fd, p->size, tmp, &diag);
   if (r < 0) {
-    core_log("cannot queue a job: %s", diag.msg);
+    core_log_kv(CORE_LOG_ERROR, "cannot queue a job", "user", d->user, "error", diag.msg, NULL);
     admin_conn_reply(c, admin_reply_error(r, diag.msg));
     return;
   }
@@ -626,8 +680,11 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
     return;
   }
   fsync_dir(js->queue_dir);
-  core_log("job %s queued for %s of %s for %llds", job_id, device ? device : "any device", d->user,
-           (long long)d->ttl);
+  char ttl[24], pkg[160];
+  snprintf(ttl, sizeof(ttl), "%lld", (long long)d->ttl);
+  snprintf(pkg, sizeof(pkg), "%s@%s", p->m->name, p->m->version);
+  core_log_kv(CORE_LOG_INFO, "job queued", "job", job_id, "user", d->user, "device",
+              device ? device : "-", "package", pkg, "queue_ttl_s", ttl, NULL);
   dispatch_answer(js, c, d->wait, job_id,
                   json_pack("{s:b, s:s, s:s?, s:s, s:I}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB_ID,
                             job_id, ADMIN_REPLY_DEVICE, device, ADMIN_REPLY_STATE, "queued",
@@ -682,6 +739,9 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
   } else if (ch.any_fits && !no_queue) {
     dispatch_queue(js, c, &d, &p, device ? ch.c[0].dev->id : NULL);
   } else {
+    core_log_kv(CORE_LOG_INFO, "dispatch refused", "user", d.user, "device", device ? device : "-",
+                "package", p.m->name, "version", p.m->version, "reason", "no_eligible_device",
+                NULL);
     json_t *e = admin_reply_error(CORDON_E_NO_ELIGIBLE_DEVICE,
                                   ch.any_fits ? "no device can run this job now (no queueing)"
                                               : "no device can run this job");
@@ -698,10 +758,13 @@ out:
 
 static void fail_queued(struct jobs *js, const char *id, const char *path, int err,
                         const char *why) {
-  core_log("job %s: its queued package cannot be sent: %s", id, why);
+  core_log_kv(CORE_LOG_ERROR, "queued job failed: its package cannot be sent", "job", id, "error",
+              why, NULL);
   if (server_db_job_transition(js->db, id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_FAILED,
-                               cordon_err_name(err), NULL) == 0)
+                               cordon_err_name(err), NULL) == 0) {
     unlink(path);
+    metrics_job_finished(SERVER_DB_JOB_FAILED, -1);
+  }
   answer_waiters(js, id);
 }
 
@@ -733,7 +796,7 @@ static void drain_one(struct jobs *js, const struct server_db_job *job) {
   int64_t deadline = server_db_now(js->db) + p.m->timeout_s + js->grace_s;
   r = send_job(js, job->id, job->user, ch.c[ch.best].s, &p, argv, n_args, deadline, path, &diag);
   if (r < 0)
-    core_log("job %s: not sent from the queue: %s", job->id, diag.msg);
+    core_log_kv(CORE_LOG_WARN, "queued job not sent", "job", job->id, "error", diag.msg, NULL);
 out:
   choice_release(&ch);
   pkg_release(&p);
@@ -743,7 +806,7 @@ out:
 
 /* Queued jobs, oldest first, each to the best device available now. */
 static void drain(struct jobs *js) {
-  if (js->closing)
+  if (js->closing || js->draining)
     return;
   struct server_db_job_list list;
   if (server_db_job_list_queued(js->db, &list, NULL) < 0)
@@ -810,7 +873,10 @@ void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
     cordon_id_from_hex(id, m.cancel.job_id);
     session_send(s, &m);
   }
-  core_log("job %s cancelled (it was %s)", id, server_db_job_state_name(st));
+  metrics_job_finished(SERVER_DB_JOB_CANCELLED, -1);
+  core_log_kv(CORE_LOG_INFO, "job cancelled", "job", id, "device", dev[0] ? dev : "-", "was",
+              server_db_job_state_name(st), "device_told", s ? "yes" : "no", NULL);
+  flight_drop(js, id);
   admin_conn_reply(c, json_pack("{s:b, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_STATE, "cancelled"));
   answer_waiters(js, id);
 }
@@ -836,8 +902,10 @@ void jobs_op_wait(struct jobs *js, struct admin_conn *c, const json_t *req) {
  * this device was not sent): say why, then ack it so the agent's spool
  * lets it go (docs/protocol/messages.md, "Jobs"). Nothing is stored. */
 static void refuse_result(struct session *s, const uint8_t job_id[CORDON_ID_LEN], const char *id,
-                          const char *why) {
-  core_log("job %s: result from %s refused: %s", id, s->device_id, why);
+                          bool never_sent, const char *why) {
+  metrics_result_refused(never_sent ? METRICS_REFUSAL_NOT_SENT : METRICS_REFUSAL_NOT_THIS_DEVICE);
+  core_log_kv(CORE_LOG_WARN, "result refused", "job", id, "device", s->device_id, "code",
+              never_sent ? "not_sent" : "not_this_device", "detail", why, NULL);
   struct msg e = {.type = MSG_ERROR};
   e.error.code = (char *)cordon_err_name(CORDON_E_WRONG_DEVICE);
   e.error.message = (char *)why;
@@ -849,32 +917,97 @@ static void refuse_result(struct session *s, const uint8_t job_id[CORDON_ID_LEN]
   session_send(s, &ack);
 }
 
+/* One line per result the server could read, saying what became of it
+ * (and the metrics); refused ones are logged by refuse_result. */
+static void log_result(struct jobs *js, struct session *s, const char *id,
+                       const struct job_result *r, bool readable, int rc,
+                       enum server_db_job_state after, const struct cordon_diag *diag) {
+  char user[SERVER_DB_NAME_MAX + 1] = "-", code[16] = "-", sig[16] = "-", secs[24];
+  const struct flight *f = flight_find(js, id);
+  struct server_db_job job;
+  if (f)
+    snprintf(user, sizeof(user), "%s", f->user);
+  else if (server_db_job_get(js->db, id, &job, NULL) == 0) {
+    snprintf(user, sizeof(user), "%s", job.user);
+    server_db_job_release(&job);
+  }
+  if (r->ran && r->exited)
+    snprintf(code, sizeof(code), "%d", r->exit_code);
+  else if (r->ran)
+    snprintf(sig, sizeof(sig), "%d", r->signal);
+  snprintf(secs, sizeof(secs), "%.3f", (double)r->wall_ms / 1000.0);
+  const char *level = r->level_known ? sandbox_level_name(r->level) : NULL;
+  const char *pkg = f ? f->package : "-";
+  const char *err = r->error ? cordon_err_name(r->error) : "-";
+  if (rc == 0 && after != SERVER_DB_JOB_EXPIRED) {
+    /* a cancelled job was counted when it was cancelled */
+    metrics_job_finished(after == SERVER_DB_JOB_CANCELLED ? -1 : (int)after, (int64_t)r->wall_ms);
+    core_log_kv(CORE_LOG_INFO, "job finished", "job", id, "user", user, "device", s->device_id,
+                "package", pkg, "outcome", server_db_job_state_name(after), "exit_code", code,
+                "signal", sig, "error", err, "timed_out", r->timed_out ? "yes" : "no", "level",
+                level ? level : "-", "mechanism", r->mechanism[0] ? r->mechanism : "-",
+                "duration_s", secs, NULL);
+    return;
+  }
+  enum metrics_result_refusal why;
+  const char *what;
+  enum core_log_level lvl = CORE_LOG_WARN;
+  if (rc == 0) { /* kept with the job, whose state stays expired */
+    why = METRICS_REFUSAL_LATE;
+    what = "the job had expired: the result is kept, the state stays expired";
+  } else if (rc == -EALREADY) {
+    why = METRICS_REFUSAL_ALREADY_RECORDED;
+    what = "a result was recorded before: acknowledged again, nothing changed";
+    lvl = CORE_LOG_INFO;
+  } else if (!readable) {
+    why = METRICS_REFUSAL_MALFORMED;
+    what = "the result could not be read: not stored";
+  } else {
+    why = METRICS_REFUSAL_STORE_FAILED;
+    what = diag->msg[0] ? diag->msg : cordon_err_message(rc);
+    lvl = CORE_LOG_ERROR;
+  }
+  static const char *const codes[] = {
+#define REFUSAL_NAME_(id, label) [METRICS_REFUSAL_##id] = label,
+      METRICS_RESULT_REFUSALS(REFUSAL_NAME_)
+#undef REFUSAL_NAME_
+  };
+  metrics_result_refused(why);
+  core_log_kv(lvl, why == METRICS_REFUSAL_LATE ? "late result" : "result refused", "job", id,
+              "user", user, "device", s->device_id, "package", pkg, "code", codes[why], "detail",
+              what, "exit_code", code, "signal", sig, "level", level ? level : "-", "duration_s",
+              secs, NULL);
+}
+
 static void on_result(struct jobs *js, struct session *s, struct msg_result *mr) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(mr->job_id, id);
   uint8_t own[CORDON_ID_LEN];
   if (cordon_id_from_hex(s->device_id, own) < 0 || memcmp(own, mr->device_id, CORDON_ID_LEN) != 0) {
-    refuse_result(s, mr->job_id, id, "the result's device_id is not this session's device");
+    refuse_result(s, mr->job_id, id, false, "the result's device_id is not this session's device");
     return;
   }
   struct job_result r;
   job_result_init(&r);
   int rc = result_from_msg(mr, &r);
+  bool readable = rc == 0;
   json_t *j = rc == 0 ? job_result_to_json(&r) : NULL;
   char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
   json_decref(j);
   bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
-  enum server_db_job_state after;
+  enum server_db_job_state after = SERVER_DB_JOB_QUEUED;
   struct cordon_diag diag = {{0}};
   rc = text ? server_db_job_record_result(
                   js->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
                   r.error ? cordon_err_name(r.error) : NULL, text, &after, &diag)
             : -ENOMEM;
   free(text);
+  if (rc != -ENOENT && rc != -ESTALE)
+    log_result(js, s, id, &r, readable, rc, after, &diag);
   job_result_release(&r);
   if (rc == -ENOENT || rc == -ESTALE) {
     /* unknown, another device's, or still queued: never sent to this one */
-    refuse_result(s, mr->job_id, id, "no job with this id was sent to this device");
+    refuse_result(s, mr->job_id, id, rc == -ESTALE, "no job with this id was sent to this device");
     return;
   }
   if (rc == 0 || rc == -EALREADY) {
@@ -882,13 +1015,11 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     struct msg ack = {.type = MSG_ACK};
     memcpy(ack.ack.job_id, mr->job_id, CORDON_ID_LEN);
     session_send(s, &ack);
-    core_log("job %s: result from %s recorded%s", id, s->device_id,
-             rc == -EALREADY ? " already" : "");
   } else {
     /* not recorded, not acked: the agent sends it again on its next session */
-    core_log("job %s: result from %s not recorded: %s", id, s->device_id, diag.msg);
     return;
   }
+  flight_drop(js, id);
   struct sending *x = sending_find(js, id);
   if (x) /* refused before its package arrived: no more chunks */
     sending_free(x);
@@ -903,9 +1034,21 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
     cordon_id_to_hex(m->running.job_id, id);
     struct server_db_job job;
     if (server_db_job_get(js->db, id, &job, NULL) == 0) {
-      if (strcmp(job.device_id, s->device_id) == 0) /* only its own device's word */
-        server_db_job_transition(js->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL);
+      int r = strcmp(job.device_id, s->device_id) == 0 /* only its own device's word */
+                  ? server_db_job_transition(js->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING,
+                                             NULL, NULL)
+                  : -EPERM;
       server_db_job_release(&job);
+      struct flight *f = flight_find(js, id);
+      char ms[24] = "-";
+      if (f && r == 0) {
+        int64_t lat = core_mono_ms() - f->sent_ms;
+        metrics_dispatch_latency((uint64_t)(lat > 0 ? lat : 0));
+        snprintf(ms, sizeof(ms), "%.3f", (double)lat / 1000.0);
+      }
+      core_log_kv(r == 0 ? CORE_LOG_INFO : CORE_LOG_DEBUG, "job running", "job", id, "user",
+                  f ? f->user : "-", "device", s->device_id, "package", f ? f->package : "-",
+                  "latency_s", ms, "recorded", r == 0 ? "yes" : "no", NULL);
     }
     return true;
   }
@@ -938,7 +1081,11 @@ static void expire_overdue(struct jobs *js) {
     struct server_db_job *job = &list.items[i];
     if (server_db_job_transition(js->db, job->id, job->state, SERVER_DB_JOB_EXPIRED, "device_lost",
                                  NULL) == 0) {
-      core_log("job %s expired: device_lost", job->id);
+      metrics_job_finished(SERVER_DB_JOB_EXPIRED, -1);
+      core_log_kv(CORE_LOG_WARN, "job expired", "job", job->id, "user", job->user, "device",
+                  job->device_id[0] ? job->device_id : "-", "was",
+                  server_db_job_state_name(job->state), "error", "device_lost", NULL);
+      flight_drop(js, job->id);
       struct sending *x = sending_find(js, job->id);
       if (x)
         sending_free(x);
@@ -960,7 +1107,10 @@ static void expire_queue(struct jobs *js) {
       char path[PATH_MAX];
       queue_path(js, job->id, path);
       unlink(path);
-      core_log("job %s expired: queue_expired", job->id);
+      metrics_job_finished(SERVER_DB_JOB_EXPIRED, -1);
+      core_log_kv(CORE_LOG_WARN, "job expired", "job", job->id, "user", job->user, "device",
+                  job->device_id[0] ? job->device_id : "-", "was", "queued", "error",
+                  "queue_expired", NULL);
       answer_waiters(js, job->id);
     }
   }
@@ -1005,6 +1155,36 @@ static void queue_sweep(struct jobs *js) {
 
 /* ---- lifecycle ---- */
 
+/* A waiter whose job is not over when the daemon stops: the job id and its
+ * state, not an error about the job (it goes on; its result is recorded
+ * when the agent delivers it to the next daemon, and a queued job stays
+ * queued for the next daemon to send). */
+static json_t *reply_stopped(struct jobs *js, const char *id) {
+  struct server_db_job job;
+  const char *state = "unknown";
+  char dev[CORDON_ID_HEX_SIZE] = "";
+  if (server_db_job_get(js->db, id, &job, NULL) == 0) {
+    state = server_db_job_state_name(job.state);
+    snprintf(dev, sizeof(dev), "%s", job.device_id);
+    server_db_job_release(&job);
+  }
+  char msg[400];
+  if (dev[0])
+    snprintf(msg, sizeof(msg),
+             "the server stopped before job %s finished (it is %s on device %s); `cordon-server "
+             "job %s` shows its result once the agent delivers it",
+             id, state, dev, id);
+  else
+    snprintf(msg, sizeof(msg),
+             "the server stopped before job %s finished (it is %s); `cordon-server job %s` shows "
+             "its result once a device has run it",
+             id, state, id);
+  json_t *e = admin_reply_error(-ESHUTDOWN, msg);
+  json_object_set_new(e, ADMIN_REPLY_JOB_ID, json_string(id));
+  json_object_set_new(e, ADMIN_REPLY_STATE, json_string(state));
+  return e;
+}
+
 int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   struct jobs *js = calloc(1, sizeof(*js));
   if (!js)
@@ -1024,7 +1204,8 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
 
 void jobs_start(struct jobs *js) {
   if (mkdir(js->queue_dir, 0700) < 0 && errno != EEXIST)
-    core_log("cannot make %s: %s; jobs cannot be queued", js->queue_dir, strerror(errno));
+    core_log_kv(CORE_LOG_ERROR, "cannot make the queue directory: jobs cannot be queued", "path",
+                js->queue_dir, "error", strerror(errno), NULL);
   queue_sweep(js);
   uv_timer_init(js->loop, &js->tick);
   js->tick.data = js;
@@ -1040,10 +1221,16 @@ void jobs_close(struct jobs *js) {
     sending_free(js->sends);
   for (struct waiter *w = js->waiters, *n; w; w = n) {
     n = w->next;
-    admin_conn_reply(w->conn, admin_reply_error(CORDON_E_INTERNAL, "the server is shutting down"));
+    admin_conn_reply(w->conn, reply_stopped(js, w->id));
     free(w);
   }
   js->waiters = NULL;
+  while (js->flights)
+    flight_drop(js, js->flights->id);
+}
+
+void jobs_drain(struct jobs *js) {
+  js->draining = true;
 }
 
 void jobs_free(struct jobs *js) {

@@ -65,6 +65,10 @@ void jobs_start(struct jobs *j);
 /* Shutdown: stop the timer, forget the jobs in flight (their deadlines
  * decide them at the next start) and tell whoever waits for one. */
 void jobs_close(struct jobs *j);
+/* The daemon drains: queued jobs stay queued (in the database and
+ * STATE/queue, for the next daemon) instead of being sent to devices that
+ * connect or get room meanwhile; expiry and results go on. */
+void jobs_drain(struct jobs *j);
 /* After the loop has finished. NULL-safe. */
 void jobs_free(struct jobs *j);
 

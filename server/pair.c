@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "proto/pairing.h"
+#include "server/metrics.h"
 
 #define PAIR_RATE_SLOTS 64
 
@@ -30,8 +31,12 @@ struct pair_ctx {
 struct pair_attempt {
   char code_id[SERVER_DB_CODE_ID_SIZE];
   uint8_t code_key[SERVER_DB_CODE_KEY_SIZE]; /* SECRET unless random */
-  bool code_real; /* code_key is the code's: the code exists and was usable */
-  bool code_done; /* the device was added */
+  bool code_real;    /* code_key is the code's: the code exists and was usable */
+  bool code_done;    /* the device was added */
+  bool proof_seen;   /* the agent sent its proof */
+  bool failed_early; /* why was decided at the hello */
+  enum metrics_pair_failure why;
+  char code_log[SERVER_DB_CODE_ID_SIZE]; /* the code id as named, for the log; "" if none */
   char *name, *platform, *reason;
   enum sandbox_level level;
   int max_jobs;
@@ -91,18 +96,27 @@ void pair_on_hello(struct pair_ctx *p, struct session *s, const struct msg_hello
   /* Every failure looks the same to the agent: a server proof under a key
    * it cannot match. The real code key is used only when the code is usable. */
   randombytes_buf(a->code_key, sizeof(a->code_key));
-  if (!rate_ok(p, net_conn_peer(s->conn))) {
-    core_log("pairing from %s: rate limited", net_conn_peer(s->conn));
+  /* only an id of the id's length is logged: never more of a code */
+  if (h->pair_code && strlen(h->pair_code) == SERVER_DB_CODE_ID_CHARS)
+    snprintf(a->code_log, sizeof(a->code_log), "%s", h->pair_code);
+  a->failed_early = true;
+  if (!rate_ok(p, s->addr)) {
+    a->why = METRICS_PAIR_RATE_LIMITED;
   } else if (h->pair_code && strlen(h->pair_code) < sizeof(a->code_id)) {
     struct server_db_code code;
+    a->why = METRICS_PAIR_UNKNOWN_CODE;
     if (server_db_code_lookup(p->db, h->pair_code, &code, NULL) == 0) {
+      a->why = METRICS_PAIR_CODE_NOT_USABLE;
       if (code.usable) {
         memcpy(a->code_key, code.key, sizeof(a->code_key));
         snprintf(a->code_id, sizeof(a->code_id), "%s", h->pair_code);
         a->code_real = true;
+        a->failed_early = false;
       }
       server_db_code_wipe(&code);
     }
+  } else {
+    a->why = METRICS_PAIR_NO_CODE;
   }
   a->name = strdup(h->name ? h->name : "device");
   a->platform = strdup(h->platform);
@@ -121,9 +135,13 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
   struct pair_attempt *a = s->pair;
   uint8_t hh[NOISE_HASH_LEN];
   net_conn_handshake_hash(s->conn, hh);
+  if (a)
+    a->proof_seen = true;
   if (!a || proof->role != MSG_ROLE_AGENT || !a->code_real ||
       pairing_mac_verify(a->code_key, PAIRING_ROLE_AGENT, hh, proof->mac) < 0) {
-    pairing_failed(s); /* the attempt is counted when the session closes */
+    if (a && !a->failed_early)
+      a->why = METRICS_PAIR_BAD_PROOF;
+    pairing_failed(s); /* the attempt is counted and logged when the session closes */
     return -EACCES;
   }
   uint8_t key[NOISE_KEY_LEN];
@@ -141,7 +159,10 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
   struct cordon_diag diag = {{0}};
   int r = server_db_pair_complete(p->db, a->code_id, key, &info, device_id, &user_id, &diag);
   if (r < 0) {
-    core_log("pairing from %s: %s", net_conn_peer(s->conn), diag.msg);
+    a->why = METRICS_PAIR_STORE_FAILED;
+    a->failed_early = true;
+    core_log_kv(CORE_LOG_ERROR, "pairing not recorded", "addr", s->addr, "code", a->code_log,
+                "error", diag.msg, NULL);
     pairing_failed(s);
     return r;
   }
@@ -159,8 +180,11 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
   m.pair_done.n_publisher_keys = 1;
   char sas[PAIRING_SAS_LEN];
   pairing_sas(hh, sas);
-  core_log("paired device %s (%s) for user %s; authentication string %s", device_id, a->name,
-           user.name, sas);
+  metrics_pairing_succeeded();
+  const char *level = sandbox_level_name(a->level);
+  core_log_kv(CORE_LOG_INFO, "device paired", "device", device_id, "user", user.name, "name",
+              a->name, "addr", s->addr, "code", a->code_log, "platform", a->platform, "level",
+              level ? level : "-", "authentication_string", sas, NULL);
   (void)session_send(s, &m);
   return 0;
 }
@@ -169,8 +193,25 @@ void pair_on_closed(struct pair_ctx *p, struct session *s) {
   struct pair_attempt *a = s->pair;
   if (!a)
     return;
-  if (a->code_real && !a->code_done) /* a pairing attempt that did not succeed */
-    server_db_code_fail(p->db, a->code_id, NULL, NULL);
+  if (!a->code_done) { /* a pairing attempt that did not succeed */
+    int left = -1;
+    if (a->code_real && server_db_code_fail(p->db, a->code_id, &left, NULL) < 0)
+      left = -1;
+    enum metrics_pair_failure why = a->why;
+    if (!a->failed_early && !a->proof_seen && a->why != METRICS_PAIR_BAD_PROOF)
+      why = METRICS_PAIR_NO_PROOF; /* the agent did not accept our proof, or went away */
+    static const char *const names[] = {
+#define PAIR_NAME_(id, label) [METRICS_PAIR_##id] = label,
+        METRICS_PAIR_FAILURES(PAIR_NAME_)
+#undef PAIR_NAME_
+    };
+    char attempts[16];
+    snprintf(attempts, sizeof(attempts), "%d", left);
+    metrics_pairing_failed(why);
+    core_log_kv(CORE_LOG_WARN, "pairing failed", "addr", s->addr, "reason", names[why], "code",
+                a->code_log[0] ? a->code_log : "-", "attempts_left", left >= 0 ? attempts : "-",
+                "name", a->name ? a->name : "-", NULL);
+  }
   free(a->name);
   free(a->platform);
   free(a->reason);

@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "server/metrics.h"
 
 struct sessions {
   struct server_db *db;
@@ -38,12 +39,20 @@ int session_send(struct session *s, const struct msg *m) {
   struct cordon_diag diag = {{0}};
   int r = msg_encode_alloc(m, &buf, &len, &diag);
   if (r < 0) {
-    core_log("cannot encode %s: %s", msg_type_name(m->type), diag.msg);
+    core_log_kv(CORE_LOG_ERROR, "cannot encode a message", "type", msg_type_name(m->type), "addr",
+                s->addr, "error", diag.msg, NULL);
     return r;
   }
   r = net_conn_send(s->conn, buf, len);
   free(buf);
+  if (r == 0)
+    metrics_bytes_sent(len);
   return r;
+}
+
+static void set_reason(struct session *s, const char *prefix, const char *code) {
+  if (!s->close_reason[0])
+    snprintf(s->close_reason, sizeof(s->close_reason), "%s%s", prefix, code);
 }
 
 void session_goaway(struct session *s, const char *code, const char *message) {
@@ -51,6 +60,7 @@ void session_goaway(struct session *s, const char *code, const char *message) {
   m.goaway.code = (char *)code;
   m.goaway.message = (char *)message;
   (void)session_send(s, &m);
+  set_reason(s, "goaway.", code);
   s->closing = true;
   net_conn_flush_close(s->conn, 0); /* the goaway must reach the agent */
 }
@@ -69,7 +79,30 @@ void sessions_shutdown(struct sessions *t) {
       m.goaway.code = MSG_GOAWAY_SHUTDOWN;
       m.goaway.message = "the server is shutting down";
       (void)session_send(s, &m);
+      set_reason(s, "goaway.", MSG_GOAWAY_SHUTDOWN);
     }
+}
+
+size_t sessions_count(const struct sessions *t) {
+  size_t n = 0;
+  for (const struct session *s = t->list; s; s = s->next)
+    n += s->state == SESSION_ACTIVE && !s->closing;
+  return n;
+}
+
+void sessions_foreach(struct sessions *t, void (*fn)(struct session *s, void *data), void *data) {
+  for (struct session *s = t->list, *next; s; s = next) {
+    next = s->next;
+    if (s->state == SESSION_ACTIVE && !s->closing)
+      fn(s, data);
+  }
+}
+
+static void refuse(struct session *s, const char *code, const char *message, const char *why,
+                   const char *device) {
+  core_log_kv(CORE_LOG_WARN, "session refused", "addr", s->addr, "device", device, "reason", why,
+              NULL);
+  session_goaway(s, code, message);
 }
 
 /* A session-mode hello: the welcome goes out only once the device is known. */
@@ -79,25 +112,30 @@ static void device_hello(struct session *s, const struct msg_hello *h,
   uint8_t key[NOISE_KEY_LEN];
   net_conn_remote_key(s->conn, key);
   struct server_db_device dev;
-  if (server_db_device_get_by_key(t->db, key, &dev, NULL) < 0) {
-    session_goaway(s, MSG_GOAWAY_UNPAIRED, "this device is not paired with this server");
-    return;
-  }
   char hex[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(h->device_id, hex);
+  if (server_db_device_get_by_key(t->db, key, &dev, NULL) < 0) {
+    refuse(s, MSG_GOAWAY_UNPAIRED, "this device is not paired with this server", "unknown_key",
+           h->has_device_id ? hex : "-");
+    return;
+  }
   if (!h->has_device_id || strcmp(hex, dev.id) != 0) {
+    refuse(s, MSG_GOAWAY_PROTOCOL, "device_id does not match the session key", "device_id_mismatch",
+           dev.id);
     server_db_device_release(&dev);
-    session_goaway(s, MSG_GOAWAY_PROTOCOL, "device_id does not match the session key");
     return;
   }
   if (dev.state == SERVER_DB_DEVICE_REVOKED) {
+    refuse(s, MSG_GOAWAY_REVOKED, "this device was revoked", "revoked", dev.id);
     server_db_device_release(&dev);
-    session_goaway(s, MSG_GOAWAY_REVOKED, "this device was revoked");
     return;
   }
   struct session *old = sessions_find(t, dev.id);
-  if (old)
+  if (old) {
+    core_log_kv(CORE_LOG_INFO, "session replaced", "device", dev.id, "addr", old->addr, "new_addr",
+                s->addr, NULL);
     session_goaway(old, MSG_GOAWAY_REPLACED, "a newer session of this device took over");
+  }
   snprintf(s->device_id, sizeof(s->device_id), "%s", dev.id);
   s->user_id = dev.user_id;
   snprintf(s->user, sizeof(s->user), "%s", dev.owner);
@@ -111,12 +149,20 @@ static void device_hello(struct session *s, const struct msg_hello *h,
   };
   server_db_device_update_info(t->db, dev.id, &info, NULL);
   server_db_device_set_online(t->db, dev.id, true, NULL);
-  server_db_device_release(&dev);
   s->state = SESSION_ACTIVE;
+  s->since = (int64_t)(core_wall_ms() / 1000);
   struct msg w = {.type = MSG_WELCOME};
   w.welcome = *welcome;
   (void)session_send(s, &w);
-  core_log("device %s (%s) connected from %s", s->device_id, s->user, net_conn_peer(s->conn));
+  char sid[CORDON_ID_HEX_SIZE], jobs[16];
+  cordon_id_to_hex(s->session_id, sid);
+  snprintf(jobs, sizeof(jobs), "%u", s->max_jobs);
+  const char *level = sandbox_level_name((enum sandbox_level)h->best_level);
+  core_log_kv(CORE_LOG_INFO, "device connected", "device", s->device_id, "user", s->user, "name",
+              dev.name, "addr", s->addr, "session", sid, "platform",
+              h->platform ? h->platform : "-", "level", level ? level : "-", "max_jobs", jobs,
+              NULL);
+  server_db_device_release(&dev);
   if (t->hooks.online)
     t->hooks.online(t->hooks.data, s);
 }
@@ -126,9 +172,12 @@ static void on_hello(struct session *s, const struct msg_hello *h) {
   uint16_t v;
   if (msg_version_choose(h->proto_min, h->proto_max, MSG_PROTO_VERSION_MIN, MSG_PROTO_VERSION_MAX,
                          &v) < 0) {
-    char why[96];
+    char why[96], theirs[32];
     snprintf(why, sizeof(why), "server speaks protocol versions %d..%d", MSG_PROTO_VERSION_MIN,
              MSG_PROTO_VERSION_MAX);
+    snprintf(theirs, sizeof(theirs), "%u..%u", h->proto_min, h->proto_max);
+    core_log_kv(CORE_LOG_WARN, "session refused", "addr", s->addr, "reason", "version_unsupported",
+                "versions", theirs, NULL);
     session_goaway(s, MSG_GOAWAY_VERSION_UNSUPPORTED, why);
     return;
   }
@@ -151,7 +200,14 @@ static void on_hello(struct session *s, const struct msg_hello *h) {
 static bool on_active_message(struct session *s, struct msg *m) {
   struct sessions *t = s->owner;
   if (m->type == MSG_UNPAIR) {
-    server_db_device_revoke(t->db, s->device_id, NULL);
+    struct cordon_diag diag = {{0}};
+    int r = server_db_device_revoke(t->db, s->device_id, &diag);
+    if (r < 0 && r != -EALREADY)
+      core_log_kv(CORE_LOG_ERROR, "device unpair not recorded", "device", s->device_id, "user",
+                  s->user, "addr", s->addr, "error", diag.msg, NULL);
+    else
+      core_log_kv(CORE_LOG_INFO, "device unpaired", "device", s->device_id, "user", s->user, "addr",
+                  s->addr, "by", "agent", NULL);
     session_goaway(s, MSG_GOAWAY_UNPAIRED, "unpaired");
     return true;
   }
@@ -180,8 +236,10 @@ static void on_message(struct session *s, struct msg *m) {
     return;
   }
   if (m->type == MSG_PONG || m->type == MSG_GOAWAY || m->type == MSG_ERROR) {
-    if (m->type == MSG_GOAWAY)
+    if (m->type == MSG_GOAWAY) {
+      set_reason(s, "agent.goaway.", m->goaway.code);
       net_conn_close(s->conn, 0);
+    }
     return;
   }
   if (s->state == SESSION_PAIR_PROOF && m->type == MSG_PAIR_PROOF) {
@@ -202,7 +260,9 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
   struct cordon_diag diag = {{0}};
   int r = msg_decode(data, len, &m, &diag);
   if (r < 0) {
-    core_log("%s: %s", net_conn_peer(c), diag.msg[0] ? diag.msg : cordon_err_message(r));
+    core_log_kv(CORE_LOG_WARN, "malformed message", "addr", s->addr, "device",
+                s->state == SESSION_ACTIVE ? s->device_id : "-", "error",
+                diag.msg[0] ? diag.msg : cordon_err_message(r), NULL);
     session_goaway(s, MSG_GOAWAY_PROTOCOL, "malformed message");
     return;
   }
@@ -218,7 +278,12 @@ static int on_ready(struct net_conn *c) {
   s->owner = t;
   s->conn = c;
   s->state = SESSION_HELLO;
+  s->opened_ms = core_mono_ms();
+  snprintf(s->addr, sizeof(s->addr), "%s", net_conn_peer(c));
   cordon_id_random(s->session_id);
+  metrics_connection_accepted();
+  core_log_kv(CORE_LOG_DEBUG, "connection", "addr", s->addr, "mode",
+              net_conn_mode(c) == NOISE_MODE_PAIRING ? "pairing" : "session", NULL);
   s->next = t->list;
   t->list = s;
   net_conn_set_data(c, s);
@@ -235,11 +300,35 @@ static void on_quiet(struct net_conn *c) {
   (void)session_send(s, &p);
 }
 
+/* Why a connection ended, for the log: what this side said, what the
+ * agent said, or what happened to the connection. */
+static const char *close_reason(const struct session *s, int err) {
+  if (s && s->close_reason[0])
+    return s->close_reason;
+  switch (err) {
+  case 0:
+    return "closed";
+  case -ETIMEDOUT:
+    return "timeout";
+  case -ECONNRESET:
+    return "reset";
+  case -EPIPE:
+    return "broken_pipe";
+  default:
+    return err > CORDON_E_BASE_ && err < 0 ? "io_error" : cordon_err_name(err);
+  }
+}
+
 static void on_close(struct net_conn *c, int err) {
   struct session *s = net_conn_data(c);
-  if (!s)
+  if (!s) { /* the handshake never finished */
+    core_log_kv(CORE_LOG_INFO, "handshake failed", "addr", net_conn_peer(c), "reason",
+                close_reason(NULL, err), "error", err ? cordon_err_message(err) : "-", NULL);
     return;
+  }
   struct sessions *t = s->owner;
+  char secs[24];
+  snprintf(secs, sizeof(secs), "%.3f", (double)(core_mono_ms() - s->opened_ms) / 1000.0);
   if (s->state == SESSION_ACTIVE) {
     /* offline only if no newer session took over */
     bool other = false;
@@ -249,8 +338,12 @@ static void on_close(struct net_conn *c, int err) {
         other = true;
     if (!other)
       server_db_device_set_online(t->db, s->device_id, false, NULL);
-    core_log("device %s disconnected%s%s", s->device_id, err ? ": " : "",
-             err ? cordon_err_message(err) : "");
+    core_log_kv(CORE_LOG_INFO, "device disconnected", "device", s->device_id, "user", s->user,
+                "addr", s->addr, "reason", close_reason(s, err), "error",
+                err ? cordon_err_message(err) : "-", "duration_s", secs, NULL);
+  } else {
+    core_log_kv(CORE_LOG_DEBUG, "connection closed", "addr", s->addr, "reason",
+                close_reason(s, err), "duration_s", secs, NULL);
   }
   t->hooks.closed(t->hooks.data, s);
   for (struct session **pp = &t->list; *pp; pp = &(*pp)->next)

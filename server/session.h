@@ -43,6 +43,10 @@ struct session {
   enum session_state state;
   bool closing; /* a goaway is on its way out: no longer a device's session */
   uint8_t session_id[CORDON_ID_LEN];
+  char addr[64];         /* the peer's address, for the log */
+  int64_t opened_ms;     /* core_mono_ms at the handshake's end */
+  int64_t since;         /* SESSION_ACTIVE: wall clock seconds of the welcome */
+  char close_reason[48]; /* why it ends, for the log ("" until known) */
   /* SESSION_ACTIVE */
   char device_id[CORDON_ID_HEX_SIZE];
   int64_t user_id;
@@ -92,9 +96,15 @@ struct session *sessions_find(struct sessions *t, const char *device_id);
  * close then closes them). */
 void sessions_shutdown(struct sessions *t);
 
+/* Active sessions that are not on their way out. */
+size_t sessions_count(const struct sessions *t);
+/* Call fn for each of them, in no particular order. */
+void sessions_foreach(struct sessions *t, void (*fn)(struct session *s, void *data), void *data);
+
 /* Encode and queue m (logged when it cannot be encoded). 0 or an error. */
 int session_send(struct session *s, const struct msg *m);
-/* Send a goaway, flush it and close: from now on s is no device's session. */
+/* Send a goaway, flush it and close: from now on s is no device's session.
+ * The code is the reason the close is logged with. */
 void session_goaway(struct session *s, const char *code, const char *message);
 
 #endif

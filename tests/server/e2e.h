@@ -132,14 +132,15 @@ E2E_FN void start_server(void) {
                         "--job-grace", "5",   "--listen", e2e_addr[0] ? e2e_addr : "127.0.0.1:0",
                         NULL};
   e2e_server_pid = spawn_logged(e2e_server_log, argv);
-  cr_assert(wait_in(e2e_server_log, "listening on 127.0.0.1:", 5000), "the server did not start");
+  cr_assert(wait_in(e2e_server_log, "msg=listening listen=127.0.0.1:", 5000),
+            "the server did not start");
   FILE *f = fopen(e2e_server_log, "r");
-  char line[512];
+  char line[2048];
   int port = 0;
   while (fgets(line, sizeof(line), f)) {
-    char *p = strstr(line, "listening on 127.0.0.1:");
+    char *p = strstr(line, "msg=listening listen=127.0.0.1:");
     if (p)
-      port = atoi(p + strlen("listening on 127.0.0.1:"));
+      port = atoi(p + strlen("msg=listening listen=127.0.0.1:"));
   }
   fclose(f);
   cr_assert(port > 0);

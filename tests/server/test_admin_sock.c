@@ -61,7 +61,7 @@ static void setup(void) {
   static char log[1 << 16];
   for (int i = 0; i < 250; i++) {
     slurp(log_path, log, sizeof(log));
-    if (strstr(log, "listening on"))
+    if (strstr(log, "msg=listening"))
       return;
     msleep(20);
   }
@@ -176,7 +176,10 @@ Test(admin_sock, sigterm_removes_the_socket_and_every_log_line_is_the_servers) {
   cr_assert_eq(access(sock_path, F_OK), -1, "the socket is gone");
   static char log[1 << 16];
   slurp(log_path, log, sizeof(log));
-  cr_assert(strstr(log, " prog=cordon-server msg=\"signal 15: shutting down\"\n"), "%s", log);
+  cr_assert(
+      strstr(log, " prog=cordon-server msg=\"signal: draining, then shutting down\" signal=15 "),
+      "%s", log);
+  cr_assert(strstr(log, " prog=cordon-server msg=stopped\n"), "%s", log);
   /* every line: ts=<RFC 3339 UTC with ms> level=<level> prog=cordon-server msg=... */
   for (char *line = log; *line; line = strchr(line, '\n') + 1) {
     int y, mo, d, h, mi, sec, ms, n = 0;

@@ -276,7 +276,8 @@ Test(commands, devices_json_is_an_array_of_the_documented_shape) {
   cr_assert_str_eq(json_string_value(json_object_get(d, "owner")), "alice");
   cr_assert_str_eq(json_string_value(json_object_get(d, "platform")), "linux");
   cr_assert_str_eq(json_string_value(json_object_get(d, "best_level")), "isolated");
-  cr_assert(json_is_false(json_object_get(d, "online")));
+  /* no daemon runs: whether it is online is unknown, not the database's flag */
+  cr_assert(json_is_null(json_object_get(d, "online")));
   cr_assert(json_is_null(json_object_get(d, "last_seen")));
   cr_assert_str_eq(json_string_value(json_object_get(d, "state")), "active");
   json_decref(j);
@@ -284,6 +285,9 @@ Test(commands, devices_json_is_an_array_of_the_documented_shape) {
   run(&r, "devices", NULL);
   cr_assert_eq(r.status, 0);
   cr_assert(strstr(r.out, dev) && strstr(r.out, bobs), "%s", r.out);
+  cr_assert(strstr(r.out, " unknown "), "%s", r.out);
+  cr_assert(!strstr(r.out, "offline"), "%s", r.out);
+  cr_assert(strstr(r.err, "online: unknown (daemon not running)"), "%s", r.err);
   run(&r, "devices", "--user", "nobody", NULL);
   assert_one_line_error(&r, 1, "nobody");
 }
@@ -343,8 +347,9 @@ Test(commands, job_and_jobs_json) {
   run(&r, "job", job, "--json", NULL);
   cr_assert_eq(r.status, 0, "%s", r.err);
   json_t *j = parse_stdout(&r);
-  cr_assert_eq(json_object_size(j), 6);
+  cr_assert_eq(json_object_size(j), 7);
   cr_assert(json_is_null(json_object_get(j, "error")));
+  cr_assert(json_is_null(json_object_get(j, "device_online")), "no daemon: unknown");
   cr_assert_str_eq(json_string_value(json_object_get(j, "id")), job);
   cr_assert_str_eq(json_string_value(json_object_get(j, "user")), "alice");
   cr_assert_str_eq(json_string_value(json_object_get(j, "device")), dev);
@@ -364,6 +369,7 @@ Test(commands, job_and_jobs_json) {
   run(&r, "job", job, NULL);
   cr_assert_eq(r.status, 0, "%s", r.err);
   cr_assert(strstr(r.out, "done") && strstr(r.out, "exit_code"), "%s", r.out);
+  cr_assert(strstr(r.out, "online:   unknown (daemon not running)\n"), "%s", r.out);
 
   run(&r, "jobs", "--json", NULL);
   cr_assert_eq(r.status, 0, "%s", r.err);

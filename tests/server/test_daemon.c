@@ -1,15 +1,20 @@
 /* End to end: the real cordon-server daemon and cordon-agent processes on
  * loopback — pairing, sessions, revoke, dispatch, cancel, and results that
  * survive either side dying. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,28 +110,35 @@ static bool wait_log(const char *log, const char *needle, int ms) {
 }
 
 /* The first start picks a free port; later starts reuse it (agents pin the
- * address at pairing). */
-static void start_server(void) {
+ * address at pairing). extra: more options for run, NULL-terminated, or
+ * NULL. */
+static void start_server_with(const char *const *extra) {
   char log[400];
   snprintf(log, sizeof(log), "%s/server.log", dir);
   (void)!truncate(log, 0);
-  const char *argv[] = {
+  const char *argv[32] = {
       SERVER,        "run", "--state",  state,
       "--job-grace", "1",   "--listen", server_addr[0] ? server_addr : "127.0.0.1:0",
       NULL};
+  for (int i = 0, n = 8; extra && extra[i] && n < 31; i++)
+    argv[n++] = extra[i];
   server_pid = spawn_logged(log, argv);
-  cr_assert(wait_log(log, "listening on 127.0.0.1:", 5000), "the server did not start");
+  cr_assert(wait_log(log, "msg=listening listen=127.0.0.1:", 5000), "the server did not start");
   FILE *f = fopen(log, "r");
-  char line[512];
+  char line[1024];
   int port = 0;
   while (fgets(line, sizeof(line), f)) {
-    char *p = strstr(line, "listening on 127.0.0.1:");
+    char *p = strstr(line, "msg=listening listen=127.0.0.1:");
     if (p)
-      port = atoi(p + strlen("listening on 127.0.0.1:"));
+      port = atoi(p + strlen("msg=listening listen=127.0.0.1:"));
   }
   fclose(f);
   cr_assert(port > 0);
   snprintf(server_addr, sizeof(server_addr), "127.0.0.1:%d", port);
+}
+
+static void start_server(void) {
+  start_server_with(NULL);
 }
 
 static void stop(pid_t *pid, int sig) {
@@ -642,4 +654,642 @@ Test(daemon, fifty_concurrent_jobs_on_one_agent_all_finish_with_their_own_output
     json_decref(job);
   }
   free(pkg);
+}
+
+/* ---- operating the daemon: the lock, liveness, signals, drain, logs,
+ * readiness, metrics ---- */
+
+static char *server_log_path(void) {
+  static char log[400];
+  snprintf(log, sizeof(log), "%s/server.log", dir);
+  return log;
+}
+
+static bool alive(pid_t pid) {
+  return waitpid(pid, NULL, WNOHANG) == 0;
+}
+
+/* Wait for pid to exit within ms; its wait status, or -1. */
+static int wait_exit(pid_t pid, int ms) {
+  for (int t = 0; t < ms; t += 20) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid)
+      return st;
+    msleep(20);
+  }
+  return -1;
+}
+
+/* A command in the background, its stdout and stderr into files. */
+static pid_t spawn_to(const char *out, const char *err, const char *const *argv) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE *o = fopen(out, "w"), *e = fopen(err, "w");
+    dup2(fileno(o), 1);
+    dup2(fileno(e), 2);
+    execv(argv[0], (char **)argv);
+    _exit(127);
+  }
+  return pid;
+}
+
+static void slurp_file(const char *path, char *buf, size_t size) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  size_t n = fread(buf, 1, size - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+/* The id of the first job in state `want`, within ms. */
+static bool find_job(const char *want, char id[33], int ms) {
+  for (int t = 0; t < ms; t += 50) {
+    struct out *o = RUN(SERVER, "jobs", "--json", "--limit", "0", "--state", state);
+    json_t *a = json_loads(o->out, 0, NULL);
+    free(o);
+    size_t i;
+    json_t *j;
+    bool found = false;
+    json_array_foreach(a, i, j) {
+      if (!found && strcmp(json_string_value(json_object_get(j, "state")), want) == 0) {
+        snprintf(id, 33, "%s", json_string_value(json_object_get(j, "id")));
+        found = true;
+      }
+    }
+    json_decref(a);
+    if (found)
+      return true;
+    msleep(50);
+  }
+  return false;
+}
+
+/* `dispatch --wait` of pkg in the background, its stdout and stderr in
+ * out and err (DIR/wait.out, DIR/wait.err); returns once its job runs,
+ * with the job's id, or -1. */
+static pid_t dispatch_wait_running(const char *pkg, char out[400], char err[400], char id[33]) {
+  snprintf(out, 400, "%s/wait.out", dir);
+  snprintf(err, 400, "%s/wait.err", dir);
+  pid_t waiter = spawn_to(out, err,
+                          (const char *const[]){SERVER, "dispatch", "--user", "alice", pkg,
+                                                "--wait", "--state", state, NULL});
+  return find_job("running", id, 5000) ? waiter : -1;
+}
+
+Test(daemon, a_second_run_on_the_same_state_is_refused_and_the_first_stays_reachable) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  struct out *o = RUN(SERVER, "run", "--state", state, "--listen", "127.0.0.1:0");
+  cr_assert_eq(o->status, 1, "%s", o->err);
+  char want[64];
+  snprintf(want, sizeof(want), "pid %d", (int)server_pid);
+  cr_assert(strstr(o->err, want), "names the holder's pid: %s", o->err);
+  cr_assert_eq(strchr(o->err, '\n'), o->err + strlen(o->err) - 1, "one line: %s", o->err);
+  cr_assert(strncmp(o->err, "cordon-server: ", 15) == 0, "%s", o->err);
+  free(o);
+  /* the first still owns its socket, its devices and its agents */
+  char sock[400];
+  snprintf(sock, sizeof(sock), "%s/admin.sock", state);
+  cr_assert_eq(access(sock, F_OK), 0, "the admin socket is still there");
+  cr_assert(device_online(), "the device is still online through the first daemon");
+  char *pkg =
+      pack("hello", "{\"name\":\"hello\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "echo still\n");
+  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  cr_assert(strstr(o->out, "still"), "%s", o->out);
+  free(o);
+  free(pkg);
+}
+
+Test(daemon, devices_say_online_unknown_when_the_server_is_stopped) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  struct out *o = RUN(SERVER, "devices", "--state", state);
+  cr_assert(strstr(o->out, " online "), "%s", o->out);
+  free(o);
+  stop(&server_pid, SIGKILL); /* not even a chance to mark it offline */
+  json_t *d = devices_json();
+  cr_assert(json_is_null(json_object_get(json_array_get(d, 0), "online")),
+            "unknown, not the database's stale flag");
+  json_decref(d);
+  o = RUN(SERVER, "devices", "--state", state);
+  cr_assert_eq(o->status, 0);
+  cr_assert(strstr(o->out, " unknown "), "%s", o->out);
+  cr_assert(strstr(o->err, "unknown (daemon not running)"), "%s", o->err);
+  free(o);
+  o = RUN(SERVER, "jobs", "--json", "--state", state);
+  cr_assert_eq(o->status, 0);
+  free(o);
+}
+
+Test(daemon, sighup_keeps_the_daemon_running_and_reopens_its_log_file) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  kill(server_pid, SIGHUP);
+  cr_assert(wait_log(server_log_path(), "msg=\"SIGHUP: no log file to reopen\"", 3000));
+  cr_assert(alive(server_pid), "SIGHUP did not kill it");
+  cr_assert(device_online());
+  /* with --log-file: moved away, then SIGHUP: a new file with the next lines */
+  stop(&server_pid, SIGTERM);
+  char file[400], moved[420];
+  snprintf(file, sizeof(file), "%s/cordon.log", dir);
+  snprintf(moved, sizeof(moved), "%s.1", file);
+  (void)!truncate(server_log_path(), 0);
+  server_pid = spawn_logged(server_log_path(),
+                            (const char *const[]){SERVER, "run", "--state", state, "--listen",
+                                                  server_addr, "--log-file", file, NULL});
+  cr_assert(wait_log(file, "msg=listening", 5000), "the lines go to the file");
+  cr_assert(!log_has(server_log_path(), "msg=listening"), "and not to stderr");
+  cr_assert_eq(rename(file, moved), 0);
+  kill(server_pid, SIGHUP);
+  cr_assert(wait_log(file, "msg=\"SIGHUP: log file reopened\"", 3000), "a new file");
+  cr_assert(!log_has(moved, "reopened"), "the old file has nothing after the move");
+  cr_assert(alive(server_pid));
+  wait_online();
+  struct out *o = RUN(SERVER, "devices", "--state", state);
+  cr_assert(strstr(o->out, " online "), "%s", o->out);
+  free(o);
+}
+
+Test(daemon, sigterm_drains_a_running_job_delivers_its_result_and_exits_0) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg =
+      pack("drain", "{\"name\":\"drain\",\"version\":\"2\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "sleep 2; echo drained\n");
+  char out[400], err[400], id[33];
+  pid_t waiter = dispatch_wait_running(pkg, out, err, id);
+  cr_assert(waiter > 0, "the job runs");
+  kill(server_pid, SIGTERM);
+  cr_assert(wait_log(server_log_path(), "msg=\"signal: draining, then shutting down\"", 2000));
+  cr_assert(alive(server_pid), "it waits for the running job");
+  /* no new jobs while it drains */
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  cr_assert_eq(o->status, 1);
+  cr_assert(strstr(o->err, "shutting down"), "%s", o->err);
+  free(o);
+  int st = wait_exit(server_pid, 15000);
+  server_pid = -1;
+  cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+  cr_assert(log_has(server_log_path(), "msg=\"drained: shutting down\" jobs_left=0"));
+  /* the waiter got the result, and the database has it */
+  st = wait_exit(waiter, 5000);
+  cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "dispatch --wait status %d", st);
+  static char text[1 << 16];
+  slurp_file(out, text, sizeof(text));
+  json_t *r = json_loads(text, 0, NULL);
+  cr_assert(r, "the result JSON: %s", text);
+  cr_assert_str_eq(json_string_value(json_object_get(r, "stdout")), "drained\n");
+  json_decref(r);
+  cr_assert_str_eq(job_state(id, NULL), "done");
+  free(pkg);
+}
+
+Test(daemon, a_drain_that_times_out_tells_the_waiter_the_job_id_and_state) {
+  stop(&server_pid, SIGTERM);
+  start_server_with((const char *const[]){"--drain-timeout", "1", NULL});
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg =
+      pack("late", "{\"name\":\"late\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "sleep 4; echo late\n");
+  char out[400], err[400], id[33];
+  pid_t waiter = dispatch_wait_running(pkg, out, err, id);
+  cr_assert(waiter > 0);
+  kill(server_pid, SIGTERM);
+  int st = wait_exit(server_pid, 5000);
+  server_pid = -1;
+  cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+  cr_assert(log_has(server_log_path(), "msg=\"drain timed out: shutting down\" jobs_left=1"));
+  st = wait_exit(waiter, 5000);
+  cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
+  static char text[1 << 14];
+  slurp_file(err, text, sizeof(text));
+  cr_assert(strstr(text, id), "the job id: %s", text);
+  cr_assert(strstr(text, "it is running"), "its state: %s", text);
+  cr_assert(!strstr(text, "internal_error") && !strstr(text, "no reply"), "%s", text);
+  /* the job went on; the next daemon gets its result, once */
+  start_server();
+  cr_assert(wait_state(id, "done", 20000), "state %s", job_state(id, NULL));
+  json_t *job;
+  job_state(id, &job);
+  cr_assert_str_eq(json_string_value(json_object_get(json_object_get(job, "result"), "stdout")),
+                   "late\n");
+  json_decref(job);
+  free(pkg);
+}
+
+/* One logfmt value at *p: quoted with \" \\ \xNN escapes, or bare. */
+static bool logfmt_value(const char **p) {
+  const char *s = *p;
+  if (*s == '"') {
+    for (s++; *s && *s != '"'; s++) {
+      if ((unsigned char)*s < 0x20)
+        return false;
+      if (*s == '\\') {
+        s++;
+        if (*s == 'x') {
+          if (!strchr("0123456789abcdef", s[1]) || !strchr("0123456789abcdef", s[2]) || !s[1] ||
+              !s[2])
+            return false;
+          s += 2;
+        } else if (*s != '"' && *s != '\\') {
+          return false;
+        }
+      }
+    }
+    if (*s != '"')
+      return false;
+    *p = s + 1;
+    return true;
+  }
+  if (!*s || *s == ' ')
+    return false;
+  for (; *s && *s != ' '; s++)
+    if ((unsigned char)*s < 0x21 || *s == '"' || *s == '=')
+      return false;
+  *p = s;
+  return true;
+}
+
+/* ts=<RFC 3339 UTC, ms> level=<level> prog=cordon-server msg=<value> then
+ * key=value pairs, one space apart, nothing else. */
+static bool logfmt_line(const char *line) {
+  int y, mo, d, h, mi, sec, ms, n = 0;
+  char level[8];
+  if (sscanf(line, "ts=%4d-%2d-%2dT%2d:%2d:%2d.%3dZ level=%7s %n", &y, &mo, &d, &h, &mi, &sec, &ms,
+             level, &n) != 8 ||
+      n == 0)
+    return false;
+  if (strcmp(level, "debug") && strcmp(level, "info") && strcmp(level, "warn") &&
+      strcmp(level, "error"))
+    return false;
+  const char *p = line + n;
+  if (strncmp(p, "prog=cordon-server msg=", 23) != 0)
+    return false;
+  p += 23;
+  if (!logfmt_value(&p))
+    return false;
+  while (*p == ' ') {
+    p++;
+    const char *k = p;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '.')
+      p++;
+    if (p == k || *p != '=')
+      return false;
+    p++;
+    if (!logfmt_value(&p))
+      return false;
+  }
+  return *p == '\0';
+}
+
+Test(daemon, every_log_line_of_a_run_is_a_timestamp_a_level_and_logfmt_and_no_secret) {
+  stop(&server_pid, SIGTERM);
+  start_server_with((const char *const[]){"--log-level", "debug", NULL});
+  char *code = mint_code("alice");
+  struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", code,
+                      "--name", "name with \"quotes\" and = sign");
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  free(o);
+  start_agent();
+  wait_online();
+  char *pkg =
+      pack("hello", "{\"name\":\"hello\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "echo hi; exit 3\n");
+  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", state, "--",
+          "secret-arg");
+  cr_assert_eq(o->status, 1, "%s", o->err);
+  free(o);
+  stop(&agent_pid, SIGTERM);
+  stop(&server_pid, SIGTERM);
+  static char log[1 << 18];
+  slurp_file(server_log_path(), log, sizeof(log));
+  int lines = 0;
+  bool debug = false;
+  for (char *line = log, *nl; *line; line = nl + 1) {
+    nl = strchr(line, '\n');
+    cr_assert(nl, "every line ends: %s", line);
+    *nl = '\0';
+    cr_assert(logfmt_line(line), "not logfmt: %s", line);
+    debug |= strstr(line, " level=debug ") != NULL;
+    lines++;
+  }
+  slurp_file(server_log_path(), log, sizeof(log));
+  cr_assert_gt(lines, 8);
+  cr_assert(debug, "--log-level debug lets debug lines through");
+  /* the lifecycle, with fields */
+  cr_assert(strstr(log, "msg=\"device paired\" device="), "%s", log);
+  cr_assert(strstr(log, "msg=\"device connected\" device="), "%s", log);
+  cr_assert(strstr(log, " addr=127.0.0.1 "), "%s", log);
+  cr_assert(strstr(log, "msg=\"admin request\" op=dispatch uid="), "%s", log);
+  cr_assert(strstr(log, "msg=\"job sent\" job="), "%s", log);
+  cr_assert(strstr(log, " package=hello@1 "), "%s", log);
+  cr_assert(strstr(log, "msg=\"job finished\""), "%s", log);
+  cr_assert(strstr(log, " outcome=failed exit_code=3 signal=- "), "%s", log);
+  cr_assert(strstr(log, " level=isolated "), "%s", log);
+  cr_assert(strstr(log, "msg=\"device disconnected\""), "%s", log);
+  /* never a secret: not the code, not the job's arguments */
+  cr_assert(!strstr(log, code), "the pairing code is not logged");
+  cr_assert(!strstr(log, "secret-arg"), "job arguments are not logged");
+  free(code);
+  free(pkg);
+}
+
+Test(daemon, a_failed_pairing_is_logged_with_its_source_address_and_reason) {
+  char *code = mint_code("alice");
+  char bad[128];
+  snprintf(bad, sizeof(bad), "%s", code);
+  size_t n = strlen(bad);
+  bad[n - 1] = bad[n - 1] == 'a' ? 'b' : 'a'; /* same id, wrong secret */
+  struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code", bad);
+  cr_assert_eq(o->status, 1, "%s", o->err);
+  free(o);
+  cr_assert(
+      wait_log(server_log_path(), "msg=\"pairing failed\" addr=127.0.0.1 reason=no_proof", 3000));
+  cr_assert(log_has(server_log_path(), " attempts_left=4 "));
+  o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code",
+          "00000-00000-00000-00000-00000-00000-00000-00000");
+  cr_assert_eq(o->status, 1, "%s", o->err);
+  free(o);
+  cr_assert(wait_log(server_log_path(),
+                     "msg=\"pairing failed\" addr=127.0.0.1 reason=unknown_code code=0000000000",
+                     3000));
+  cr_assert(!log_has(server_log_path(), code + 12), "never the secret part of a code");
+  free(code);
+}
+
+Test(daemon, the_notify_socket_gets_ready_status_watchdog_and_stopping) {
+  stop(&server_pid, SIGTERM);
+  char path[400];
+  snprintf(path, sizeof(path), "%s/notify.sock", dir);
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  cr_assert_lt(strlen(path), sizeof(a.sun_path));
+  memcpy(a.sun_path, path, strlen(path) + 1);
+  cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  struct timeval tv = {0, 200000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setenv("NOTIFY_SOCKET", path, 1);
+  setenv("WATCHDOG_USEC", "200000", 1);
+  start_server();
+  bool ready = false, status = false, watchdog = false;
+  for (int i = 0; i < 50 && !(ready && status && watchdog); i++) {
+    char buf[512];
+    ssize_t k = recv(fd, buf, sizeof(buf) - 1, 0);
+    if (k <= 0)
+      continue;
+    buf[k] = '\0';
+    ready |= strcmp(buf, "READY=1") == 0;
+    status |= strcmp(buf, "STATUS=0 devices online, 0 jobs running") == 0;
+    watchdog |= strcmp(buf, "WATCHDOG=1") == 0;
+  }
+  cr_assert(ready && status && watchdog, "ready %d status %d watchdog %d", ready, status, watchdog);
+  cr_assert(log_has(server_log_path(), " watchdog=yes"));
+  kill(server_pid, SIGTERM);
+  bool stopping = false;
+  for (int i = 0; i < 25 && !stopping; i++) {
+    char buf[512];
+    ssize_t k = recv(fd, buf, sizeof(buf) - 1, 0);
+    if (k > 0) {
+      buf[k] = '\0';
+      stopping = strncmp(buf, "STOPPING=1", 10) == 0;
+    }
+  }
+  cr_assert(stopping);
+  int st = wait_exit(server_pid, 5000);
+  server_pid = -1;
+  cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  close(fd);
+}
+
+/* GET path from the metrics listener: the status, the body in body. */
+static int http_get(int port, const char *path, char *body, size_t size) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+  char req[300];
+  int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
+  cr_assert_eq(write(fd, req, (size_t)n), n);
+  static char resp[1 << 17];
+  size_t len = 0;
+  ssize_t k;
+  while ((k = read(fd, resp + len, sizeof(resp) - 1 - len)) > 0)
+    len += (size_t)k;
+  close(fd);
+  resp[len] = '\0';
+  int status = 0;
+  cr_assert_eq(sscanf(resp, "HTTP/1.1 %d ", &status), 1, "%s", resp);
+  char *b = strstr(resp, "\r\n\r\n");
+  cr_assert(b);
+  snprintf(body, size, "%s", b + 4);
+  return status;
+}
+
+/* Every line of a Prometheus text exposition: a # HELP or # TYPE comment,
+ * or NAME[{LABELS}] VALUE. Returns the value of `series` (exact name and
+ * labels), or -1 when it is absent. */
+static double prom_value(const char *text, const char *series) {
+  double found = -1;
+  char *copy = strdup(text);
+  for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
+    if (line[0] == '#') {
+      cr_assert(strncmp(line, "# HELP cordon_", 14) == 0 ||
+                    strncmp(line, "# TYPE cordon_", 14) == 0,
+                "%s", line);
+      continue;
+    }
+    char *sp = strrchr(line, ' ');
+    cr_assert(sp, "%s", line);
+    *sp = '\0';
+    char *end;
+    double v = strtod(sp + 1, &end);
+    cr_assert(*end == '\0' && sp[1], "a number: %s", sp + 1);
+    const char *name = line;
+    cr_assert(strncmp(name, "cordon_", 7) == 0, "%s", name);
+    for (const char *q = name; *q && *q != '{'; q++)
+      cr_assert((*q >= 'a' && *q <= 'z') || *q == '_', "metric name %s", name);
+    char *brace = strchr(line, '{');
+    if (brace)
+      cr_assert(line[strlen(line) - 1] == '}' && strstr(brace, "=\""), "labels %s", line);
+    if (strcmp(line, series) == 0)
+      found = v;
+  }
+  free(copy);
+  return found;
+}
+
+Test(daemon, metrics_parse_as_prometheus_text_and_their_job_counts_match_jobs) {
+  stop(&server_pid, SIGTERM);
+  start_server_with((const char *const[]){"--metrics", "127.0.0.1:0", NULL});
+  char line[2048];
+  FILE *f = fopen(server_log_path(), "r");
+  int mport = 0;
+  while (fgets(line, sizeof(line), f)) {
+    char *p = strstr(line, " metrics=127.0.0.1:");
+    if (p)
+      mport = atoi(p + strlen(" metrics=127.0.0.1:"));
+  }
+  fclose(f);
+  cr_assert_gt(mport, 0);
+  /* a failed pairing, then a device and three jobs: done, failed, cancelled */
+  struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code",
+                      "00000-00000-00000-00000-00000-00000-00000-00000");
+  free(o);
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *ok = pack("ok", "{\"name\":\"ok\",\"version\":\"1\",\"entry\":[\"/bin/true\"]}", "");
+  char *bad = pack("bad", "{\"name\":\"bad\",\"version\":\"1\",\"entry\":[\"/bin/false\"]}", "");
+  char *slow =
+      pack("slow", "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "sleep 300.454545\n");
+  o = RUN(SERVER, "dispatch", "--user", "alice", ok, "--wait", "--state", state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  free(o);
+  o = RUN(SERVER, "dispatch", "--user", "alice", bad, "--wait", "--state", state);
+  cr_assert_eq(o->status, 1, "%s", o->err);
+  free(o);
+  o = RUN(SERVER, "dispatch", "--user", "alice", slow, "--state", state);
+  char id[33];
+  snprintf(id, sizeof(id), "%.32s", o->out);
+  free(o);
+  cr_assert(wait_state(id, "running", 5000));
+  o = RUN(SERVER, "cancel", id, "--state", state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  free(o);
+  static char body[1 << 17];
+  cr_assert_eq(http_get(mport, "/metrics", body, sizeof(body)), 200);
+  /* the gauges are the database's: the same counts as `jobs` */
+  o = RUN(SERVER, "jobs", "--json", "--limit", "0", "--state", state);
+  json_t *jobs = json_loads(o->out, 0, NULL);
+  free(o);
+  static const char *const states[] = {"queued", "sent",    "running",  "done",
+                                       "failed", "expired", "cancelled"};
+  for (size_t s = 0; s < sizeof(states) / sizeof(states[0]); s++) {
+    size_t want = 0, i;
+    json_t *j;
+    json_array_foreach(jobs, i, j) want +=
+        strcmp(json_string_value(json_object_get(j, "state")), states[s]) == 0;
+    char series[64];
+    snprintf(series, sizeof(series), "cordon_jobs{state=\"%s\"}", states[s]);
+    cr_assert_eq(prom_value(body, series), (double)want, "%s: %s", series, body);
+  }
+  json_decref(jobs);
+  cr_assert_eq(prom_value(body, "cordon_jobs{state=\"done\"}"), 1);
+  cr_assert_eq(prom_value(body, "cordon_jobs{state=\"failed\"}"), 1);
+  cr_assert_eq(prom_value(body, "cordon_jobs{state=\"cancelled\"}"), 1);
+  cr_assert_eq(prom_value(body, "cordon_sessions_online"), 1);
+  cr_assert_eq(prom_value(body, "cordon_devices{state=\"active\"}"), 1);
+  cr_assert_eq(prom_value(body, "cordon_jobs_dispatched_total"), 3);
+  cr_assert_eq(prom_value(body, "cordon_jobs_finished_total{state=\"done\"}"), 1);
+  cr_assert_eq(prom_value(body, "cordon_jobs_finished_total{state=\"failed\"}"), 1);
+  cr_assert_eq(prom_value(body, "cordon_jobs_finished_total{state=\"cancelled\"}"), 1);
+  cr_assert_eq(prom_value(body, "cordon_pairings_total"), 1);
+  cr_assert_eq(prom_value(body, "cordon_pairing_failures_total{reason=\"unknown_code\"}"), 1);
+  cr_assert_eq(prom_value(body, "cordon_dispatch_latency_seconds_count"), 3);
+  cr_assert_eq(prom_value(body, "cordon_dispatch_latency_seconds_bucket{le=\"+Inf\"}"), 3);
+  cr_assert_geq(prom_value(body, "cordon_job_duration_seconds_count"), 2);
+  cr_assert_gt(prom_value(body, "cordon_sent_bytes_total"), 0);
+  cr_assert_eq(http_get(mport, "/healthz", body, sizeof(body)), 200);
+  cr_assert_str_eq(body, "ok\n");
+  cr_assert_eq(http_get(mport, "/nothing", body, sizeof(body)), 404);
+  free(ok);
+  free(bad);
+  free(slow);
+}
+
+Test(daemon, a_result_after_its_job_expired_is_logged_late_and_the_job_stays_expired) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg = pack("stuck",
+                   "{\"name\":\"stuck\",\"version\":\"1\",\"timeout_s\":2,"
+                   "\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+                   "sleep 30\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+  char id[33];
+  snprintf(id, sizeof(id), "%.32s", o->out);
+  free(o);
+  cr_assert(wait_state(id, "running", 5000));
+  kill(agent_pid, SIGSTOP); /* its result cannot come before the deadline */
+  cr_assert(wait_state(id, "expired", 10000), "state %s", job_state(id, NULL));
+  kill(agent_pid, SIGCONT); /* the agent's timeout fires now, and it reports */
+  char want[128];
+  snprintf(want, sizeof(want), "msg=\"late result\" job=%s ", id);
+  cr_assert(wait_log(server_log_path(), want, 10000), "logged late");
+  cr_assert(log_has(server_log_path(), " code=late "));
+  snprintf(want, sizeof(want), "msg=\"job finished\" job=%s ", id);
+  cr_assert(!log_has(server_log_path(), want), "not logged as finished");
+  json_t *job;
+  cr_assert_str_eq(job_state(id, &job), "expired");
+  cr_assert(json_is_object(json_object_get(job, "result")), "kept with the job");
+  json_decref(job);
+  free(pkg);
+}
+
+/* A queued job neither holds a drain up nor is sent during it (sending it
+ * would start a job the drain then cuts off): it stays queued for the next
+ * daemon, which sends it. The metrics count it as queued. */
+Test(daemon, a_drain_neither_waits_for_nor_sends_a_queued_job_and_metrics_count_it) {
+  stop(&server_pid, SIGTERM);
+  start_server_with((const char *const[]){"--metrics", "127.0.0.1:0", NULL});
+  char line[2048];
+  FILE *f = fopen(server_log_path(), "r");
+  int mport = 0;
+  while (fgets(line, sizeof(line), f)) {
+    char *p = strstr(line, " metrics=127.0.0.1:");
+    if (p)
+      mport = atoi(p + strlen(" metrics=127.0.0.1:"));
+  }
+  fclose(f);
+  cr_assert_gt(mport, 0);
+  agent_config("{\"max_jobs\": 1}");
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *hold =
+      pack("hold", "{\"name\":\"hold\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "sleep 3; echo held\n");
+  char *next =
+      pack("next", "{\"name\":\"next\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "echo next\n");
+  char out[400], err[400], id[33], qid[33];
+  pid_t waiter = dispatch_wait_running(hold, out, err, id);
+  cr_assert(waiter > 0, "the first job runs");
+  /* the device is at its max_jobs: the second one waits in the queue */
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", next, "--state", state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  snprintf(qid, sizeof(qid), "%.32s", o->out);
+  free(o);
+  cr_assert_str_eq(job_state(qid, NULL), "queued");
+  static char body[1 << 17];
+  cr_assert_eq(http_get(mport, "/metrics", body, sizeof(body)), 200);
+  cr_assert_eq(prom_value(body, "cordon_jobs{state=\"queued\"}"), 1, "%s", body);
+  cr_assert_eq(prom_value(body, "cordon_jobs{state=\"running\"}"), 1, "%s", body);
+  kill(server_pid, SIGTERM);
+  int st = wait_exit(server_pid, 15000);
+  server_pid = -1;
+  cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %d", st);
+  cr_assert(log_has(server_log_path(), "msg=\"drained: shutting down\" jobs_left=0"));
+  char sent[80];
+  snprintf(sent, sizeof(sent), "msg=\"job sent\" job=%s ", qid);
+  cr_assert(!log_has(server_log_path(), sent), "not sent while draining");
+  cr_assert_str_eq(job_state(id, NULL), "done");
+  cr_assert_str_eq(job_state(qid, NULL), "queued", "it waits for the next daemon");
+  st = wait_exit(waiter, 5000);
+  cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "dispatch --wait status %d", st);
+  start_server();
+  cr_assert(wait_state(qid, "done", 20000), "state %s", job_state(qid, NULL));
+  free(hold);
+  free(next);
 }

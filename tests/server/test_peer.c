@@ -255,8 +255,8 @@ Test(peer, a_real_agent_drops_a_refused_result_from_its_spool) {
   for (int i = 0; i < 250 && access(path, F_OK) == 0; i++)
     msleep(20);
   cr_assert(access(path, F_OK) != 0, "the spool drained");
-  char want[100];
-  snprintf(want, sizeof(want), "job %s: result from %s refused", hex, a->id);
+  char want[128];
+  snprintf(want, sizeof(want), "msg=\"result refused\" job=%s device=%s ", hex, a->id);
   cr_assert(wait_in(e2e_server_log, want, 2000));
   cr_assert(device_online(a->id), "and the agent stays connected");
 }

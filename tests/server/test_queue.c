@@ -53,7 +53,7 @@ Test(queue, a_job_dispatched_while_the_only_device_is_offline_runs_exactly_once_
 
   /* exactly once: one send, one start, also across a reconnect */
   char sent[80], started[80];
-  snprintf(sent, sizeof(sent), "job %s sent", id);
+  snprintf(sent, sizeof(sent), "msg=\"job sent\" job=%s ", id);
   snprintf(started, sizeof(started), "msg=\"job started\" job=%s", id);
   e2e_stop(&a->pid, SIGTERM);
   start_agent(a);
@@ -95,7 +95,7 @@ Test(queue, a_device_that_connects_gets_its_queued_jobs_in_order_within_max_jobs
   char line[1024];
   int next = 0;
   while (fgets(line, sizeof(line), f))
-    if (next < 3 && strstr(line, ids[next]) && strstr(line, " sent to device "))
+    if (next < 3 && strstr(line, ids[next]) && strstr(line, " msg=\"job sent\" "))
       next++;
   fclose(f);
   cr_assert_eq(next, 3, "the three were sent in the order they were dispatched");
