@@ -536,7 +536,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
     }
     keep[nkeep++] = plan->job->package_dirfd;
     keep[nkeep++] = os->seccomp_fd;
-    memcpy(keep + nkeep, os->grants.fds, os->grants.n_fds * sizeof(int));
+    if (os->grants.n_fds) /* fds is NULL without grants */
+      memcpy(keep + nkeep, os->grants.fds, os->grants.n_fds * sizeof(int));
     nkeep += os->grants.n_fds;
   }
   int cgfds[3];
