@@ -137,11 +137,19 @@ static inline struct sbx_run sbx_run_agent(const struct sbx_exec *x) {
       if (!f || fputs(self, f) < 0 || fclose(f) != 0)
         _exit(SBX_EXIT_NO_CGROUP);
     }
-    clearenv();
-    setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
-    setenv("HOME", x->home, 1);
-    for (size_t i = 0; x->envs && x->envs[i]; i++)
-      putenv((char *)x->envs[i]);
+    /* PATH, HOME and envs (a later K= replaces an earlier one) */
+    char home[600];
+    snprintf(home, sizeof(home), "HOME=%s", x->home);
+    const char *envp[64] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", home};
+    size_t ne = 2;
+    for (size_t i = 0; x->envs && x->envs[i] && ne < 63; i++) {
+      size_t klen = strcspn(x->envs[i], "=") + 1, j = 0;
+      while (j < ne && strncmp(envp[j], x->envs[i], klen) != 0)
+        j++;
+      envp[j] = x->envs[i];
+      ne += j == ne;
+    }
+    envp[ne] = NULL;
     if (x->as_user && (setgroups(0, NULL) < 0 || setgid(x->gid) < 0 || setuid(x->uid) < 0))
       _exit(SBX_EXIT_NO_USER);
     const char *argv[64];
@@ -160,7 +168,7 @@ static inline struct sbx_run sbx_run_agent(const struct sbx_exec *x) {
         argv[n++] = x->args[i];
     }
     argv[n] = NULL;
-    execv(AGENT, (char **)argv);
+    execve(AGENT, (char **)argv, (char **)envp);
     _exit(SBX_EXIT_NO_EXEC);
   }
   close(out[1]);

@@ -27,11 +27,11 @@
 #define CANARY "CANARY-5f3e1d"
 
 struct env {
-  bool as_user;     /* agent runs as the throw-away owner */
-  char owner[32];   /* the owner's account name */
-  char home[128];   /* the owner's home (holds the canaries) */
-  char jhome[128];  /* home of whoever runs the job (owner, or cordon-job) */
-  char jname[32];   /* the job user's name */
+  bool as_user;      /* agent runs as the throw-away owner */
+  char owner[32];    /* the owner's account name */
+  char home[128];    /* the owner's home (holds the canaries) */
+  char jhome[128];   /* home of whoever runs the job (owner, or cordon-job) */
+  char jname[32];    /* the job user's name */
   struct sbx_dirs d; /* temp dir: agent --config and package source dir */
   uid_t agent_uid;
   gid_t agent_gid;
@@ -232,7 +232,8 @@ BOTH(hidden_entries_and_git_stay_read_only_and_cannot_be_renamed_around) {
   cr_assert(strstr(q, ".git.cordon-quarantined-") && strstr(q, ".envrc.cordon-quarantined-"),
             "not moved aside: %s", q);
   free(q);
-  cr_assert(strstr(sbx_jstr(r.res, "stderr"), "moved aside"), "stderr: %s", sbx_jstr(r.res, "stderr"));
+  cr_assert(strstr(sbx_jstr(r.res, "stderr"), "moved aside"), "stderr: %s",
+            sbx_jstr(r.res, "stderr"));
   char *ft = capture("cat %s/file.txt", proj);
   cr_assert_str_eq(ft, "new\n");
   free(ft);
@@ -427,7 +428,8 @@ BOTH(a_grant_with_too_many_entries_is_refused) {
   agent_config(NULL);
   struct sbx_run r = run_agent("exec");
   assert_refused(&r, "scope_too_broad");
-  cr_assert(strstr(sbx_jstr(r.res, "error.message"), "50000"), "%s", sbx_jstr(r.res, "error.message"));
+  cr_assert(strstr(sbx_jstr(r.res, "error.message"), "50000"), "%s",
+            sbx_jstr(r.res, "error.message"));
   json_decref(r.res);
   /* one entry fewer than the bound is walked; how long that takes */
   xsystem("rm -f %s/big/1 %s/big/2", E.home, E.home);

@@ -376,7 +376,8 @@ ALL3(orphaned_bwrap_inits_are_reaped_by_the_agent) {
 /* contained (no bwrap): memory and CPU hold for the tree the same way when
  * a cgroup exists; disk is `none` (RLIMIT_FSIZE per file only). */
 static void contained(void) {
-  sbx_agent_config(&E.d, "{\"bwrap_path\": \"/nonexistent/bwrap\", \"lowest_level\": \"contained\"}");
+  sbx_agent_config(&E.d,
+                   "{\"bwrap_path\": \"/nonexistent/bwrap\", \"lowest_level\": \"contained\"}");
   min_sandbox = "contained";
 }
 

@@ -75,8 +75,13 @@ static void agent_config(const char *json) {
 /* Run `cordon-agent --config C exec PKG -- args` as root or TEST_USER.
  * envs: extra "K=V" strings for the agent's environment. */
 static struct sbx_run run_agent(const char *cmd, const char *const *args, const char *const *envs) {
-  struct sbx_exec x = {.dirs = &E.d, .cmd = cmd, .with_pkg = true, .args = args, .envs = envs,
-                       .home = E.as_user ? E.home : "/root", .as_user = E.as_user};
+  struct sbx_exec x = {.dirs = &E.d,
+                       .cmd = cmd,
+                       .with_pkg = true,
+                       .args = args,
+                       .envs = envs,
+                       .home = E.as_user ? E.home : "/root",
+                       .as_user = E.as_user};
   if (E.as_user) {
     struct passwd *pw = sbx_account(TEST_USER);
     x.uid = pw->pw_uid;
@@ -432,7 +437,8 @@ BOTH(memory_past_the_limit_is_stopped) {
   if (strcmp(mem, "cgroup") == 0)
     cr_assert(json_is_true(jget(r.res, "oom_killed")), "cgroup OOM is reported");
   else
-    cr_assert(strstr(sbx_jstr(r.res, "stderr"), "MemoryError"), "rlimit: %s", sbx_jstr(r.res, "stderr"));
+    cr_assert(strstr(sbx_jstr(r.res, "stderr"), "MemoryError"), "rlimit: %s",
+              sbx_jstr(r.res, "stderr"));
   json_decref(r.res);
 }
 

@@ -443,10 +443,10 @@ Test(seccomp_filter, explain_describes_the_allowlist_and_its_default) {
 struct env {
   bool as_user;
   struct sbx_dirs d; /* temp dir, agent --config, package source dir */
-  char home[128];   /* home of whoever runs the job */
-  char grant[192];  /* a directory of this test in that home */
-  char tilde[64];   /* the same, as ~/... for a manifest */
-  const char *user; /* who runs the job */
+  char home[128];    /* home of whoever runs the job */
+  char grant[192];   /* a directory of this test in that home */
+  char tilde[64];    /* the same, as ~/... for a manifest */
+  const char *user;  /* who runs the job */
 };
 
 static struct env E;
