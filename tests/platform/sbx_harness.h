@@ -118,6 +118,21 @@ struct sbx_run {
   char err[4096];
 };
 
+/* `cordon-agent --config CONFIG CMD PKG [-- args]` with $HOME home, as
+ * root or, when user is not NULL, as that account. */
+static inline struct sbx_exec sbx_exec_of(const struct sbx_dirs *d, const char *cmd,
+                                          const char *const *args, const char *user,
+                                          const char *home) {
+  struct sbx_exec x = {.dirs = d, .cmd = cmd, .with_pkg = true, .args = args, .home = home};
+  if (user) {
+    struct passwd *pw = sbx_account(user);
+    x.as_user = true;
+    x.uid = pw->pw_uid;
+    x.gid = pw->pw_gid;
+  }
+  return x;
+}
+
 static inline struct sbx_run sbx_run_agent(const struct sbx_exec *x) {
   int out[2], errp[2];
   cr_assert(pipe(out) == 0 && pipe(errp) == 0);

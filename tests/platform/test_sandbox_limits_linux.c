@@ -165,18 +165,13 @@ static void package(const char *limits, const char *script) {
  * moved into the delegated subtree first while still root, as systemd
  * would. */
 static struct sbx_run run_agent(const char *cmd) {
-  struct sbx_exec x = {.dirs = &E.d, .cmd = cmd, .with_pkg = true, .home = "/root"};
+  struct passwd *pw = sbx_account(TEST_USER);
+  struct sbx_exec x = sbx_exec_of(&E.d, cmd, NULL, E.mode != MODE_ROOT ? TEST_USER : NULL,
+                                  E.mode != MODE_ROOT ? pw->pw_dir : "/root");
   for (size_t i = 0; i < E.n_deleg; i++)
     E.deleg_dirs[i] = E.deleg[i];
   x.cgroups = E.deleg_dirs;
   x.n_cgroups = E.n_deleg;
-  if (E.mode != MODE_ROOT) {
-    struct passwd *pw = sbx_account(TEST_USER);
-    x.home = pw->pw_dir;
-    x.as_user = true;
-    x.uid = pw->pw_uid;
-    x.gid = pw->pw_gid;
-  }
   struct sbx_run r = sbx_run_agent(&x);
   cr_assert_neq(r.status, SBX_EXIT_NO_CGROUP, "could not join the delegated cgroup");
   cr_assert(r.res, "no JSON; stderr: %s", r.err);

@@ -75,18 +75,9 @@ static void agent_config(const char *json) {
 /* Run `cordon-agent --config C exec PKG -- args` as root or TEST_USER.
  * envs: extra "K=V" strings for the agent's environment. */
 static struct sbx_run run_agent(const char *cmd, const char *const *args, const char *const *envs) {
-  struct sbx_exec x = {.dirs = &E.d,
-                       .cmd = cmd,
-                       .with_pkg = true,
-                       .args = args,
-                       .envs = envs,
-                       .home = E.as_user ? E.home : "/root",
-                       .as_user = E.as_user};
-  if (E.as_user) {
-    struct passwd *pw = sbx_account(TEST_USER);
-    x.uid = pw->pw_uid;
-    x.gid = pw->pw_gid;
-  }
+  struct sbx_exec x =
+      sbx_exec_of(&E.d, cmd, args, E.as_user ? TEST_USER : NULL, E.as_user ? E.home : "/root");
+  x.envs = envs;
   return sbx_run_agent(&x);
 }
 

@@ -502,17 +502,8 @@ static void package(const char *extra, const char *script, const char *python) {
 
 /* `cordon-agent --config C exec PKG [-- args]` as root or TEST_USER */
 static struct sbx_run exec_pkg(const char *const *args) {
-  struct sbx_exec x = {.dirs = &E.d,
-                       .cmd = "exec",
-                       .with_pkg = true,
-                       .args = args,
-                       .home = E.as_user ? E.home : "/root",
-                       .as_user = E.as_user};
-  if (E.as_user) {
-    struct passwd *pw = sbx_account(TEST_USER);
-    x.uid = pw->pw_uid;
-    x.gid = pw->pw_gid;
-  }
+  struct sbx_exec x =
+      sbx_exec_of(&E.d, "exec", args, E.as_user ? TEST_USER : NULL, E.as_user ? E.home : "/root");
   struct sbx_run r = sbx_run_agent(&x);
   cr_assert(r.res, "no result JSON; stderr: %s", r.err);
   return r;
