@@ -10,10 +10,8 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <jansson.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,36 +22,23 @@
 #include <time.h>
 #include <unistd.h>
 
-#define AGENT CORDON_BINARY_DIR "/cordon-agent"
-#define JOB_USER "cordon-job"
+#include "sbx_harness.h"
+
 #define CANARY "CANARY-5f3e1d"
 
 struct env {
-  bool as_user;     /* agent runs as the throw-away owner */
-  char owner[32];   /* the owner's account name */
-  char home[128];   /* the owner's home (holds the canaries) */
-  char jhome[128];  /* home of whoever runs the job (owner, or cordon-job) */
-  char jname[32];   /* the job user's name */
-  char root[128];   /* temp dir: agent config and package */
-  char config[160]; /* agent --config */
-  char pkg[160];    /* package source dir */
+  bool as_user;      /* agent runs as the throw-away owner */
+  char owner[32];    /* the owner's account name */
+  char home[128];    /* the owner's home (holds the canaries) */
+  char jhome[128];   /* home of whoever runs the job (owner, or cordon-job) */
+  char jname[32];    /* the job user's name */
+  struct sbx_dirs d; /* temp dir: agent --config and package source dir */
   uid_t agent_uid;
   gid_t agent_gid;
   bool planted_jhome; /* root mode: files planted in cordon-job's home */
 };
 
 static struct env E;
-
-static void xsystem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void xsystem(const char *fmt, ...) {
-  char cmd[8192];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof(cmd), fmt, ap);
-  va_end(ap);
-  int st = system(cmd);
-  cr_assert(st == 0, "command failed (%d): %s", st, cmd);
-}
 
 /* stdout of a shell command (for checksums and listings) */
 static char *capture(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -102,13 +87,6 @@ static void assert_lines_kept(const char *before, const char *after) {
   free(hay);
 }
 
-static void write_file(const char *path, const char *content) {
-  FILE *f = fopen(path, "w");
-  cr_assert(f, "open %s: %s", path, strerror(errno));
-  fputs(content, f);
-  fclose(f);
-}
-
 static void setup_env(bool as_user) {
   memset(&E, 0, sizeof(E));
   E.as_user = as_user;
@@ -125,19 +103,11 @@ static void setup_env(bool as_user) {
     snprintf(E.jhome, sizeof(E.jhome), "%s", E.home);
     snprintf(E.jname, sizeof(E.jname), "%s", E.owner);
   } else {
-    struct passwd *jp = getpwnam(JOB_USER);
-    cr_assert(jp, "account %s missing: run scripts/test-setup.sh", JOB_USER);
+    struct passwd *jp = sbx_account(JOB_USER);
     snprintf(E.jhome, sizeof(E.jhome), "%s", jp->pw_dir);
     snprintf(E.jname, sizeof(E.jname), "%s", JOB_USER);
   }
-  snprintf(E.root, sizeof(E.root), "/tmp/cordon-grt-XXXXXX");
-  cr_assert(mkdtemp(E.root));
-  chmod(E.root, 0755);
-  snprintf(E.config, sizeof(E.config), "%s/agent", E.root);
-  snprintf(E.pkg, sizeof(E.pkg), "%s/pkg", E.root);
-  mkdir(E.config, 0700);
-  mkdir(E.pkg, 0755);
-  cr_assert(chown(E.config, E.agent_uid, E.agent_gid) == 0);
+  sbx_dirs_make(&E.d, "/tmp/cordon-grt-XXXXXX", E.agent_uid, E.agent_gid);
   /* the owner's autorun files and a canary secret */
   xsystem("cd %s && echo 'echo bashrc' > .bashrc && echo 'echo profile' > .profile && "
           "printf '[core]\\n\\tpager = less\\n' > .gitconfig && mkdir -p bin .local/bin "
@@ -150,7 +120,7 @@ static void setup_env(bool as_user) {
 static void teardown_env(void) {
   if (E.planted_jhome)
     xsystem("cd %s && rm -rf .g12rc bin .local .vault-token .cargo work work2 .config", E.jhome);
-  xsystem("rm -rf %s", E.root);
+  xsystem("rm -rf %s", E.d.root);
   xsystem("userdel -f %s >/dev/null 2>&1; rm -rf %s", E.owner, E.home);
 }
 
@@ -169,117 +139,44 @@ static void open_up(const char *dir) {
 }
 
 static void package(const char *fs_json, const char *script) {
-  char path[512], m[8192];
+  char m[8192];
   snprintf(m, sizeof(m),
            "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
            "\"timeout_s\":30%s%s%s}",
            fs_json ? ",\"capabilities\":{\"fs\":[" : "", fs_json ? fs_json : "",
            fs_json ? "]}" : "");
-  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
-  write_file(path, m);
-  snprintf(path, sizeof(path), "%s/run.sh", E.pkg);
-  write_file(path, script);
-  chmod(path, 0755);
+  sbx_package_files(&E.d, m, script);
 }
 
 static void agent_config(const char *extra_roots) {
-  char path[512], json[1024];
+  char json[1024];
   snprintf(json, sizeof(json), "{\"grant_roots\":[\"~\",\"%s\"%s%s]}", E.home,
            extra_roots ? "," : "", extra_roots ? extra_roots : "");
-  snprintf(path, sizeof(path), "%s/config.json", E.config);
-  write_file(path, json);
+  sbx_agent_config(&E.d, json);
 }
 
-struct run {
-  int status;
-  json_t *res;
-  char err[4096];
-};
-
-static struct run run_agent(const char *cmd) {
-  int out[2], errp[2];
-  cr_assert(pipe(out) == 0 && pipe(errp) == 0);
-  pid_t pid = fork();
-  cr_assert(pid >= 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(errp[1], 2);
-    close(out[0]);
-    close(errp[0]);
-    clearenv();
-    setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
-    /* a lying $HOME must not move the forbidden set */
-    setenv("HOME", "/tmp", 1);
-    if (E.as_user && (setgroups(0, NULL) < 0 || setgid(E.agent_gid) < 0 || setuid(E.agent_uid) < 0))
-      _exit(99);
-    execl(AGENT, AGENT, "--config", E.config, cmd, E.pkg, (char *)NULL);
-    _exit(98);
-  }
-  close(out[1]);
-  close(errp[1]);
-  static char buf[1 << 22];
-  size_t have = 0;
-  ssize_t k;
-  while ((k = read(out[0], buf + have, sizeof(buf) - 1 - have)) > 0)
-    have += (size_t)k;
-  buf[have] = '\0';
-  struct run r = {0};
-  size_t eh = 0;
-  while ((k = read(errp[0], r.err + eh, sizeof(r.err) - 1 - eh)) > 0)
-    eh += (size_t)k;
-  r.err[eh] = '\0';
-  close(out[0]);
-  close(errp[0]);
-  int st;
-  waitpid(pid, &st, 0);
-  cr_assert(WIFEXITED(st), "agent died: status %d", st);
-  r.status = WEXITSTATUS(st);
-  json_error_t je;
-  r.res = have ? json_loads(buf, 0, &je) : NULL;
-  return r;
+/* Run `cordon-agent --config C CMD PKG` as root or the owner. */
+static struct sbx_run run_agent(const char *cmd) {
+  struct sbx_exec x = {.dirs = &E.d,
+                       .cmd = cmd,
+                       .with_pkg = true,
+                       /* a lying $HOME must not move the forbidden set */
+                       .home = "/tmp",
+                       .as_user = E.as_user,
+                       .uid = E.agent_uid,
+                       .gid = E.agent_gid};
+  return sbx_run_agent(&x);
 }
 
-static json_t *jget(json_t *o, const char *path) {
-  char key[128];
-  snprintf(key, sizeof(key), "%s", path);
-  json_t *cur = o;
-  for (char *save, *t = strtok_r(key, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
-    cur = json_object_get(cur, t);
-  return cur;
+static void assert_ran(struct sbx_run *r) {
+  sbx_assert_ran(r, "isolated");
 }
 
-static const char *jstr(json_t *o, const char *path) {
-  return json_string_value(jget(o, path));
+static void assert_refused(struct sbx_run *r, const char *code) {
+  sbx_assert_refused(r, code);
 }
 
-static const char *out_of(struct run *r) {
-  const char *s = jstr(r->res, "stdout");
-  return s ? s : "";
-}
-
-static void assert_ran(struct run *r) {
-  cr_assert(r->res, "no result JSON; stderr: %s", r->err);
-  cr_assert_str_eq(jstr(r->res, "sandbox.level"), "isolated", "stderr: %s", r->err);
-  cr_assert(json_is_null(jget(r->res, "error")), "error: %s / %s", jstr(r->res, "error.code"),
-            jstr(r->res, "error.message"));
-}
-
-static void assert_refused(struct run *r, const char *code) {
-  cr_assert(r->res, "no result JSON; stderr: %s", r->err);
-  cr_assert_eq(r->status, 1);
-  cr_assert_str_eq(jstr(r->res, "error.code"), code, "message: %s", jstr(r->res, "error.message"));
-  cr_assert(json_is_null(jget(r->res, "exit_code")), "a refused job must not have run");
-}
-
-#define BOTH(name)                                                                                 \
-  static void body_##name(void);                                                                   \
-  Test(grants_root, name, .init = setup_root, .fini = teardown_env) {                              \
-    body_##name();                                                                                 \
-  }                                                                                                \
-  Test(grants_user, name, .init = setup_user, .fini = teardown_env) {                              \
-    body_##name();                                                                                 \
-  }                                                                                                \
-  static void body_##name(void)
+#define BOTH(name) SBX_BOTH(grants_root, grants_user, name)
 
 /* ---- class 1: persistence through writable grants ---- */
 
@@ -315,7 +212,7 @@ BOTH(hidden_entries_and_git_stay_read_only_and_cannot_be_renamed_around) {
   char *before = capture("cd %s && find . ! -name file.txt -printf '%%y %%m %%i %%p\\n' | sort && "
                          "find . -type f ! -name file.txt -exec sha256sum {} + | sort",
                          E.home);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran(&r);
   const char *o = out_of(&r);
   char *after = capture("cd %s && find . ! -name file.txt -printf '%%y %%m %%i %%p\\n' | sort && "
@@ -335,7 +232,8 @@ BOTH(hidden_entries_and_git_stay_read_only_and_cannot_be_renamed_around) {
   cr_assert(strstr(q, ".git.cordon-quarantined-") && strstr(q, ".envrc.cordon-quarantined-"),
             "not moved aside: %s", q);
   free(q);
-  cr_assert(strstr(jstr(r.res, "stderr"), "moved aside"), "stderr: %s", jstr(r.res, "stderr"));
+  cr_assert(strstr(sbx_jstr(r.res, "stderr"), "moved aside"), "stderr: %s",
+            sbx_jstr(r.res, "stderr"));
   char *ft = capture("cat %s/file.txt", proj);
   cr_assert_str_eq(ft, "new\n");
   free(ft);
@@ -360,7 +258,7 @@ BOTH(a_home_dotfile_symlinked_into_a_writable_grant_keeps_its_target_read_only) 
            dir, dir);
   package(fs, script);
   agent_config(NULL);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran(&r);
   cr_assert(strstr(out_of(&r), "DENIED") && strstr(out_of(&r), "OTHER-OK"), "got %s", out_of(&r));
   char *c = capture("cat %s/profile", dir);
@@ -403,16 +301,16 @@ BOTH(bin_and_hidden_places_of_the_home_need_the_ceiling) {
   agent_config(NULL);
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     package(cases[i], "echo RAN\n");
-    struct run r = run_agent("exec");
+    struct sbx_run r = run_agent("exec");
     assert_refused(&r, "capability_denied");
-    cr_assert(strstr(jstr(r.res, "error.message"), "hidden or bin"), "%s",
-              jstr(r.res, "error.message"));
+    cr_assert(strstr(sbx_jstr(r.res, "error.message"), "hidden or bin"), "%s",
+              sbx_jstr(r.res, "error.message"));
     json_decref(r.res);
   }
   /* named by the ceiling, ~/bin can be given */
   agent_config("\"~/bin\"");
   package(cases[0], "echo RAN\n");
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran(&r);
   cr_assert(strstr(out_of(&r), "RAN"));
   json_decref(r.res);
@@ -450,7 +348,7 @@ BOTH(fifo_and_socket_in_a_read_only_grant_are_blinded) {
       dir, fifo, fifo, sock, sock);
   package(fs, script);
   agent_config(NULL);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran(&r);
   const char *o = out_of(&r);
   cr_assert(strstr(o, "data") && strstr(o, "SENT") && strstr(o, "END"), "got %s", o);
@@ -485,7 +383,7 @@ BOTH(cloud_credentials_cordon_state_and_absent_secrets_stay_unreadable) {
                            "{\"path\":\"~/.config\",\"access\":\"ro\"}", parent};
   for (size_t i = 0; i < 3; i++) {
     package(refused[i], "echo RAN\n");
-    struct run r = run_agent("exec");
+    struct sbx_run r = run_agent("exec");
     assert_refused(&r, "scope_too_broad");
     json_decref(r.res);
   }
@@ -501,7 +399,7 @@ BOTH(cloud_credentials_cordon_state_and_absent_secrets_stay_unreadable) {
   char *before = tree_state(planted);
   char *before2 =
       capture("cd %s && sha256sum .cargo/* .vault-token .config/gcloud/* work2/*/*", E.jhome);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran(&r);
   const char *o = out_of(&r);
   cr_assert(strstr(o, "ok\n") && strstr(o, "END"), "got %s", o);
@@ -528,9 +426,10 @@ BOTH(a_grant_with_too_many_entries_is_refused) {
   snprintf(fs, sizeof(fs), "{\"path\":\"%s/big\",\"access\":\"ro\"}", E.home);
   package(fs, "echo RAN\n");
   agent_config(NULL);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_refused(&r, "scope_too_broad");
-  cr_assert(strstr(jstr(r.res, "error.message"), "50000"), "%s", jstr(r.res, "error.message"));
+  cr_assert(strstr(sbx_jstr(r.res, "error.message"), "50000"), "%s",
+            sbx_jstr(r.res, "error.message"));
   json_decref(r.res);
   /* one entry fewer than the bound is walked; how long that takes */
   xsystem("rm -f %s/big/1 %s/big/2", E.home, E.home);
@@ -554,7 +453,7 @@ BOTH(explain_lists_what_is_read_only_and_blinded) {
            E.home, E.home);
   package(fs, "true\n");
   agent_config(NULL);
-  struct run r = run_agent("explain");
+  struct sbx_run r = run_agent("explain");
   cr_assert_eq(r.status, 0, "stderr %s", r.err);
   char want_ro[300], want_bl[300];
   snprintf(want_ro, sizeof(want_ro), "%s/proj/.git", E.home);
@@ -572,14 +471,14 @@ BOTH(explain_lists_what_is_read_only_and_blinded) {
 Test(grants_root, staging_refuses_a_hard_link_to_an_unreadable_file, .init = setup_root,
      .fini = teardown_env) {
   char secret[256], hard[256];
-  snprintf(secret, sizeof(secret), "%s/secret", E.root);
-  snprintf(hard, sizeof(hard), "%s/data", E.pkg);
-  write_file(secret, CANARY "-shadow\n");
+  snprintf(secret, sizeof(secret), "%s/secret", E.d.root);
+  snprintf(hard, sizeof(hard), "%s/data", E.d.pkg);
+  write_file(secret, CANARY "-shadow\n", 0644);
   chmod(secret, 0600);
   cr_assert(link(secret, hard) == 0, "link: %s", strerror(errno));
   package(NULL, "cat $PACKAGE/data; echo END\n");
   agent_config(NULL);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   cr_assert_neq(r.status, 0, "staged: %s", r.err);
   cr_assert(strstr(r.err, "hard link"), "stderr: %s", r.err);
   cr_assert(!strstr(r.err, CANARY) && !(r.res && strstr(out_of(&r), CANARY)));
@@ -594,11 +493,11 @@ Test(grants_root, staging_refuses_a_hard_link_to_an_unreadable_file, .init = set
 Test(grants_root, staging_refuses_a_fifo_without_hanging, .init = setup_root, .fini = teardown_env,
      .timeout = 20) {
   char fifo[256];
-  snprintf(fifo, sizeof(fifo), "%s/pipe", E.pkg);
+  snprintf(fifo, sizeof(fifo), "%s/pipe", E.d.pkg);
   cr_assert(mkfifo(fifo, 0644) == 0);
   package(NULL, "echo RAN\n");
   agent_config(NULL);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   cr_assert_neq(r.status, 0, "stderr: %s", r.err);
   cr_assert(strstr(r.err, "not a regular file"), "stderr: %s", r.err);
   cr_assert(!(r.res && strstr(out_of(&r), "RAN")));
@@ -614,10 +513,10 @@ BOTH(a_writable_grant_holding_a_hidden_symlink_is_refused) {
   snprintf(fs, sizeof(fs), "{\"path\":\"%s/repo\",\"access\":\"rw\"}", E.home);
   package(fs, "echo RAN\n");
   agent_config(NULL);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_refused(&r, "scope_too_broad");
-  cr_assert(strstr(jstr(r.res, "error.message"), "hidden symlink"), "%s",
-            jstr(r.res, "error.message"));
+  cr_assert(strstr(sbx_jstr(r.res, "error.message"), "hidden symlink"), "%s",
+            sbx_jstr(r.res, "error.message"));
   json_decref(r.res);
   /* read-only, it is given: nothing in it can be replaced */
   snprintf(fs, sizeof(fs), "{\"path\":\"%s/repo\",\"access\":\"ro\"}", E.home);
@@ -633,10 +532,10 @@ BOTH(a_writable_grant_of_a_hidden_entry_needs_the_ceiling) {
   snprintf(fs, sizeof(fs), "{\"path\":\"%s/proj/.git/hooks\",\"access\":\"rw\"}", E.home);
   package(fs, "echo evil > $HOME/x 2>/dev/null; echo RAN\n");
   agent_config(NULL);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_refused(&r, "capability_denied");
-  cr_assert(strstr(jstr(r.res, "error.message"), "hidden entry"), "%s",
-            jstr(r.res, "error.message"));
+  cr_assert(strstr(sbx_jstr(r.res, "error.message"), "hidden entry"), "%s",
+            sbx_jstr(r.res, "error.message"));
   json_decref(r.res);
   /* read-only it is given */
   snprintf(fs, sizeof(fs), "{\"path\":\"%s/proj/.git/hooks\",\"access\":\"ro\"}", E.home);
@@ -664,7 +563,7 @@ BOTH(a_read_only_grant_nested_in_a_writable_one_stays_read_only) {
            proj, proj);
   package(fs, script);
   agent_config(NULL);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran(&r);
   cr_assert(strstr(out_of(&r), "TOP-OK") && strstr(out_of(&r), "SUB-DENIED"), "got %s", out_of(&r));
   char *c = capture("cat %s/sub/file", proj);

@@ -14,10 +14,8 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <grp.h>
 #include <jansson.h>
 #include <pwd.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +27,8 @@
 
 #include <linux/magic.h>
 
-#define AGENT CORDON_BINARY_DIR "/cordon-agent"
-#define TEST_USER "cordon-test"
+#include "sbx_harness.h"
+
 #define DELEG "cordon-limits-test"
 
 enum mode { MODE_ROOT, MODE_DELEG, MODE_PLAIN };
@@ -40,30 +38,12 @@ static const char *min_sandbox = "isolated";
 
 static struct {
   enum mode mode;
-  char root[256], config[300], pkg[300];
+  struct sbx_dirs d; /* temp dir, agent --config, package source dir */
   /* delegated cgroup dirs the agent joins (MODE_DELEG) */
   char deleg[4][2200];
+  const char *deleg_dirs[4]; /* the same, for sbx_exec.cgroups */
   size_t n_deleg;
 } E;
-
-static void xsystem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void xsystem(const char *fmt, ...) {
-  char cmd[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof(cmd), fmt, ap);
-  va_end(ap);
-  int st = system(cmd);
-  cr_assert(st == 0, "command failed (%d): %s", st, cmd);
-}
-
-static void write_file(const char *path, const char *content, mode_t mode) {
-  FILE *f = fopen(path, "w");
-  cr_assert(f, "open %s: %s", path, strerror(errno));
-  fputs(content, f);
-  fclose(f);
-  chmod(path, mode);
-}
 
 static bool read_small(const char *path, char *buf, size_t len) {
   FILE *f = fopen(path, "re");
@@ -151,17 +131,9 @@ static void setup(enum mode mode) {
   memset(&E, 0, sizeof(E));
   min_sandbox = "isolated";
   E.mode = mode;
-  struct passwd *pw = getpwnam(TEST_USER);
-  cr_assert(pw, "account %s missing: run scripts/test-setup.sh", TEST_USER);
-  snprintf(E.root, sizeof(E.root), "/tmp/cordon-lim-XXXXXX");
-  cr_assert(mkdtemp(E.root));
-  chmod(E.root, 0755);
-  snprintf(E.config, sizeof(E.config), "%s/agent", E.root);
-  snprintf(E.pkg, sizeof(E.pkg), "%s/pkg", E.root);
-  mkdir(E.config, 0700);
-  mkdir(E.pkg, 0755);
-  if (mode != MODE_ROOT && chown(E.config, pw->pw_uid, pw->pw_gid) < 0)
-    cr_assert_fail("chown: %s", strerror(errno));
+  struct passwd *pw = sbx_account(TEST_USER);
+  sbx_dirs_make(&E.d, "/tmp/cordon-lim-XXXXXX", mode != MODE_ROOT ? pw->pw_uid : 0,
+                mode != MODE_ROOT ? pw->pw_gid : 0);
   if (mode == MODE_DELEG)
     make_delegation();
 }
@@ -177,93 +149,33 @@ static void setup_plain(void) {
 }
 static void teardown(void) {
   remove_delegation();
-  xsystem("rm -rf %s", E.root);
+  xsystem("rm -rf %s", E.d.root);
 }
 
 static void package(const char *limits, const char *script) {
-  char path[512], m[4096];
+  char m[4096];
   snprintf(m, sizeof(m),
            "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
            "\"timeout_s\":30,\"min_sandbox\":\"%s\",\"limits\":{%s}}",
            min_sandbox, limits);
-  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
-  write_file(path, m, 0644);
-  snprintf(path, sizeof(path), "%s/run.sh", E.pkg);
-  write_file(path, script, 0755);
+  sbx_package_files(&E.d, m, script);
 }
 
-struct run {
-  int status;
-  json_t *res;
-  char err[4096];
-};
-
-static struct run run_agent(const char *cmd) {
-  int out[2], errp[2];
-  cr_assert(pipe(out) == 0 && pipe(errp) == 0);
-  pid_t pid = fork();
-  cr_assert(pid >= 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(errp[1], 2);
-    close(out[0]);
-    close(errp[0]);
-    /* into the delegated subtree while still root, as systemd would */
-    char self[24];
-    snprintf(self, sizeof(self), "%ld", (long)getpid());
-    for (size_t i = 0; i < E.n_deleg; i++) {
-      char procs[2300];
-      snprintf(procs, sizeof(procs), "%s/cgroup.procs", E.deleg[i]);
-      FILE *f = fopen(procs, "we");
-      if (!f || fputs(self, f) < 0 || fclose(f) != 0)
-        _exit(97);
-    }
-    clearenv();
-    setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
-    if (E.mode != MODE_ROOT) {
-      struct passwd *pw = getpwnam(TEST_USER);
-      setenv("HOME", pw->pw_dir, 1);
-      if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
-        _exit(99);
-    } else {
-      setenv("HOME", "/root", 1);
-    }
-    execl(AGENT, AGENT, "--config", E.config, cmd, E.pkg, (char *)NULL);
-    _exit(98);
-  }
-  close(out[1]);
-  close(errp[1]);
-  static char buf[1 << 20];
-  size_t have = 0;
-  ssize_t k;
-  while ((k = read(out[0], buf + have, sizeof(buf) - 1 - have)) > 0)
-    have += (size_t)k;
-  buf[have] = '\0';
-  struct run r = {0};
-  size_t eh = 0;
-  while ((k = read(errp[0], r.err + eh, sizeof(r.err) - 1 - eh)) > 0)
-    eh += (size_t)k;
-  r.err[eh] = '\0';
-  close(out[0]);
-  close(errp[0]);
-  int st;
-  waitpid(pid, &st, 0);
-  cr_assert(WIFEXITED(st), "agent died: status %d", st);
-  r.status = WEXITSTATUS(st);
-  cr_assert_neq(r.status, 97, "could not join the delegated cgroup");
-  json_error_t je;
-  r.res = have ? json_loads(buf, 0, &je) : NULL;
+/* `cordon-agent --config C CMD PKG` as root or TEST_USER, in MODE_DELEG
+ * moved into the delegated subtree first while still root, as systemd
+ * would. */
+static struct sbx_run run_agent(const char *cmd) {
+  struct passwd *pw = sbx_account(TEST_USER);
+  struct sbx_exec x = sbx_exec_of(&E.d, cmd, NULL, E.mode != MODE_ROOT ? TEST_USER : NULL,
+                                  E.mode != MODE_ROOT ? pw->pw_dir : "/root");
+  for (size_t i = 0; i < E.n_deleg; i++)
+    E.deleg_dirs[i] = E.deleg[i];
+  x.cgroups = E.deleg_dirs;
+  x.n_cgroups = E.n_deleg;
+  struct sbx_run r = sbx_run_agent(&x);
+  cr_assert_neq(r.status, SBX_EXIT_NO_CGROUP, "could not join the delegated cgroup");
   cr_assert(r.res, "no JSON; stderr: %s", r.err);
   return r;
-}
-
-static json_t *jget(json_t *o, const char *path) {
-  char key[128];
-  snprintf(key, sizeof(key), "%s", path);
-  json_t *cur = o;
-  for (char *save, *t = strtok_r(key, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
-    cur = json_object_get(cur, t);
-  return cur;
 }
 
 static const char *jstr(json_t *o, const char *path) {
@@ -271,7 +183,7 @@ static const char *jstr(json_t *o, const char *path) {
   return s ? s : "";
 }
 
-static void assert_ran_isolated(struct run *r) {
+static void assert_ran_isolated(struct sbx_run *r) {
   cr_assert_str_eq(jstr(r->res, "sandbox.level"), "isolated", "stderr: %s", r->err);
   cr_assert(json_is_null(jget(r->res, "error")), "error: %s / %s", jstr(r->res, "error.code"),
             jstr(r->res, "error.message"));
@@ -312,7 +224,7 @@ ALL3(six_processes_together_cannot_exceed_memory_mb) {
           "flush=True)' &\n"
           "done\n"
           "wait\n");
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());
   const char *out = jstr(r.res, "stdout");
@@ -332,7 +244,7 @@ ALL3(six_processes_together_cannot_exceed_memory_mb) {
 ALL3(six_busy_processes_are_killed_when_their_total_cpu_passes_cpu_s) {
   if (E.mode == MODE_PLAIN) {
     package("\"cpu_s\":2", "true\n");
-    struct run r = run_agent("exec");
+    struct sbx_run r = run_agent("exec");
     assert_ran_isolated(&r);
     cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), "rlimit");
     json_decref(r.res);
@@ -340,7 +252,7 @@ ALL3(six_busy_processes_are_killed_when_their_total_cpu_passes_cpu_s) {
   }
   package("\"cpu_s\":2,\"processes\":16",
           "for i in 1 2 3 4 5 6; do sh -c 'while :; do :; done' & done\nwait\n");
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), "cgroup");
   cr_assert(json_is_false(jget(r.res, "timed_out")));
@@ -373,7 +285,7 @@ ALL3(writes_to_dev_shm_tmp_and_workspace_together_stop_at_disk_mb) {
                            "  print(d, n, err)\n"
                            "print(\"total\", total)\n"
                            "'\n");
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
   const char *out = jstr(r.res, "stdout");
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "tmpfs");
@@ -400,7 +312,7 @@ ALL3(mktemp_and_python_multiprocessing_work) {
                            "  q = mp.Queue(); q.put(7); print(\"queue\", q.get())\n"
                            "  print(\"tempfile\", tempfile.mkstemp()[1].startswith(\"/tmp/\"))\n"
                            "'\n");
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
   const char *out = jstr(r.res, "stdout");
   cr_assert_eq(json_integer_value(jget(r.res, "exit_code")), 0, "%s / %s", out,
@@ -415,7 +327,7 @@ ALL3(mktemp_and_python_multiprocessing_work) {
 /* explain says which limits hold for the tree, the same as a run. */
 ALL3(explain_says_which_limits_hold_for_the_tree) {
   package("\"memory_mb\":64", "true\n");
-  struct run e = run_agent("explain");
+  struct sbx_run e = run_agent("explain");
   json_t *tree = jget(e.res, "limits_for_tree");
   cr_assert(json_is_object(tree), "explain has limits_for_tree: %s", e.err);
   bool cg = E.mode != MODE_PLAIN;
@@ -424,7 +336,7 @@ ALL3(explain_says_which_limits_hold_for_the_tree) {
   cr_assert(json_is_true(json_object_get(tree, "disk")));
   cr_assert_str_eq(jstr(e.res, "limits.memory.enforced_by"), expected_mech());
   cr_assert_str_eq(jstr(e.res, "limits.cpu.enforced_by"), expected_mech());
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), expected_mech());
@@ -443,9 +355,9 @@ ALL3(orphaned_bwrap_inits_are_reaped_by_the_agent) {
   snprintf(m, sizeof(m),
            "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
            "\"timeout_s\":1}");
-  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
+  snprintf(path, sizeof(path), "%s/manifest.json", E.d.pkg);
   write_file(path, m, 0644);
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
   cr_assert(json_is_true(jget(r.res, "timed_out")));
   usleep(300 * 1000); /* an unreaped orphan would be re-parented to us by now */
@@ -459,10 +371,8 @@ ALL3(orphaned_bwrap_inits_are_reaped_by_the_agent) {
 /* contained (no bwrap): memory and CPU hold for the tree the same way when
  * a cgroup exists; disk is `none` (RLIMIT_FSIZE per file only). */
 static void contained(void) {
-  char path[512];
-  snprintf(path, sizeof(path), "%s/config.json", E.config);
-  write_file(path, "{\"bwrap_path\": \"/nonexistent/bwrap\", \"lowest_level\": \"contained\"}",
-             0644);
+  sbx_agent_config(&E.d,
+                   "{\"bwrap_path\": \"/nonexistent/bwrap\", \"lowest_level\": \"contained\"}");
   min_sandbox = "contained";
 }
 
@@ -470,7 +380,7 @@ ALL3(contained_cpu_and_memory_hold_for_the_tree_where_a_cgroup_exists) {
   contained();
   package("\"cpu_s\":2,\"processes\":16",
           "for i in 1 2 3 4 5 6; do sh -c 'while :; do :; done' & done\nwait\n");
-  struct run r = run_agent("exec");
+  struct sbx_run r = run_agent("exec");
   cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained", "stderr: %s", r.err);
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), expected_mech());
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());

@@ -7,12 +7,10 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pwd.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,58 +20,26 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define AGENT CORDON_BINARY_DIR "/cordon-agent"
-#define TEST_USER "cordon-test"
-#define JOB_USER "cordon-job"
+#include "sbx_harness.h"
 
 struct env {
-  bool as_user;     /* agent runs as TEST_USER */
-  char root[256];   /* temp dir for this test */
-  char config[300]; /* agent --config */
-  char pkg[300];    /* package source dir */
-  char home[256];   /* home of whoever runs the job */
-  uid_t owner_uid;  /* who owns files the agent must write */
+  bool as_user;      /* agent runs as TEST_USER */
+  struct sbx_dirs d; /* temp dir, agent --config, package source dir */
+  char home[256];    /* home of whoever runs the job */
+  uid_t owner_uid;   /* who owns files the agent must write */
   gid_t owner_gid;
 };
 
 static struct env E;
 
-static void xsystem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void xsystem(const char *fmt, ...) {
-  char cmd[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof(cmd), fmt, ap);
-  va_end(ap);
-  int st = system(cmd);
-  cr_assert(st == 0, "command failed (%d): %s", st, cmd);
-}
-
-static void write_file(const char *path, const char *content, mode_t mode) {
-  FILE *f = fopen(path, "w");
-  cr_assert(f, "open %s: %s", path, strerror(errno));
-  fputs(content, f);
-  fclose(f);
-  chmod(path, mode);
-}
-
 static void setup_env(bool as_user) {
   memset(&E, 0, sizeof(E));
   E.as_user = as_user;
-  struct passwd *pw = getpwnam(as_user ? TEST_USER : JOB_USER);
-  cr_assert(pw, "account %s missing: run scripts/test-setup.sh", as_user ? TEST_USER : JOB_USER);
+  struct passwd *pw = sbx_account(as_user ? TEST_USER : JOB_USER);
   snprintf(E.home, sizeof(E.home), "%s", pw->pw_dir);
   E.owner_uid = as_user ? pw->pw_uid : 0;
   E.owner_gid = as_user ? pw->pw_gid : 0;
-  snprintf(E.root, sizeof(E.root), "/tmp/cordon-sbx-XXXXXX");
-  cr_assert(mkdtemp(E.root));
-  chmod(E.root, 0755);
-  snprintf(E.config, sizeof(E.config), "%s/agent", E.root);
-  snprintf(E.pkg, sizeof(E.pkg), "%s/pkg", E.root);
-  mkdir(E.config, 0700);
-  mkdir(E.pkg, 0755);
-  if (chown(E.config, E.owner_uid, E.owner_gid) < 0)
-    cr_assert_fail("chown: %s", strerror(errno));
+  sbx_dirs_make(&E.d, "/tmp/cordon-sbx-XXXXXX", E.owner_uid, E.owner_gid);
   /* a planted secret in the job user's home */
   xsystem("mkdir -p %s/.ssh && echo SECRET-KEY-MATERIAL > %s/.ssh/id_ed25519 && "
           "chmod 700 %s/.ssh && chmod 600 %s/.ssh/id_ed25519 && chown -R %s: %s/.ssh",
@@ -81,8 +47,8 @@ static void setup_env(bool as_user) {
 }
 
 static void teardown_env(void) {
-  xsystem("rm -rf %s %s/.ssh %s/data %s/proj %s/sshlink %s/.config", E.root, E.home, E.home, E.home,
-          E.home, E.home);
+  xsystem("rm -rf %s %s/.ssh %s/data %s/proj %s/sshlink %s/.config", E.d.root, E.home, E.home,
+          E.home, E.home, E.home);
 }
 
 static void setup_root(void) {
@@ -94,145 +60,43 @@ static void setup_user(void) {
 
 /* The package: a manifest (JSON fragment of extra keys) and a script. */
 static void package(const char *extra_manifest, const char *script) {
-  char path[512], m[8192];
+  char m[8192];
   snprintf(m, sizeof(m),
            "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]%s%s%s}",
            extra_manifest && strstr(extra_manifest, "timeout_s") ? "" : ",\"timeout_s\":20",
            extra_manifest && *extra_manifest ? "," : "", extra_manifest ? extra_manifest : "");
-  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
-  write_file(path, m, 0644);
-  snprintf(path, sizeof(path), "%s/run.sh", E.pkg);
-  write_file(path, script, 0755);
+  sbx_package_files(&E.d, m, script);
 }
 
 static void agent_config(const char *json) {
-  char path[512];
-  snprintf(path, sizeof(path), "%s/config.json", E.config);
-  write_file(path, json, 0644);
+  sbx_agent_config(&E.d, json);
 }
-
-struct run {
-  int status; /* exit status of cordon-agent */
-  json_t *res;
-  char err[4096];
-};
 
 /* Run `cordon-agent --config C exec PKG -- args` as root or TEST_USER.
  * envs: extra "K=V" strings for the agent's environment. */
-static struct run run_agent(const char *cmd, const char *const *args, const char *const *envs) {
-  int out[2], errp[2];
-  cr_assert(pipe(out) == 0 && pipe(errp) == 0);
-  pid_t pid = fork();
-  cr_assert(pid >= 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(errp[1], 2);
-    close(out[0]);
-    close(errp[0]);
-    clearenv();
-    setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
-    setenv("HOME", E.as_user ? E.home : "/root", 1);
-    for (size_t i = 0; envs && envs[i]; i++)
-      putenv((char *)envs[i]);
-    if (E.as_user) {
-      struct passwd *pw = getpwnam(TEST_USER);
-      if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
-        _exit(99);
-    }
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = AGENT;
-    argv[n++] = "--config";
-    argv[n++] = E.config;
-    argv[n++] = cmd;
-    argv[n++] = E.pkg;
-    if (args) {
-      argv[n++] = "--";
-      for (size_t i = 0; args[i] && n < 62; i++)
-        argv[n++] = args[i];
-    }
-    argv[n] = NULL;
-    execv(AGENT, (char **)argv);
-    _exit(98);
-  }
-  close(out[1]);
-  close(errp[1]);
-  static char buf[1 << 22];
-  size_t have = 0;
-  ssize_t k;
-  while ((k = read(out[0], buf + have, sizeof(buf) - 1 - have)) > 0)
-    have += (size_t)k;
-  buf[have] = '\0';
-  struct run r = {0};
-  size_t eh = 0;
-  while ((k = read(errp[0], r.err + eh, sizeof(r.err) - 1 - eh)) > 0)
-    eh += (size_t)k;
-  r.err[eh] = '\0';
-  close(out[0]);
-  close(errp[0]);
-  int st;
-  waitpid(pid, &st, 0);
-  cr_assert(WIFEXITED(st), "agent died: status %d", st);
-  r.status = WEXITSTATUS(st);
-  json_error_t je;
-  r.res = have ? json_loads(buf, 0, &je) : NULL;
-  return r;
+static struct sbx_run run_agent(const char *cmd, const char *const *args, const char *const *envs) {
+  struct sbx_exec x =
+      sbx_exec_of(&E.d, cmd, args, E.as_user ? TEST_USER : NULL, E.as_user ? E.home : "/root");
+  x.envs = envs;
+  return sbx_run_agent(&x);
 }
 
-static struct run exec_pkg(const char *const *args) {
+static struct sbx_run exec_pkg(const char *const *args) {
   return run_agent("exec", args, NULL);
 }
 
-static const char *jstr(json_t *o, const char *path) {
-  /* "a.b" lookups */
-  char key[128];
-  snprintf(key, sizeof(key), "%s", path);
-  json_t *cur = o;
-  for (char *save, *t = strtok_r(key, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
-    cur = json_object_get(cur, t);
-  return json_string_value(cur);
-}
-
-static json_t *jget(json_t *o, const char *path) {
-  char key[128];
-  snprintf(key, sizeof(key), "%s", path);
-  json_t *cur = o;
-  for (char *save, *t = strtok_r(key, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
-    cur = json_object_get(cur, t);
-  return cur;
-}
-
-static const char *out_of(struct run *r) {
-  const char *s = jstr(r->res, "stdout");
-  return s ? s : "";
-}
-
-static void assert_isolated_ok(struct run *r) {
-  cr_assert(r->res, "no result JSON; stderr: %s", r->err);
-  cr_assert_str_eq(jstr(r->res, "sandbox.level"), "isolated", "stderr: %s", r->err);
+static void assert_isolated_ok(struct sbx_run *r) {
+  sbx_assert_ran(r, "isolated");
   cr_assert(json_is_null(jget(r->res, "sandbox.downgrade_reason")));
-  cr_assert(json_is_null(jget(r->res, "error")), "error: %s / %s", jstr(r->res, "error.code"),
-            jstr(r->res, "error.message"));
 }
 
-static void assert_refused(struct run *r, const char *code) {
-  cr_assert(r->res, "no result JSON; stderr: %s", r->err);
-  cr_assert_eq(r->status, 1);
-  cr_assert_str_eq(jstr(r->res, "error.code"), code, "message: %s", jstr(r->res, "error.message"));
-  cr_assert(json_is_null(jget(r->res, "exit_code")), "a refused job must not have run");
+static void assert_refused(struct sbx_run *r, const char *code) {
+  sbx_assert_refused(r, code);
   cr_assert(strstr(r->err, code), "stderr names the code: %s", r->err);
 }
 
 /* Each behaviour is a function run twice: agent as root and as a user. */
-#define BOTH(name)                                                                                 \
-  static void body_##name(void);                                                                   \
-  Test(sandbox_root, name, .init = setup_root, .fini = teardown_env) {                             \
-    body_##name();                                                                                 \
-  }                                                                                                \
-  Test(sandbox_user, name, .init = setup_user, .fini = teardown_env) {                             \
-    body_##name();                                                                                 \
-  }                                                                                                \
-  static void body_##name(void)
+#define BOTH(name) SBX_BOTH(sandbox_root, sandbox_user, name)
 
 /* ---- positive cases ---- */
 
@@ -242,7 +106,7 @@ BOTH(runs_sh_as_the_job_user_with_package_and_workspace) {
                 "touch \"$PACKAGE/x\" 2>/dev/null && echo PKG-WRITABLE\n"
                 "exit 0\n");
   const char *args[] = {"a", "b c", NULL};
-  struct run r = exec_pkg(args);
+  struct sbx_run r = exec_pkg(args);
   assert_isolated_ok(&r);
   cr_assert_eq(r.status, 0);
   struct passwd *pw = getpwnam(E.as_user ? TEST_USER : JOB_USER);
@@ -258,7 +122,7 @@ BOTH(runs_sh_as_the_job_user_with_package_and_workspace) {
 
 BOTH(runs_python3) {
   package(NULL, "exec python3 -c 'import sys; print(sum(range(10)), sys.version_info[0])'\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert_str_eq(out_of(&r), "45 3\n");
   json_decref(r.res);
@@ -266,11 +130,11 @@ BOTH(runs_python3) {
 
 BOTH(reports_exit_code_and_exit_status_1) {
   package(NULL, "echo oops >&2; exit 7\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert_eq(r.status, 1);
   cr_assert_eq(json_integer_value(jget(r.res, "exit_code")), 7);
-  cr_assert_str_eq(jstr(r.res, "stderr"), "oops\n");
+  cr_assert_str_eq(sbx_jstr(r.res, "stderr"), "oops\n");
   json_decref(r.res);
 }
 
@@ -282,7 +146,7 @@ BOTH(a_read_grant_really_grants_and_a_write_grant_writes) {
           "{\"path\":\"~/data/out\",\"access\":\"rw\"}]}",
           "cat ~/data/in/file; echo written > ~/data/out/new && echo W-OK;"
           " echo x > ~/data/in/nope 2>/dev/null || echo RO-DENIED\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert_str_eq(out_of(&r), "granted\nW-OK\nRO-DENIED\n");
   char p[512];
@@ -318,7 +182,7 @@ BOTH(net_true_reaches_a_loopback_listener) {
   char ps[16];
   snprintf(ps, sizeof(ps), "%d", port);
   const char *args[] = {ps, NULL};
-  struct run r = exec_pkg(args);
+  struct sbx_run r = exec_pkg(args);
   assert_isolated_ok(&r);
   cr_assert_str_eq(out_of(&r), "CONNECTED\n");
   close(s);
@@ -333,7 +197,7 @@ BOTH(tcp_without_net_is_blocked) {
   char ps[16];
   snprintf(ps, sizeof(ps), "%d", port);
   const char *args[] = {ps, NULL};
-  struct run r = exec_pkg(args);
+  struct sbx_run r = exec_pkg(args);
   assert_isolated_ok(&r);
   cr_assert(strncmp(out_of(&r), "BLOCKED", 7) == 0, "got: %s", out_of(&r));
   close(s);
@@ -342,7 +206,7 @@ BOTH(tcp_without_net_is_blocked) {
 
 BOTH(a_read_grant_of_the_home_is_too_broad) {
   package("\"capabilities\":{\"fs\":[{\"path\":\"~\",\"access\":\"ro\"}]}", "true\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "scope_too_broad");
   json_decref(r.res);
 }
@@ -350,7 +214,7 @@ BOTH(a_read_grant_of_the_home_is_too_broad) {
 BOTH(planted_ssh_key_and_etc_shadow_are_unreadable) {
   package(NULL, "cat ~/.ssh/id_ed25519 2>&1; ls -a ~/.ssh 2>&1; echo ---; cat /etc/shadow 2>&1;"
                 " echo ---; cat /etc/gshadow 2>&1; echo END\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   const char *o = out_of(&r);
   cr_assert(!strstr(o, "SECRET-KEY-MATERIAL"), "key leaked: %s", o);
@@ -366,10 +230,10 @@ BOTH(agent_state_dir_is_blinded_inside_a_granted_parent) {
   snprintf(cfg, sizeof(cfg), "%.250s/data/agentstate", E.home);
   xsystem("mkdir -p %s && echo AGENT-IDENTITY > %s/identity.key && chown -R %s: %s/data", cfg, cfg,
           E.as_user ? TEST_USER : JOB_USER, E.home);
-  snprintf(E.config, sizeof(E.config), "%s", cfg);
+  snprintf(E.d.config, sizeof(E.d.config), "%s", cfg);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/data\",\"access\":\"ro\"}]}",
           "cat ~/data/agentstate/identity.key 2>&1; echo END\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert(!strstr(out_of(&r), "AGENT-IDENTITY"), "state leaked: %s", out_of(&r));
   json_decref(r.res);
@@ -379,7 +243,7 @@ BOTH(a_grant_of_a_symlink_into_ssh_is_refused) {
   xsystem("ln -sfn %s/.ssh %s/sshlink", E.home, E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/sshlink\",\"access\":\"ro\"}]}",
           "touch /cordon/workspace/RAN; echo RAN\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "capability_denied");
   json_decref(r.res);
 }
@@ -391,7 +255,7 @@ BOTH(a_symlink_inside_a_grant_does_not_reach_ssh) {
       E.home, E.home, E.home, E.home, E.as_user ? TEST_USER : JOB_USER, E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/proj\",\"access\":\"ro\"}]}",
           "cat ~/proj/key 2>&1; cat ~/proj/dir/id_ed25519 2>&1; echo END\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert(!strstr(out_of(&r), "SECRET-KEY-MATERIAL"), "key leaked: %s", out_of(&r));
   json_decref(r.res);
@@ -400,7 +264,7 @@ BOTH(a_symlink_inside_a_grant_does_not_reach_ssh) {
 BOTH(writing_bashrc_through_a_writable_home_grant_is_refused) {
   package("\"capabilities\":{\"fs\":[{\"path\":\"~\",\"access\":\"rw\"}]}",
           "echo evil >> ~/.bashrc\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "scope_too_broad");
   json_decref(r.res);
 }
@@ -409,7 +273,7 @@ BOTH(a_grant_of_dot_config_needs_the_ceiling_and_writable_is_refused) {
   xsystem("mkdir -p %s/.config && chown %s: %s/.config", E.home, E.as_user ? TEST_USER : JOB_USER,
           E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/.config\",\"access\":\"rw\"}]}", "true\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "capability_denied");
   json_decref(r.res);
   /* named by the ceiling, it is still refused writable: autorun places */
@@ -425,7 +289,7 @@ BOTH(git_hooks_stay_read_only_inside_a_writable_grant) {
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/proj\",\"access\":\"rw\"}]}",
           "echo ok > ~/proj/file && echo FILE-OK; echo evil > ~/proj/.git/hooks/pre-commit 2>&1"
           " || echo HOOK-DENIED\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert(strstr(out_of(&r), "FILE-OK") && strstr(out_of(&r), "HOOK-DENIED"), "got %s",
             out_of(&r));
@@ -439,7 +303,7 @@ BOTH(writes_outside_grants_fail) {
   package(NULL, "for p in /usr/x /etc/x /x /cordon/package/x /cordon/x /var/x; do\n"
                 "  (echo x > $p) 2>/dev/null && echo WROTE $p\n"
                 "done; echo END\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert_str_eq(out_of(&r), "END\n");
   cr_assert(access("/usr/x", F_OK) != 0 && access("/etc/x", F_OK) != 0);
@@ -448,7 +312,7 @@ BOTH(writes_outside_grants_fail) {
 
 BOTH(host_unix_sockets_and_dirs_are_not_visible) {
   char sp[100];
-  snprintf(sp, sizeof(sp), "%.80s/host.sock", E.root);
+  snprintf(sp, sizeof(sp), "%.80s/host.sock", E.d.root);
   int s = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un a = {.sun_family = AF_UNIX};
   snprintf(a.sun_path, sizeof(a.sun_path), "%s", sp);
@@ -472,7 +336,7 @@ BOTH(host_unix_sockets_and_dirs_are_not_visible) {
                 "\"+os.path.basename(os.path.dirname(sys.argv[1]))):\n"
                 "  print(d, os.path.exists(d))\n' \"$1\"\n");
   const char *args[] = {sp, NULL};
-  struct run r = exec_pkg(args);
+  struct sbx_run r = exec_pkg(args);
   assert_isolated_ok(&r);
   const char *o = out_of(&r);
   cr_assert(!strstr(o, "REACHED"), "got %s", o);
@@ -487,7 +351,7 @@ BOTH(host_unix_sockets_and_dirs_are_not_visible) {
 BOTH(the_agent_environment_does_not_leak) {
   package("\"env\":{\"MINE\":\"visible\"}", "env | sort\n");
   const char *envs[] = {"CORDON_TEST_SECRET=hunter2", NULL};
-  struct run r = run_agent("exec", NULL, envs);
+  struct sbx_run r = run_agent("exec", NULL, envs);
   assert_isolated_ok(&r);
   cr_assert(!strstr(out_of(&r), "hunter2"), "leaked: %s", out_of(&r));
   cr_assert(strstr(out_of(&r), "MINE=visible"));
@@ -513,7 +377,7 @@ static const char *py_syscalls =
 
 BOTH(ptrace_unshare_clone_newuser_mount_are_denied_with_eperm) {
   package(NULL, py_syscalls);
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   const char *o = out_of(&r);
   cr_assert(strstr(o, "ptrace DENIED 1\n"), "got %s", o);
@@ -542,11 +406,11 @@ BOTH(a_fork_bomb_hits_the_process_limit) {
                                           "print(\"forked\", len(kids))\n"
                                           "for k in kids: os.kill(k, signal.SIGKILL)\n"
                                           "'\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   int forked = -1;
   cr_assert(sscanf(out_of(&r), "forked %d", &forked) == 1, "got %s / %s", out_of(&r),
-            jstr(r.res, "stderr"));
+            sbx_jstr(r.res, "stderr"));
   /* 8 processes in all: python itself plus at most 7 children */
   cr_assert(forked >= 1 && forked <= 7, "forked=%d", forked);
   json_decref(r.res);
@@ -556,15 +420,16 @@ BOTH(memory_past_the_limit_is_stopped) {
   package("\"limits\":{\"memory_mb\":64}",
           "exec python3 -c 'b = bytearray(256 * 1024 * 1024); b[::4096] = b\"x\" * len(b[::4096]); "
           "print(\"ALLOCATED\")'\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert(!strstr(out_of(&r), "ALLOCATED"));
   cr_assert_neq(r.status, 0);
-  const char *mem = jstr(r.res, "sandbox.limits.memory");
+  const char *mem = sbx_jstr(r.res, "sandbox.limits.memory");
   if (strcmp(mem, "cgroup") == 0)
     cr_assert(json_is_true(jget(r.res, "oom_killed")), "cgroup OOM is reported");
   else
-    cr_assert(strstr(jstr(r.res, "stderr"), "MemoryError"), "rlimit: %s", jstr(r.res, "stderr"));
+    cr_assert(strstr(sbx_jstr(r.res, "stderr"), "MemoryError"), "rlimit: %s",
+              sbx_jstr(r.res, "stderr"));
   json_decref(r.res);
 }
 
@@ -573,19 +438,19 @@ BOTH(tmp_is_capped_at_the_disk_limit) {
           "dd if=/dev/zero of=/tmp/fill bs=1M count=16 2>/dev/null; stat -c %s /tmp/fill;"
           " dd if=/dev/zero of=$WORKSPACE/fill bs=1M count=16 2>/dev/null; stat -c %s "
           "$WORKSPACE/fill\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   long a = 0, b = 0;
   cr_assert(sscanf(out_of(&r), "%ld %ld", &a, &b) == 2, "got %s", out_of(&r));
   cr_assert(a <= 4L << 20 && b <= 4L << 20, "a=%ld b=%ld", a, b);
-  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "tmpfs");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.limits.disk"), "tmpfs");
   json_decref(r.res);
 }
 
 BOTH(output_past_the_limit_is_truncated) {
   package("\"limits\":{\"output_kb\":4}",
           "head -c 1000000 /dev/zero | tr '\\0' a; echo done >&2\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   cr_assert_eq(strlen(out_of(&r)), 4096);
   cr_assert(json_is_true(jget(r.res, "stdout_truncated")));
@@ -607,7 +472,7 @@ BOTH(timeout_kills_the_whole_tree_including_setsid_children) {
   snprintf(script, sizeof(script), "setsid sleep %s & (sh -c 'sleep %s' &) ; sleep %s\n", marker,
            marker, marker);
   package("\"timeout_s\":1", script);
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   cr_assert(r.res, "stderr: %s", r.err);
   cr_assert(json_is_true(jget(r.res, "timed_out")));
   cr_assert_eq(r.status, 1);
@@ -622,14 +487,14 @@ BOTH(timeout_kills_the_whole_tree_including_setsid_children) {
 BOTH(net_beyond_the_owner_ceiling_is_refused) {
   agent_config("{\"net\": false}");
   package("\"capabilities\":{\"net\":true}", "touch /cordon/workspace/x\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "capability_denied");
   json_decref(r.res);
 }
 
 BOTH(a_grant_outside_the_grant_roots_is_refused) {
   package("\"capabilities\":{\"fs\":[{\"path\":\"/usr/share\",\"access\":\"ro\"}]}", "true\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "capability_denied");
   json_decref(r.res);
 }
@@ -637,7 +502,7 @@ BOTH(a_grant_outside_the_grant_roots_is_refused) {
 BOTH(a_grant_of_root_is_too_broad) {
   agent_config("{\"grant_roots\": [\"/\"]}");
   package("\"capabilities\":{\"fs\":[{\"path\":\"/\",\"access\":\"ro\"}]}", "true\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "scope_too_broad");
   json_decref(r.res);
 }
@@ -645,10 +510,10 @@ BOTH(a_grant_of_root_is_too_broad) {
 BOTH(missing_bwrap_refuses_an_isolated_package) {
   agent_config("{\"bwrap_path\": \"/nonexistent/bwrap\"}");
   package(NULL, "echo RAN\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "sandbox_unavailable");
-  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained");
-  cr_assert_str_eq(jstr(r.res, "sandbox.downgrade_reason"), "bwrap_unavailable");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.level"), "contained");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.downgrade_reason"), "bwrap_unavailable");
   json_decref(r.res);
 }
 
@@ -656,11 +521,11 @@ BOTH(missing_bwrap_downgrades_to_contained_when_both_sides_allow) {
   agent_config("{\"bwrap_path\": \"/nonexistent/bwrap\", \"lowest_level\": \"contained\"}");
   package("\"min_sandbox\":\"contained\"",
           "echo \"uid=$(id -u)\"; echo x > \"$WORKSPACE/f\" && echo WS-OK\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   cr_assert(r.res, "stderr %s", r.err);
-  cr_assert(json_is_null(jget(r.res, "error")), "%s", jstr(r.res, "error.message"));
-  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained");
-  cr_assert_str_eq(jstr(r.res, "sandbox.downgrade_reason"), "bwrap_unavailable");
+  cr_assert(json_is_null(jget(r.res, "error")), "%s", sbx_jstr(r.res, "error.message"));
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.level"), "contained");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.downgrade_reason"), "bwrap_unavailable");
   struct passwd *pw = getpwnam(E.as_user ? TEST_USER : JOB_USER);
   char want[64];
   snprintf(want, sizeof(want), "uid=%u\nWS-OK\n", pw->pw_uid);
@@ -676,9 +541,9 @@ BOTH(contained_mode_still_blocks_tcp_when_net_is_false) {
   snprintf(ps, sizeof(ps), "%d", port);
   package("\"min_sandbox\":\"contained\"", py_connect);
   const char *args[] = {ps, NULL};
-  struct run r = exec_pkg(args);
+  struct sbx_run r = exec_pkg(args);
   cr_assert(r.res);
-  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.level"), "contained");
   cr_assert(strncmp(out_of(&r), "BLOCKED", 7) == 0, "got %s", out_of(&r));
   close(s);
   json_decref(r.res);
@@ -694,7 +559,7 @@ BOTH(contained_timeout_kills_setsid_children) {
   char extra[64];
   snprintf(extra, sizeof(extra), "\"min_sandbox\":\"contained\",\"timeout_s\":1");
   package(extra, script);
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   cr_assert(r.res, "stderr %s", r.err);
   cr_assert(json_is_true(jget(r.res, "timed_out")));
   cr_assert_geq(json_integer_value(jget(r.res, "orphans_killed")), 2);
@@ -706,14 +571,14 @@ BOTH(contained_timeout_kills_setsid_children) {
 Test(sandbox_root, a_missing_job_user_is_refused, .init = setup_root, .fini = teardown_env) {
   agent_config("{\"job_user\": \"cordon-no-such-user\"}");
   package(NULL, "echo RAN\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "job_user_missing");
   json_decref(r.res);
 }
 
 BOTH(an_invalid_manifest_exits_2_naming_the_field) {
   package("\"limits\":{\"memory_mb\":1}", "true\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   cr_assert_eq(r.status, 2);
   cr_assert(strstr(r.err, "limits.memory_mb"), "stderr: %s", r.err);
   cr_assert(!r.res, "no JSON for a malformed local input");
@@ -721,10 +586,10 @@ BOTH(an_invalid_manifest_exits_2_naming_the_field) {
 
 BOTH(explain_prints_the_bwrap_argv_and_seccomp_rules) {
   package(NULL, "true\n");
-  struct run r = run_agent("explain", NULL, NULL);
+  struct sbx_run r = run_agent("explain", NULL, NULL);
   cr_assert_eq(r.status, 0, "stderr %s", r.err);
   cr_assert(r.res);
-  cr_assert_str_eq(jstr(r.res, "level"), "isolated");
+  cr_assert_str_eq(sbx_jstr(r.res, "level"), "isolated");
   json_t *argv = jget(r.res, "argv");
   cr_assert(json_array_size(argv) > 10);
   cr_assert(strstr(json_string_value(json_array_get(argv, 0)), "bwrap"));

@@ -8,11 +8,9 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <grp.h>
 #include <jansson.h>
 #include <pwd.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,62 +18,30 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define AGENT CORDON_BINARY_DIR "/cordon-agent"
-#define TEST_USER "cordon-test"
-#define JOB_USER "cordon-job"
+#include "sbx_harness.h"
 
 struct env {
-  bool as_user;     /* the agent runs as TEST_USER */
-  char root[256];   /* temp dir for this test */
-  char config[300]; /* agent --config */
-  char pkg[300];    /* package source dir */
-  uid_t job_uid;    /* who the job must run as */
+  bool as_user;      /* the agent runs as TEST_USER */
+  struct sbx_dirs d; /* temp dir, agent --config, package source dir */
+  uid_t job_uid;     /* who the job must run as */
   uid_t owner_uid;
   gid_t owner_gid;
 };
 
 static struct env E;
 
-static void xsystem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void xsystem(const char *fmt, ...) {
-  char cmd[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof(cmd), fmt, ap);
-  va_end(ap);
-  int st = system(cmd);
-  cr_assert(st == 0, "command failed (%d): %s", st, cmd);
-}
-
-static void write_file(const char *path, const char *content, mode_t mode) {
-  FILE *f = fopen(path, "w");
-  cr_assert(f, "open %s: %s", path, strerror(errno));
-  fputs(content, f);
-  fclose(f);
-  chmod(path, mode);
-}
-
 static void setup_env(bool as_user) {
   memset(&E, 0, sizeof(E));
   E.as_user = as_user;
-  struct passwd *pw = getpwnam(as_user ? TEST_USER : JOB_USER);
-  cr_assert(pw, "account %s missing: run scripts/test-setup.sh", as_user ? TEST_USER : JOB_USER);
+  struct passwd *pw = sbx_account(as_user ? TEST_USER : JOB_USER);
   E.job_uid = pw->pw_uid;
   E.owner_uid = as_user ? pw->pw_uid : 0;
   E.owner_gid = as_user ? pw->pw_gid : 0;
-  snprintf(E.root, sizeof(E.root), "/tmp/cordon-mac-XXXXXX");
-  cr_assert(mkdtemp(E.root));
-  chmod(E.root, 0755);
-  snprintf(E.config, sizeof(E.config), "%s/agent", E.root);
-  snprintf(E.pkg, sizeof(E.pkg), "%s/pkg", E.root);
-  mkdir(E.config, 0700);
-  mkdir(E.pkg, 0755);
-  if (chown(E.config, E.owner_uid, E.owner_gid) < 0)
-    cr_assert_fail("chown: %s", strerror(errno));
+  sbx_dirs_make(&E.d, "/tmp/cordon-mac-XXXXXX", E.owner_uid, E.owner_gid);
 }
 
 static void teardown_env(void) {
-  xsystem("rm -rf %s", E.root);
+  xsystem("rm -rf %s", E.d.root);
 }
 
 static void setup_root(void) {
@@ -88,128 +54,43 @@ static void setup_user(void) {
 /* The package: extra manifest keys (a JSON fragment) and run.sh. Unless
  * the fragment says otherwise the package accepts level none. */
 static void package(const char *extra, const char *script) {
-  char path[512], m[8192];
+  char m[8192];
   bool has_min = extra && strstr(extra, "min_sandbox");
   bool has_timeout = extra && strstr(extra, "timeout_s");
   snprintf(m, sizeof(m),
            "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]%s%s%s%s}",
            has_min ? "" : ",\"min_sandbox\":\"none\"", has_timeout ? "" : ",\"timeout_s\":20",
            extra && *extra ? "," : "", extra ? extra : "");
-  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
-  write_file(path, m, 0644);
-  snprintf(path, sizeof(path), "%s/run.sh", E.pkg);
-  write_file(path, script, 0755);
+  sbx_package_files(&E.d, m, script);
 }
 
 static void agent_config(const char *json) {
-  char path[512];
-  snprintf(path, sizeof(path), "%s/config.json", E.config);
-  write_file(path, json, 0644);
+  sbx_agent_config(&E.d, json);
 }
-
-struct run {
-  int status; /* exit status of cordon-agent */
-  json_t *res;
-  char err[4096];
-};
 
 /* Run `cordon-agent --config C CMD [PKG] [-- args]` as root or TEST_USER. */
-static struct run run_agent(const char *cmd, bool with_pkg, const char *const *args) {
-  int out[2], errp[2];
-  cr_assert(pipe(out) == 0 && pipe(errp) == 0);
-  pid_t pid = fork();
-  cr_assert(pid >= 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(errp[1], 2);
-    close(out[0]);
-    close(errp[0]);
-    struct passwd *pw = getpwnam(E.as_user ? TEST_USER : "root");
-    char home[300];
-    snprintf(home, sizeof(home), "HOME=%s", pw ? pw->pw_dir : "/");
-    char *envp[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", home, NULL};
-    if (E.as_user && (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0))
-      _exit(99);
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = AGENT;
-    argv[n++] = "--config";
-    argv[n++] = E.config;
-    argv[n++] = cmd;
-    if (with_pkg)
-      argv[n++] = E.pkg;
-    if (strcmp(cmd, "status") == 0 || strcmp(cmd, "explain") == 0)
-      argv[n++] = "--json";
-    if (args) {
-      argv[n++] = "--";
-      for (size_t i = 0; args[i] && n < 62; i++)
-        argv[n++] = args[i];
-    }
-    argv[n] = NULL;
-    execve(AGENT, (char **)argv, envp);
-    _exit(98);
-  }
-  close(out[1]);
-  close(errp[1]);
-  static char buf[1 << 21];
-  size_t have = 0;
-  ssize_t k;
-  while ((k = read(out[0], buf + have, sizeof(buf) - 1 - have)) > 0)
-    have += (size_t)k;
-  buf[have] = '\0';
-  struct run r = {0};
-  size_t eh = 0;
-  while ((k = read(errp[0], r.err + eh, sizeof(r.err) - 1 - eh)) > 0)
-    eh += (size_t)k;
-  r.err[eh] = '\0';
-  close(out[0]);
-  close(errp[0]);
-  int st;
-  waitpid(pid, &st, 0);
-  cr_assert(WIFEXITED(st), "agent died: status %d", st);
-  r.status = WEXITSTATUS(st);
-  json_error_t je;
-  r.res = have ? json_loads(buf, 0, &je) : NULL;
-  return r;
+static struct sbx_run run_agent(const char *cmd, bool with_pkg, const char *const *args) {
+  struct passwd *pw = getpwnam(E.as_user ? TEST_USER : "root");
+  struct sbx_exec x =
+      sbx_exec_of(&E.d, cmd, args, E.as_user ? TEST_USER : NULL, pw ? pw->pw_dir : "/");
+  x.with_pkg = with_pkg;
+  x.json = strcmp(cmd, "status") == 0 || strcmp(cmd, "explain") == 0;
+  return sbx_run_agent(&x);
 }
 
-static struct run exec_pkg(const char *const *args) {
+static struct sbx_run exec_pkg(const char *const *args) {
   return run_agent("exec", true, args);
 }
 
-static json_t *jget(json_t *o, const char *path) {
-  char key[128];
-  snprintf(key, sizeof(key), "%s", path);
-  json_t *cur = o;
-  for (char *save, *t = strtok_r(key, ".", &save); t && cur; t = strtok_r(NULL, ".", &save))
-    cur = json_object_get(cur, t);
-  return cur;
-}
-
-static const char *jstr(json_t *o, const char *path) {
-  return json_string_value(jget(o, path));
-}
-
-static const char *out_of(struct run *r) {
-  const char *s = jstr(r->res, "stdout");
-  return s ? s : "";
-}
-
 /* Ran at level none, declared as such, and no error. */
-static void assert_none_ok(struct run *r) {
-  cr_assert(r->res, "no result JSON; stderr: %s", r->err);
-  cr_assert_str_eq(jstr(r->res, "sandbox.level"), "none", "stderr: %s", r->err);
-  cr_assert_str_eq(jstr(r->res, "sandbox.mechanism"), "pgroup+rlimit");
-  cr_assert_str_eq(jstr(r->res, "sandbox.downgrade_reason"), "platform_has_no_isolation");
-  cr_assert(json_is_null(jget(r->res, "error")), "error: %s / %s", jstr(r->res, "error.code"),
-            jstr(r->res, "error.message"));
+static void assert_none_ok(struct sbx_run *r) {
+  sbx_assert_ran(r, "none");
+  cr_assert_str_eq(sbx_jstr(r->res, "sandbox.mechanism"), "pgroup+rlimit");
+  cr_assert_str_eq(sbx_jstr(r->res, "sandbox.downgrade_reason"), "platform_has_no_isolation");
 }
 
-static void assert_refused(struct run *r, const char *code) {
-  cr_assert(r->res, "no result JSON; stderr: %s", r->err);
-  cr_assert_eq(r->status, 1);
-  cr_assert_str_eq(jstr(r->res, "error.code"), code, "message: %s", jstr(r->res, "error.message"));
-  cr_assert(json_is_null(jget(r->res, "exit_code")), "a refused job must not have run");
+static void assert_refused(struct sbx_run *r, const char *code) {
+  sbx_assert_refused(r, code);
   cr_assert(json_is_null(jget(r->res, "signal")));
   cr_assert(strstr(r->err, code), "stderr names the code: %s", r->err);
 }
@@ -249,15 +130,7 @@ static int assert_pids_dead(const char *out) {
 #define DETACH                                                                                     \
   "detach() { perl -MPOSIX -e 'POSIX::setsid() or die \"setsid: $!\"; exec @ARGV' \"$@\"; }\n"
 
-#define BOTH(name)                                                                                 \
-  static void body_##name(void);                                                                   \
-  Test(sandbox_macos_root, name, .init = setup_root, .fini = teardown_env) {                       \
-    body_##name();                                                                                 \
-  }                                                                                                \
-  Test(sandbox_macos_user, name, .init = setup_user, .fini = teardown_env) {                       \
-    body_##name();                                                                                 \
-  }                                                                                                \
-  static void body_##name(void)
+#define BOTH(name) SBX_BOTH(sandbox_macos_root, sandbox_macos_user, name)
 
 /* ---- level and identity ---- */
 
@@ -266,10 +139,10 @@ BOTH(runs_at_level_none_as_the_job_user_and_says_so) {
                 "echo data > \"$WORKSPACE/f\" && cat \"$WORKSPACE/f\"\n"
                 "touch \"$PACKAGE/x\" 2>/dev/null && echo PKG-WRITABLE\nexit 0\n");
   const char *args[] = {"a", "b c", NULL};
-  struct run r = exec_pkg(args);
+  struct sbx_run r = exec_pkg(args);
   assert_none_ok(&r);
   cr_assert_eq(r.status, 0, "stderr: %s", r.err);
-  cr_assert_str_eq(jstr(r.res, "sandbox.requested"), "none");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.requested"), "none");
   char want[1024];
   const char *pkg = strstr(out_of(&r), "pkg=");
   cr_assert(pkg);
@@ -286,17 +159,17 @@ BOTH(runs_at_level_none_as_the_job_user_and_says_so) {
   cr_assert(json_is_false(jget(r.res, "timed_out")));
   cr_assert(json_is_null(jget(r.res, "oom_killed")), "level none cannot tell");
   cr_assert_eq(json_integer_value(jget(r.res, "orphans_killed")), 0);
-  cr_assert_str_eq(jstr(r.res, "sandbox.limits.time"), "pgroup");
-  cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), "rlimit");
-  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "none");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.limits.time"), "pgroup");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.limits.cpu"), "rlimit");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.limits.disk"), "none");
   /* processes: RLIMIT_NPROC only for a dedicated job user */
-  cr_assert_str_eq(jstr(r.res, "sandbox.limits.processes"), E.as_user ? "none" : "rlimit");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.limits.processes"), E.as_user ? "none" : "rlimit");
   json_decref(r.res);
 }
 
 BOTH(the_job_runs_in_its_own_session_and_group) {
   package(NULL, "exec python3 -c 'import os; print(os.getpid(), os.getpgid(0), os.getsid(0))'\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   int pid, pgid, sid;
   cr_assert_eq(sscanf(out_of(&r), "%d %d %d", &pid, &pgid, &sid), 3, "got: %s", out_of(&r));
@@ -308,7 +181,7 @@ BOTH(the_job_runs_in_its_own_session_and_group) {
 
 BOTH(stdin_is_empty_and_no_agent_fd_is_inherited) {
   package(NULL, "cat; ls /dev/fd/ | sort -n | tr '\\n' ' '\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   /* 0 1 2, and the fd ls itself opens for the listing */
   cr_assert(strncmp(out_of(&r), "0 1 2 3 ", 8) == 0 && strlen(out_of(&r)) == 8, "fds: %s",
@@ -320,18 +193,18 @@ BOTH(stdin_is_empty_and_no_agent_fd_is_inherited) {
 
 BOTH(reports_exit_code_and_stderr) {
   package(NULL, "echo oops >&2; exit 7\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert_eq(r.status, 1);
   cr_assert_eq(json_integer_value(jget(r.res, "exit_code")), 7);
   cr_assert(json_is_null(jget(r.res, "signal")));
-  cr_assert_str_eq(jstr(r.res, "stderr"), "oops\n");
+  cr_assert_str_eq(sbx_jstr(r.res, "stderr"), "oops\n");
   json_decref(r.res);
 }
 
 BOTH(reports_the_killing_signal_with_a_null_exit_code) {
   package(NULL, "kill -KILL $$\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert_eq(r.status, 1);
   cr_assert(json_is_null(jget(r.res, "exit_code")));
@@ -344,11 +217,11 @@ BOTH(a_missing_entry_is_spawn_failed) {
   snprintf(m, sizeof(m),
            "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/nonexistent/bin\"],"
            "\"min_sandbox\":\"none\"}");
-  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
+  snprintf(path, sizeof(path), "%s/manifest.json", E.d.pkg);
   write_file(path, m, 0644);
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   cr_assert(r.res);
-  cr_assert_str_eq(jstr(r.res, "error.code"), "spawn_failed");
+  cr_assert_str_eq(sbx_jstr(r.res, "error.code"), "spawn_failed");
   cr_assert_eq(r.status, 1);
   json_decref(r.res);
 }
@@ -361,7 +234,7 @@ BOTH(timeout_kills_the_group_and_a_setsid_escapee) {
           "exec sleep 300' &\n"
           "sleep 300 &\necho BG-PID=$!\n"
           "echo LEADER-PID=$$\nsleep 300\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   /* the escapee really left: its own group, not the leader's */
   const char *esc = strstr(out_of(&r), "ESC-PID="), *grp = strstr(out_of(&r), "ESC-PGRP=");
@@ -387,7 +260,7 @@ BOTH(timeout_kills_an_escapee_whose_parent_exited_before_the_timeout) {
    * in: the supervisor's snapshots saw it attached */
   package("\"timeout_s\":2", DETACH "(detach sh -c 'echo ESC-PID=$$; exec sleep 300' & sleep 0.5)\n"
                                     "sleep 300\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert(json_is_true(jget(r.res, "timed_out")));
   cr_assert_geq(json_integer_value(jget(r.res, "orphans_killed")), 1);
@@ -405,7 +278,7 @@ Test(sandbox_macos_root, timeout_kills_an_escapee_orphaned_at_once, .init = setu
   package("\"timeout_s\":2", DETACH "(detach sh -c 'echo ESC-PID=$$; exec sleep 300' &)\n"
                                     "sleep 300\n");
   for (int i = 0; i < 3; i++) {
-    struct run r = exec_pkg(NULL);
+    struct sbx_run r = exec_pkg(NULL);
     assert_none_ok(&r);
     cr_assert(json_is_true(jget(r.res, "timed_out")));
     cr_assert_geq(json_integer_value(jget(r.res, "orphans_killed")), 1);
@@ -419,7 +292,7 @@ BOTH(a_job_ignoring_sigterm_is_killed_after_the_grace_period) {
           "trap '' TERM\necho LEADER-PID=$$\n"
           "sh -c 'trap \"\" TERM; echo CHILD-PID=$$; while :; do sleep 1; done' &\n"
           "while :; do sleep 1; done\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert(json_is_true(jget(r.res, "timed_out")));
   cr_assert_eq(json_integer_value(jget(r.res, "signal")), SIGKILL);
@@ -432,7 +305,7 @@ BOTH(a_job_ignoring_sigterm_is_killed_after_the_grace_period) {
 BOTH(leftovers_of_a_finished_job_are_killed_and_counted) {
   package(NULL, DETACH "detach sh -c 'echo ESC-PID=$$; exec sleep 300' &\n"
                        "sleep 300 &\necho BG-PID=$!\nsleep 0.3\nexit 0\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert_eq(r.status, 0);
   cr_assert(json_is_false(jget(r.res, "timed_out")));
@@ -449,22 +322,22 @@ BOTH(leftovers_of_a_finished_job_are_killed_and_counted) {
 BOTH(output_is_capped_and_marked_truncated) {
   package("\"limits\":{\"output_kb\":1}",
           "head -c 5000 /dev/zero | tr '\\0' a\nhead -c 10 /dev/zero | tr '\\0' b >&2\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert_eq(strlen(out_of(&r)), 1024);
   cr_assert(json_is_true(jget(r.res, "stdout_truncated")));
-  cr_assert_str_eq(jstr(r.res, "stderr"), "bbbbbbbbbb");
+  cr_assert_str_eq(sbx_jstr(r.res, "stderr"), "bbbbbbbbbb");
   cr_assert(json_is_false(jget(r.res, "stderr_truncated")));
   json_decref(r.res);
 }
 
 BOTH(cpu_rlimit_stops_a_busy_loop_before_the_timeout) {
   package("\"timeout_s\":30,\"limits\":{\"cpu_s\":1}", "while :; do :; done\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   cr_assert(json_is_false(jget(r.res, "timed_out")));
   cr_assert_eq(json_integer_value(jget(r.res, "signal")), SIGXCPU);
-  cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), "rlimit");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.limits.cpu"), "rlimit");
   cr_assert_lt(json_integer_value(jget(r.res, "wall_ms")), 10000);
   json_decref(r.res);
 }
@@ -474,7 +347,7 @@ BOTH(file_size_and_open_files_rlimits_apply) {
           "ulimit -n\n"
           "(head -c 3000000 /dev/zero > \"$WORKSPACE/big\") 2>/dev/null; echo rc=$?\n"
           "wc -c < \"$WORKSPACE/big\"\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
   /* 256 fds; head killed by SIGXFSZ (128+25) at 1 MiB */
   char want[64];
@@ -485,9 +358,9 @@ BOTH(file_size_and_open_files_rlimits_apply) {
 
 BOTH(memory_is_reported_as_enforced_only_when_it_is) {
   package("\"limits\":{\"memory_mb\":64}", "ulimit -v\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_none_ok(&r);
-  const char *mem = jstr(r.res, "sandbox.limits.memory");
+  const char *mem = sbx_jstr(r.res, "sandbox.limits.memory");
   cr_assert(mem);
   if (strcmp(mem, "rlimit") == 0) /* a kernel that enforces RLIMIT_AS (Linux) */
     cr_assert_str_eq(out_of(&r), "65536\n");
@@ -500,39 +373,36 @@ BOTH(memory_is_reported_as_enforced_only_when_it_is) {
 
 static void assert_marker_absent(void) {
   char p[512];
-  snprintf(p, sizeof(p), "%s/ran", E.root);
+  snprintf(p, sizeof(p), "%s/ran", E.d.root);
   cr_assert(access(p, F_OK) != 0, "a refused job must not run");
 }
 
 BOTH(min_sandbox_isolated_is_refused_with_sandbox_unavailable) {
   char script[512];
-  snprintf(script, sizeof(script), "touch %s/ran\n", E.root);
-  chmod(E.root, 0777);
+  snprintf(script, sizeof(script), "touch %s/ran\n", E.d.root);
+  chmod(E.d.root, 0777);
   package("\"min_sandbox\":\"isolated\"", script);
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "sandbox_unavailable");
-  cr_assert_str_eq(jstr(r.res, "sandbox.requested"), "isolated");
-  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "none");
-  cr_assert_str_eq(jstr(r.res, "sandbox.downgrade_reason"), "platform_has_no_isolation");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.requested"), "isolated");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.level"), "none");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.downgrade_reason"), "platform_has_no_isolation");
   assert_marker_absent();
   json_decref(r.res);
 }
 
 BOTH(the_default_min_sandbox_is_refused_too) {
-  char m[512], path[512];
+  char m[512];
   snprintf(m, sizeof(m), "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}");
-  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
-  write_file(path, m, 0644);
-  snprintf(path, sizeof(path), "%s/run.sh", E.pkg);
-  write_file(path, "exit 0\n", 0755);
-  struct run r = exec_pkg(NULL);
+  sbx_package_files(&E.d, m, "exit 0\n");
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "sandbox_unavailable");
   json_decref(r.res);
 }
 
 BOTH(min_sandbox_contained_is_refused) {
   package("\"min_sandbox\":\"contained\"", "exit 0\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "sandbox_unavailable");
   json_decref(r.res);
 }
@@ -540,23 +410,23 @@ BOTH(min_sandbox_contained_is_refused) {
 BOTH(an_owner_demanding_more_than_none_refuses_every_job) {
   agent_config("{\"lowest_level\":\"contained\"}");
   package(NULL, "exit 0\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "sandbox_unavailable");
-  cr_assert(strstr(jstr(r.res, "error.message"), "device owner"));
+  cr_assert(strstr(sbx_jstr(r.res, "error.message"), "device owner"));
   json_decref(r.res);
 }
 
 BOTH(net_is_refused_when_the_owner_forbids_it) {
   agent_config("{\"net\":false}");
   package("\"capabilities\":{\"net\":true}", "exit 0\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "capability_denied");
   json_decref(r.res);
 }
 
 BOTH(a_writable_home_grant_is_too_broad) {
   package("\"capabilities\":{\"fs\":[{\"path\":\"~\",\"access\":\"rw\"}]}", "exit 0\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "scope_too_broad");
   json_decref(r.res);
 }
@@ -569,7 +439,7 @@ BOTH(a_writable_grant_containing_login_scripts_is_too_broad) {
   bool made = mkdir(dir, 0755) == 0;
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/.local\",\"access\":\"rw\"}]}", "exit 0\n");
   /* a hidden place of the home needs the ceiling to name it first */
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "capability_denied");
   json_decref(r.res);
   agent_config("{\"grant_roots\":[\"~\",\"~/.local\"]}");
@@ -578,9 +448,9 @@ BOTH(a_writable_grant_containing_login_scripts_is_too_broad) {
     rmdir(dir);
   assert_refused(&r, "scope_too_broad");
   /* the autorun place, or first an absent secret it would hold */
-  cr_assert(strstr(jstr(r.res, "error.message"), ".local/bin") ||
-                strstr(jstr(r.res, "error.message"), "forbidden path"),
-            "%s", jstr(r.res, "error.message"));
+  cr_assert(strstr(sbx_jstr(r.res, "error.message"), ".local/bin") ||
+                strstr(sbx_jstr(r.res, "error.message"), "forbidden path"),
+            "%s", sbx_jstr(r.res, "error.message"));
   json_decref(r.res);
 }
 
@@ -592,12 +462,13 @@ BOTH(a_read_grant_inside_home_is_accepted_and_listed_in_explain) {
   bool made = mkdir(dir, 0755) == 0;
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/cordon-test-data\",\"access\":\"ro\"}]}",
           "exit 0\n");
-  struct run r = run_agent("explain", true, NULL);
-  struct run x = exec_pkg(NULL);
+  struct sbx_run r = run_agent("explain", true, NULL);
+  struct sbx_run x = exec_pkg(NULL);
   if (made)
     rmdir(dir);
   cr_assert_eq(r.status, 0, "stderr: %s", r.err);
-  cr_assert_str_eq(jstr(json_array_get(jget(r.res, "grants"), 0), "path"), "~/cordon-test-data");
+  cr_assert_str_eq(sbx_jstr(json_array_get(jget(r.res, "grants"), 0), "path"),
+                   "~/cordon-test-data");
   assert_none_ok(&x);
   json_decref(r.res);
   json_decref(x.res);
@@ -605,7 +476,7 @@ BOTH(a_read_grant_inside_home_is_accepted_and_listed_in_explain) {
 
 BOTH(a_grant_outside_the_grant_roots_is_denied) {
   package("\"capabilities\":{\"fs\":[{\"path\":\"/usr/share\",\"access\":\"ro\"}]}", "exit 0\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "capability_denied");
   json_decref(r.res);
 }
@@ -617,7 +488,7 @@ BOTH(a_grant_of_ssh_keys_is_denied) {
   snprintf(ssh, sizeof(ssh), "%s/.ssh", pw->pw_dir);
   bool made = mkdir(ssh, 0700) == 0;
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/.ssh\",\"access\":\"ro\"}]}", "exit 0\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   if (made)
     rmdir(ssh);
   assert_refused(&r, "capability_denied");
@@ -627,7 +498,7 @@ BOTH(a_grant_of_ssh_keys_is_denied) {
 Test(sandbox_macos_root, a_missing_job_user_is_refused, .init = setup_root, .fini = teardown_env) {
   agent_config("{\"job_user\":\"no-such-cordon-user\"}");
   package(NULL, "exit 0\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "job_user_missing");
   json_decref(r.res);
 }
@@ -635,7 +506,7 @@ Test(sandbox_macos_root, a_missing_job_user_is_refused, .init = setup_root, .fin
 Test(sandbox_macos_root, root_as_job_user_is_refused, .init = setup_root, .fini = teardown_env) {
   agent_config("{\"job_user\":\"root\"}");
   package(NULL, "exit 0\n");
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "job_user_missing");
   json_decref(r.res);
 }
@@ -643,13 +514,13 @@ Test(sandbox_macos_root, root_as_job_user_is_refused, .init = setup_root, .fini 
 /* ---- status and explain ---- */
 
 BOTH(status_reports_none_with_the_reason_and_a_working_process_table) {
-  struct run r = run_agent("status", false, NULL);
+  struct sbx_run r = run_agent("status", false, NULL);
   cr_assert_eq(r.status, 0, "stderr: %s", r.err);
   cr_assert(r.res);
-  cr_assert_str_eq(jstr(r.res, "best_level"), "none");
-  cr_assert_str_eq(jstr(r.res, "downgrade_reason"), "platform_has_no_isolation");
-  cr_assert_str_eq(jstr(r.res, "platform"), "macos");
-  cr_assert_str_eq(jstr(r.res, "lowest_level"), "none", "the owner's default on macOS");
+  cr_assert_str_eq(sbx_jstr(r.res, "best_level"), "none");
+  cr_assert_str_eq(sbx_jstr(r.res, "downgrade_reason"), "platform_has_no_isolation");
+  cr_assert_str_eq(sbx_jstr(r.res, "platform"), "macos");
+  cr_assert_str_eq(sbx_jstr(r.res, "lowest_level"), "none", "the owner's default on macOS");
   cr_assert(json_is_false(jget(r.res, "probes.isolation.available")));
   cr_assert(json_is_true(jget(r.res, "probes.supervision.trial")));
   json_decref(r.res);
@@ -657,13 +528,13 @@ BOTH(status_reports_none_with_the_reason_and_a_working_process_table) {
 
 BOTH(explain_shows_level_none_and_what_is_not_enforced) {
   package("\"limits\":{\"cpu_s\":5}", "exit 0\n");
-  struct run r = run_agent("explain", true, NULL);
+  struct sbx_run r = run_agent("explain", true, NULL);
   cr_assert_eq(r.status, 0, "stderr: %s", r.err);
   cr_assert(r.res);
-  cr_assert_str_eq(jstr(r.res, "level"), "none");
-  cr_assert_str_eq(jstr(r.res, "downgrade_reason"), "platform_has_no_isolation");
-  cr_assert_str_eq(jstr(r.res, "mechanism"), "pgroup+rlimit");
-  cr_assert_str_eq(jstr(json_array_get(jget(r.res, "argv"), 0), ""), "/bin/sh");
+  cr_assert_str_eq(sbx_jstr(r.res, "level"), "none");
+  cr_assert_str_eq(sbx_jstr(r.res, "downgrade_reason"), "platform_has_no_isolation");
+  cr_assert_str_eq(sbx_jstr(r.res, "mechanism"), "pgroup+rlimit");
+  cr_assert_str_eq(sbx_jstr(json_array_get(jget(r.res, "argv"), 0), ""), "/bin/sh");
   cr_assert_eq(json_integer_value(jget(r.res, "limits.cpu.value")), 5);
   cr_assert_geq(json_array_size(jget(r.res, "not_enforced")), 3);
   json_decref(r.res);

@@ -15,18 +15,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <grp.h>
 #include <jansson.h>
 #include <linux/filter.h>
 #include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <pthread.h>
-#include <pwd.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +38,7 @@
 #include <unistd.h>
 
 #include "platform/linux/seccomp.h"
-
-#define AGENT CORDON_BINARY_DIR "/cordon-agent"
-#define TEST_USER "cordon-test"
-#define JOB_USER "cordon-job"
+#include "sbx_harness.h"
 
 /* ---- the filter, one system call at a time ---- */
 
@@ -448,52 +442,22 @@ Test(seccomp_filter, explain_describes_the_allowlist_and_its_default) {
 
 struct env {
   bool as_user;
-  char root[64];    /* temp dir for this test */
-  char config[96];  /* agent --config */
-  char pkg[96];     /* package source dir */
-  char home[128];   /* home of whoever runs the job */
-  char grant[192];  /* a directory of this test in that home */
-  char tilde[64];   /* the same, as ~/... for a manifest */
-  const char *user; /* who runs the job */
+  struct sbx_dirs d; /* temp dir, agent --config, package source dir */
+  char home[128];    /* home of whoever runs the job */
+  char grant[192];   /* a directory of this test in that home */
+  char tilde[64];    /* the same, as ~/... for a manifest */
+  const char *user;  /* who runs the job */
 };
 
 static struct env E;
-
-static void xsystem(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void xsystem(const char *fmt, ...) {
-  char cmd[4096];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(cmd, sizeof(cmd), fmt, ap);
-  va_end(ap);
-  int st = system(cmd);
-  cr_assert(st == 0, "command failed (%d): %s", st, cmd);
-}
-
-static void write_file(const char *path, const char *content, mode_t mode) {
-  FILE *f = fopen(path, "w");
-  cr_assert(f, "open %s: %s", path, strerror(errno));
-  fputs(content, f);
-  fclose(f);
-  chmod(path, mode);
-}
 
 static void setup_env(bool as_user) {
   memset(&E, 0, sizeof(E));
   E.as_user = as_user;
   E.user = as_user ? TEST_USER : JOB_USER;
-  struct passwd *pw = getpwnam(E.user);
-  cr_assert(pw, "account %s missing: run scripts/test-setup.sh", E.user);
+  struct passwd *pw = sbx_account(E.user);
   snprintf(E.home, sizeof(E.home), "%s", pw->pw_dir);
-  snprintf(E.root, sizeof(E.root), "/tmp/cordon-sc-XXXXXX");
-  cr_assert(mkdtemp(E.root));
-  chmod(E.root, 0755);
-  snprintf(E.config, sizeof(E.config), "%s/agent", E.root);
-  snprintf(E.pkg, sizeof(E.pkg), "%s/pkg", E.root);
-  mkdir(E.config, 0700);
-  mkdir(E.pkg, 0755);
-  if (as_user && chown(E.config, pw->pw_uid, pw->pw_gid) < 0)
-    cr_assert_fail("chown: %s", strerror(errno));
+  sbx_dirs_make(&E.d, "/tmp/cordon-sc-XXXXXX", as_user ? pw->pw_uid : 0, as_user ? pw->pw_gid : 0);
   /* a name no other test uses: other sandbox tests may share these homes */
   snprintf(E.tilde, sizeof(E.tilde), "~/cordon-sc-%d", (int)getpid());
   snprintf(E.grant, sizeof(E.grant), "%s/cordon-sc-%d", E.home, (int)getpid());
@@ -501,7 +465,7 @@ static void setup_env(bool as_user) {
 }
 
 static void teardown_env(void) {
-  xsystem("rm -rf %s %s", E.root, E.grant);
+  xsystem("rm -rf %s %s", E.d.root, E.grant);
 }
 
 static void setup_root(void) {
@@ -512,9 +476,7 @@ static void setup_user(void) {
 }
 
 static void agent_config(const char *json) {
-  char path[160];
-  snprintf(path, sizeof(path), "%s/config.json", E.config);
-  write_file(path, json, 0644);
+  sbx_agent_config(&E.d, json);
 }
 
 /* contained: no bwrap, so the filter is all there is between the job and
@@ -531,72 +493,18 @@ static void package(const char *extra, const char *script, const char *python) {
            "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
            "\"timeout_s\":30,\"limits\":{\"processes\":64,\"memory_mb\":512}%s%s}",
            extra ? "," : "", extra ? extra : "");
-  snprintf(path, sizeof(path), "%s/manifest.json", E.pkg);
-  write_file(path, m, 0644);
-  snprintf(path, sizeof(path), "%s/run.sh", E.pkg);
-  write_file(path, script, 0755);
+  sbx_package_files(&E.d, m, script);
   if (python) {
-    snprintf(path, sizeof(path), "%s/t.py", E.pkg);
+    snprintf(path, sizeof(path), "%s/t.py", E.d.pkg);
     write_file(path, python, 0644);
   }
 }
 
-struct run {
-  int status; /* cordon-agent's exit status */
-  json_t *res;
-  char err[4096];
-};
-
-static struct run exec_pkg(const char *const *args) {
-  int out[2], errp[2];
-  cr_assert(pipe(out) == 0 && pipe(errp) == 0);
-  pid_t pid = fork();
-  cr_assert(pid >= 0);
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(errp[1], 2);
-    close(out[0]);
-    close(errp[0]);
-    clearenv();
-    setenv("PATH", "/usr/sbin:/usr/bin:/sbin:/bin", 1);
-    setenv("HOME", E.as_user ? E.home : "/root", 1);
-    if (E.as_user) {
-      struct passwd *pw = getpwnam(TEST_USER);
-      if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
-        _exit(99);
-    }
-    const char *argv[32] = {AGENT, "--config", E.config, "exec", E.pkg};
-    int n = 5;
-    if (args) {
-      argv[n++] = "--";
-      for (size_t i = 0; args[i] && n < 30; i++)
-        argv[n++] = args[i];
-    }
-    argv[n] = NULL;
-    execv(AGENT, (char **)argv);
-    _exit(98);
-  }
-  close(out[1]);
-  close(errp[1]);
-  static char buf[1 << 20];
-  size_t have = 0;
-  ssize_t k;
-  while ((k = read(out[0], buf + have, sizeof(buf) - 1 - have)) > 0)
-    have += (size_t)k;
-  buf[have] = '\0';
-  struct run r = {0};
-  size_t eh = 0;
-  while ((k = read(errp[0], r.err + eh, sizeof(r.err) - 1 - eh)) > 0)
-    eh += (size_t)k;
-  r.err[eh] = '\0';
-  close(out[0]);
-  close(errp[0]);
-  int st;
-  waitpid(pid, &st, 0);
-  cr_assert(WIFEXITED(st), "agent died: status %d", st);
-  r.status = WEXITSTATUS(st);
-  json_error_t je;
-  r.res = have ? json_loads(buf, 0, &je) : NULL;
+/* `cordon-agent --config C exec PKG [-- args]` as root or TEST_USER */
+static struct sbx_run exec_pkg(const char *const *args) {
+  struct sbx_exec x =
+      sbx_exec_of(&E.d, "exec", args, E.as_user ? TEST_USER : NULL, E.as_user ? E.home : "/root");
+  struct sbx_run r = sbx_run_agent(&x);
   cr_assert(r.res, "no result JSON; stderr: %s", r.err);
   return r;
 }
@@ -607,7 +515,7 @@ static const char *jstr(json_t *o, const char *a, const char *b) {
 }
 
 /* The job ran at `level` (and did not fail to start); returns its stdout. */
-static const char *ran(struct run *r, const char *level) {
+static const char *ran(struct sbx_run *r, const char *level) {
   cr_assert(json_is_null(json_object_get(r->res, "error")), "error: %s / %s",
             jstr(r->res, "error", "code"), jstr(r->res, "error", "message"));
   cr_assert_str_eq(jstr(r->res, "sandbox", "level"), level);
@@ -621,15 +529,7 @@ static void expect(const char *out, const char *want) {
 }
 
 /* Each behaviour runs with the agent as root and as a user. */
-#define BOTH(name)                                                                                 \
-  static void body_##name(void);                                                                   \
-  Test(seccomp_root, name, .init = setup_root, .fini = teardown_env) {                             \
-    body_##name();                                                                                 \
-  }                                                                                                \
-  Test(seccomp_user, name, .init = setup_user, .fini = teardown_env) {                             \
-    body_##name();                                                                                 \
-  }                                                                                                \
-  static void body_##name(void)
+#define BOTH(name) SBX_BOTH(seccomp_root, seccomp_user, name)
 
 /* -- ordinary programs still work -- */
 
@@ -685,7 +585,7 @@ static void runtime_and_tools(const char *level) {
            level, E.tilde);
   package(extra, sh_tools, py_runtime);
   const char *args[] = {E.grant, NULL};
-  struct run r = exec_pkg(args);
+  struct sbx_run r = exec_pkg(args);
   const char *o = ran(&r, level);
   cr_assert_eq(json_integer_value(json_object_get(r.res, "exit_code")), 0, "stderr: %s",
                jstr(r.res, "stderr", NULL));
@@ -720,8 +620,8 @@ BOTH(python_sh_coreutils_and_git_run_contained) {
 
 BOTH(the_example_packages_run) {
   const char *args[] = {"world", NULL};
-  snprintf(E.pkg, sizeof(E.pkg), "%s/examples/hello", CORDON_SOURCE_DIR);
-  struct run r = exec_pkg(args);
+  snprintf(E.d.pkg, sizeof(E.d.pkg), "%s/examples/hello", CORDON_SOURCE_DIR);
+  struct sbx_run r = exec_pkg(args);
   const char *o = ran(&r, "isolated");
   expect(o, "hello, world! (uid ");
   cr_assert_eq(r.status, 0);
@@ -767,7 +667,7 @@ static void no_setid(const char *level) {
            level, E.tilde);
   package(extra, sh_setid, py_setid);
   const char *args[] = {E.grant, NULL};
-  struct run r = exec_pkg(args);
+  struct sbx_run r = exec_pkg(args);
   const char *o = ran(&r, level);
   cr_assert(!strstr(o, "SETID") && !strstr(o, "DONE"), "a set-id bit was set:\n%s", o);
   expect(o, "chmod-755 ok\nchmod-4755 refused\nchmod-ug+s refused\ninstall refused\n");
@@ -871,7 +771,7 @@ static void no_host_unix_socket(const char *level, bool net) {
            level, net ? "true" : "false", E.tilde);
   package(extra, "exec python3 \"$PACKAGE/t.py\" \"$@\"\n", py_unix);
   const char *args[] = {h.stream_path, h.dgram_path, h.abstract_name + 1, NULL};
-  struct run r = exec_pkg(args);
+  struct sbx_run r = exec_pkg(args);
   const char *o = ran(&r, level);
   cr_assert(!strstr(o, "REACHED"), "got:\n%s", o);
   expect(o, "stream 1\ndgram 1\nabstract 1\npair-dgram 1\n");
@@ -920,7 +820,7 @@ static void families(const char *level) {
   char extra[128];
   snprintf(extra, sizeof(extra), "\"min_sandbox\":\"%s\",\"capabilities\":{\"net\":true}", level);
   package(extra, "exec python3 \"$PACKAGE/t.py\"\n", py_families);
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   const char *o = ran(&r, level);
   expect(o, "inet OPEN\ninet6 OPEN\nroute OPEN\n");
   expect(o, "vsock 97\npacket 97\nuevent 97\naudit 97\nxdp 97\n");
@@ -948,7 +848,7 @@ static const char *py_unknown =
 
 BOTH(an_unknown_system_call_returns_enosys_in_a_job) {
   package(NULL, "exec python3 \"$PACKAGE/t.py\"\n", py_unknown);
-  struct run r = exec_pkg(NULL);
+  struct sbx_run r = exec_pkg(NULL);
   const char *o = ran(&r, "isolated");
   cr_assert_str_eq(o, "1000 38\n467 38\n458 38\nok\n");
   json_decref(r.res);
