@@ -29,7 +29,8 @@ echo "   built in $(( $(date +%s) - t0 ))s"
 echo "== build (ASan + UBSan)"
 scripts/build.sh build-asan -DCORDON_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
 echo "== tests under ASan + UBSan"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+lsan_supp="$PWD/tests/lsan.supp" # third-party leaks only (libcriterion)
+(cd build-asan && LSAN_OPTIONS=suppressions=$lsan_supp ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
    ctest --output-on-failure -j1)
 
 echo "== fuzz targets (bounded)"
