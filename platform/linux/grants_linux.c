@@ -739,8 +739,8 @@ json_t *grants_explain_json(const struct grant_set *g) {
       "dotfile is read-only, the directories above it cannot be renamed",
       "FIFOs and sockets in any grant are replaced by /dev/null; cordon state directories by an "
       "empty directory",
-      "new hidden entries a job creates in a writable grant are not moved aside: see "
-      "docs/SECURITY.md",
+      "new hidden entries a job creates in a writable grant are moved aside when the job "
+      "ends (NAME.cordon-quarantined-<job id>) and named on its stderr",
       "walk_limits", "entries", GRANTS_WALK_MAX_ENTRIES, "protected", GRANTS_WALK_MAX_PROTECTED);
 }
 
@@ -755,6 +755,11 @@ struct quarantine {
   struct strv *moved;
   int count;
 };
+
+static bool has_suffix(const char *name, const char *suffix) {
+  size_t n = strlen(name), k = strlen(suffix);
+  return n >= k && strcmp(name + n - k, suffix) == 0;
+}
 
 static int quarantine_tree(struct quarantine *q, int dfd, size_t rel_len, int depth) {
   if (depth > 256)
@@ -780,7 +785,9 @@ static int quarantine_tree(struct quarantine *q, int dfd, size_t rel_len, int de
       continue;
     if (name[0] == '.' && known_has(q->known, id)) {
       /* was there, and read-only during the job */
-    } else if (name[0] == '.' && !strstr(name, ".cordon-quarantined-")) {
+    } else if (name[0] == '.' && !has_suffix(name, q->suffix)) {
+      /* only what this walk renamed is passed over (readdir may show it
+       * again); any other new hidden name, whatever it contains, moves */
       char to[NAME_MAX + 1];
       if (pathf(to, sizeof(to), "%s%s", name, q->suffix) == 0 &&
           renameat2(dfd, name, dfd, to, RENAME_NOREPLACE) == 0) {
