@@ -27,6 +27,8 @@ struct daemon_lock;
 /* Take an exclusive lock on DIR/NAME (created 0600 if missing) without
  * waiting, and write this process's pid into the file. 0 and *out_lock;
  * -EAGAIN when another process holds it (daemon_lock_holder tells who);
+ * when the pid in the file is dead but the lock is still held (a killed
+ * agent's job tree still dying), it waits up to 5 s for it to go;
  * another -errno when the file cannot be opened. The lock lives as long
  * as the process or until daemon_lock_release; the descriptor is
  * close-on-exec, so jobs never hold it. */

@@ -10,6 +10,7 @@
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -47,6 +48,22 @@ struct daemon_lock {
   int fd;
 };
 
+#define LOCK_DEAD_WAIT_MS 5000
+
+/* Is the pid written in the lock file a living process? (Unknown: yes.) */
+static bool holder_alive(int fd) {
+  char buf[32];
+  ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+  if (n <= 0)
+    return true;
+  buf[n] = '\0';
+  char *end;
+  long pid = strtol(buf, &end, 10);
+  if (pid <= 0 || end == buf)
+    return true;
+  return kill((pid_t)pid, 0) == 0 || errno != ESRCH;
+}
+
 int daemon_lock_take(const char *dir, const char *name, struct daemon_lock **out_lock) {
   char path[PATH_MAX];
   int r = join(dir, name, path, sizeof(path));
@@ -55,9 +72,18 @@ int daemon_lock_take(const char *dir, const char *name, struct daemon_lock **out
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0)
     return -errno;
-  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+  /* The holder named in the file may be dead while what it left behind
+   * (a job tree still dying after its agent was killed) keeps the lock's
+   * open file for a moment: then wait for it, at most LOCK_DEAD_WAIT_MS.
+   * A living holder is refused at once. */
+  for (int waited = 0;; waited += 100) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+      break;
     r = errno == EWOULDBLOCK ? -EAGAIN : -errno;
-    goto out_close;
+    if (r != -EAGAIN || waited >= LOCK_DEAD_WAIT_MS || holder_alive(fd))
+      goto out_close;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
   }
   char pid[32];
   int n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
