@@ -21,6 +21,7 @@
 #include "server/admin_ops.h"
 #include "server/admin_sock.h"
 #include "server/db.h"
+#include "server/events.h"
 #include "server/http.h"
 #include "server/jobs.h"
 #include "server/journal.h"
@@ -54,6 +55,7 @@ struct daemon {
   struct net_server *srv;
   struct sessions *sessions;
   struct pair_ctx *pair;
+  struct events *events;
   struct jobs *jobs;
   struct admin_sock *admin;
   struct http_server *http;
@@ -431,6 +433,9 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
       .closed = on_session_closed,
       .online = on_session_online,
   };
+  d->events = events_new();
+  if (!d->events)
+    return -ENOMEM;
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
   if (r == 0)
     r = pair_new(d->db, d->ticket_pk, d->publisher_pk, &d->pair);
@@ -444,6 +449,7 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
         .publisher_pk = d->publisher_pk,
         .grace_s = opt->job_grace_s,
         .queue_ttl_s = opt->queue_ttl_s,
+        .events = d->events,
     };
     r = jobs_new(&cfg, &d->jobs);
   }
@@ -587,6 +593,7 @@ out_loop:
     free(d->loop);
 out_free:
   jobs_free(d->jobs);
+  events_free(d->events);
   admin_sock_free(d->admin);
   pair_free(d->pair);
   sessions_free(d->sessions);

@@ -66,6 +66,7 @@ struct jobs {
   char queue_dir[3072]; /* short enough for QUEUE/<name> in PATH_MAX */
   const uint8_t *ticket_sk, *publisher_pk;
   unsigned grace_s, queue_ttl_s;
+  struct events *events;
   uv_timer_t tick;
   bool started, closing, draining;
   struct sending *sends;
@@ -1194,6 +1195,7 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   js->sessions = cfg->sessions;
   js->ticket_sk = cfg->ticket_sk;
   js->publisher_pk = cfg->publisher_pk;
+  js->events = cfg->events;
   js->grace_s = cfg->grace_s ? cfg->grace_s : JOBS_DEFAULT_GRACE_S;
   js->queue_ttl_s = cfg->queue_ttl_s ? cfg->queue_ttl_s : JOBS_DEFAULT_QUEUE_TTL_S;
   snprintf(js->queue_dir, sizeof(js->queue_dir), "%s/%s", cfg->state_dir ? cfg->state_dir : ".",

@@ -53,6 +53,7 @@ struct jobs_config {
   const uint8_t *publisher_pk; /* the key packages must be signed with (32 bytes) */
   unsigned grace_s;            /* 0: JOBS_DEFAULT_GRACE_S */
   unsigned queue_ttl_s;        /* 0: JOBS_DEFAULT_QUEUE_TTL_S */
+  struct events *events;       /* job state changes and output are published here */
 };
 
 struct jobs;
