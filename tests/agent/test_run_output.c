@@ -343,6 +343,22 @@ static void start_agent(void) {
   cr_assert(spin(10000, connected), "the agent did not connect:\n%s", slurp(T.log));
 }
 
+/* SIGTERM: the agent stops cleanly (under ASan, without a leak). */
+static void stop_agent(void) {
+  kill(T.agent, SIGTERM);
+  int64_t end = now_ms() + 15000;
+  int st = -1;
+  while (now_ms() < end) {
+    if (waitpid(T.agent, &st, WNOHANG) == T.agent)
+      break;
+    st = -1;
+    uv_run(&T.loop, UV_RUN_ONCE);
+  }
+  cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "the agent did not stop cleanly:\n%s", slurp(T.log));
+  T.agent = 0;
+}
+
 /* The job ran, and what came live on stream i is the result's bytes. */
 static void assert_live_is_the_result(int i) {
   const struct stream_seen *s = &T.s[i];
@@ -375,6 +391,7 @@ Test(agent_output, the_first_line_arrives_before_the_result_and_the_live_bytes_a
   cr_assert_eq(T.outputs_after_result, 0);
   spin(300, NULL);
   cr_assert_eq(T.outputs_after_result, 0, "nothing live after the result");
+  stop_agent();
 }
 
 Test(agent_output, a_flood_stops_at_the_output_cap_and_the_result_is_unchanged, .init = setup,
@@ -403,6 +420,7 @@ Test(agent_output, a_flood_stops_at_the_output_cap_and_the_result_is_unchanged, 
   assert_live_is_the_result(0);
   assert_live_is_the_result(1);
   cr_assert_eq(T.outputs_after_result, 0);
+  stop_agent();
 }
 
 Test(agent_output, a_version_1_session_gets_no_output_and_the_same_result, .init = setup,
