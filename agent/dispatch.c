@@ -45,7 +45,7 @@ struct live {
   struct live_piece *head, **tail;
   size_t pending;
   uint64_t dropped_here; /* bytes that found the queue full */
-  uint64_t dropped_sent; /* bytes the session could not take (loop only) */
+  uint64_t dropped_sent; /* bytes not sent: no session, version 1 or too much unsent (loop only) */
   struct agent_dispatch *d;
   uint8_t raw_id[CORDON_ID_LEN];
 };
@@ -274,11 +274,12 @@ static void live_closed(uv_handle_t *h) {
 static void live_free(struct live *l, const char *id) {
   if (!l)
     return;
-  uint64_t dropped = l->dropped_here + l->dropped_sent;
-  if (dropped) {
-    char n[24];
-    snprintf(n, sizeof(n), "%llu", (unsigned long long)dropped);
-    core_log_kv(CORE_LOG_DEBUG, "live output dropped", "job", id, "bytes", n, NULL);
+  if (l->dropped_here || l->dropped_sent) {
+    char here[24], sent[24];
+    snprintf(here, sizeof(here), "%llu", (unsigned long long)l->dropped_here);
+    snprintf(sent, sizeof(sent), "%llu", (unsigned long long)l->dropped_sent);
+    core_log_kv(CORE_LOG_DEBUG, "live output dropped", "job", id, "queue_full", here, "not_sent",
+                sent, NULL);
   }
   uv_close((uv_handle_t *)&l->wake, live_closed);
 }

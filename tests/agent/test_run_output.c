@@ -4,7 +4,8 @@
  * isolated jobs: the first line of a job that prints, sleeps and prints
  * arrives before its result; the live bytes are the result's bytes; a
  * flood stops at the output cap while the result is as it always was; a
- * version-1 session gets no `output` at all. */
+ * server that stops reading loses live output but never holds a job or
+ * its result up; a version-1 session gets no `output` at all. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -41,9 +43,16 @@ static struct {
   uint8_t ticket_pk[32], ticket_sk[64];
   uint8_t pub_pk[32], pub_sk[64];
   uint8_t device_id[16], session_id[16], job_id[16];
+  /* more jobs beside job_id (the slow-server test): their live bytes and
+   * whole results are counted only */
+  uint8_t more_ids[4][16];
+  int n_more, more_results, more_complete;
+  uint64_t more_live;
   uint16_t version; /* what the welcome says */
   struct net_conn *conn;
   bool running, result;
+  int stall_ms; /* on `running`, the server stops reading for this long */
+  uint64_t wall_ms;
   int outputs;              /* output messages */
   int outputs_before_run;   /* ... that came before `running` */
   int outputs_after_result; /* ... that came after the result */
@@ -88,7 +97,18 @@ static void send_msg(struct net_conn *c, const struct msg *m) {
   free(buf);
 }
 
+static bool is_more(const uint8_t id[16]) {
+  for (int i = 0; i < T.n_more; i++)
+    if (memcmp(id, T.more_ids[i], 16) == 0)
+      return true;
+  return false;
+}
+
 static void on_output(const struct msg_output *o) {
+  if (is_more(o->job_id)) {
+    T.more_live += o->data.len;
+    return;
+  }
   cr_assert(memcmp(o->job_id, T.job_id, 16) == 0, "output for another job");
   T.outputs++;
   if (!T.running)
@@ -112,6 +132,12 @@ static void on_output(const struct msg_output *o) {
 }
 
 static void on_result(const struct msg_result *r) {
+  if (is_more(r->job_id)) {
+    T.more_results++;
+    T.more_complete += r->has_exit_code && r->exit_code == 0 && r->stdout_buf.len == (1u << 20) &&
+                       r->stderr_buf.len == (1u << 20);
+    return;
+  }
   T.result = true;
   T.result_ms = now_ms();
   const struct msg_bytes *b[2] = {&r->stdout_buf, &r->stderr_buf};
@@ -122,6 +148,7 @@ static void on_result(const struct msg_result *r) {
   }
   T.truncated[0] = r->stdout_truncated;
   T.truncated[1] = r->stderr_truncated;
+  T.wall_ms = r->wall_ms;
   T.exited = r->has_exit_code;
   T.exit_code = (long)r->exit_code;
   snprintf(T.code, sizeof(T.code), "%s", r->has_error ? r->error.code : "");
@@ -143,6 +170,8 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
     T.conn = c;
   } else if (m.type == MSG_RUNNING) {
     T.running = true;
+    if (T.stall_ms) /* a slow server: the loop does nothing meanwhile */
+      usleep((useconds_t)T.stall_ms * 1000);
   } else if (m.type == MSG_PING) {
     struct msg p = {.type = MSG_PONG};
     p.pong.nonce = m.ping.nonce;
@@ -189,6 +218,9 @@ static bool connected(void) {
 static bool have_result(void) {
   return T.result;
 }
+static bool all_results(void) {
+  return T.result && T.more_results == T.n_more;
+}
 static bool have_output(void) {
   return T.outputs > 0;
 }
@@ -223,10 +255,10 @@ static struct pkg make_package(const char *manifest, const char *script) {
   return p;
 }
 
-static void send_job(const struct pkg *p) {
+static void send_job_id(const struct pkg *p, const uint8_t id[16]) {
   cr_assert(T.conn, "no session to send the job on");
   struct ticket t = {0};
-  memcpy(t.job_id, T.job_id, 16);
+  memcpy(t.job_id, id, 16);
   memcpy(t.device_id, T.device_id, 16);
   ticket_user_tag("alice", t.user_tag);
   memcpy(t.session_id, T.session_id, 16);
@@ -237,7 +269,7 @@ static void send_job(const struct pkg *p) {
   uint8_t body[TICKET_BODY_LEN];
   ticket_encode(&t, body);
   struct msg m = {.type = MSG_JOB};
-  memcpy(m.job.job_id, T.job_id, 16);
+  memcpy(m.job.job_id, id, 16);
   m.job.ticket.data = body;
   m.job.ticket.len = sizeof(body);
   ticket_sign(body, T.ticket_sk, m.job.ticket_sig);
@@ -251,7 +283,7 @@ static void send_job(const struct pkg *p) {
   size_t n;
   while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
     struct msg ch = {.type = MSG_CHUNK};
-    memcpy(ch.chunk.job_id, T.job_id, 16);
+    memcpy(ch.chunk.job_id, id, 16);
     ch.chunk.offset = off;
     ch.chunk.data.data = buf;
     ch.chunk.data.len = n;
@@ -259,6 +291,10 @@ static void send_job(const struct pkg *p) {
     off += n;
   }
   fclose(f);
+}
+
+static void send_job(const struct pkg *p) {
+  send_job_id(p, T.job_id);
 }
 
 /* ---- the agent ---- */
@@ -419,6 +455,62 @@ Test(agent_output, a_flood_stops_at_the_output_cap_and_the_result_is_unchanged, 
   /* nothing was dropped on a fast loopback session: the same bytes */
   assert_live_is_the_result(0);
   assert_live_is_the_result(1);
+  cr_assert_eq(T.outputs_after_result, 0);
+  stop_agent();
+}
+
+static void small_receive_buffer(uv_handle_t *h, void *arg) {
+  (void)arg;
+  uv_os_fd_t fd;
+  int size = 4096;
+  if (h->type == UV_TCP && uv_fileno(h, &fd) == 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+}
+
+Test(agent_output, a_slow_server_loses_live_chunks_but_never_holds_the_jobs_or_their_results,
+     .init = setup, .fini = teardown, .timeout = 90) {
+  /* The session's receive buffer here is tiny and the server stops
+   * reading for 4 s once the first job runs, while three jobs flood
+   * 2 x 1 MiB each: 6 MiB live, more than the agent's socket can hold
+   * (net.ipv4.tcp_wmem's 4 MiB at most) plus its 256 KiB per job of
+   * unsent live output, so some of it must be dropped. */
+  uv_walk(&T.loop, small_receive_buffer, NULL); /* the listener's, inherited */
+  T.stall_ms = 4000;
+  T.n_more = 2;
+  for (int i = 0; i < T.n_more; i++)
+    randombytes_buf(T.more_ids[i], 16);
+  struct pkg p = make_package("{\"name\":\"flood\",\"version\":\"1\",\"entry\":[\"/bin/sh\","
+                              "\"run.sh\"],\"limits\":{\"output_kb\":1024}}",
+                              "yes 0123456789abcdef | head -c 1048576\n"
+                              "yes 0123456789abcdef | head -c 1048576 >&2\n");
+  start_agent();
+  send_job(&p);
+  for (int i = 0; i < T.n_more; i++)
+    send_job_id(&p, T.more_ids[i]);
+  cr_assert(spin(60000, all_results), "results: %d of %d:\n%s", T.more_results + T.result,
+            T.n_more + 1, slurp(T.log));
+  cr_assert_str_eq(T.code, "", "%s\n%s", T.code, slurp(T.log));
+  cr_assert_lt(T.wall_ms, 3000, "the job did not wait for the server: %llu ms",
+               (unsigned long long)T.wall_ms);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(T.out_len[i], 1u << 20, "the result has all of stream %d", i);
+    cr_assert(!T.truncated[i]);
+    for (size_t k = 0; k < T.out_len[i]; k++)
+      cr_assert_eq(T.out[i][k], "0123456789abcdef\n"[k % 17], "stream %d byte %zu", i, k);
+    cr_assert_leq(T.s[i].end, 1u << 20);
+    cr_assert(!T.s[i].overlap);
+    /* what did come live is the result's bytes at its offsets */
+    for (size_t k = 0; k < T.s[i].end; k++)
+      if (T.s[i].live[k])
+        cr_assert_eq(T.s[i].live[k], T.out[i][k], "stream %d byte %zu", i, k);
+  }
+  cr_assert_eq(T.more_complete, T.n_more, "every result is whole");
+  uint64_t live = T.more_live;
+  for (int i = 0; i < 2; i++)
+    for (size_t k = 0; k < T.s[i].end; k++)
+      live += T.s[i].live[k] != 0;
+  cr_assert_lt(live, 6u << 20, "some live output was dropped: %llu bytes came",
+               (unsigned long long)live);
   cr_assert_eq(T.outputs_after_result, 0);
   stop_agent();
 }
