@@ -18,11 +18,60 @@
 #include "server/db.h"
 
 #define SERVER_PROG "cordon-server"
+#define SERVER_VERSION "0.1.0"
 #define SERVER_DEFAULT_STATE "/var/lib/cordon-server"
 
 struct server_cli {
   const char *state_dir; /* from a global --state, or SERVER_DEFAULT_STATE */
 };
+
+/* --- the command table ----------------------------------------------------
+ * Every command, its forms (one per subcommand, or one for a command
+ * without), their arguments and a summary: the only source of the help,
+ * the usage lines and the man page's synopsis (tests check the last). */
+
+struct server_cli_form {
+  const char *sub;     /* subcommand word ("add"), NULL for a command without */
+  const char *args;    /* what follows `cordon-server COMMAND [SUB]` */
+  const char *summary; /* one line */
+};
+
+struct server_cli_command {
+  const char *name;
+  int (*run)(const struct server_cli *cli, int argc, char **argv);
+  const char *summary;                 /* one line, for the command list */
+  const struct server_cli_form *forms; /* terminated by a form with summary NULL */
+};
+
+/* Terminated by an entry with name NULL. */
+extern const struct server_cli_command server_cli_commands[];
+
+/* The command called name, NULL when there is none. */
+const struct server_cli_command *server_cli_command_find(const char *name);
+/* The form of cmd whose sub is sub (NULL: the form without one), or NULL. */
+const struct server_cli_form *server_cli_form_find(const struct server_cli_command *cmd,
+                                                   const char *sub);
+
+/* Help on stdout: the command list (cmd NULL), a command's forms, or one
+ * form of it (sub given and a form of cmd). Returns 0, or the exit status
+ * of an unknown command (2, with its one-line error). */
+int server_cli_help(const char *cmd, const char *sub);
+
+/* A usage error, one line on stderr: `cordon-server: usage: <what>;
+ * expected: cordon-server CMD [SUB] ARGS [| ...] (cordon-server help CMD)`,
+ * with the forms of cmd (only sub's when sub names one). Returns 2. */
+int server_cli_usage(const char *cmd, const char *sub, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The same for getopt's '?' (opterr is 0: getopt prints nothing): names
+ * the option that getopt_long stopped at in argv. Returns 2. */
+int server_cli_bad_option(const char *cmd, const char *sub, char **argv);
+
+/* `version [--json]`: this build's version, the protocol versions it
+ * speaks, its build options and the libraries' versions. */
+int server_cmd_version(const struct server_cli *cli, int argc, char **argv);
+/* `help [COMMAND [SUB]]`. */
+int server_cmd_help(const struct server_cli *cli, int argc, char **argv);
 
 /* Print `cordon-server: <code>: <message>` on stderr, where message is diag
  * when set, else the code's own message. Returns the exit status for err. */

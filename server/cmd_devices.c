@@ -15,11 +15,6 @@
 #include "server/cli.h"
 #include "server/db.h"
 
-static const char devices_usage[] =
-    "usage: cordon-server devices [--user USER] [--json] [--state DIR]";
-static const char device_usage[] = "usage: cordon-server device label DEVICE [KEY=VALUE...] "
-                                   "[--remove KEY]... [--json] [--state DIR]";
-
 static const char *device_state_name(enum server_db_device_state s) {
   return s == SERVER_DB_DEVICE_ACTIVE ? "active" : "revoked";
 }
@@ -72,14 +67,13 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
       json = 1;
       break;
     case 'h':
-      printf("%s\n", devices_usage);
-      return 0;
+      return server_cli_help("devices", NULL);
     default:
-      return server_cli_failf(CORDON_E_USAGE, "%s", devices_usage);
+      return server_cli_bad_option("devices", NULL, argv);
     }
   }
   if (optind != argc)
-    return server_cli_failf(CORDON_E_USAGE, "%s", devices_usage);
+    return server_cli_usage("devices", NULL, "unexpected argument '%s'", argv[optind]);
   struct server_db *db = NULL;
   int status = server_cli_open_db(state, &db);
   if (status)
@@ -153,15 +147,17 @@ int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {
       json = 1;
       break;
     case 'h':
-      printf("%s\n", device_usage);
-      return 0;
+      return server_cli_help("device", "label");
     default:
-      return server_cli_failf(CORDON_E_USAGE, "%s", device_usage);
+      return server_cli_bad_option("device", "label", argv);
     }
   }
   /* getopt permutes: "label", DEVICE, then the labels */
-  if (argc - optind < 2 || strcmp(argv[optind], "label") != 0)
-    return server_cli_failf(CORDON_E_USAGE, "%s", device_usage);
+  if (argc - optind < 1 || strcmp(argv[optind], "label") != 0)
+    return server_cli_usage("device", NULL, argc > optind ? "unknown subcommand '%s'" : "%s",
+                            argc > optind ? argv[optind] : "a subcommand is needed");
+  if (argc - optind < 2)
+    return server_cli_usage("device", "label", "DEVICE is missing");
   const char *id = argv[optind + 1];
   size_t n_set = (size_t)(argc - optind - 2);
   if (n_set > SERVER_DB_LABELS_MAX)

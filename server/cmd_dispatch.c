@@ -41,10 +41,6 @@ static int reply_error(json_t *reply) {
   return server_cli_failf(err, "%s", message ? message : "failed");
 }
 
-static const char dispatch_usage[] =
-    "dispatch --user U [--device D] [--where KEY=VALUE]... FILE.cpkg [--wait | --detach] "
-    "[--no-queue | --queue-ttl DURATION] [--explain] [-- ARGS...]";
-
 /* --explain: every candidate and the verdict, on stdout. */
 static int print_explain(json_t *reply) {
   printf("%-32s  %-20s %-7s %-7s %-20s %-24s %s\n", "DEVICE", "NAME", "ONLINE", "LOAD", "LAST SEEN",
@@ -191,14 +187,19 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
       break;
     default:
       json_decref(where);
-      return server_cli_failf(CORDON_E_USAGE, "%s", dispatch_usage);
+      return server_cli_bad_option("dispatch", NULL, argv);
     }
   }
   /* getopt permutes: the package is the first operand, the rest are args */
   if (!user || optind >= argc || (wait && detach) || (no_queue && ttl) ||
       (explain && (wait || detach))) {
     json_decref(where);
-    return server_cli_failf(CORDON_E_USAGE, "%s", dispatch_usage);
+    return server_cli_usage("dispatch", NULL, "%s",
+                            !user             ? "--user USER is missing"
+                            : optind >= argc  ? "FILE.cpkg is missing"
+                            : wait && detach  ? "--wait and --detach exclude each other"
+                            : no_queue && ttl ? "--no-queue and --queue-ttl exclude each other"
+                                              : "--explain sends nothing: no --wait or --detach");
   }
   char pkg[PATH_MAX];
   if (!realpath(argv[optind], pkg)) {
@@ -289,10 +290,10 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
     if (c == 's')
       state = optarg;
     else
-      return server_cli_failf(CORDON_E_USAGE, "cancel JOB");
+      return server_cli_bad_option("cancel", NULL, argv);
   }
   if (optind + 1 != argc)
-    return server_cli_failf(CORDON_E_USAGE, "cancel JOB");
+    return server_cli_usage("cancel", NULL, optind == argc ? "JOB is missing" : "one JOB expected");
   json_t *req = admin_request_new(ADMIN_OP_CANCEL);
   int r = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(argv[optind])) : -ENOMEM;
   json_t *reply = NULL;

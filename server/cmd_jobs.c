@@ -17,10 +17,6 @@
 #include "server/cli.h"
 #include "server/db.h"
 
-static const char jobs_usage[] =
-    "usage: cordon-server jobs [--user USER] [--limit N] [--json] [--state DIR]";
-static const char job_usage[] = "usage: cordon-server job ID [--json] [--wait] [--state DIR]";
-
 #define JOBS_DEFAULT_LIMIT 100
 
 static json_t *job_online_json(const struct server_db_job *j, const json_t *live) {
@@ -35,8 +31,8 @@ static json_t *job_summary_json(const struct server_db_job *j, const json_t *liv
                    server_cli_json_time(j->updated), "device_online", job_online_json(j, live));
 }
 
-static int parse_opts(int argc, char **argv, const char *usage, int with_filters,
-                      const char **state, const char **user, size_t *limit, int *json, int *wait) {
+static int parse_opts(int argc, char **argv, const char *cmd, int with_filters, const char **state,
+                      const char **user, size_t *limit, int *json, int *wait) {
   static const struct option opts[] = {{"state", required_argument, NULL, 's'},
                                        {"user", required_argument, NULL, 'u'},
                                        {"limit", required_argument, NULL, 'n'},
@@ -53,14 +49,14 @@ static int parse_opts(int argc, char **argv, const char *usage, int with_filters
       break;
     case 'u':
       if (!with_filters)
-        return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+        return server_cli_usage(cmd, NULL, "--user is an option of jobs");
       *user = optarg;
       break;
     case 'n': {
       char *end = NULL;
       unsigned long long v = strtoull(optarg, &end, 10);
       if (!with_filters || !*optarg || *end || *optarg == '-' || v > 1000000)
-        return server_cli_failf(CORDON_E_USAGE, "--limit: 0..1000000 (0: all); %s", usage);
+        return server_cli_usage(cmd, NULL, "--limit: 0..1000000 (0: all)");
       *limit = (size_t)v;
       break;
     }
@@ -69,14 +65,14 @@ static int parse_opts(int argc, char **argv, const char *usage, int with_filters
       break;
     case 'w':
       if (with_filters)
-        return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+        return server_cli_usage(cmd, NULL, "--wait is an option of job");
       *wait = 1;
       break;
     case 'h':
-      printf("%s\n", usage);
+      server_cli_help(cmd, NULL);
       return -1;
     default:
-      return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+      return server_cli_bad_option(cmd, NULL, argv);
     }
   }
   return 0;
@@ -86,11 +82,11 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
   const char *state = cli->state_dir, *user = NULL;
   size_t limit = JOBS_DEFAULT_LIMIT;
   int json = 0, wait = 0;
-  int status = parse_opts(argc, argv, jobs_usage, 1, &state, &user, &limit, &json, &wait);
+  int status = parse_opts(argc, argv, "jobs", 1, &state, &user, &limit, &json, &wait);
   if (status)
     return status < 0 ? 0 : status;
   if (optind != argc)
-    return server_cli_failf(CORDON_E_USAGE, "%s", jobs_usage);
+    return server_cli_usage("jobs", NULL, "unexpected argument '%s'", argv[optind]);
   struct server_db *db = NULL;
   if ((status = server_cli_open_db(state, &db)))
     return status;
@@ -176,11 +172,11 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   const char *state = cli->state_dir, *user = NULL;
   size_t limit = 0;
   int json = 0, wait = 0;
-  int status = parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json, &wait);
+  int status = parse_opts(argc, argv, "job", 0, &state, &user, &limit, &json, &wait);
   if (status)
     return status < 0 ? 0 : status;
   if (argc - optind != 1)
-    return server_cli_failf(CORDON_E_USAGE, "%s", job_usage);
+    return server_cli_usage("job", NULL, argc == optind ? "JOB is missing" : "one JOB expected");
   struct server_db *db = NULL;
   if ((status = server_cli_open_db(state, &db)))
     return status;

@@ -8,9 +8,6 @@
 #include "server/cli.h"
 #include "server/db.h"
 
-static const char paircode_usage[] =
-    "usage: cordon-server pair-code USER [--ttl 10m] [--state DIR]";
-
 int server_cmd_paircode(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"state", required_argument, NULL, 's'},
                                        {"ttl", required_argument, NULL, 't'},
@@ -31,14 +28,14 @@ int server_cmd_paircode(const struct server_cli *cli, int argc, char **argv) {
                                 "--ttl '%s': a duration like 90s, 10m or 2h, at most 7d", optarg);
       break;
     case 'h':
-      printf("%s\n", paircode_usage);
-      return 0;
+      return server_cli_help("pair-code", NULL);
     default:
-      return server_cli_failf(CORDON_E_USAGE, "%s", paircode_usage);
+      return server_cli_bad_option("pair-code", NULL, argv);
     }
   }
   if (argc - optind != 1)
-    return server_cli_failf(CORDON_E_USAGE, "%s", paircode_usage);
+    return server_cli_usage("pair-code", NULL,
+                            argc == optind ? "USER is missing" : "one USER expected");
   struct server_db *db = NULL;
   int status = server_cli_open_db(state, &db);
   if (status)

@@ -13,8 +13,6 @@
 #include "server/cli.h"
 #include "server/db.h"
 
-static const char revoke_usage[] = "usage: cordon-server revoke DEVICE [--state DIR]";
-
 /* Ask a running daemon to close the device's live session. */
 static int tell_daemon(const char *state, const char *id) {
   json_t *req = admin_request_new(ADMIN_OP_REVOKE), *reply = NULL;
@@ -57,14 +55,14 @@ int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
       state = optarg;
       break;
     case 'h':
-      printf("%s\n", revoke_usage);
-      return 0;
+      return server_cli_help("revoke", NULL);
     default:
-      return server_cli_failf(CORDON_E_USAGE, "%s", revoke_usage);
+      return server_cli_bad_option("revoke", NULL, argv);
     }
   }
   if (argc - optind != 1)
-    return server_cli_failf(CORDON_E_USAGE, "%s", revoke_usage);
+    return server_cli_usage("revoke", NULL,
+                            argc == optind ? "DEVICE is missing" : "one DEVICE expected");
   const char *id = argv[optind];
   struct server_db *db = NULL;
   int status = server_cli_open_db(state, &db);

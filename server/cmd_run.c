@@ -10,10 +10,6 @@
 #include "server/cli.h"
 #include "server/daemon.h"
 
-static const char run_usage[] =
-    "run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] [--drain-timeout SECONDS] "
-    "[--log-level debug|info|warn|error] [--log-file PATH] [--metrics HOST:PORT] [--state DIR]";
-
 static int parse_host_port(const char *s, char *host, size_t host_len, int *out_port) {
   const char *colon = strrchr(s, ':');
   if (!colon || colon == s || (size_t)(colon - s) >= host_len)
@@ -84,10 +80,11 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
     else if (c == 's')
       state = optarg;
     else
-      return server_cli_failf(CORDON_E_USAGE, "%s", run_usage);
+      return server_cli_bad_option("run", NULL, argv);
   }
   if (!listen || optind != argc)
-    return server_cli_failf(CORDON_E_USAGE, "%s", run_usage);
+    return !listen ? server_cli_usage("run", NULL, "--listen HOST:PORT is missing")
+                   : server_cli_usage("run", NULL, "unexpected argument '%s'", argv[optind]);
   char host[256], mhost[256];
   int port, mport = 0;
   if (parse_host_port(listen, host, sizeof(host), &port) < 0)

@@ -7,9 +7,6 @@
 #include "server/cli.h"
 #include "server/db.h"
 
-static const char user_usage[] =
-    "usage: cordon-server user add NAME | user list  [--json] [--state DIR]";
-
 static json_t *user_json(const struct server_db_user *u) {
   return json_pack("{s:I, s:s, s:o}", "id", (json_int_t)u->id, "name", u->name, "created",
                    server_cli_json_time(u->created));
@@ -72,18 +69,21 @@ int server_cmd_user(const struct server_cli *cli, int argc, char **argv) {
       json = 1;
       break;
     case 'h':
-      printf("%s\n", user_usage);
-      return 0;
+      return server_cli_help("user", NULL);
     default:
-      return server_cli_failf(CORDON_E_USAGE, "%s", user_usage);
+      return server_cli_bad_option("user", NULL, argv);
     }
   }
   int nargs = argc - optind;
   const char *sub = nargs > 0 ? argv[optind] : NULL;
-  int add = sub && strcmp(sub, "add") == 0 && nargs == 2;
-  int list = sub && strcmp(sub, "list") == 0 && nargs == 1;
-  if (!add && !list)
-    return server_cli_failf(CORDON_E_USAGE, "%s", user_usage);
+  if (!sub)
+    return server_cli_usage("user", NULL, "a subcommand is needed");
+  if (!server_cli_form_find(server_cli_command_find("user"), sub))
+    return server_cli_usage("user", NULL, "unknown subcommand '%s'", sub);
+  int add = strcmp(sub, "add") == 0, list = strcmp(sub, "list") == 0;
+  if ((add && nargs != 2) || (list && nargs != 1))
+    return nargs < 2 ? server_cli_usage("user", sub, "NAME is missing")
+                     : server_cli_usage("user", sub, "unexpected argument '%s'", argv[argc - 1]);
   struct server_db *db = NULL;
   int status = server_cli_open_db(state, &db);
   if (status)
