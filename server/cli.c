@@ -43,9 +43,28 @@ int server_cli_failf(int err, const char *fmt, ...) {
   return server_cli_fail(err, &d);
 }
 
+int server_cli_db_code(int err) {
+  switch (err) {
+  case -EINVAL:
+    return CORDON_E_USAGE;
+  case -ENOENT:
+    return CORDON_E_NOT_FOUND;
+  case -EEXIST:
+    return CORDON_E_ALREADY_EXISTS;
+  default:
+    return err;
+  }
+}
+
 int server_cli_db_fail(int err, const struct cordon_diag *diag) {
-  if (err == -EINVAL)
-    err = CORDON_E_USAGE;
+  return server_cli_fail(server_cli_db_code(err), diag);
+}
+
+int server_cli_admin_fail(int err, const struct cordon_diag *diag) {
+  if (err == -ENOENT || err == -ECONNREFUSED)
+    return diag && diag->msg[0]
+               ? server_cli_fail(CORDON_E_NOT_RUNNING, diag)
+               : server_cli_failf(CORDON_E_NOT_RUNNING, "the daemon is not running");
   return server_cli_fail(err, diag);
 }
 

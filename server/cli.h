@@ -93,9 +93,14 @@ int server_cli_exit_status(int err);
  * returns the exit status; 0 and *out_db on success. */
 int server_cli_open_db(const char *state_dir, struct server_db **out_db);
 
+/* The stable code of a database error: -EINVAL is usage, -ENOENT not_found,
+ * -EEXIST already_exists; others unchanged. */
+int server_cli_db_code(int err);
 /* Print a database error (server_cli_fail) and return the exit status:
- * -EINVAL from the database is bad usage (2). */
+ * -EINVAL from the database is bad usage (2), the rest 1. */
 int server_cli_db_fail(int err, const struct cordon_diag *diag);
+/* Print an admin_call error: no daemon listening is not_running (1). */
+int server_cli_admin_fail(int err, const struct cordon_diag *diag);
 
 /* "2026-11-30T04:23:19Z", or `never` for 0. */
 void server_cli_format_time(int64_t t, const char *never, char *buf, size_t size);

@@ -118,7 +118,7 @@ static int wait_job(const char *state, const char *id, json_t **out_reply) {
   if (r == 0)
     r = admin_call(state, req, out_reply, &diag);
   json_decref(req);
-  return r < 0 ? server_cli_fail(r, &diag) : 0;
+  return r < 0 ? server_cli_admin_fail(r, &diag) : 0;
 }
 
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
@@ -201,6 +201,21 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
                             : no_queue && ttl ? "--no-queue and --queue-ttl exclude each other"
                                               : "--explain sends nothing: no --wait or --detach");
   }
+  /* an unknown user is the database's answer, as for every other command */
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status) {
+    json_decref(where);
+    return status;
+  }
+  struct server_db_user u;
+  struct cordon_diag ud = {{0}};
+  int uerr = server_db_user_get_by_name(db, user, &u, &ud);
+  server_db_close(db);
+  if (uerr) {
+    json_decref(where);
+    return server_cli_db_fail(uerr, &ud);
+  }
   char pkg[PATH_MAX];
   if (!realpath(argv[optind], pkg)) {
     json_decref(where);
@@ -234,7 +249,7 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     r = admin_call(state, req, &reply, &diag);
   json_decref(req);
   if (r < 0)
-    return server_cli_fail(r, &diag);
+    return server_cli_admin_fail(r, &diag);
   if (!admin_reply_is_ok(reply)) {
     int rc = reply_error(reply);
     json_decref(reply);
@@ -294,6 +309,23 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
   }
   if (optind + 1 != argc)
     return server_cli_usage("cancel", NULL, optind == argc ? "JOB is missing" : "one JOB expected");
+  /* an unknown or finished job is the database's answer, daemon or not */
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status)
+    return status;
+  struct server_db_job job;
+  struct cordon_diag jd = {{0}};
+  int err = server_db_job_get(db, argv[optind], &job, &jd);
+  server_db_close(db);
+  if (err)
+    return server_cli_db_fail(err, &jd);
+  bool final = server_db_job_state_is_final(job.state);
+  const char *job_state = server_db_job_state_name(job.state);
+  server_db_job_release(&job);
+  if (final)
+    return server_cli_failf(CORDON_E_NOT_RUNNING, "job %s already ended: %s", argv[optind],
+                            job_state);
   json_t *req = admin_request_new(ADMIN_OP_CANCEL);
   int r = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(argv[optind])) : -ENOMEM;
   json_t *reply = NULL;
@@ -302,7 +334,7 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
     r = admin_call(state, req, &reply, &diag);
   json_decref(req);
   if (r < 0)
-    return server_cli_fail(r, &diag);
+    return server_cli_admin_fail(r, &diag);
   int rc = admin_reply_is_ok(reply) ? 0 : reply_error(reply);
   if (rc == 0)
     fprintf(stderr, "cordon-server: job %s cancelled\n", argv[optind]);

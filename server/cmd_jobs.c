@@ -144,9 +144,10 @@ static int wait_over(const char *state, struct server_db_job *j) {
     err = admin_call(state, req, &reply, &diag);
   json_decref(req);
   if (err == -ENOENT || err == -ECONNREFUSED)
-    return server_cli_failf(err, "job %s is %s and the daemon is not running to finish it", id, st);
+    return server_cli_failf(CORDON_E_NOT_RUNNING,
+                            "job %s is %s and the daemon is not running to finish it", id, st);
   if (err)
-    return server_cli_fail(err, &diag);
+    return server_cli_admin_fail(err, &diag);
   int status = 0;
   if (!admin_reply_is_ok(reply)) {
     const char *msg;

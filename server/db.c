@@ -89,6 +89,10 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN queue_expires INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN where_labels TEXT;"
     "CREATE INDEX jobs_queued ON jobs (created) WHERE state = 'queued';",
+    /* 2 -> 3: why a pairing code's last attempt failed (the agent is told
+     * nothing; the operator sees it in pair-code list) */
+    "ALTER TABLE pair_codes ADD COLUMN last_failure TEXT;"
+    "ALTER TABLE pair_codes ADD COLUMN last_failure_at INTEGER NOT NULL DEFAULT 0;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,

@@ -56,7 +56,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 2 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 3 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -150,6 +150,8 @@ struct server_db_code {
   bool expired; /* expires <= now */
   bool usable;  /* live && attempts_left > 0 && !expired */
   int64_t created, expires;
+  char last_failure[SERVER_DB_CODE_MAX + 1]; /* why its last attempt failed, "" if none */
+  int64_t last_failure_at;                   /* 0 = never */
 };
 
 /* Mint a code for user_id, valid ttl_s seconds (1..SERVER_DB_CODE_TTL_MAX):
@@ -176,6 +178,12 @@ void server_db_code_wipe(struct server_db_code *code);
  * the code is not live. out_attempts_left may be NULL. */
 int server_db_code_fail(struct server_db *db, const char *code_id, int *out_attempts_left,
                         struct cordon_diag *diag);
+
+/* Note why an attempt with the code failed (a reason label such as
+ * "bad_proof", "code_expired"; the server's own, never the agent's) and
+ * when. -ENOENT for an unknown code. */
+int server_db_code_note_failure(struct server_db *db, const char *code_id, const char *reason,
+                                struct cordon_diag *diag);
 
 /* Consume a usable code (state live, attempts left, not expired) in one
  * conditional UPDATE: of racing consumers exactly one gets 0, the others

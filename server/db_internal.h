@@ -64,8 +64,10 @@
   X(CODE_PURGE, "DELETE FROM pair_codes WHERE user_id = ?1 AND expires < ?2")                      \
   X(CODE_ADD, "INSERT INTO pair_codes (id, user_id, key, created, expires, attempts, state)"       \
               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'live')")                                          \
-  X(CODE_LOOKUP, "SELECT user_id, key, attempts, state, created, expires FROM pair_codes"          \
-                 " WHERE id = ?1")                                                                 \
+  X(CODE_LOOKUP, "SELECT user_id, key, attempts, state, created, expires, last_failure,"           \
+                 " last_failure_at FROM pair_codes WHERE id = ?1")                                 \
+  X(CODE_NOTE_FAILURE, "UPDATE pair_codes SET last_failure = ?2, last_failure_at = ?3"             \
+                       " WHERE id = ?1")                                                           \
   X(CODE_FAIL, "UPDATE pair_codes SET attempts = attempts - 1,"                                    \
                " state = CASE WHEN attempts <= 1 THEN 'burned' ELSE state END,"                    \
                " key = CASE WHEN attempts <= 1 THEN NULL ELSE key END"                             \

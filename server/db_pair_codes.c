@@ -163,6 +163,8 @@ int server_db_code_lookup(struct server_db *db, const char *code_id,
     c->state = code_state_parse((const char *)sqlite3_column_text(st, 3));
     c->created = sqlite3_column_int64(st, 4);
     c->expires = sqlite3_column_int64(st, 5);
+    db_col_text(st, 6, c->last_failure, sizeof(c->last_failure));
+    c->last_failure_at = sqlite3_column_int64(st, 7);
     c->expired = c->expires <= server_db_now(db);
     c->usable = c->state == SERVER_DB_CODE_LIVE && c->attempts_left > 0 && !c->expired;
     if (c->state != SERVER_DB_CODE_LIVE)
@@ -208,6 +210,27 @@ int server_db_code_fail(struct server_db *db, const char *code_id, int *out_atte
   if (!err && out_attempts_left)
     *out_attempts_left = left;
   return err;
+}
+
+int server_db_code_note_failure(struct server_db *db, const char *code_id, const char *reason,
+                                struct cordon_diag *diag) {
+  if (!valid_code_id(code_id))
+    return cordon_diag_set(diag, -ENOENT, "no such pairing code");
+  if (!reason || !db_valid_token(reason, SERVER_DB_CODE_MAX))
+    return cordon_diag_set(diag, -EINVAL, "a failure reason is a token");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_CODE_NOTE_FAILURE, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, code_id, &rc);
+  db_bind_text(st, 2, reason, &rc);
+  db_bind_int(st, 3, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  if ((err = db_exec_stmt(db, st, "note code failure", diag)))
+    return err;
+  return sqlite3_changes(db->h) == 1 ? 0 : cordon_diag_set(diag, -ENOENT, "no such pairing code");
 }
 
 int db_code_consume(struct server_db *db, const char *code_id, int64_t *out_user_id,

@@ -106,7 +106,10 @@ void pair_on_hello(struct pair_ctx *p, struct session *s, const struct msg_hello
     struct server_db_code code;
     a->why = METRICS_PAIR_UNKNOWN_CODE;
     if (server_db_code_lookup(p->db, h->pair_code, &code, NULL) == 0) {
-      a->why = METRICS_PAIR_CODE_NOT_USABLE;
+      a->why = code.state == SERVER_DB_CODE_USED     ? METRICS_PAIR_CODE_USED
+               : code.state == SERVER_DB_CODE_BURNED ? METRICS_PAIR_CODE_BURNED
+               : code.attempts_left <= 0             ? METRICS_PAIR_CODE_BURNED
+                                                     : METRICS_PAIR_CODE_EXPIRED;
       if (code.usable) {
         memcpy(a->code_key, code.key, sizeof(a->code_key));
         snprintf(a->code_id, sizeof(a->code_id), "%s", h->pair_code);
@@ -208,6 +211,8 @@ void pair_on_closed(struct pair_ctx *p, struct session *s) {
     char attempts[16];
     snprintf(attempts, sizeof(attempts), "%d", left);
     metrics_pairing_failed(why);
+    if (a->code_log[0]) /* the code's row keeps the reason (pair-code list) */
+      (void)server_db_code_note_failure(p->db, a->code_log, names[why], NULL);
     core_log_kv(CORE_LOG_WARN, "pairing failed", "addr", s->addr, "reason", names[why], "code",
                 a->code_log[0] ? a->code_log : "-", "attempts_left", left >= 0 ? attempts : "-",
                 "name", a->name ? a->name : "-", NULL);

@@ -213,3 +213,119 @@ Test(cli_table, usage_errors_are_one_line_with_one_prefix) {
     assert_one_line_error(&r, 2, "usage", cases[i][0]);
   }
 }
+
+/* Every form of the table, with a call that lacks a required argument
+ * (exit 2, usage) and one that names what does not exist (exit 1,
+ * not_found); {NULL} where the form has no such call. A form missing here
+ * fails forms_are_all_in_the_error_table. */
+#define NOID "0123456789abcdef0123456789abcdef"
+struct error_row {
+  const char *cmd, *sub;
+  const char *missing[8];
+  const char *unknown[10];
+};
+
+static const struct error_row error_rows[] = {
+    {"init", NULL, {NULL}, {NULL}},
+    {"run", NULL, {"run", NULL}, {NULL}},
+    {"user", "add", {"user", "add", NULL}, {NULL}},
+    {"user", "list", {"user", NULL}, {NULL}},
+    {"pair-code", NULL, {"pair-code", NULL}, {"pair-code", "nobody", NULL}},
+    {"devices", NULL, {"devices", "--user", NULL}, {"devices", "--user", "nobody", NULL}},
+    {"device", "label", {"device", "label", NULL}, {"device", "label", NOID, "k=v", NULL}},
+    {"revoke", NULL, {"revoke", NULL}, {"revoke", NOID, NULL}},
+    {"pack", NULL, {"pack", NULL}, {NULL}},
+    {"dispatch",
+     NULL,
+     {"dispatch", "--user", "alice", NULL},
+     {"dispatch", "--user", "nobody", "x.cpkg", NULL}},
+    {"cancel", NULL, {"cancel", NULL}, {"cancel", NOID, NULL}},
+    {"jobs", NULL, {"jobs", "--limit", NULL}, {"jobs", "--user", "nobody", NULL}},
+    {"job", NULL, {"job", NULL}, {"job", NOID, NULL}},
+    {"version", NULL, {NULL}, {NULL}},
+    {"help", NULL, {NULL}, {"help", "nosuch", NULL}},
+};
+#define N_ERROR_ROWS (sizeof(error_rows) / sizeof(error_rows[0]))
+
+static const struct error_row *error_row_find(const char *cmd, const char *sub) {
+  for (size_t i = 0; i < N_ERROR_ROWS; i++)
+    if (strcmp(error_rows[i].cmd, cmd) == 0 &&
+        (sub ? error_rows[i].sub && strcmp(error_rows[i].sub, sub) == 0 : !error_rows[i].sub))
+      return &error_rows[i];
+  return NULL;
+}
+
+Test(cli_table, forms_are_all_in_the_error_table) {
+  for (const struct server_cli_command *c = server_cli_commands; c->name; c++)
+    for (const struct server_cli_form *f = c->forms; f->summary; f++)
+      cr_assert_not_null(error_row_find(c->name, f->sub), "%s %s has no row", c->name,
+                         f->sub ? f->sub : "");
+}
+
+static void init_with_alice(void) {
+  struct run r;
+  run(&r, "init", NULL);
+  cr_assert_eq(r.status, 0, "init: %s", r.err);
+  run(&r, "user", "add", "alice", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+}
+
+Test(cli_table, a_missing_argument_is_usage_exit_2) {
+  init_with_alice();
+  struct run r;
+  for (size_t i = 0; i < N_ERROR_ROWS; i++) {
+    if (!error_rows[i].missing[0])
+      continue;
+    run_argv(&r, error_rows[i].missing);
+    assert_one_line_error(&r, 2, "usage", error_rows[i].cmd);
+  }
+}
+
+Test(cli_table, an_unknown_name_or_id_is_not_found_exit_1) {
+  init_with_alice();
+  struct run r;
+  for (size_t i = 0; i < N_ERROR_ROWS; i++) {
+    if (!error_rows[i].unknown[0])
+      continue;
+    run_argv(&r, error_rows[i].unknown);
+    if (strcmp(error_rows[i].cmd, "help") == 0) /* an unknown command is bad usage */
+      assert_one_line_error(&r, 2, "usage", "help nosuch");
+    else
+      assert_one_line_error(&r, 1, "not_found", error_rows[i].cmd);
+  }
+}
+
+Test(cli_table, a_name_that_is_taken_is_already_exists_exit_1) {
+  init_with_alice();
+  struct run r;
+  run(&r, "user", "add", "alice", NULL);
+  assert_one_line_error(&r, 1, "already_exists", "user add alice");
+}
+
+Test(cli_table, commands_that_need_the_daemon_say_not_running_exit_1) {
+  init_with_alice();
+  struct run r;
+  run(&r, "dispatch", "--user", "alice", "/dev/null", NULL);
+  assert_one_line_error(&r, 1, "not_running", "dispatch");
+}
+
+Test(cli_table, cancel_of_a_finished_job_is_exit_1) {
+  init_with_alice();
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_open(state_dir, 0, &db, &d), 0, "%s", d.msg);
+  struct server_db_user u;
+  cr_assert_eq(server_db_user_get_by_name(db, "alice", &u, NULL), 0);
+  uint8_t hash[32] = {1};
+  struct server_db_job_new n = {.user_id = u.id, .package_hash = hash};
+  char job[CORDON_ID_HEX_SIZE];
+  cr_assert_eq(server_db_job_add(db, &n, job, NULL), 0);
+  cr_assert_eq(
+      server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_CANCELLED, NULL, NULL),
+      0);
+  server_db_close(db);
+  struct run r;
+  run(&r, "cancel", job, NULL);
+  assert_one_line_error(&r, 1, "not_running", "cancel of a cancelled job");
+  cr_assert(strstr(r.err, "cancelled"), "%s", r.err);
+}

@@ -1101,8 +1101,7 @@ Test(db, migrates_a_version_1_database_and_keeps_its_rows) {
   cr_assert_eq(server_db_open(state_dir, 0, &db, &d), 0, "%s", d.msg);
   int v = 0;
   cr_assert_eq(server_db_schema_version(db, &v, NULL), 0);
-  cr_assert_eq(v, 2);
-  cr_assert_eq(SERVER_DB_SCHEMA_VERSION, 2);
+  cr_assert_eq(v, SERVER_DB_SCHEMA_VERSION, "migrated all the way up");
   struct server_db_device dev;
   cr_assert_eq(server_db_device_get(db, "00112233445566778899aabbccddeeff", &dev, NULL), 0);
   cr_assert_str_eq(dev.name, "laptop");
@@ -1336,5 +1335,28 @@ Test(db, queued_jobs_wait_in_order_expire_and_go_to_one_device) {
   cr_assert_eq(server_db_job_list_queued(db, &l, NULL), 0);
   cr_assert_eq(l.count, 0, "nothing waits any more");
   server_db_job_list_release(&l);
+  server_db_close(db);
+}
+
+Test(db, a_code_keeps_why_its_last_attempt_failed) {
+  struct server_db *db = open_db();
+  int64_t uid;
+  cr_assert_eq(server_db_user_add(db, "alice", &uid, NULL), 0);
+  char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+  uint8_t key[SERVER_DB_CODE_KEY_SIZE];
+  cr_assert_eq(server_db_code_mint(db, uid, 60, code, NULL, NULL), 0);
+  cr_assert_eq(server_db_code_derive(code, id, key), 0);
+  struct server_db_code c;
+  cr_assert_eq(server_db_code_lookup(db, id, &c, NULL), 0);
+  cr_assert_str_eq(c.last_failure, "");
+  cr_assert_eq(c.last_failure_at, 0);
+  server_db_set_clock(db, 1000);
+  cr_assert_eq(server_db_code_note_failure(db, id, "code_expired", NULL), 0);
+  cr_assert_eq(server_db_code_lookup(db, id, &c, NULL), 0);
+  cr_assert_str_eq(c.last_failure, "code_expired");
+  cr_assert_eq(c.last_failure_at, 1000);
+  server_db_code_wipe(&c);
+  cr_assert_eq(server_db_code_note_failure(db, "0000000000", "bad_proof", NULL), -ENOENT);
+  cr_assert_eq(server_db_code_note_failure(db, id, "not a token", NULL), -EINVAL);
   server_db_close(db);
 }
