@@ -51,6 +51,8 @@ int server_cli_db_code(int err) {
     return CORDON_E_NOT_FOUND;
   case -EEXIST:
     return CORDON_E_ALREADY_EXISTS;
+  case -ENOTUNIQ: /* a name or prefix that names several: say which */
+    return CORDON_E_USAGE;
   default:
     return err;
   }
@@ -58,6 +60,16 @@ int server_cli_db_code(int err) {
 
 int server_cli_db_fail(int err, const struct cordon_diag *diag) {
   return server_cli_fail(server_cli_db_code(err), diag);
+}
+
+int server_cli_device_resolve(struct server_db *db, const char *text, const char *user,
+                              struct server_db_device *out_dev) {
+  struct cordon_diag diag = {{0}};
+  struct server_db_user u = {0};
+  int err = user ? server_db_user_get_by_name(db, user, &u, &diag) : 0;
+  if (!err)
+    err = server_db_device_resolve(db, text, user ? u.id : 0, out_dev, &diag);
+  return err ? server_cli_db_fail(err, &diag) : 0;
 }
 
 int server_cli_admin_fail(int err, const struct cordon_diag *diag) {
@@ -247,10 +259,12 @@ const struct server_cli_command server_cli_commands[] = {
     {"devices", server_cmd_devices, "list the paired devices",
      FORMS({NULL, "[--user USER] [--json]", "list the paired devices"})},
     {"device", server_cmd_device, "one device",
-     FORMS({"label", "DEVICE [KEY=VALUE...] [--remove KEY]... [--json]",
-            "set and remove a device's labels; prints its labels"})},
+     FORMS({"label", "DEVICE [KEY=VALUE...] [--remove KEY]... [--user USER] [--json]",
+            "set and remove a device's labels; prints its labels"},
+           {"rename", "DEVICE NAME [--user USER]",
+            "rename a device (names are unique among a user's devices)"})},
     {"revoke", server_cmd_revoke, "revoke a device (terminal)",
-     FORMS({NULL, "DEVICE", "revoke a device: its key is refused from then on"})},
+     FORMS({NULL, "DEVICE [--user USER]", "revoke a device: its key is refused from then on"})},
     {"pack", server_cmd_pack, "build and sign an executor package",
      FORMS({NULL, "DIR -o FILE.cpkg [--key PUBLISHER_KEY]", "build and sign a package from DIR"})},
     {"dispatch", server_cmd_dispatch, "send a package to a device of a user",

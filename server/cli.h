@@ -99,6 +99,12 @@ int server_cli_db_code(int err);
 /* Print a database error (server_cli_fail) and return the exit status:
  * -EINVAL from the database is bad usage (2), the rest 1. */
 int server_cli_db_fail(int err, const struct cordon_diag *diag);
+/* The device an operator named (server_db_device_resolve: id, name, or a
+ * unique id prefix of 4 or more digits), of user when user is not NULL.
+ * On failure prints the error (not_found, exit 1; usage naming the
+ * candidates when several match, exit 2) and returns the exit status. */
+int server_cli_device_resolve(struct server_db *db, const char *text, const char *user,
+                              struct server_db_device *out_dev);
 /* Print an admin_call error: no daemon listening is not_running (1). */
 int server_cli_admin_fail(int err, const struct cordon_diag *diag);
 

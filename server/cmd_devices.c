@@ -117,21 +117,93 @@ static int print_labels(const struct server_db_labels *l, int json) {
   return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
 }
 
+/* device label DEVICE [KEY=VALUE...] [--remove KEY]... */
+static int device_label(const char *state, const char *user, char **args, size_t nargs,
+                        const char *const *remove, size_t n_remove, int json) {
+  if (nargs < 1)
+    return server_cli_usage("device", "label", "DEVICE is missing");
+  size_t n_set = nargs - 1;
+  if (n_set > SERVER_DB_LABELS_MAX)
+    return server_cli_failf(CORDON_E_LIMIT, "a device has at most %d labels", SERVER_DB_LABELS_MAX);
+  struct server_db_label set[SERVER_DB_LABELS_MAX];
+  struct cordon_diag diag = {{0}};
+  for (size_t i = 0; i < n_set; i++) {
+    const char *text = args[1 + i];
+    if (server_db_label_parse(text, &set[i], &diag) < 0)
+      return server_cli_fail(CORDON_E_USAGE, &diag);
+    for (size_t k = 0; k < i; k++)
+      if (strcmp(set[k].key, set[i].key) == 0)
+        return server_cli_failf(CORDON_E_USAGE, "label %s given twice", set[i].key);
+    for (size_t k = 0; k < n_remove; k++)
+      if (strcmp(remove[k], set[i].key) == 0)
+        return server_cli_failf(CORDON_E_USAGE, "label %s both set and removed", set[i].key);
+  }
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status)
+    return status;
+  struct server_db_device d;
+  if ((status = server_cli_device_resolve(db, args[0], user, &d))) {
+    server_db_close(db);
+    return status;
+  }
+  struct server_db_labels after;
+  int err = server_db_device_label(db, d.id, set, n_set, remove, n_remove, &after, &diag);
+  server_db_device_release(&d);
+  server_db_close(db);
+  if (err)
+    return server_cli_db_fail(err, &diag);
+  return print_labels(&after, json);
+}
+
+/* device rename DEVICE NAME */
+static int device_rename(const char *state, const char *user, char **args, size_t nargs) {
+  if (nargs != 2)
+    return server_cli_usage("device", "rename",
+                            nargs < 2 ? "DEVICE and NAME are needed" : "one NAME expected");
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status)
+    return status;
+  struct server_db_device d;
+  if ((status = server_cli_device_resolve(db, args[0], user, &d))) {
+    server_db_close(db);
+    return status;
+  }
+  struct cordon_diag diag = {{0}};
+  int err = server_db_device_rename(db, d.id, args[1], &diag);
+  server_db_close(db);
+  if (err) {
+    server_db_device_release(&d);
+    return err == -EPERM ? server_cli_fail(CORDON_E_USAGE, &diag) : server_cli_db_fail(err, &diag);
+  }
+  char old[4 * SERVER_DB_NAME_MAX + 1], name[4 * SERVER_DB_NAME_MAX + 1];
+  server_cli_escape(d.name, old, sizeof(old));
+  server_cli_escape(args[1], name, sizeof(name));
+  fprintf(stderr, "%s: device %s (owner %s) renamed from %s to %s\n", SERVER_PROG, d.id, d.owner,
+          old, name);
+  server_db_device_release(&d);
+  return 0;
+}
+
 int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
-                                       {"remove", required_argument, NULL, 'r'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
-  const char *state = cli->state_dir;
+  static const struct option opts[] = {
+      {"state", required_argument, NULL, 's'}, {"remove", required_argument, NULL, 'r'},
+      {"json", no_argument, NULL, 'j'},        {"user", required_argument, NULL, 'u'},
+      {"help", no_argument, NULL, 'h'},        {0}};
+  const char *state = cli->state_dir, *user = NULL;
   const char *remove[SERVER_DB_LABELS_MAX];
   size_t n_remove = 0;
   int json = 0, c;
+  const char *sub0 = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
   optind = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
     case 's':
       state = optarg;
+      break;
+    case 'u':
+      user = optarg;
       break;
     case 'r':
       if (n_remove == SERVER_DB_LABELS_MAX)
@@ -147,42 +219,25 @@ int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {
       json = 1;
       break;
     case 'h':
-      return server_cli_help("device", "label");
+      return server_cli_help("device", NULL);
     default:
-      return server_cli_bad_option("device", "label", argv);
+      return server_cli_bad_option(
+          "device",
+          sub0 && server_cli_form_find(server_cli_command_find("device"), sub0) ? sub0 : NULL,
+          argv);
     }
   }
-  /* getopt permutes: "label", DEVICE, then the labels */
-  if (argc - optind < 1 || strcmp(argv[optind], "label") != 0)
-    return server_cli_usage("device", NULL, argc > optind ? "unknown subcommand '%s'" : "%s",
-                            argc > optind ? argv[optind] : "a subcommand is needed");
-  if (argc - optind < 2)
-    return server_cli_usage("device", "label", "DEVICE is missing");
-  const char *id = argv[optind + 1];
-  size_t n_set = (size_t)(argc - optind - 2);
-  if (n_set > SERVER_DB_LABELS_MAX)
-    return server_cli_failf(CORDON_E_LIMIT, "a device has at most %d labels", SERVER_DB_LABELS_MAX);
-  struct server_db_label set[SERVER_DB_LABELS_MAX];
-  struct cordon_diag diag = {{0}};
-  for (size_t i = 0; i < n_set; i++) {
-    const char *text = argv[optind + 2 + i];
-    if (server_db_label_parse(text, &set[i], &diag) < 0)
-      return server_cli_fail(CORDON_E_USAGE, &diag);
-    for (size_t k = 0; k < i; k++)
-      if (strcmp(set[k].key, set[i].key) == 0)
-        return server_cli_failf(CORDON_E_USAGE, "label %s given twice", set[i].key);
-    for (size_t k = 0; k < n_remove; k++)
-      if (strcmp(remove[k], set[i].key) == 0)
-        return server_cli_failf(CORDON_E_USAGE, "label %s both set and removed", set[i].key);
-  }
-  struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
-  if (status)
-    return status;
-  struct server_db_labels after;
-  int err = server_db_device_label(db, id, set, n_set, remove, n_remove, &after, &diag);
-  server_db_close(db);
-  if (err)
-    return server_cli_db_fail(err, &diag);
-  return print_labels(&after, json);
+  /* getopt permutes: the subcommand, then its operands */
+  if (argc == optind)
+    return server_cli_usage("device", NULL, "a subcommand is needed");
+  const char *sub = argv[optind];
+  char **args = argv + optind + 1;
+  size_t nargs = (size_t)(argc - optind - 1);
+  if (n_remove && strcmp(sub, "label") != 0)
+    return server_cli_usage("device", sub, "--remove is an option of device label");
+  if (strcmp(sub, "label") == 0)
+    return device_label(state, user, args, nargs, remove, n_remove, json);
+  if (strcmp(sub, "rename") == 0)
+    return device_rename(state, user, args, nargs);
+  return server_cli_usage("device", NULL, "unknown subcommand '%s'", sub);
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/id.h"
 #include "server/admin_client.h"
 #include "server/admin_ops.h"
 #include "server/cli.h"
@@ -211,6 +212,22 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   struct server_db_user u;
   struct cordon_diag ud = {{0}};
   int uerr = server_db_user_get_by_name(db, user, &u, &ud);
+  /* --device by id, name or id prefix, among the user's devices */
+  struct server_db_device named = {0};
+  char device_id[CORDON_ID_HEX_SIZE] = "";
+  if (!uerr && device) {
+    /* a whole id is taken as it is (the daemon says why another user's
+     * device is not eligible); a name or prefix among the user's devices */
+    if ((status = server_cli_device_resolve(db, device, cordon_id_hex_valid(device) ? NULL : user,
+                                            &named))) {
+      server_db_close(db);
+      json_decref(where);
+      return status;
+    }
+    snprintf(device_id, sizeof(device_id), "%s", named.id);
+    server_db_device_release(&named);
+    device = device_id;
+  }
   server_db_close(db);
   if (uerr) {
     json_decref(where);

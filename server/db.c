@@ -93,6 +93,14 @@ static const char *const migrations[] = {
      * nothing; the operator sees it in pair-code list) */
     "ALTER TABLE pair_codes ADD COLUMN last_failure TEXT;"
     "ALTER TABLE pair_codes ADD COLUMN last_failure_at INTEGER NOT NULL DEFAULT 0;",
+    /* 3 -> 4: device names unique per user among devices not revoked; an
+     * older duplicate keeps its name, a newer one gets its id's first 8
+     * digits appended */
+    "UPDATE devices SET name = substr(name, 1, 55) || '-' || substr(id, 1, 8)"
+    "  WHERE state <> 'revoked' AND EXISTS (SELECT 1 FROM devices o"
+    "    WHERE o.user_id = devices.user_id AND o.name = devices.name"
+    "    AND o.state <> 'revoked' AND o.rowid < devices.rowid);"
+    "CREATE UNIQUE INDEX devices_user_name ON devices (user_id, name) WHERE state <> 'revoked';",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,

@@ -56,7 +56,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 3 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 4 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -281,7 +281,10 @@ void server_db_device_release(struct server_db_device *dev);
 void server_db_device_list_release(struct server_db_device_list *list);
 
 /* Add an active device owned by user_id with a new random id. -EEXIST if the
- * public key is already known (whatever that device's state). */
+ * public key is already known (whatever that device's state). Names are
+ * unique per user among devices that are not revoked: a name that is taken
+ * gets "-2", "-3", ... appended (the base cut to fit 64 bytes); read the
+ * device back for the name it got. */
 int server_db_device_add(struct server_db *db, int64_t user_id,
                          const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
                          const struct server_db_device_info *info, char out_id[CORDON_ID_HEX_SIZE],
@@ -302,6 +305,20 @@ int server_db_device_get(struct server_db *db, const char *id, struct server_db_
 int server_db_device_get_by_key(struct server_db *db,
                                 const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
                                 struct server_db_device *out_dev, struct cordon_diag *diag);
+
+/* A device named by what an operator typed: its whole id, its name (of
+ * user_id's devices when user_id is not 0; devices not revoked first, a
+ * revoked one only when no other has the name) or a unique prefix of its
+ * id. -ENOENT when nothing matches, -ENOTUNIQ when several do (diag names
+ * them: "id (owner)", at most 8). */
+int server_db_device_resolve(struct server_db *db, const char *text, int64_t user_id,
+                             struct server_db_device *out_dev, struct cordon_diag *diag);
+
+/* Rename a device (not revoked). -EEXIST when another device of its user
+ * that is not revoked has the name, -EINVAL for a name that is not valid
+ * (as for add), -ENOENT unknown, -EPERM revoked. */
+int server_db_device_rename(struct server_db *db, const char *id, const char *name,
+                            struct cordon_diag *diag);
 
 /* Online flag and last_seen = now (either way). Works on revoked devices
  * only to set them offline. */

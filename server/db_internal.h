@@ -86,6 +86,14 @@
   X(DEVICE_LIST, "SELECT " DEVICE_COLUMNS " WHERE (?1 = 0 OR d.user_id = ?1)"                      \
                  " ORDER BY u.name, d.name, d.id")                                                 \
   X(DEVICE_STATE, "SELECT state FROM devices WHERE id = ?1")                                       \
+  X(DEVICE_NAME_TAKEN, "SELECT count(*) FROM devices WHERE user_id = ?1 AND name = ?2"             \
+                       " AND state <> 'revoked' AND id <> coalesce(?3, '')")                       \
+  X(DEVICE_FIND,                                                                                   \
+    "SELECT d.id, u.name, d.state, d.name = ?1 FROM devices d JOIN users u ON u.id = d.user_id"    \
+    " WHERE (?2 = 0 OR d.user_id = ?2) AND (d.name = ?1 OR"                                        \
+    " (?3 AND substr(d.id, 1, length(?1)) = ?1))"                                                  \
+    " ORDER BY d.name = ?1 DESC, d.state = 'revoked', d.id LIMIT 9")                               \
+  X(DEVICE_RENAME, "UPDATE devices SET name = ?2 WHERE id = ?1 AND state <> 'revoked'")            \
   X(DEVICE_SET_ONLINE, "UPDATE devices SET online = ?2, last_seen = ?3"                            \
                        " WHERE id = ?1 AND (state = 'active' OR ?2 = 0)")                          \
   X(DEVICE_TOUCH, "UPDATE devices SET last_seen = ?2 WHERE id = ?1")                               \

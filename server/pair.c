@@ -170,6 +170,19 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
     return r;
   }
   a->code_done = true;
+  struct server_db_device added;
+  if (server_db_device_get(p->db, device_id, &added, NULL) == 0) {
+    if (strcmp(added.name, a->name) != 0) { /* the name was taken: it got a suffix */
+      core_log_kv(CORE_LOG_INFO, "device name taken, renamed", "device", device_id, "asked",
+                  a->name, "name", added.name, NULL);
+      char *renamed = strdup(added.name);
+      if (renamed) {
+        free(a->name);
+        a->name = renamed;
+      }
+    }
+    server_db_device_release(&added);
+  }
   struct server_db_user user;
   if (server_db_user_get(p->db, user_id, &user, NULL) < 0)
     snprintf(user.name, sizeof(user.name), "?");

@@ -11,7 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "server/cli.h"
+#include "server/db.h"
 
 #define SERVER_BIN CORDON_BINARY_DIR "/cordon-server"
 
@@ -233,6 +236,10 @@ static const struct error_row error_rows[] = {
     {"pair-code", NULL, {"pair-code", NULL}, {"pair-code", "nobody", NULL}},
     {"devices", NULL, {"devices", "--user", NULL}, {"devices", "--user", "nobody", NULL}},
     {"device", "label", {"device", "label", NULL}, {"device", "label", NOID, "k=v", NULL}},
+    {"device",
+     "rename",
+     {"device", "rename", "laptop", NULL},
+     {"device", "rename", "nodevice", "new", NULL}},
     {"revoke", NULL, {"revoke", NULL}, {"revoke", NOID, NULL}},
     {"pack", NULL, {"pack", NULL}, {NULL}},
     {"dispatch",
@@ -328,4 +335,111 @@ Test(cli_table, cancel_of_a_finished_job_is_exit_1) {
   run(&r, "cancel", job, NULL);
   assert_one_line_error(&r, 1, "not_running", "cancel of a cancelled job");
   cr_assert(strstr(r.err, "cancelled"), "%s", r.err);
+}
+
+/* --- devices by name ------------------------------------------------------ */
+
+static void add_device(const char *user, const char *name, uint8_t key_byte,
+                       char out_id[CORDON_ID_HEX_SIZE]) {
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_open(state_dir, 0, &db, &d), 0, "%s", d.msg);
+  struct server_db_user u;
+  cr_assert_eq(server_db_user_get_by_name(db, user, &u, NULL), 0);
+  uint8_t pk[32];
+  memset(pk, key_byte, sizeof(pk));
+  struct server_db_device_info info = {.name = name, .platform = "linux", .max_jobs = 1};
+  cr_assert_eq(server_db_device_add(db, u.id, pk, &info, out_id, &d), 0, "%s", d.msg);
+  server_db_close(db);
+}
+
+static json_t *labels_of(const char *device, const char *user) {
+  struct run r;
+  if (user)
+    run(&r, "device", "label", device, "--user", user, "--json", NULL);
+  else
+    run(&r, "device", "label", device, "--json", NULL);
+  cr_assert_eq(r.status, 0, "%s: %s", device, r.err);
+  json_error_t jerr;
+  json_t *j = json_loads(r.out, 0, &jerr);
+  cr_assert_not_null(j, "%s", r.out);
+  return j;
+}
+
+Test(cli_table, a_second_device_of_the_same_name_gets_a_suffix) {
+  init_with_alice();
+  char a[CORDON_ID_HEX_SIZE], b[CORDON_ID_HEX_SIZE], c[CORDON_ID_HEX_SIZE];
+  add_device("alice", "laptop", 1, a);
+  add_device("alice", "laptop", 2, b);
+  add_device("alice", "laptop", 3, c);
+  struct run r;
+  run(&r, "devices", "--json", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.out, "\"laptop\""), "%s", r.out);
+  cr_assert(strstr(r.out, "\"laptop-2\""), "%s", r.out);
+  cr_assert(strstr(r.out, "\"laptop-3\""), "%s", r.out);
+  /* a revoked device's name is free again */
+  run(&r, "revoke", "laptop-3", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char d[CORDON_ID_HEX_SIZE];
+  add_device("alice", "laptop", 4, d);
+  run(&r, "device", "rename", d, "laptop-3", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.err, "renamed from laptop-"), "%s", r.err);
+}
+
+Test(cli_table, devices_are_named_by_name_or_id_prefix_and_ambiguity_is_an_error) {
+  init_with_alice();
+  struct run r;
+  run(&r, "user", "add", "bob", NULL);
+  char a[CORDON_ID_HEX_SIZE], b[CORDON_ID_HEX_SIZE];
+  add_device("alice", "laptop", 1, a);
+  add_device("bob", "laptop", 2, b);
+  /* two users' laptops: the name alone is ambiguous, naming both */
+  run(&r, "device", "label", "laptop", "gpu=yes", NULL);
+  assert_one_line_error(&r, 2, "usage", "ambiguous name");
+  cr_assert(strstr(r.err, a) && strstr(r.err, b), "the candidates: %s", r.err);
+  cr_assert(strstr(r.err, "(alice)") && strstr(r.err, "(bob)"), "%s", r.err);
+  run(&r, "revoke", "laptop", NULL);
+  assert_one_line_error(&r, 2, "usage", "ambiguous revoke");
+  /* --user settles it */
+  run(&r, "device", "label", "laptop", "--user", "alice", "gpu=yes", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  json_t *j = labels_of(a, NULL);
+  cr_assert_str_eq(json_string_value(json_object_get(j, "gpu")), "yes");
+  json_decref(j);
+  j = labels_of(b, NULL);
+  cr_assert_eq(json_object_size(j), 0, "bob's laptop untouched");
+  json_decref(j);
+  /* a unique prefix of 4+ digits; a shorter one is not taken as an id */
+  char prefix[9];
+  snprintf(prefix, sizeof(prefix), "%.8s", a);
+  j = labels_of(prefix, NULL);
+  cr_assert_str_eq(json_string_value(json_object_get(j, "gpu")), "yes");
+  json_decref(j);
+  char three[4];
+  snprintf(three, sizeof(three), "%.3s", a);
+  run(&r, "device", "label", three, NULL);
+  assert_one_line_error(&r, 1, "not_found", "a 3-digit prefix");
+  /* of the wrong user: not found */
+  run(&r, "device", "label", a, "--user", "bob", NULL);
+  assert_one_line_error(&r, 1, "not_found", "alice's id as bob's");
+  /* rename to a taken name is refused */
+  run(&r, "device", "rename", "laptop", "--user", "alice", "desk", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run(&r, "user", "add", "carol", NULL);
+  char c1[CORDON_ID_HEX_SIZE], c2[CORDON_ID_HEX_SIZE];
+  add_device("carol", "one", 3, c1);
+  add_device("carol", "two", 4, c2);
+  run(&r, "device", "rename", "two", "one", NULL);
+  assert_one_line_error(&r, 1, "already_exists", "rename onto a taken name");
+  /* names come out of the table by name now */
+  run(&r, "revoke", "desk", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  cr_assert(strstr(r.err, a), "%s", r.err);
+  /* dispatch --device resolves too (before it asks the daemon) */
+  run(&r, "dispatch", "--user", "alice", "--device", "nodevice", "/dev/null", NULL);
+  assert_one_line_error(&r, 1, "not_found", "dispatch --device");
+  run(&r, "dispatch", "--user", "alice", "--device", "laptop", "/dev/null", NULL);
+  assert_one_line_error(&r, 1, "not_found", "bob's laptop is not alice's");
 }
