@@ -144,6 +144,17 @@ json_t *server_cli_online_json(const json_t *sessions, const char *device_id);
 /* The same for a table: "online", "offline" or "unknown". */
 const char *server_cli_online_text(const json_t *sessions, const char *device_id);
 
+/* --- jobs as the tables show them (server/cmd_jobs.c) ------------------- */
+
+/* The ERROR column: the job's stable code, else its result's, else
+ * "exit N" or "signal N" for a job that ran and failed, else "-". */
+void server_cli_job_error(const struct server_db_job *j, char *buf, size_t size);
+/* "name@version", or "-" for a job dispatched before they were kept. */
+void server_cli_job_package(const struct server_db_job *j, char *buf, size_t size);
+/* One row of `jobs --json`: {"id", "user", "device", "device_name", "state",
+ * "package", "error", "created", "updated", "device_online"}. */
+json_t *server_cli_job_summary_json(const struct server_db_job *j, const json_t *live);
+
 int server_cmd_init(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_pack(const struct server_cli *cli, int argc, char **argv);
 /* Commands on the state database (server/cmd_user.c, cmd_paircode.c,

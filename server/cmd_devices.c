@@ -186,6 +186,124 @@ static int device_rename(const char *state, const char *user, char **args, size_
   return 0;
 }
 
+#define DEVICE_SHOW_RECENT 10
+
+static json_t *jobs_json(const struct server_db_job_list *l, const json_t *live) {
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < l->count; i++)
+    if (json_array_append_new(arr, server_cli_job_summary_json(&l->items[i], live)) < 0) {
+      json_decref(arr);
+      arr = NULL;
+    }
+  return arr;
+}
+
+static void print_jobs(const char *title, const struct server_db_job_list *l) {
+  printf("%s:%s\n", title, l->count ? "" : " none");
+  for (size_t i = 0; i < l->count; i++) {
+    const struct server_db_job *j = &l->items[i];
+    char created[64], error[SERVER_DB_CODE_MAX + 32], pkg[2 * SERVER_DB_NAME_MAX + 2];
+    char pkg_text[4 * sizeof(pkg)];
+    server_cli_format_time(j->created, "-", created, sizeof(created));
+    server_cli_job_error(j, error, sizeof(error));
+    server_cli_job_package(j, pkg, sizeof(pkg));
+    server_cli_escape(pkg, pkg_text, sizeof(pkg_text));
+    printf("  %-32s  %-9s %-24s %-20s %s\n", j->id, server_db_job_state_name(j->state), pkg_text,
+           created, error);
+  }
+}
+
+/* device show DEVICE [--json]: everything known about one device. */
+static int device_show(const char *state, const char *user, char **args, size_t nargs, int json) {
+  if (nargs != 1)
+    return server_cli_usage("device", "show", nargs ? "one DEVICE expected" : "DEVICE is missing");
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status)
+    return status;
+  struct server_db_device d;
+  if ((status = server_cli_device_resolve(db, args[0], user, &d))) {
+    server_db_close(db);
+    return status;
+  }
+  struct cordon_diag diag = {{0}};
+  struct server_db_job_list running = {0}, recent = {0};
+  struct server_db_job_filter f = {.device_id = d.id, .limit = DEVICE_SHOW_RECENT};
+  int err = server_db_job_list_active_on_device(db, d.id, &running, &diag);
+  if (!err)
+    err = server_db_job_list_filtered(db, &f, &recent, &diag);
+  server_db_close(db);
+  if (err) {
+    server_db_device_release(&d);
+    server_db_job_list_release(&running);
+    return server_cli_db_fail(err, &diag);
+  }
+  json_t *live = NULL;
+  char why[600];
+  if (server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
+    live = NULL;
+  json_t *facts = d.facts_json ? json_loads(d.facts_json, 0, NULL) : NULL;
+  if (!json_is_object(facts)) {
+    json_decref(facts);
+    facts = json_object();
+  }
+  if (json) {
+    json_t *o = device_json(&d, live);
+    if (o &&
+        (json_object_set_new(o, "downgrade_reason",
+                             d.downgrade_reason[0] ? json_string(d.downgrade_reason)
+                                                   : json_null()) ||
+         json_object_set_new(o, "max_jobs", json_integer(d.max_jobs)) ||
+         json_object_set_new(o, "paired", server_cli_json_time(d.created)) ||
+         json_object_set_new(o, "address", d.address[0] ? json_string(d.address) : json_null()) ||
+         json_object_set_new(o, "facts", json_incref(facts)) ||
+         json_object_set_new(o, "running_jobs", jobs_json(&running, live)) ||
+         json_object_set_new(o, "recent_jobs", jobs_json(&recent, live)))) {
+      json_decref(o);
+      o = NULL;
+    }
+    status = server_cli_print_json(o, 0);
+  } else {
+    char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1];
+    char seen[64], paired[64], online[700];
+    char labels[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
+    server_cli_escape(d.name, name, sizeof(name));
+    server_cli_escape(d.platform[0] ? d.platform : "-", platform, sizeof(platform));
+    server_cli_format_time(d.last_seen, "never", seen, sizeof(seen));
+    server_cli_format_time(d.created, "-", paired, sizeof(paired));
+    server_db_labels_format(&d.labels, labels, sizeof(labels));
+    if (live)
+      snprintf(online, sizeof(online), "%s", server_cli_online_text(live, d.id));
+    else
+      snprintf(online, sizeof(online), "unknown (%s)", why);
+    const char *level = d.has_level ? sandbox_level_name(d.best_level) : NULL;
+    printf("id:         %s\nname:       %s\nowner:      %s\nstate:      %s\nonline:     %s\n"
+           "platform:   %s\nlevel:      %s%s%s%s\nmax jobs:   %d\nlabels:     %s\n"
+           "paired:     %s\nlast seen:  %s\naddress:    %s\nfacts:%s\n",
+           d.id, name, d.owner, device_state_name(d.state), online, platform, level ? level : "-",
+           d.downgrade_reason[0] ? " (downgraded: " : "", d.downgrade_reason,
+           d.downgrade_reason[0] ? ")" : "", d.max_jobs, labels[0] ? labels : "-", paired, seen,
+           d.address[0] ? d.address : "-", json_object_size(facts) ? "" : " none");
+    const char *k;
+    json_t *v;
+    json_object_foreach(facts, k, v) {
+      char key[256], val[1024];
+      server_cli_escape(k, key, sizeof(key));
+      server_cli_escape(json_is_string(v) ? json_string_value(v) : "?", val, sizeof(val));
+      printf("  %-20s %s\n", key, val);
+    }
+    print_jobs("running jobs", &running);
+    print_jobs("recent jobs", &recent);
+    status = fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+  }
+  json_decref(facts);
+  json_decref(live);
+  server_db_job_list_release(&running);
+  server_db_job_list_release(&recent);
+  server_db_device_release(&d);
+  return status;
+}
+
 int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {
       {"state", required_argument, NULL, 's'}, {"remove", required_argument, NULL, 'r'},
@@ -239,5 +357,7 @@ int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {
     return device_label(state, user, args, nargs, remove, n_remove, json);
   if (strcmp(sub, "rename") == 0)
     return device_rename(state, user, args, nargs);
+  if (strcmp(sub, "show") == 0)
+    return device_show(state, user, args, nargs, json);
   return server_cli_usage("device", NULL, "unknown subcommand '%s'", sub);
 }

@@ -101,6 +101,12 @@ static const char *const migrations[] = {
     "    WHERE o.user_id = devices.user_id AND o.name = devices.name"
     "    AND o.state <> 'revoked' AND o.rowid < devices.rowid);"
     "CREATE UNIQUE INDEX devices_user_name ON devices (user_id, name) WHERE state <> 'revoked';",
+    /* 4 -> 5: the package's name and version, kept at dispatch (before:
+     * only its hash) */
+    "ALTER TABLE jobs ADD COLUMN package_name TEXT;"
+    "ALTER TABLE jobs ADD COLUMN package_version TEXT;",
+    /* 5 -> 6: the address a device last connected from */
+    "ALTER TABLE devices ADD COLUMN last_addr TEXT;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,

@@ -56,7 +56,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 4 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 6 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -251,6 +251,7 @@ struct server_db_device_info {
   const char *downgrade_reason; /* stable code string or NULL */
   const char *facts_json;       /* <= SERVER_DB_FACTS_MAX, or NULL */
   int max_jobs;                 /* 0 = unknown, else 1..1024 */
+  const char *address;          /* where it connected from; NULL keeps the last one */
 };
 
 struct server_db_device {
@@ -270,6 +271,7 @@ struct server_db_device {
   int64_t last_seen; /* 0 = never */
   int64_t created;
   struct server_db_labels labels;
+  char address[64]; /* where it last connected from, "" when never */
 };
 
 struct server_db_device_list {
@@ -389,6 +391,8 @@ struct server_db_job_new {
   int64_t deadline;                     /* absolute; 0 = none */
   int64_t queue_expires;                /* absolute; 0 = not queued */
   const struct server_db_labels *where; /* NULL or empty: no constraint */
+  const char *package_name;             /* the manifest's name and version, or NULL */
+  const char *package_version;
 };
 
 struct server_db_job {
@@ -402,8 +406,21 @@ struct server_db_job {
   char error[SERVER_DB_CODE_MAX + 1]; /* stable error code, "" when none */
   char *result_json;                  /* heap, NULL until a result was recorded */
   int64_t created, updated, deadline;
-  int64_t queue_expires;         /* 0 = never waited in the queue */
-  struct server_db_labels where; /* the constraints its device must meet */
+  int64_t queue_expires;                        /* 0 = never waited in the queue */
+  struct server_db_labels where;                /* the constraints its device must meet */
+  char package_name[SERVER_DB_NAME_MAX + 1];    /* "" when not kept (older jobs) */
+  char package_version[SERVER_DB_NAME_MAX + 1]; /* "" when not kept */
+  char device_name[SERVER_DB_NAME_MAX + 1];     /* its device's name, "" when none */
+};
+
+/* Which jobs server_db_job_list_filtered lists. */
+struct server_db_job_filter {
+  int64_t user_id;       /* 0 = every user */
+  const char *device_id; /* NULL = every device */
+  bool has_state;        /* state valid */
+  enum server_db_job_state state;
+  int64_t since; /* created at or after; 0 = always */
+  size_t limit;  /* 0 = no limit */
 };
 
 struct server_db_job_list {
@@ -455,6 +472,9 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
 json_t *server_db_job_to_json(const struct server_db_job *job);
 /* Its "result" alone: a new reference, JSON null when there is none. */
 json_t *server_db_job_result_to_json(const struct server_db_job *job);
+/* The jobs that pass every filter, newest first. */
+int server_db_job_list_filtered(struct server_db *db, const struct server_db_job_filter *filter,
+                                struct server_db_job_list *out_list, struct cordon_diag *diag);
 /* user_id 0 = all; newest first; at most `limit` (0 = no limit). */
 int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
                        struct server_db_job_list *out_list, struct cordon_diag *diag);

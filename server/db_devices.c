@@ -99,6 +99,7 @@ static int read_device(sqlite3_stmt *st, struct server_db_device *d) {
   d->last_seen = sqlite3_column_int64(st, 12);
   d->created = sqlite3_column_int64(st, 13);
   db_labels_from_json((const char *)sqlite3_column_text(st, 14), &d->labels);
+  db_col_text(st, 15, d->address, sizeof(d->address));
   return db_col_dup(st, 8, &d->facts_json);
 }
 
@@ -470,6 +471,7 @@ int server_db_device_update_info(struct server_db *db, const char *id,
   db_bind_text(st, 5, info->downgrade_reason, &rc);
   db_bind_text(st, 6, info->facts_json, &rc);
   db_bind_int(st, 7, info->max_jobs, &rc);
+  db_bind_text(st, 8, info->address && strlen(info->address) < 64 ? info->address : NULL, &rc);
   if ((err = db_bind_check(db, st, rc, diag)) ||
       (err = device_update(db, st, "update device", &changes, diag)))
     return err;

@@ -35,12 +35,14 @@
 #define DEVICE_COLUMNS                                                                             \
   "d.id, d.user_id, u.name, d.name, d.platform, d.public_key, d.best_level,"                       \
   " d.downgrade_reason, d.facts, d.max_jobs, d.state, d.online, d.last_seen, d.created,"           \
-  " (SELECT json_group_object(l.key, l.value) FROM device_labels l WHERE l.device_id = d.id)"      \
+  " (SELECT json_group_object(l.key, l.value) FROM device_labels l WHERE l.device_id = d.id),"     \
+  " d.last_addr"                                                                                   \
   " FROM devices d JOIN users u ON u.id = d.user_id"
 #define JOB_COLUMNS                                                                                \
   "j.id, j.user_id, u.name, j.device_id, j.package_hash, j.args, j.state, j.error, j.result,"      \
-  " j.created, j.updated, j.deadline, j.queue_expires, j.where_labels"                             \
-  " FROM jobs j JOIN users u ON u.id = j.user_id"
+  " j.created, j.updated, j.deadline, j.queue_expires, j.where_labels, j.package_name,"            \
+  " j.package_version, jd.name"                                                                    \
+  " FROM jobs j JOIN users u ON u.id = j.user_id LEFT JOIN devices jd ON jd.id = j.device_id"
 
 /* transactions and the schema version (db.c) */
 #define DB_TX_STATEMENTS(X)                                                                        \
@@ -98,8 +100,8 @@
                        " WHERE id = ?1 AND (state = 'active' OR ?2 = 0)")                          \
   X(DEVICE_TOUCH, "UPDATE devices SET last_seen = ?2 WHERE id = ?1")                               \
   X(DEVICE_UPDATE_INFO, "UPDATE devices SET name = coalesce(?2, name), platform = ?3,"             \
-                        " best_level = ?4, downgrade_reason = ?5, facts = ?6, max_jobs = ?7"       \
-                        " WHERE id = ?1")                                                          \
+                        " best_level = ?4, downgrade_reason = ?5, facts = ?6, max_jobs = ?7,"      \
+                        " last_addr = coalesce(?8, last_addr) WHERE id = ?1")                      \
   X(DEVICE_ALL_OFFLINE, "UPDATE devices SET online = 0 WHERE online <> 0")                         \
   X(DEVICE_REVOKE, "UPDATE devices SET state = 'revoked', online = 0"                              \
                    " WHERE id = ?1 AND state = 'active'")                                          \
@@ -116,8 +118,8 @@
 /* jobs (db_jobs.c) */
 #define DB_JOB_STATEMENTS(X)                                                                       \
   X(JOB_ADD, "INSERT INTO jobs (id, user_id, device_id, package_hash, args, state, created,"       \
-             " updated, deadline, queue_expires, where_labels)"                                    \
-             " VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6, ?7, ?8, ?9)")                         \
+             " updated, deadline, queue_expires, where_labels, package_name, package_version)"     \
+             " VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6, ?7, ?8, ?9, ?10, ?11)")               \
   X(JOB_SEND, "UPDATE jobs SET state = 'sent', device_id = ?2, deadline = ?3, updated = ?4"        \
               " WHERE id = ?1 AND state = 'queued' AND (device_id IS NULL OR device_id = ?2)")     \
   X(JOB_TRANSITION, "UPDATE jobs SET state = ?3, error = coalesce(?4, error), updated = ?5"        \
@@ -132,6 +134,9 @@
   X(JOB_GET, "SELECT " JOB_COLUMNS " WHERE j.id = ?1")                                             \
   X(JOB_LIST, "SELECT " JOB_COLUMNS " WHERE (?1 = 0 OR j.user_id = ?1)"                            \
               " ORDER BY j.created DESC, j.rowid DESC LIMIT ?2")                                   \
+  X(JOB_LIST_FILTERED, "SELECT " JOB_COLUMNS " WHERE (?1 = 0 OR j.user_id = ?1)"                   \
+                       " AND (?2 IS NULL OR j.device_id = ?2) AND (?3 IS NULL OR j.state = ?3)"    \
+                       " AND j.created >= ?4 ORDER BY j.created DESC, j.rowid DESC LIMIT ?5")      \
   X(JOB_LIST_ACTIVE_ON_DEVICE, "SELECT " JOB_COLUMNS " WHERE j.device_id = ?1"                     \
                                " AND j.state IN " DB_LIVE_STATES " ORDER BY j.created, j.rowid")   \
   X(JOB_LIST_OVERDUE, "SELECT " JOB_COLUMNS " WHERE j.deadline <> 0 AND j.deadline <= ?1"          \

@@ -236,6 +236,7 @@ static const struct error_row error_rows[] = {
     {"pair-code", NULL, {"pair-code", NULL}, {"pair-code", "nobody", NULL}},
     {"devices", NULL, {"devices", "--user", NULL}, {"devices", "--user", "nobody", NULL}},
     {"device", "label", {"device", "label", NULL}, {"device", "label", NOID, "k=v", NULL}},
+    {"device", "show", {"device", "show", NULL}, {"device", "show", "nodevice", NULL}},
     {"device",
      "rename",
      {"device", "rename", "laptop", NULL},
