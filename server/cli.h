@@ -105,6 +105,10 @@ int server_cli_db_fail(int err, const struct cordon_diag *diag);
  * candidates when several match, exit 2) and returns the exit status. */
 int server_cli_device_resolve(struct server_db *db, const char *text, const char *user,
                               struct server_db_device *out_dev);
+/* After a device was revoked in the database: ask a running daemon to
+ * close its live session (nothing to do when none runs). 0 or the exit
+ * status of the printed error (server/cmd_revoke.c). */
+int server_cli_close_session(const char *state, const char *id);
 /* Print an admin_call error: no daemon listening is not_running (1). */
 int server_cli_admin_fail(int err, const struct cordon_diag *diag);
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,9 @@
 #include "server/db.h"
 
 static const char *device_state_name(enum server_db_device_state s) {
-  return s == SERVER_DB_DEVICE_ACTIVE ? "active" : "revoked";
+  return s == SERVER_DB_DEVICE_ACTIVE    ? "active"
+         : s == SERVER_DB_DEVICE_PENDING ? "pending"
+                                         : "revoked";
 }
 
 static json_t *device_json(const struct server_db_device *d, const json_t *live) {
@@ -304,6 +307,52 @@ static int device_show(const char *state, const char *user, char **args, size_t 
   return status;
 }
 
+/* device approve DEVICE | device reject DEVICE */
+static int device_decide(const char *state, const char *user, const char *sub, char **args,
+                         size_t nargs) {
+  if (nargs != 1)
+    return server_cli_usage("device", sub, nargs ? "one DEVICE expected" : "DEVICE is missing");
+  bool approve = strcmp(sub, "approve") == 0;
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status)
+    return status;
+  struct server_db_device d;
+  if ((status = server_cli_device_resolve(db, args[0], user, &d))) {
+    server_db_close(db);
+    return status;
+  }
+  struct cordon_diag diag = {{0}};
+  int err = 0;
+  if (approve && d.state == SERVER_DB_DEVICE_ACTIVE) { /* idempotent, as revoke is */
+    fprintf(stderr, "%s: device %s was already approved\n", SERVER_PROG, d.id);
+    server_db_device_release(&d);
+    server_db_close(db);
+    return 0;
+  }
+  if (d.state == SERVER_DB_DEVICE_ACTIVE)
+    err =
+        cordon_diag_set(&diag, CORDON_E_USAGE, "device %s is active, not pending: revoke it", d.id);
+  else if (d.state != SERVER_DB_DEVICE_PENDING)
+    err = cordon_diag_set(&diag, CORDON_E_NOT_FOUND, "device %s (%s) is revoked, not pending", d.id,
+                          d.owner);
+  else if (approve)
+    err = server_db_device_approve(db, d.id, &diag);
+  else
+    err = server_db_device_revoke(db, d.id, &diag);
+  server_db_close(db);
+  char name[4 * SERVER_DB_NAME_MAX + 1], id[CORDON_ID_HEX_SIZE];
+  server_cli_escape(d.name, name, sizeof(name));
+  snprintf(id, sizeof(id), "%s", d.id);
+  if (!err)
+    fprintf(stderr, "%s: device %s (%s, owner %s) %s\n", SERVER_PROG, d.id, name, d.owner,
+            approve ? "approved: it gets jobs from now on" : "rejected: revoked for good");
+  server_db_device_release(&d);
+  if (err)
+    return server_cli_db_fail(err, &diag);
+  return approve ? 0 : server_cli_close_session(state, id);
+}
+
 int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {
       {"state", required_argument, NULL, 's'}, {"remove", required_argument, NULL, 'r'},
@@ -359,5 +408,7 @@ int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {
     return device_rename(state, user, args, nargs);
   if (strcmp(sub, "show") == 0)
     return device_show(state, user, args, nargs, json);
+  if (strcmp(sub, "approve") == 0 || strcmp(sub, "reject") == 0)
+    return device_decide(state, user, sub, args, nargs);
   return server_cli_usage("device", NULL, "unknown subcommand '%s'", sub);
 }

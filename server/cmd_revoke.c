@@ -13,8 +13,7 @@
 #include "server/cli.h"
 #include "server/db.h"
 
-/* Ask a running daemon to close the device's live session. */
-static int tell_daemon(const char *state, const char *id) {
+int server_cli_close_session(const char *state, const char *id) {
   json_t *req = admin_request_new(ADMIN_OP_REVOKE), *reply = NULL;
   struct cordon_diag diag = {{0}};
   int err = req ? admin_request_set(req, ADMIN_ARG_DEVICE, json_string(id)) : -ENOMEM;
@@ -93,5 +92,5 @@ int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
-  return tell_daemon(state, id);
+  return server_cli_close_session(state, id);
 }

@@ -40,20 +40,17 @@ static int parse_seconds(const char *s, long lo, long hi, long *out) {
 }
 
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
-                                       {"job-grace", required_argument, NULL, 'g'},
-                                       {"queue-ttl", required_argument, NULL, 'q'},
-                                       {"drain-timeout", required_argument, NULL, 'd'},
-                                       {"log-level", required_argument, NULL, 'v'},
-                                       {"log-file", required_argument, NULL, 'f'},
-                                       {"metrics", required_argument, NULL, 'm'},
-                                       {"state", required_argument, NULL, 's'},
-                                       {0}};
+  static const struct option opts[] = {
+      {"listen", required_argument, NULL, 'l'},     {"job-grace", required_argument, NULL, 'g'},
+      {"queue-ttl", required_argument, NULL, 'q'},  {"drain-timeout", required_argument, NULL, 'd'},
+      {"log-level", required_argument, NULL, 'v'},  {"log-file", required_argument, NULL, 'f'},
+      {"metrics", required_argument, NULL, 'm'},    {"state", required_argument, NULL, 's'},
+      {"require-approval", no_argument, NULL, 'A'}, {0}};
   const char *state = cli->state_dir, *listen = NULL, *metrics = NULL, *log_file = NULL;
   long grace = 0, drain = -1;
   int64_t queue_ttl = 0;
   enum core_log_level level = CORE_LOG_INFO;
-  int c;
+  int c, require_approval = 0;
   optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     if (c == 'l')
@@ -79,6 +76,8 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       metrics = optarg;
     else if (c == 's')
       state = optarg;
+    else if (c == 'A')
+      require_approval = 1;
     else
       return server_cli_bad_option("run", NULL, argv);
   }
@@ -104,6 +103,7 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       .log_level = level,
       .metrics_host = metrics ? mhost : NULL,
       .metrics_port = mport,
+      .require_approval = require_approval != 0,
   };
   struct cordon_diag diag = {{0}};
   int r = daemon_run(&opt, &diag);

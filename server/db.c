@@ -107,6 +107,13 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN package_version TEXT;",
     /* 5 -> 6: the address a device last connected from */
     "ALTER TABLE devices ADD COLUMN last_addr TEXT;",
+    /* 6 -> 7: enrolment approval (a device waits, pending, until an
+     * operator approves it; per user, or for every user by run
+     * --require-approval) and removed users (their rows stay: jobs keep
+     * their history) */
+    "ALTER TABLE devices ADD COLUMN approved INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE users ADD COLUMN require_approval INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE users ADD COLUMN removed INTEGER NOT NULL DEFAULT 0;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,

@@ -56,7 +56,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 6 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 7 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -114,6 +114,8 @@ struct server_db_user {
   int64_t id;
   char name[SERVER_DB_NAME_MAX + 1];
   int64_t created;
+  bool require_approval; /* its new devices wait, pending, for device approve */
+  bool removed;          /* user remove: kept for the jobs' history, nothing else */
 };
 
 struct server_db_user_list {
@@ -128,6 +130,14 @@ int server_db_user_get(struct server_db *db, int64_t id, struct server_db_user *
                        struct cordon_diag *diag);
 int server_db_user_get_by_name(struct server_db *db, const char *name,
                                struct server_db_user *out_user, struct cordon_diag *diag);
+/* Whether the user's newly paired devices wait for approval. -ENOENT for
+ * an unknown or removed user. */
+int server_db_user_set_require_approval(struct server_db *db, int64_t id, bool on,
+                                        struct cordon_diag *diag);
+/* Remove a user, in one transaction: every device of it revoked, every live
+ * code burned, the user marked removed (its row and jobs stay; its name is
+ * not reused). -ENOENT unknown, -EALREADY already removed. */
+int server_db_user_remove(struct server_db *db, int64_t id, struct cordon_diag *diag);
 /* All users, by id. */
 int server_db_user_list(struct server_db *db, struct server_db_user_list *out_list,
                         struct cordon_diag *diag);
@@ -178,6 +188,29 @@ void server_db_code_wipe(struct server_db_code *code);
  * the code is not live. out_attempts_left may be NULL. */
 int server_db_code_fail(struct server_db *db, const char *code_id, int *out_attempts_left,
                         struct cordon_diag *diag);
+
+/* Every code (of user_id, or all when 0), oldest first; keys are not read. */
+struct server_db_code_info {
+  char id[SERVER_DB_CODE_ID_SIZE];
+  int64_t user_id;
+  char user[SERVER_DB_NAME_MAX + 1];
+  int attempts_left;
+  enum server_db_code_state state;
+  bool expired;
+  int64_t created, expires;
+  char last_failure[SERVER_DB_CODE_MAX + 1];
+  int64_t last_failure_at;
+};
+struct server_db_code_list {
+  struct server_db_code_info *items;
+  size_t count;
+};
+int server_db_code_list(struct server_db *db, int64_t user_id, struct server_db_code_list *out,
+                        struct cordon_diag *diag);
+void server_db_code_list_release(struct server_db_code_list *list);
+/* A live code is burned (its key dropped, last_failure "revoked").
+ * -ENOENT unknown, -EALREADY not live. */
+int server_db_code_revoke(struct server_db *db, const char *code_id, struct cordon_diag *diag);
 
 /* Note why an attempt with the code failed (a reason label such as
  * "bad_proof", "code_expired"; the server's own, never the agent's) and
@@ -239,6 +272,7 @@ void server_db_labels_format(const struct server_db_labels *labels, char *buf, s
 enum server_db_device_state {
   SERVER_DB_DEVICE_ACTIVE = 0,
   SERVER_DB_DEVICE_REVOKED = 1, /* terminal */
+  SERVER_DB_DEVICE_PENDING = 2, /* paired, waiting for device approve: gets no jobs */
 };
 
 /* What a device says about itself (pairing, then every hello). NULL strings
@@ -252,6 +286,7 @@ struct server_db_device_info {
   const char *facts_json;       /* <= SERVER_DB_FACTS_MAX, or NULL */
   int max_jobs;                 /* 0 = unknown, else 1..1024 */
   const char *address;          /* where it connected from; NULL keeps the last one */
+  bool pending;                 /* add: wait for approval (also when its user requires it) */
 };
 
 struct server_db_device {
@@ -316,6 +351,10 @@ int server_db_device_get_by_key(struct server_db *db,
 int server_db_device_resolve(struct server_db *db, const char *text, int64_t user_id,
                              struct server_db_device *out_dev, struct cordon_diag *diag);
 
+/* A pending device becomes active. -ENOENT unknown, -EPERM revoked,
+ * -EALREADY not pending. */
+int server_db_device_approve(struct server_db *db, const char *id, struct cordon_diag *diag);
+
 /* Rename a device (not revoked). -EEXIST when another device of its user
  * that is not revoked has the name, -EINVAL for a name that is not valid
  * (as for add), -ENOENT unknown, -EPERM revoked. */
@@ -349,8 +388,8 @@ int server_db_device_label(struct server_db *db, const char *id, const struct se
                            size_t n_set, const char *const *remove, size_t n_remove,
                            struct server_db_labels *out_labels, struct cordon_diag *diag);
 
-/* How many devices are in each state (for metrics): out_counts indexed by
- * enum server_db_device_state. */
+/* How many devices are active and revoked (for metrics): out_counts indexed
+ * by enum server_db_device_state; pending ones count as active. */
 int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
                                     struct cordon_diag *diag);
 

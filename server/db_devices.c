@@ -100,6 +100,8 @@ static int read_device(sqlite3_stmt *st, struct server_db_device *d) {
   d->created = sqlite3_column_int64(st, 13);
   db_labels_from_json((const char *)sqlite3_column_text(st, 14), &d->labels);
   db_col_text(st, 15, d->address, sizeof(d->address));
+  if (d->state == SERVER_DB_DEVICE_ACTIVE && sqlite3_column_int(st, 16) == 0)
+    d->state = SERVER_DB_DEVICE_PENDING;
   return db_col_dup(st, 8, &d->facts_json);
 }
 
@@ -190,6 +192,7 @@ static int device_insert(struct server_db *db, int64_t user_id,
   db_bind_text(st, 8, info->facts_json, &rc);
   db_bind_int(st, 9, info->max_jobs, &rc);
   db_bind_int(st, 10, server_db_now(db), &rc);
+  db_bind_int(st, 11, info->pending ? 1 : 0, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
@@ -553,6 +556,28 @@ int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
   if (!err)
     memcpy(out_counts, counts, sizeof(counts));
   return err;
+}
+
+int server_db_device_approve(struct server_db *db, const char *id, struct cordon_diag *diag) {
+  struct server_db_device d;
+  int err = server_db_device_get(db, id, &d, diag);
+  if (err)
+    return err;
+  enum server_db_device_state was = d.state;
+  server_db_device_release(&d);
+  if (was == SERVER_DB_DEVICE_REVOKED)
+    return cordon_diag_set(diag, -EPERM, "device %s is revoked", id);
+  if (was != SERVER_DB_DEVICE_PENDING)
+    return cordon_diag_set(diag, -EALREADY, "device %s is not pending", id);
+  sqlite3_stmt *st = NULL;
+  if ((err = db_stmt(db, Q_DEVICE_APPROVE, &st, diag)))
+    return err;
+  int rc = SQLITE_OK, changes = 0;
+  db_bind_text(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = device_update(db, st, "approve device", &changes, diag)))
+    return err;
+  return changes == 1 ? 0 : cordon_diag_set(diag, -EALREADY, "device %s is not pending", id);
 }
 
 int server_db_device_rename(struct server_db *db, const char *id, const char *name,

@@ -36,7 +36,7 @@
   "d.id, d.user_id, u.name, d.name, d.platform, d.public_key, d.best_level,"                       \
   " d.downgrade_reason, d.facts, d.max_jobs, d.state, d.online, d.last_seen, d.created,"           \
   " (SELECT json_group_object(l.key, l.value) FROM device_labels l WHERE l.device_id = d.id),"     \
-  " d.last_addr"                                                                                   \
+  " d.last_addr, d.approved"                                                                       \
   " FROM devices d JOIN users u ON u.id = d.user_id"
 #define JOB_COLUMNS                                                                                \
   "j.id, j.user_id, u.name, j.device_id, j.package_hash, j.args, j.state, j.error, j.result,"      \
@@ -55,9 +55,16 @@
 /* users (db_users.c) */
 #define DB_USER_STATEMENTS(X)                                                                      \
   X(USER_ADD, "INSERT INTO users (name, created) VALUES (?1, ?2)")                                 \
-  X(USER_GET, "SELECT id, name, created FROM users WHERE id = ?1")                                 \
-  X(USER_GET_BY_NAME, "SELECT id, name, created FROM users WHERE name = ?1")                       \
-  X(USER_LIST, "SELECT id, name, created FROM users ORDER BY id")
+  X(USER_GET, "SELECT id, name, created, require_approval, removed FROM users WHERE id = ?1")      \
+  X(USER_GET_BY_NAME, "SELECT id, name, created, require_approval, removed FROM users"             \
+                      " WHERE name = ?1")                                                          \
+  X(USER_LIST, "SELECT id, name, created, require_approval, removed FROM users ORDER BY id")       \
+  X(USER_SET_APPROVAL, "UPDATE users SET require_approval = ?2 WHERE id = ?1 AND removed = 0")     \
+  X(USER_REMOVE, "UPDATE users SET removed = 1 WHERE id = ?1 AND removed = 0")                     \
+  X(USER_REVOKE_DEVICES, "UPDATE devices SET state = 'revoked', online = 0"                        \
+                         " WHERE user_id = ?1 AND state <> 'revoked'")                             \
+  X(USER_BURN_CODES, "UPDATE pair_codes SET state = 'burned', key = NULL"                          \
+                     " WHERE user_id = ?1 AND state = 'live'")
 
 /* pairing codes (db_pair_codes.c) */
 #define DB_CODE_STATEMENTS(X)                                                                      \
@@ -74,6 +81,12 @@
                " state = CASE WHEN attempts <= 1 THEN 'burned' ELSE state END,"                    \
                " key = CASE WHEN attempts <= 1 THEN NULL ELSE key END"                             \
                " WHERE id = ?1 AND state = 'live' AND attempts > 0 RETURNING attempts")            \
+  X(CODE_LIST, "SELECT c.id, c.user_id, u.name, c.attempts, c.state, c.created, c.expires,"        \
+               " c.last_failure, c.last_failure_at FROM pair_codes c JOIN users u"                 \
+               " ON u.id = c.user_id WHERE (?1 = 0 OR c.user_id = ?1) ORDER BY c.created, c.id")   \
+  X(CODE_REVOKE,                                                                                   \
+    "UPDATE pair_codes SET state = 'burned', key = NULL,"                                          \
+    " last_failure = 'revoked', last_failure_at = ?2 WHERE id = ?1 AND state = 'live'")            \
   X(CODE_CONSUME, "UPDATE pair_codes SET state = 'used', used_at = ?2, key = NULL"                 \
                   " WHERE id = ?1 AND state = 'live' AND attempts > 0 AND expires > ?2"            \
                   " RETURNING user_id")
@@ -81,8 +94,12 @@
 /* devices (db_devices.c) */
 #define DB_DEVICE_STATEMENTS(X)                                                                    \
   X(DEVICE_ADD, "INSERT INTO devices (id, user_id, name, platform, public_key, best_level,"        \
-                " downgrade_reason, facts, max_jobs, state, online, last_seen, created)"           \
-                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', 0, 0, ?10)")               \
+                " downgrade_reason, facts, max_jobs, state, online, last_seen, created, approved)" \
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', 0, 0, ?10,"                \
+                " CASE WHEN ?11 OR (SELECT require_approval FROM users WHERE id = ?2)"             \
+                " THEN 0 ELSE 1 END)")                                                             \
+  X(DEVICE_APPROVE, "UPDATE devices SET approved = 1 WHERE id = ?1 AND state = 'active'"           \
+                    " AND approved = 0")                                                           \
   X(DEVICE_GET, "SELECT " DEVICE_COLUMNS " WHERE d.id = ?1")                                       \
   X(DEVICE_GET_BY_KEY, "SELECT " DEVICE_COLUMNS " WHERE d.public_key = ?1")                        \
   X(DEVICE_LIST, "SELECT " DEVICE_COLUMNS " WHERE (?1 = 0 OR d.user_id = ?1)"                      \

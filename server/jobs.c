@@ -478,7 +478,8 @@ static int choose(struct jobs *js, int64_t user_id, const char *want, const stru
     c->max = dev->max_jobs > 0 ? (unsigned)dev->max_jobs : 1;
     const struct server_db_label *miss = NULL;
     if (dev->state != SERVER_DB_DEVICE_ACTIVE) {
-      snprintf(c->why, sizeof(c->why), "revoked");
+      snprintf(c->why, sizeof(c->why), "%s",
+               dev->state == SERVER_DB_DEVICE_PENDING ? "pending approval" : "revoked");
     } else if (m && !(m->platforms & manifest_platform_from_name(dev->platform))) {
       snprintf(c->why, sizeof(c->why), "platform not in the package's platforms");
     } else if (m && (!dev->has_level || dev->best_level < m->min_sandbox)) {

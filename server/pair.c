@@ -25,6 +25,7 @@ struct pair_ctx {
   struct server_db *db;
   const uint8_t *ticket_pk, *publisher_pk;
   struct pair_rate rates[PAIR_RATE_SLOTS];
+  bool require_approval;
 };
 
 /* One session's attempt, from its hello to its close. */
@@ -56,6 +57,10 @@ int pair_new(struct server_db *db, const uint8_t *ticket_pk, const uint8_t *publ
 
 void pair_free(struct pair_ctx *p) {
   free(p);
+}
+
+void pair_set_require_approval(struct pair_ctx *p, bool on) {
+  p->require_approval = on;
 }
 
 static bool rate_ok(struct pair_ctx *p, const char *addr) {
@@ -156,6 +161,7 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
       .best_level = a->level,
       .downgrade_reason = a->reason,
       .max_jobs = a->max_jobs,
+      .pending = p->require_approval,
   };
   char device_id[CORDON_ID_HEX_SIZE];
   int64_t user_id;
