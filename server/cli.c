@@ -292,6 +292,10 @@ const struct server_cli_command server_cli_commands[] = {
             "list the newest jobs, filtered"})},
     {"job", server_cmd_job, "one job and its result",
      FORMS({NULL, "JOB [--json] [--wait]", "show one job and its result"})},
+    {"backup", server_cmd_backup, "copy the state database, also while the daemon runs",
+     FORMS({NULL, "FILE", "a consistent copy of the state database in a new FILE"})},
+    {"restore", server_cmd_restore, "put a backup back (the daemon stopped)",
+     FORMS({NULL, "FILE", "replace the state database with the backup in FILE"})},
     {"version", server_cmd_version, "this build's versions",
      FORMS(
          {NULL, "[--json]", "the version, protocol versions, build options and library versions"})},

@@ -173,5 +173,8 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv);
+/* server/cmd_backup.c */
+int server_cmd_backup(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_restore(const struct server_cli *cli, int argc, char **argv);
 
 #endif

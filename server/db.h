@@ -104,6 +104,17 @@ void server_db_close(struct server_db *db);
 /* The schema version of the open database. */
 int server_db_schema_version(struct server_db *db, int *out_version, struct cordon_diag *diag);
 
+/* Write a copy of the whole database to a new file at path (0600; -EEXIST
+ * when path exists) with SQLite's online backup: one consistent snapshot,
+ * taken while other handles (the daemon) go on reading and writing. On
+ * failure nothing is left at path. */
+int server_db_backup(struct server_db *db, const char *path, struct cordon_diag *diag);
+/* Replace all of db's contents with the cordon database at path, then
+ * migrate it up to SERVER_DB_SCHEMA_VERSION. Only while no daemon runs
+ * (the caller holds the state lock, server/lock.h). CORDON_E_CONFIG_INVALID
+ * when path is not a cordon database, or is newer than this binary. */
+int server_db_restore(struct server_db *db, const char *path, struct cordon_diag *diag);
+
 /* Tests only: make the handle's clock read `now` (0 restores the real one). */
 void server_db_set_clock(struct server_db *db, int64_t now);
 int64_t server_db_now(const struct server_db *db);
