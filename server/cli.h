@@ -18,7 +18,11 @@
 #include "server/db.h"
 
 #define SERVER_PROG "cordon-server"
+#ifdef CORDON_VERSION /* from the build (CMake), when it says */
+#define SERVER_VERSION CORDON_VERSION
+#else
 #define SERVER_VERSION "0.1.0"
+#endif
 #define SERVER_DEFAULT_STATE "/var/lib/cordon-server"
 
 struct server_cli {

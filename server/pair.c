@@ -206,7 +206,8 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
   const char *level = sandbox_level_name(a->level);
   core_log_kv(CORE_LOG_INFO, "device paired", "device", device_id, "user", user.name, "name",
               a->name, "addr", s->addr, "code", a->code_log, "platform", a->platform, "level",
-              level ? level : "-", "authentication_string", sas, NULL);
+              level ? level : "-", "authentication_string", sas, "state",
+              info.pending ? "pending" : "active", NULL);
   (void)session_send(s, &m);
   return 0;
 }
