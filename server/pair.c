@@ -177,8 +177,10 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
   }
   a->code_done = true;
   struct server_db_device added;
+  bool pending = info.pending;
   if (server_db_device_get(p->db, device_id, &added, NULL) == 0) {
-    if (strcmp(added.name, a->name) != 0) { /* the name was taken: it got a suffix */
+    pending = added.state == SERVER_DB_DEVICE_PENDING; /* also by its user's setting */
+    if (strcmp(added.name, a->name) != 0) {            /* the name was taken: it got a suffix */
       core_log_kv(CORE_LOG_INFO, "device name taken, renamed", "device", device_id, "asked",
                   a->name, "name", added.name, NULL);
       char *renamed = strdup(added.name);
@@ -207,7 +209,7 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
   core_log_kv(CORE_LOG_INFO, "device paired", "device", device_id, "user", user.name, "name",
               a->name, "addr", s->addr, "code", a->code_log, "platform", a->platform, "level",
               level ? level : "-", "authentication_string", sas, "state",
-              info.pending ? "pending" : "active", NULL);
+              pending ? "pending" : "active", NULL);
   (void)session_send(s, &m);
   return 0;
 }
