@@ -23,6 +23,7 @@ static void assert_device_state(const char *device, const char *want) {
 /* a pending device connects, gets no job until approved */
 static void pending_until_approved(struct e2e_agent *a, const char *pkg) {
   assert_device_state(a->name, "pending");
+  cr_assert(wait_in(e2e_server_log, " state=pending", 1000), "the pairing line says it");
   start_agent(a); /* it connects: start_agent waits until it is online */
   struct out *o = RUN(SERVER, "devices", "--state", e2e_state);
   cr_assert(strstr(o->out, " pending "), "devices shows it: %s", o->out);
