@@ -31,8 +31,10 @@ struct server_cli {
 
 /* --- the command table ----------------------------------------------------
  * Every command, its forms (one per subcommand, or one for a command
- * without), their arguments and a summary: the only source of the help,
- * the usage lines and the man page's synopsis (tests check the last). */
+ * without), their arguments and a summary: the only source of the help
+ * and the usage lines. tests/server/test_cli_table.c runs every form
+ * (--help, a missing argument, an unknown id) and checks that
+ * docs/man/cordon-server.8.scd has an entry for each. */
 
 struct server_cli_form {
   const char *sub;     /* subcommand word ("add"), NULL for a command without */

@@ -461,3 +461,19 @@ Test(cli_table, devices_are_named_by_name_or_id_prefix_and_ambiguity_is_an_error
   run(&r, "dispatch", "--user", "alice", "--device", "laptop", "/dev/null", NULL);
   assert_one_line_error(&r, 1, "not_found", "bob's laptop is not alice's");
 }
+
+Test(cli_table, the_man_page_documents_every_form) {
+  FILE *f = fopen(CORDON_SOURCE_DIR "/docs/man/cordon-server.8.scd", "r");
+  cr_assert_not_null(f);
+  static char doc[1 << 17];
+  size_t n = fread(doc, 1, sizeof(doc) - 1, f);
+  doc[n] = '\0';
+  fclose(f);
+  for (const struct server_cli_command *c = server_cli_commands; c->name; c++)
+    for (const struct server_cli_form *fm = c->forms; fm->summary; fm++) {
+      char head[128];
+      snprintf(head, sizeof(head), "\n*%s%s%s*", c->name, fm->sub ? " " : "",
+               fm->sub ? fm->sub : "");
+      cr_assert(strstr(doc, head), "docs/man/cordon-server.8.scd has no entry '%s'", head + 1);
+    }
+}
