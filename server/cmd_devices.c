@@ -120,6 +120,23 @@ static int print_labels(const struct server_db_labels *l, int json) {
   return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
 }
 
+/* Open the database and find the DEVICE an operator named (cli.h). On
+ * failure the error is printed, nothing is left open, and the exit status
+ * returned. */
+static int open_device(const char *state, const char *text, const char *user,
+                       struct server_db **out_db, struct server_db_device *out_dev) {
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status)
+    return status;
+  if ((status = server_cli_device_resolve(db, text, user, out_dev))) {
+    server_db_close(db);
+    return status;
+  }
+  *out_db = db;
+  return 0;
+}
+
 /* device label DEVICE [KEY=VALUE...] [--remove KEY]... */
 static int device_label(const char *state, const char *user, char **args, size_t nargs,
                         const char *const *remove, size_t n_remove, int json) {
@@ -142,14 +159,10 @@ static int device_label(const char *state, const char *user, char **args, size_t
         return server_cli_failf(CORDON_E_USAGE, "label %s both set and removed", set[i].key);
   }
   struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
+  struct server_db_device d;
+  int status = open_device(state, args[0], user, &db, &d);
   if (status)
     return status;
-  struct server_db_device d;
-  if ((status = server_cli_device_resolve(db, args[0], user, &d))) {
-    server_db_close(db);
-    return status;
-  }
   struct server_db_labels after;
   int err = server_db_device_label(db, d.id, set, n_set, remove, n_remove, &after, &diag);
   server_db_device_release(&d);
@@ -165,14 +178,10 @@ static int device_rename(const char *state, const char *user, char **args, size_
     return server_cli_usage("device", "rename",
                             nargs < 2 ? "DEVICE and NAME are needed" : "one NAME expected");
   struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
+  struct server_db_device d;
+  int status = open_device(state, args[0], user, &db, &d);
   if (status)
     return status;
-  struct server_db_device d;
-  if ((status = server_cli_device_resolve(db, args[0], user, &d))) {
-    server_db_close(db);
-    return status;
-  }
   struct cordon_diag diag = {{0}};
   int err = server_db_device_rename(db, d.id, args[1], &diag);
   server_db_close(db);
@@ -221,14 +230,10 @@ static int device_show(const char *state, const char *user, char **args, size_t 
   if (nargs != 1)
     return server_cli_usage("device", "show", nargs ? "one DEVICE expected" : "DEVICE is missing");
   struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
+  struct server_db_device d;
+  int status = open_device(state, args[0], user, &db, &d);
   if (status)
     return status;
-  struct server_db_device d;
-  if ((status = server_cli_device_resolve(db, args[0], user, &d))) {
-    server_db_close(db);
-    return status;
-  }
   struct cordon_diag diag = {{0}};
   struct server_db_job_list running = {0}, recent = {0};
   struct server_db_job_filter f = {.device_id = d.id, .limit = DEVICE_SHOW_RECENT};
@@ -314,14 +319,10 @@ static int device_decide(const char *state, const char *user, const char *sub, c
     return server_cli_usage("device", sub, nargs ? "one DEVICE expected" : "DEVICE is missing");
   bool approve = strcmp(sub, "approve") == 0;
   struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
+  struct server_db_device d;
+  int status = open_device(state, args[0], user, &db, &d);
   if (status)
     return status;
-  struct server_db_device d;
-  if ((status = server_cli_device_resolve(db, args[0], user, &d))) {
-    server_db_close(db);
-    return status;
-  }
   struct cordon_diag diag = {{0}};
   int err = 0;
   if (approve && d.state == SERVER_DB_DEVICE_ACTIVE) { /* idempotent, as revoke is */
