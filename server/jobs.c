@@ -487,7 +487,8 @@ static int choose(struct jobs *js, int64_t user_id, const char *want, const stru
     c->max = dev->max_jobs > 0 ? (unsigned)dev->max_jobs : 1;
     const struct server_db_label *miss = NULL;
     if (dev->state != SERVER_DB_DEVICE_ACTIVE) {
-      snprintf(c->why, sizeof(c->why), "revoked");
+      snprintf(c->why, sizeof(c->why), "%s",
+               dev->state == SERVER_DB_DEVICE_PENDING ? "pending approval" : "revoked");
     } else if (m && !(m->platforms & manifest_platform_from_name(dev->platform))) {
       snprintf(c->why, sizeof(c->why), "platform not in the package's platforms");
     } else if (m && (!dev->has_level || dev->best_level < m->min_sandbox)) {
@@ -625,6 +626,8 @@ static void dispatch_now(struct jobs *js, struct admin_conn *c, const struct dis
       .user_id = d->user_id,
       .device_id = to->dev->id,
       .package_hash = p->hash,
+      .package_name = p->m->name,
+      .package_version = p->m->version,
       .args_json = args_json,
       .deadline = deadline,
       .where = &d->where,
@@ -667,6 +670,8 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
       .user_id = d->user_id,
       .device_id = device,
       .package_hash = p->hash,
+      .package_name = p->m->name,
+      .package_version = p->m->version,
       .args_json = args_json,
       .queue_expires = expires,
       .where = &d->where,
