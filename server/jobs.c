@@ -957,6 +957,11 @@ static int check_receipt(struct jobs *js, struct session *s, const char *id,
   r = server_db_job_ticket(js->db, id, ticket, sizeof(ticket), &ticket_len, why);
   if (r < 0 && r != -ENODATA) /* a job sent before receipts has none: unbound only */
     return r;
+  /* only a job the agent lost in its restart may come without its ticket */
+  if (r == 0 && !mr->has_ticket_hash &&
+      !(mr->has_error && strcmp(mr->error.code, cordon_err_name(CORDON_E_AGENT_RESTARTED)) == 0))
+    return cordon_diag_set(why, CORDON_E_SIGNATURE_INVALID,
+                           "the receipt is not bound to the job's ticket");
   _Static_assert(SERVER_DB_RECEIPT_MAX >= RECEIPT_KEY_LEN + RECEIPT_SIG_LEN + RECEIPT_MAX,
                  "a receipt fits its column");
   r = receipt_verify_result(mr, r == 0 ? ticket : NULL, r == 0 ? ticket_len : 0, key,
