@@ -205,8 +205,7 @@ void agent_dispatch_on_job(struct agent_dispatch *d, struct msg_job *mj) {
   int r =
       ticket_verify(mj->ticket.data, mj->ticket.len, mj->ticket_sig, d->pairing->ticket_key, &t);
   if (r < 0) {
-    refuse_job(d, mj, CORDON_E_SIGNATURE_INVALID,
-           "the ticket's signature does not verify");
+    refuse_job(d, mj, CORDON_E_SIGNATURE_INVALID, "the ticket's signature does not verify");
     return;
   }
   uint8_t tag[CORDON_ID_LEN], args_hash[32];
@@ -215,8 +214,7 @@ void agent_dispatch_on_job(struct agent_dispatch *d, struct msg_job *mj) {
   if (sodium_memcmp(t.device_id, d->pairing->device_id, CORDON_ID_LEN) != 0 ||
       sodium_memcmp(t.user_tag, tag, CORDON_ID_LEN) != 0 ||
       sodium_memcmp(t.session_id, d->session->id, CORDON_ID_LEN) != 0) {
-    refuse_job(d, mj, CORDON_E_WRONG_DEVICE,
-           "the ticket is for another device, user or session");
+    refuse_job(d, mj, CORDON_E_WRONG_DEVICE, "the ticket is for another device, user or session");
     return;
   }
   if (memcmp(t.job_id, mj->job_id, CORDON_ID_LEN) != 0 ||

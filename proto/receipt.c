@@ -174,8 +174,8 @@ static bool is_token(const char *s) {
 }
 
 static bool is_mechanism(const char *s) {
-  static const char *const names[] = {"bwrap", "seccomp",      "landlock", "cgroup", "rlimit",
-                                      "appcontainer", "job", "pgroup", "none"};
+  static const char *const names[] = {"bwrap",        "seccomp", "landlock", "cgroup", "rlimit",
+                                      "appcontainer", "job",     "pgroup",   "none"};
   if (!*s)
     return true; /* null */
   while (*s) {
@@ -355,9 +355,10 @@ int receipt_verify_result(const struct msg_result *m, const uint8_t *ticket, siz
   struct receipt r;
   int err = receipt_from_result(m, m->has_ticket_hash ? ticket : NULL, ticket_len, &r);
   if (err)
-    return cordon_diag_set(diag, CORDON_E_SIGNATURE_INVALID, "the result's fields do not fit a receipt");
-  if (m->has_ticket_hash && (!r.bound || sodium_memcmp(r.ticket_hash, m->ticket_hash,
-                                                       RECEIPT_HASH_LEN) != 0))
+    return cordon_diag_set(diag, CORDON_E_SIGNATURE_INVALID,
+                           "the result's fields do not fit a receipt");
+  if (m->has_ticket_hash &&
+      (!r.bound || sodium_memcmp(r.ticket_hash, m->ticket_hash, RECEIPT_HASH_LEN) != 0))
     return cordon_diag_set(diag, CORDON_E_SIGNATURE_INVALID,
                            "the result's ticket_hash is not the ticket this server issued");
   size_t len;

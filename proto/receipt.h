@@ -38,7 +38,7 @@
 #define RECEIPT_HASH_LEN 32
 #define RECEIPT_KEY_LEN 32
 #define RECEIPT_SIG_LEN 64
-#define RECEIPT_SECRET_LEN 64 /* libsodium crypto_sign secret key */
+#define RECEIPT_SECRET_LEN 64  /* libsodium crypto_sign secret key */
 #define RECEIPT_TICKET_LEN 161 /* a version-1 ticket body (proto/ticket.h) */
 
 /* The fixed part, then three strings of at most these many bytes. */
@@ -50,7 +50,7 @@
 #define RECEIPT_STATEMENT_MAX                                                                      \
   (sizeof(RECEIPT_STATEMENT_DOMAIN) + 1 + CORDON_ID_LEN + 1 + RECEIPT_USER_MAX + RECEIPT_KEY_LEN)
 #define RECEIPT_FILE_MAX                                                                           \
-  (sizeof(RECEIPT_FILE_MAGIC) + 2 + RECEIPT_MAX + RECEIPT_SIG_LEN + 2 + RECEIPT_STATEMENT_MAX +     \
+  (sizeof(RECEIPT_FILE_MAGIC) + 2 + RECEIPT_MAX + RECEIPT_SIG_LEN + 2 + RECEIPT_STATEMENT_MAX +    \
    RECEIPT_SIG_LEN)
 
 enum receipt_end {
@@ -78,12 +78,12 @@ struct receipt {
   uint8_t stderr_hash[RECEIPT_HASH_LEN];
   bool stderr_truncated;
   bool timed_out;
-  uint8_t requested;                 /* enum msg_level */
-  uint8_t level;                     /* enum msg_level, or RECEIPT_LEVEL_NULL */
-  uint8_t limits[5];                 /* enum msg_enforce: memory, processes, cpu, time, disk */
-  char mechanism[RECEIPT_MECHANISM_MAX + 1]; /* "" = null */
+  uint8_t requested; /* enum msg_level */
+  uint8_t level;     /* enum msg_level, or RECEIPT_LEVEL_NULL */
+  uint8_t limits[5]; /* enum msg_enforce: memory, processes, cpu, time, disk */
+  char mechanism[RECEIPT_MECHANISM_MAX + 1];   /* "" = null */
   char downgrade_reason[RECEIPT_CODE_MAX + 1]; /* "" = null */
-  char error_code[RECEIPT_CODE_MAX + 1];     /* "" = null (the job ran to its end) */
+  char error_code[RECEIPT_CODE_MAX + 1];       /* "" = null (the job ran to its end) */
 };
 
 /* BLAKE2b-256 of bytes (unkeyed): output hashes and the ticket hash. */

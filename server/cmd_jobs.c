@@ -39,14 +39,11 @@ static json_t *job_summary_json(const struct server_db_job *j, const json_t *liv
 static int parse_opts(int argc, char **argv, const char *usage, int with_filters,
                       const char **state, const char **user, size_t *limit, int *json, int *wait,
                       const char **receipt) {
-  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
-                                       {"user", required_argument, NULL, 'u'},
-                                       {"limit", required_argument, NULL, 'n'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"wait", no_argument, NULL, 'w'},
-                                       {"receipt", required_argument, NULL, 'r'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
+  static const struct option opts[] = {
+      {"state", required_argument, NULL, 's'}, {"user", required_argument, NULL, 'u'},
+      {"limit", required_argument, NULL, 'n'}, {"json", no_argument, NULL, 'j'},
+      {"wait", no_argument, NULL, 'w'},        {"receipt", required_argument, NULL, 'r'},
+      {"help", no_argument, NULL, 'h'},        {0}};
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -185,8 +182,7 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   size_t limit = 0;
   int json = 0, wait = 0;
   const char *receipt = NULL;
-  int status =
-      parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json, &wait, &receipt);
+  int status = parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json, &wait, &receipt);
   if (status)
     return status < 0 ? 0 : status;
   if (argc - optind != 1)

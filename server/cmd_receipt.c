@@ -18,8 +18,7 @@
 #include "server/cli.h"
 #include "server/keys.h"
 
-static const char verify_usage[] =
-    "usage: cordon-server verify-receipt FILE --trust SERVER.pub";
+static const char verify_usage[] = "usage: cordon-server verify-receipt FILE --trust SERVER.pub";
 static const char keys_usage[] = "usage: cordon-server keys export-public [--state DIR]";
 
 /* The ticket key pair from STATE/ticket.key (sodium_malloc'ed secret). */
@@ -57,8 +56,7 @@ int server_cli_write_receipt(const char *state, struct server_db *db,
   if (blob_len <= RECEIPT_KEY_LEN + RECEIPT_SIG_LEN)
     return server_cli_failf(CORDON_E_INTERNAL, "job %s: the stored receipt is damaged", job->id);
   struct receipt_statement st = {0};
-  if (cordon_id_from_hex(job->device_id, st.device_id) < 0 ||
-      strlen(job->user) > RECEIPT_USER_MAX)
+  if (cordon_id_from_hex(job->device_id, st.device_id) < 0 || strlen(job->user) > RECEIPT_USER_MAX)
     return server_cli_failf(CORDON_E_INTERNAL, "job %s: no device or user to bind", job->id);
   snprintf(st.user, sizeof(st.user), "%s", job->user);
   memcpy(st.device_key, blob, RECEIPT_KEY_LEN);
@@ -121,8 +119,7 @@ static void print_receipt(const struct receipt *r, const struct receipt_statemen
   static const char *const levels[] = {"none", "contained", "isolated"};
   printf("sandbox:   requested %s, level %s, mechanism %s, downgrade %s\n", levels[r->requested],
          r->level == RECEIPT_LEVEL_NULL ? "-" : levels[r->level],
-         r->mechanism[0] ? r->mechanism : "-",
-         r->downgrade_reason[0] ? r->downgrade_reason : "-");
+         r->mechanism[0] ? r->mechanism : "-", r->downgrade_reason[0] ? r->downgrade_reason : "-");
   printf("limits:    memory %s, processes %s, cpu %s, time %s, disk %s\n",
          msg_enforce_name(r->limits[0]), msg_enforce_name(r->limits[1]),
          msg_enforce_name(r->limits[2]), msg_enforce_name(r->limits[3]),

@@ -435,11 +435,10 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
  * same UPDATE: receipt (1..SERVER_DB_RECEIPT_MAX bytes) is the device key
  * (32) || its signature (64) || the encoded receipt (docs/protocol/receipt.md). */
 #define SERVER_DB_RECEIPT_MAX 1024
-int server_db_job_record_signed_result(struct server_db *db, const char *id,
-                                       const char *device_id, enum server_db_job_state final,
-                                       const char *error_code, const char *result_json,
-                                       const uint8_t *receipt, size_t receipt_len,
-                                       enum server_db_job_state *out_state,
+int server_db_job_record_signed_result(struct server_db *db, const char *id, const char *device_id,
+                                       enum server_db_job_state final, const char *error_code,
+                                       const char *result_json, const uint8_t *receipt,
+                                       size_t receipt_len, enum server_db_job_state *out_state,
                                        struct cordon_diag *diag);
 /* The ticket body a queued job is about to be sent with (set before
  * server_db_job_send; at most SERVER_DB_TICKET_MAX bytes). -ESTALE when the

@@ -260,15 +260,14 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
                                 enum server_db_job_state final, const char *error_code,
                                 const char *result_json, enum server_db_job_state *out_state,
                                 struct cordon_diag *diag) {
-  return server_db_job_record_signed_result(db, id, device_id, final, error_code, result_json,
-                                            NULL, 0, out_state, diag);
+  return server_db_job_record_signed_result(db, id, device_id, final, error_code, result_json, NULL,
+                                            0, out_state, diag);
 }
 
-int server_db_job_record_signed_result(struct server_db *db, const char *id,
-                                       const char *device_id, enum server_db_job_state final,
-                                       const char *error_code, const char *result_json,
-                                       const uint8_t *receipt, size_t receipt_len,
-                                       enum server_db_job_state *out_state,
+int server_db_job_record_signed_result(struct server_db *db, const char *id, const char *device_id,
+                                       enum server_db_job_state final, const char *error_code,
+                                       const char *result_json, const uint8_t *receipt,
+                                       size_t receipt_len, enum server_db_job_state *out_state,
                                        struct cordon_diag *diag) {
   if (receipt && (receipt_len == 0 || receipt_len > SERVER_DB_RECEIPT_MAX))
     return cordon_diag_set(diag, -EINVAL, "a receipt is 1..%d bytes", SERVER_DB_RECEIPT_MAX);

@@ -1119,17 +1119,16 @@ Test(db, migrates_a_version_1_database_and_keeps_its_rows) {
   cr_assert_eq(memcmp(key, k1, sizeof(key)), 0, "the first key stays");
   uint8_t buf[64];
   size_t n;
-  cr_assert_eq(server_db_job_ticket(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, sizeof(buf), &n,
-                                    NULL),
-               -ENODATA, "a job sent before receipts has no ticket");
+  cr_assert_eq(
+      server_db_job_ticket(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, sizeof(buf), &n, NULL),
+      -ENODATA, "a job sent before receipts has no ticket");
   cr_assert_eq(server_db_job_set_ticket(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, 8, NULL),
                -ESTALE, "only a queued job gets its ticket");
   cr_assert_eq(server_db_job_set_ticket(db, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
                                         (const uint8_t *)"ticket!!", 8, NULL),
                0);
-  cr_assert_eq(server_db_job_ticket(db, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", buf, sizeof(buf), &n,
-                                    NULL),
-               0);
+  cr_assert_eq(
+      server_db_job_ticket(db, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", buf, sizeof(buf), &n, NULL), 0);
   cr_assert_eq(n, 8);
   cr_assert_eq(memcmp(buf, "ticket!!", 8), 0);
   cr_assert_eq(server_db_job_ticket(db, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", buf, 4, &n, NULL),
@@ -1155,16 +1154,15 @@ Test(db, migrates_a_version_1_database_and_keeps_its_rows) {
       server_db_device_label(db, "00112233445566778899aabbccddeeff", &gpu, 1, NULL, 0, &after, &d),
       0, "%s", d.msg);
   cr_assert_eq(after.count, 1);
-  cr_assert_eq(server_db_job_receipt(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, sizeof(buf), &n,
-                                     NULL),
-               -ENODATA);
+  cr_assert_eq(
+      server_db_job_receipt(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, sizeof(buf), &n, NULL),
+      -ENODATA);
   cr_assert_eq(server_db_job_record_signed_result(
                    db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "00112233445566778899aabbccddeeff",
                    SERVER_DB_JOB_DONE, NULL, "{}", (const uint8_t *)"receipt", 7, NULL, NULL),
                0);
-  cr_assert_eq(server_db_job_receipt(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, sizeof(buf), &n,
-                                     NULL),
-               0);
+  cr_assert_eq(
+      server_db_job_receipt(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, sizeof(buf), &n, NULL), 0);
   cr_assert_eq(n, 7);
   cr_assert_eq(memcmp(buf, "receipt", 7), 0, "stored with the result");
   server_db_close(db);

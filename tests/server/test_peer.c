@@ -161,8 +161,8 @@ static void send_signed_result(struct peer *p, const uint8_t job_id[CORDON_ID_LE
   result_to_msg(&r, job_id, dev, &m);
   m.result.has_started_ms = m.result.has_ended_ms = true;
   m.result.started_ms = m.result.ended_ms = 1767225600000ull;
-  cr_assert_eq(receipt_sign_result(&m.result, ticket ? ticket->data : NULL, ticket ? ticket->len : 0,
-                                   p->keys.sign_sk),
+  cr_assert_eq(receipt_sign_result(&m.result, ticket ? ticket->data : NULL,
+                                   ticket ? ticket->len : 0, p->keys.sign_sk),
                0);
   if (tamper)
     m.result.receipt_sig[10] ^= 0x20;
