@@ -185,3 +185,37 @@ Test(receipt, a_device_without_a_registered_key_registers_one_at_its_next_connec
   msleep(500);
   cr_assert_eq(count_in(e2e_server_log, want), 1);
 }
+
+Test(receipt, a_job_lost_in_an_agent_restart_gets_an_unbound_receipt) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("slow", hello_manifest, "sleep 30\n");
+  struct out *o =
+      RUN(SERVER, "dispatch", "--user", "alice", "--device", a->id, pkg, "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  free(pkg);
+  cr_assert(wait_state(id, "running", 20000), "state %s", job_state(id, NULL));
+  e2e_stop(&a->pid, SIGKILL); /* the agent loses the job, and its ticket */
+  start_agent(a);
+  json_t *job = NULL;
+  for (int i = 0; i < 200; i++) {
+    json_decref(job);
+    job_state(id, &job);
+    if (json_is_object(json_object_get(job, "result")))
+      break;
+    msleep(50);
+  }
+  cr_assert(json_is_object(json_object_get(job, "result")), "the agent's result was recorded");
+  json_decref(job);
+  char trust[400], file[400];
+  export_trust(trust);
+  export_receipt(id, file);
+  o = verify(file, trust);
+  cr_assert_eq(o->status, 0, "verify-receipt: %s", o->err);
+  cr_assert(strstr(o->out, "ticket:    none"), "%s", o->out);
+  cr_assert(strstr(o->out, "ran:       no\n"), "%s", o->out);
+  cr_assert(strstr(o->out, "error:     agent_restarted\n"), "%s", o->out);
+  free(o);
+}
