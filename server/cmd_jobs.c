@@ -75,6 +75,7 @@ struct jobs_opts {
   int64_t since;
   size_t limit;
   int json, wait;
+  const char *receipt; /* job --receipt FILE */
 };
 
 /* --since: a UTC time as the tables print it, or a duration before now. */
@@ -94,12 +95,17 @@ static int parse_since(const char *s, int64_t *out) {
 
 static int parse_opts(int argc, char **argv, const char *cmd, int with_filters,
                       struct jobs_opts *o) {
-  static const struct option opts[] = {
-      {"state", required_argument, NULL, 's'},  {"user", required_argument, NULL, 'u'},
-      {"device", required_argument, NULL, 'd'}, {"job-state", required_argument, NULL, 'S'},
-      {"since", required_argument, NULL, 'i'},  {"limit", required_argument, NULL, 'n'},
-      {"json", no_argument, NULL, 'j'},         {"wait", no_argument, NULL, 'w'},
-      {"help", no_argument, NULL, 'h'},         {0}};
+  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                       {"user", required_argument, NULL, 'u'},
+                                       {"device", required_argument, NULL, 'd'},
+                                       {"job-state", required_argument, NULL, 'S'},
+                                       {"since", required_argument, NULL, 'i'},
+                                       {"limit", required_argument, NULL, 'n'},
+                                       {"json", no_argument, NULL, 'j'},
+                                       {"wait", no_argument, NULL, 'w'},
+                                       {"receipt", required_argument, NULL, 'r'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -145,6 +151,11 @@ static int parse_opts(int argc, char **argv, const char *cmd, int with_filters,
       if (with_filters)
         return server_cli_usage(cmd, NULL, "--wait is an option of job");
       o->wait = 1;
+      break;
+    case 'r':
+      if (with_filters)
+        return server_cli_usage(cmd, NULL, "--receipt is an option of job");
+      o->receipt = optarg;
       break;
     case 'h':
       server_cli_help(cmd, NULL);
@@ -300,6 +311,7 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   int status = parse_opts(argc, argv, "job", 0, &o);
   const char *state = o.state;
   int json = o.json, wait = o.wait;
+  const char *receipt = o.receipt;
   if (status)
     return status < 0 ? 0 : status;
   if (argc - optind != 1)
@@ -318,6 +330,12 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
     if ((status = server_cli_open_db(state, &db)))
       return status;
     err = server_db_job_get(db, argv[optind], &j, &diag);
+  }
+  if (!err && receipt) { /* the file only */
+    status = server_cli_write_receipt(state, db, &j, receipt);
+    server_db_job_release(&j);
+    server_db_close(db);
+    return status;
   }
   server_db_close(db);
   if (err)

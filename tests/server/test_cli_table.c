@@ -265,6 +265,8 @@ static const struct error_row error_rows[] = {
     {"cancel", NULL, {"cancel", NULL}, {"cancel", NOID, NULL}},
     {"jobs", NULL, {"jobs", "--limit", NULL}, {"jobs", "--user", "nobody", NULL}},
     {"job", NULL, {"job", NULL}, {"job", NOID, NULL}},
+    {"verify-receipt", NULL, {"verify-receipt", NULL}, {NULL}},
+    {"keys", "export-public", {NULL}, {NULL}},
     {"backup", NULL, {"backup", NULL}, {NULL}},
     {"restore", NULL, {"restore", NULL}, {NULL}},
     {"version", NULL, {NULL}, {NULL}},

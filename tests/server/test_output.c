@@ -17,6 +17,7 @@
 #include "net/conn.h"
 #include "proto/msg.h"
 #include "proto/noise.h"
+#include "proto/receipt.h"
 #include "proto/result_msg.h"
 
 /* The daemon again, logging at debug level (same state and address). */
@@ -46,6 +47,7 @@ struct peer {
   bool ready, closed;
   struct msg got[PEER_MSGS];
   size_t n, seen;
+  struct agent_pairing keys; /* the device's receipt signing key */
 };
 
 static int peer_ready(struct net_conn *c) {
@@ -118,6 +120,7 @@ static void peer_session(struct peer *p, const struct e2e_agent *a) {
                            p, &p->conn),
                0);
   sodium_free(priv);
+  cr_assert_eq(agent_signing_key_load(a->dir, &p->keys, NULL), 0);
   for (int i = 0; i < 500 && !p->ready && !p->closed; i++)
     peer_spin(p, 10);
   cr_assert(p->ready, "handshake");
@@ -130,6 +133,8 @@ static void peer_session(struct peer *p, const struct e2e_agent *a) {
   h.hello.platform = "linux";
   h.hello.best_level = MSG_LEVEL_ISOLATED;
   h.hello.max_jobs = 4;
+  h.hello.has_sign_key = true; /* as cordon's agent: its receipts are signed */
+  memcpy(h.hello.sign_key, p->keys.sign_pk, sizeof(h.hello.sign_key));
   peer_send(p, &h);
   struct msg *w = peer_next(p, MSG_WELCOME, 5000);
   cr_assert_not_null(w, "welcome");
@@ -145,6 +150,7 @@ static void peer_release(struct peer *p) {
   uv_loop_close(&p->loop);
   for (size_t i = 0; i < p->n; i++)
     msg_release(&p->got[i]);
+  sodium_free((void *)p->keys.sign_sk);
 }
 
 static void send_output(struct peer *p, const uint8_t job[CORDON_ID_LEN], uint64_t offset,
@@ -158,7 +164,9 @@ static void send_output(struct peer *p, const uint8_t job[CORDON_ID_LEN], uint64
   peer_send(p, &m);
 }
 
-static void send_result(struct peer *p, const uint8_t job[CORDON_ID_LEN], const char *dev_hex) {
+/* A result of a job that exited 0, its receipt bound to ticket. */
+static void send_result(struct peer *p, const uint8_t job[CORDON_ID_LEN], const char *dev_hex,
+                        const struct msg_bytes *ticket) {
   struct job_result r;
   job_result_init(&r);
   r.ran = r.exited = true;
@@ -169,6 +177,9 @@ static void send_result(struct peer *p, const uint8_t job[CORDON_ID_LEN], const 
   cr_assert_eq(cordon_id_from_hex(dev_hex, dev), 0);
   struct msg m;
   result_to_msg(&r, job, dev, &m);
+  m.result.has_started_ms = m.result.has_ended_ms = true;
+  m.result.started_ms = m.result.ended_ms = 1767225600000ull;
+  cr_assert_eq(receipt_sign_result(&m.result, ticket->data, ticket->len, p->keys.sign_sk), 0);
   peer_send(p, &m);
   job_result_release(&r);
 }
@@ -232,7 +243,7 @@ Test(output, only_the_devices_own_output_below_the_cap_is_relayed) {
   cr_assert(log_wait(&pa, &pb, line, 5000), "every ignored one is counted");
 
   /* the result ends the job: later output is ignored, the job is done */
-  send_result(&pa, raw, a->id);
+  send_result(&pa, raw, a->id, &j->job.ticket);
   cr_assert_not_null(peer_next(&pa, MSG_ACK, 5000));
   cr_assert(wait_state(id, "done", 5000));
   for (int i = 0; i < 4; i++) /* the 5th..8th */
