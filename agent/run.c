@@ -36,6 +36,7 @@
 #include "agent/health.h"
 #include "agent/hello.h"
 #include "agent/job.h"
+#include "agent/recover.h"
 #include "agent/seen.h"
 #include "agent/session.h"
 #include "agent/spool.h"
@@ -405,6 +406,22 @@ static void log_start(const struct runner *rn) {
               "log_level", core_log_level_name(log_level()), NULL);
 }
 
+/* What a crash left, finished or removed before the first connection
+ * (agent/recover.h): the jobs that were running are reported
+ * agent_restarted once the session is up. */
+static void recover(struct runner *rn) {
+  int temps = agent_recover_temps(&rn->spool, &rn->seen);
+  agent_dispatch_recover(&rn->jobs);
+  int dirs = agent_recover_staging(rn->cfg->dir, &rn->spool);
+  if (temps > 0 || dirs > 0) {
+    char t[16], s[16];
+    snprintf(t, sizeof(t), "%d", temps);
+    snprintf(s, sizeof(s), "%d", dirs);
+    core_log_kv(CORE_LOG_INFO, "removed what a crash left", "temp_files", t, "staging_dirs", s,
+                NULL);
+  }
+}
+
 int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options *opt) {
   struct runner rn = {.cfg = agent_config_ref(cfg)};
   rn.opt.drain_timeout_s = opt ? opt->drain_timeout_s : AGENT_DRAIN_TIMEOUT_DEFAULT_S;
@@ -476,7 +493,7 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
   agent_run_stop_target_set(&rn.stop_async);
   start_ctl(&rn, &loop);
   log_start(&rn);
-  agent_dispatch_recover(&rn.jobs);
+  recover(&rn);
   agent_session_start(&rn.session);
   uv_run(&loop, UV_RUN_DEFAULT);
   agent_dispatch_release(&rn.jobs);

@@ -533,6 +533,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   }
   if ((r = compose(d, opt)) < 0)
     goto out_loop;
+  jobs_recover(d->jobs); /* before anything listens */
   r = net_server_new(d->loop, opt->host, opt->port, d->noise_priv,
                      (1u << NOISE_MODE_SESSION) | (1u << NOISE_MODE_PAIRING), &d->limits,
                      &sessions_net_ops, d->sessions, &d->srv);

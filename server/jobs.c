@@ -68,7 +68,7 @@ struct jobs {
   unsigned grace_s, queue_ttl_s;
   struct events *events;
   uv_timer_t tick;
-  bool started, closing, draining;
+  bool recovered, started, closing, draining;
   struct sending *sends;
   struct flight *flights;
   struct waiter *waiters;
@@ -1204,11 +1204,21 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   return 0;
 }
 
-void jobs_start(struct jobs *js) {
+void jobs_recover(struct jobs *js) {
   if (mkdir(js->queue_dir, 0700) < 0 && errno != EEXIST)
     core_log_kv(CORE_LOG_ERROR, "cannot make the queue directory: jobs cannot be queued", "path",
                 js->queue_dir, "error", strerror(errno), NULL);
+  /* what the last daemon left past its deadline ends now, not a tick after
+   * the first connection */
+  expire_overdue(js);
+  expire_queue(js);
   queue_sweep(js);
+  js->recovered = true;
+}
+
+void jobs_start(struct jobs *js) {
+  if (!js->recovered)
+    jobs_recover(js);
   uv_timer_init(js->loop, &js->tick);
   js->tick.data = js;
   uv_timer_start(&js->tick, tick, JOB_TICK_MS, JOB_TICK_MS);
