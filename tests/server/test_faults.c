@@ -150,3 +150,49 @@ Test(faults, the_server_expires_an_overdue_job_before_it_takes_a_connection) {
   cr_assert_str_eq(json_string_value(json_object_get(job, "error")), "device_lost");
   json_decref(job);
 }
+
+/* ---- stopping an agent is not cancelling its job ---- */
+
+Test(faults, sigterm_of_the_agent_past_its_drain_timeout_ends_the_job_agent_stopped) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  const char *argv[] = {AGENT, "--config", a->dir, "run", "--drain-timeout", "1", NULL};
+  a->pid = spawn_logged(a->log, argv);
+  for (int i = 0; i < 250 && !device_online(a->id); i++)
+    msleep(20);
+  cr_assert(device_online(a->id));
+  char id[33];
+  dispatch_slow("535353", id);
+  kill(a->pid, SIGTERM);
+  int st;
+  cr_assert_eq(waitpid(a->pid, &st, 0), a->pid);
+  a->pid = -1;
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a drained agent exits 0");
+  start_agent(a); /* delivers the spooled result */
+  cr_assert(wait_state(id, "failed", 10000), "state %s", job_state(id, NULL));
+  cr_assert_str_eq(error_code(id), "agent_stopped");
+  json_t *job;
+  job_state(id, &job);
+  cr_assert_str_eq(json_string_value(json_object_get(job, "error")), "agent_stopped",
+                   "the job's own code, not cancelled");
+  json_decref(job);
+}
+
+Test(faults, an_operators_cancel_stays_cancelled_when_the_agent_stops_after_it) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  const char *argv[] = {AGENT, "--config", a->dir, "run", "--drain-timeout", "0", NULL};
+  a->pid = spawn_logged(a->log, argv);
+  for (int i = 0; i < 250 && !device_online(a->id); i++)
+    msleep(20);
+  char id[33];
+  dispatch_slow("545454", id);
+  struct out *o = RUN(SERVER, "cancel", id, "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "cancel: %s", o->err);
+  free(o);
+  cr_assert(wait_state(id, "cancelled", 5000));
+  msleep(1500);
+  e2e_stop(&a->pid, SIGTERM);
+  start_agent(a);
+  msleep(1500);
+  cr_assert_str_eq(job_state(id, NULL), "cancelled");
+  cr_assert_str_eq(error_code(id), "cancelled");
+}
