@@ -37,6 +37,7 @@
 #include "agent/hello.h"
 #include "agent/job.h"
 #include "agent/recover.h"
+#include "agent/resend.h"
 #include "agent/seen.h"
 #include "agent/session.h"
 #include "agent/spool.h"
@@ -61,6 +62,7 @@ struct runner {
   struct agent_seen seen;
   struct agent_session session;
   struct agent_dispatch jobs;
+  struct agent_resend resend; /* results the server asked for again */
   struct agent_ctl_server ctl;
   uv_signal_t sigterm, sigint, sighup;
   uv_async_t stop_async; /* agent_run_request_stop, from another thread */
@@ -126,6 +128,7 @@ static void finish(struct runner *rn) {
   uv_close((uv_handle_t *)&rn->drain_timer, NULL);
   uv_close((uv_handle_t *)&rn->watchdog, NULL);
   agent_ctl_server_close(&rn->ctl);
+  agent_resend_close(&rn->resend);
   agent_session_close(&rn->session);
 }
 
@@ -283,6 +286,11 @@ static void on_message(void *ctx, struct msg *m) {
     agent_dispatch_on_cancel(&rn->jobs, m->cancel.job_id);
     break;
   case MSG_ACK:
+    if (m->ack.has_retry_ms) { /* not recorded: still wanted, on this session */
+      agent_resend_later(&rn->resend, m->ack.job_id, m->ack.retry_ms);
+      break;
+    }
+    agent_resend_forget(&rn->resend, m->ack.job_id);
     agent_spool_ack(&rn->spool, m->ack.job_id);
     break;
   default:
@@ -293,6 +301,7 @@ static void on_message(void *ctx, struct msg *m) {
 static void on_lost(void *ctx) {
   struct runner *rn = ctx;
   agent_dispatch_connection_lost(&rn->jobs);
+  agent_resend_clear(&rn->resend);
   tell_status(rn);
 }
 
@@ -472,6 +481,7 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
                      &run_session_ops, &rn);
   agent_dispatch_init(&rn.jobs, &loop, cfg, &rn.pairing, rn.trust, &rn.session, &rn.spool, &rn.seen,
                       &rn.health);
+  agent_resend_init(&rn.resend, &loop, &rn.spool, &rn.session);
   rn.jobs.on_change = on_jobs_changed;
   rn.jobs.ctx = &rn;
   uv_signal_init(&loop, &rn.sigterm);

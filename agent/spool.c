@@ -158,3 +158,18 @@ int agent_spool_recover_temps(const struct agent_spool *sp) {
   closedir(d);
   return n;
 }
+
+int agent_spool_get_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN],
+                           size_t max, uint8_t **out_msg, size_t *out_len) {
+  char hex[CORDON_ID_HEX_SIZE], path[PATH_MAX];
+  cordon_id_to_hex(id, hex);
+  spool_path(sp, hex, RESULT_EXT, path, sizeof(path));
+  char *buf;
+  size_t len;
+  int r = core_read_file(path, max, -EFBIG, "spool", &buf, &len, NULL);
+  if (r < 0)
+    return r;
+  *out_msg = (uint8_t *)buf;
+  *out_len = len;
+  return 0;
+}

@@ -41,6 +41,10 @@ int agent_spool_put_result(const struct agent_spool *sp, const uint8_t id[CORDON
 void agent_spool_ack(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]);
 /* Is a result of job id stored? */
 bool agent_spool_has_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]);
+/* The stored result of job id (1..max bytes) into *out_msg (malloc'd; the
+ * caller frees it) and *out_len: 0, or -errno (-ENOENT: none stored). */
+int agent_spool_get_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN],
+                           size_t max, uint8_t **out_msg, size_t *out_len);
 /* Call fn with each stored result of 1..max bytes (msg valid during the
  * call only); unreadable, empty and larger files are skipped. */
 void agent_spool_each_result(const struct agent_spool *sp, size_t max,

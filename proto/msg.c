@@ -173,6 +173,18 @@ static const struct field job_ref_fields[] = {
     F_ID(msg_job_ref, job_id),
 };
 
+static const struct field ack_fields[] = {
+    F_ID(msg_job_ref, job_id),
+    {.key = "retry_ms",
+     .kind = K_UINT,
+     .presence = P_OPTIONAL,
+     .width = 4,
+     .off = OFF(msg_job_ref, retry_ms),
+     .aux = OFF(msg_job_ref, has_retry_ms),
+     .lo = 1,
+     .hi = 86400000},
+};
+
 static const struct field limits_fields[] = {
     F_ENUM(msg_limits_used, memory, enforce_names),
     F_ENUM(msg_limits_used, processes, enforce_names),
@@ -320,7 +332,7 @@ static const struct type_desc types[] = {
     [MSG_CHUNK] = {"chunk", MSG_FROM_SERVER, SCHEMA(chunk_fields)},
     [MSG_RUNNING] = {"running", MSG_FROM_AGENT, SCHEMA(job_ref_fields)},
     [MSG_RESULT] = {"result", MSG_FROM_AGENT, SCHEMA(result_fields)},
-    [MSG_ACK] = {"ack", MSG_FROM_SERVER, SCHEMA(job_ref_fields)},
+    [MSG_ACK] = {"ack", MSG_FROM_SERVER, SCHEMA(ack_fields)},
     [MSG_CANCEL] = {"cancel", MSG_FROM_SERVER, SCHEMA(job_ref_fields)},
     [MSG_PAIR_PROOF] = {"pair_proof", BOTH, SCHEMA(pair_proof_fields)},
     [MSG_PAIR_DONE] = {"pair_done", MSG_FROM_SERVER, SCHEMA(pair_done_fields)},

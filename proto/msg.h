@@ -179,6 +179,10 @@ struct msg_chunk {
 
 struct msg_job_ref { /* running, ack, cancel */
   uint8_t job_id[CORDON_ID_LEN];
+  /* ack only, optional: the result was NOT recorded (the server cannot
+   * write now); keep it and send it again after retry_ms (1..86400000) */
+  bool has_retry_ms;
+  uint32_t retry_ms;
 };
 
 struct msg_limits_used {

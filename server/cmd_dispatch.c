@@ -99,6 +99,9 @@ static int print_outcome(json_t *job) {
   const char *st = json_string_value(json_object_get(job, "state"));
   if (json_is_object(res)) {
     print_json(res);
+    if (json_is_true(json_object_get(job, "late")))
+      fprintf(stderr, "%s: job %s expired before its result came (late)\n", SERVER_PROG,
+              json_string_value(json_object_get(job, "id")));
     json_t *ec = json_object_get(res, "exit_code");
     json_t *err = json_object_get(res, "error");
     if (json_is_object(err))
@@ -107,8 +110,12 @@ static int print_outcome(json_t *job) {
     return json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
   }
   int code = cordon_err_from_name(json_string_value(json_object_get(job, "error")));
-  if (!code)
-    code = st && strcmp(st, "expired") == 0 ? CORDON_E_DEVICE_LOST : CORDON_E_CANCELLED;
+  if (!code && st && strcmp(st, "cancelled") == 0)
+    code = CORDON_E_CANCELLED; /* only what happened: never a guess */
+  else if (!code && st && strcmp(st, "expired") == 0)
+    code = CORDON_E_DEVICE_LOST;
+  else if (!code)
+    code = CORDON_E_INTERNAL;
   return server_cli_failf(code, "job %s ended %s without a result: %s",
                           json_string_value(json_object_get(job, "id")), st ? st : "?",
                           cordon_err_message(code));

@@ -355,10 +355,14 @@ json_t *server_db_job_result_to_json(const struct server_db_job *job) {
 }
 
 json_t *server_db_job_to_json(const struct server_db_job *job) {
-  return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:o}", "id", job->id, "user", job->user, "device",
-                   job->device_id[0] ? job->device_id : NULL, "state",
-                   server_db_job_state_name(job->state), "error", job->error[0] ? job->error : NULL,
-                   "result", server_db_job_result_to_json(job));
+  json_t *o = json_pack(
+      "{s:s, s:s, s:s?, s:s, s:s?, s:o}", "id", job->id, "user", job->user, "device",
+      job->device_id[0] ? job->device_id : NULL, "state", server_db_job_state_name(job->state),
+      "error", job->error[0] ? job->error : NULL, "result", server_db_job_result_to_json(job));
+  /* a result that came after the job expired: kept, and said to be late */
+  if (o && job->state == SERVER_DB_JOB_EXPIRED && job->result_json)
+    json_object_set_new(o, "late", json_true());
+  return o;
 }
 
 /* Collect the rows of a bound job query. */

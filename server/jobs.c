@@ -29,6 +29,7 @@
 #define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
 #define JOB_TICKET_TTL_S 600
 #define JOB_TICK_MS 1000
+#define JOB_RESULT_RETRY_MS 1000 /* an ack's retry_ms: the agent backs off from it */
 
 /* An admin connection waiting for a job to be over. */
 struct waiter {
@@ -59,6 +60,15 @@ struct flight {
   struct flight *next;
 };
 
+/* A result the server could not record and asked its agent to send again
+ * (ack with retry_ms): while that session lives, the agent holds the
+ * result, so the job does not expire. */
+struct held {
+  char id[CORDON_ID_HEX_SIZE];
+  struct session *session;
+  struct held *next;
+};
+
 struct jobs {
   uv_loop_t *loop;
   struct server_db *db;
@@ -72,7 +82,47 @@ struct jobs {
   struct sending *sends;
   struct flight *flights;
   struct waiter *waiters;
+  struct held *held;
 };
+
+/* ---- results held by a connected agent ---- */
+
+static struct held **held_find(struct jobs *js, const char *id) {
+  struct held **pp = &js->held;
+  while (*pp && strcmp((*pp)->id, id) != 0)
+    pp = &(*pp)->next;
+  return pp;
+}
+
+static void held_drop(struct jobs *js, const char *id) {
+  struct held **pp = held_find(js, id);
+  if (*pp) {
+    struct held *h = *pp;
+    *pp = h->next;
+    free(h);
+  }
+}
+
+static bool held_by_agent(struct jobs *js, const char *id) {
+  return *held_find(js, id) != NULL;
+}
+
+/* The result of job id, from session s, could not be stored (err): keep
+ * the job from expiring while s lives and ask the agent to send it again
+ * (docs/protocol/messages.md, "ack"). */
+static void held_add(struct jobs *js, struct session *s, const uint8_t raw[CORDON_ID_LEN],
+                     const char *id) {
+  struct held **pp = held_find(js, id);
+  if (!*pp && (*pp = calloc(1, sizeof(**pp))))
+    snprintf((*pp)->id, sizeof((*pp)->id), "%s", id);
+  if (*pp)
+    (*pp)->session = s;
+  struct msg ack = {.type = MSG_ACK};
+  memcpy(ack.ack.job_id, raw, CORDON_ID_LEN);
+  ack.ack.has_retry_ms = true;
+  ack.ack.retry_ms = JOB_RESULT_RETRY_MS;
+  session_send(s, &ack);
+}
 
 /* ---- the package ---- */
 
@@ -1013,9 +1063,15 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   }
   if (rc == 0 || rc == -EALREADY) {
     /* recorded (now or before): the agent may forget it */
+    held_drop(js, id);
     struct msg ack = {.type = MSG_ACK};
     memcpy(ack.ack.job_id, mr->job_id, CORDON_ID_LEN);
     session_send(s, &ack);
+  } else if (readable && rc != -EINVAL) {
+    /* the store failed for a reason that passes (disk full, busy): the
+     * agent keeps it and sends it again on this session */
+    held_add(js, s, mr->job_id, id);
+    return;
   } else {
     /* not recorded, not acked: the agent sends it again on its next session */
     return;
@@ -1062,6 +1118,15 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
 }
 
 void jobs_on_session_closed(struct jobs *js, struct session *s) {
+  for (struct held **pp = &js->held; *pp;) {
+    struct held *h = *pp;
+    if (h->session == s) {
+      *pp = h->next;
+      free(h);
+    } else {
+      pp = &h->next;
+    }
+  }
   for (struct sending *x = js->sends, *n; x; x = n) {
     n = x->next;
     if (x->session == s) {
@@ -1080,6 +1145,8 @@ static void expire_overdue(struct jobs *js) {
     return;
   for (size_t i = 0; i < list.count; i++) {
     struct server_db_job *job = &list.items[i];
+    if (held_by_agent(js, job->id))
+      continue; /* its agent is connected and holds its result */
     if (server_db_job_transition(js->db, job->id, job->state, SERVER_DB_JOB_EXPIRED, "device_lost",
                                  NULL) == 0) {
       metrics_job_finished(SERVER_DB_JOB_EXPIRED, -1);
@@ -1239,6 +1306,8 @@ void jobs_close(struct jobs *js) {
   js->waiters = NULL;
   while (js->flights)
     flight_drop(js, js->flights->id);
+  while (js->held)
+    held_drop(js, js->held->id);
 }
 
 void jobs_drain(struct jobs *js) {

@@ -62,9 +62,9 @@ static long alloc_calls __attribute__((unused)), alloc_live __attribute__((unuse
 /* ---- samples: one fully populated message of every type ---------------- */
 
 static uint8_t id_job[CORDON_ID_LEN] = {0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
-                                     0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f};
+                                        0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f};
 static uint8_t id_dev[CORDON_ID_LEN] = {0xd0, 0xd1, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7,
-                                     0xd8, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf};
+                                        0xd8, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf};
 static uint8_t ticket_bytes[40] = {0x83, 0xa1, 'x', 0x01};
 static uint8_t chunk_bytes[300];
 static uint8_t out_bytes[] = "hello, world\n";
@@ -1367,4 +1367,27 @@ Test(msg, pairing_hello_carries_only_the_code_id) {
   cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_HELLO, "pair_code", MUT_ADD, "a5 61 62 63 64 65"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_HELLO, "device_id", MUT_DEL, NULL), 0);
+}
+
+Test(msg, an_ack_asking_to_retry_carries_retry_ms_and_a_plain_ack_does_not) {
+  struct msg m, d;
+  uint8_t buf[256];
+  size_t n;
+  memset(&m, 0, sizeof(m));
+  m.type = MSG_ACK;
+  memcpy(m.ack.job_id, id_job, CORDON_ID_LEN);
+  m.ack.has_retry_ms = true;
+  m.ack.retry_ms = 1000;
+  cr_assert_eq(msg_encode(&m, buf, sizeof(buf), &n, NULL), 0);
+  cr_assert_eq(msg_decode(buf, n, &d, NULL), 0);
+  cr_assert(d.ack.has_retry_ms && d.ack.retry_ms == 1000);
+  msg_release(&d);
+  m.ack.has_retry_ms = false;
+  cr_assert_eq(msg_encode(&m, buf, sizeof(buf), &n, NULL), 0);
+  cr_assert_eq(msg_decode(buf, n, &d, NULL), 0);
+  cr_assert(!d.ack.has_retry_ms, "a plain ack: recorded");
+  msg_release(&d);
+  m.ack.has_retry_ms = true;
+  m.ack.retry_ms = 0;
+  cr_assert_eq(msg_encode(&m, buf, sizeof(buf), &n, NULL), CORDON_E_PROTOCOL, "1..86400000");
 }

@@ -6,6 +6,9 @@
 #include "e2e.h"
 
 #include <dirent.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
 
 TestSuite(faults, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
 
@@ -195,4 +198,137 @@ Test(faults, an_operators_cancel_stays_cancelled_when_the_agent_stops_after_it) 
   msleep(1500);
   cr_assert_str_eq(job_state(id, NULL), "cancelled");
   cr_assert_str_eq(error_code(id), "cancelled");
+}
+
+/* ---- the server's disk fills while a job runs ---- */
+
+/* Move the state directory onto a tmpfs of size_mb in a mount namespace
+ * of this test's own (the daemon is stopped meanwhile and started again
+ * inside it; agents outside only see its port). */
+static void state_on_tmpfs(int size_mb) {
+  cr_assert_eq(unshare(CLONE_NEWNS), 0, "unshare: %s", strerror(errno));
+  cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+  char cmd[1200], opts[32];
+  snprintf(cmd, sizeof(cmd), "cp -a %s %s.copy", e2e_state, e2e_state);
+  cr_assert_eq(system(cmd), 0);
+  snprintf(opts, sizeof(opts), "size=%dm,mode=0700", size_mb);
+  cr_assert_eq(mount("tmpfs", e2e_state, "tmpfs", 0, opts), 0, "mount: %s", strerror(errno));
+  snprintf(cmd, sizeof(cmd), "cp -a %s.copy/. %s/ && rm -rf %s.copy", e2e_state, e2e_state,
+           e2e_state);
+  cr_assert_eq(system(cmd), 0);
+}
+
+static void fill_state(const char *fill) {
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of=%s bs=64k >/dev/null 2>&1", fill);
+  (void)!system(cmd); /* ends at ENOSPC */
+  struct statvfs vs;
+  cr_assert_eq(statvfs(e2e_state, &vs), 0);
+  cr_assert_lt(vs.f_bavail * vs.f_bsize, 64 * 1024, "the state's file system is full");
+}
+
+Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_freed_not_expired) {
+  if (geteuid() != 0)
+    cr_skip_test("needs root for a mount namespace");
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  e2e_stop(&e2e_server_pid, SIGTERM);
+  state_on_tmpfs(8);
+  start_server();
+  for (int i = 0; i < 250 && !device_online(a->id); i++)
+    msleep(20);
+  cr_assert(device_online(a->id), "the agent came back");
+  /* a result of some 30 KB: it needs new blocks in the database's log */
+  char *pkg = pack("big",
+                   "{\"name\":\"big\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+                   "\"timeout_s\":2}",
+                   "sleep 1.5; head -c 30000 /dev/zero | tr '\\000' x\n");
+  char wait_log[400];
+  snprintf(wait_log, sizeof(wait_log), "%s/wait.log", e2e_dir);
+  const char *wargv[] = {SERVER,   "dispatch", "--user",  "alice", pkg,
+                         "--wait", "--state",  e2e_state, NULL};
+  pid_t waiting = spawn_logged(wait_log, wargv);
+  cr_assert(wait_in(wait_log, "sent to device", 10000), "dispatch --wait tells the id");
+  char id[33];
+  {
+    FILE *f = fopen(wait_log, "r");
+    char line[512] = "";
+    cr_assert(fgets(line, sizeof(line), f));
+    fclose(f);
+    char *p = strstr(line, "job ");
+    cr_assert(p, "%s", line);
+    snprintf(id, sizeof(id), "%.32s", p + 4);
+  }
+  free(pkg);
+  int64_t t0 = time(NULL);
+  cr_assert(wait_state(id, "running", 10000));
+  char fill[400];
+  snprintf(fill, sizeof(fill), "%s/fill", e2e_state);
+  fill_state(fill);
+  cr_assert(wait_in(a->log, "the server could not record a result", 10000),
+            "the server asked for it again:\n%s", e2e_server_log);
+  /* past its deadline (timeout_s 2 + --job-grace 5) with the disk still full */
+  while (time(NULL) < t0 + 10)
+    msleep(200);
+  cr_assert_str_eq(job_state(id, NULL), "running",
+                   "a job whose result its connected agent holds does not expire");
+  cr_assert_eq(unlink(fill), 0);
+  cr_assert(wait_state(id, "done", 40000), "state %s", job_state(id, NULL));
+  json_t *job;
+  job_state(id, &job);
+  const char *out = json_string_value(json_object_get(json_object_get(job, "result"), "stdout"));
+  cr_assert(out && strlen(out) == 30000, "the whole result");
+  cr_assert_null(json_object_get(job, "late"));
+  json_decref(job);
+  char finished[120];
+  snprintf(finished, sizeof(finished), "msg=\"job finished\" job=%s", id);
+  msleep(1500);
+  cr_assert_eq(count_in(e2e_server_log, finished), 1, "recorded once");
+  char spooled[600];
+  snprintf(spooled, sizeof(spooled), "%s/spool/%s.result", a->dir, id);
+  cr_assert(access(spooled, F_OK) != 0, "acked: out of the agent's spool");
+  int st;
+  cr_assert_eq(waitpid(waiting, &st, 0), waiting);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "dispatch --wait reports the job as it ended (done, exit 0), nothing else");
+  cr_assert_eq(count_in(wait_log, "cancelled"), 0);
+  e2e_stop(&e2e_server_pid, SIGTERM);
+  umount2(e2e_state, MNT_DETACH);
+}
+
+Test(faults, a_result_after_the_deadline_is_kept_and_shown_late_under_expired) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("nap",
+                   "{\"name\":\"nap\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+                   "\"timeout_s\":2}",
+                   "sleep 1; echo woke\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  free(pkg);
+  cr_assert(wait_state(id, "running", 10000));
+  kill(a->pid, SIGSTOP); /* the job ends, its agent does not say so in time */
+  cr_assert(wait_state(id, "expired", 15000), "state %s", job_state(id, NULL));
+  kill(a->pid, SIGCONT);
+  json_t *job = NULL;
+  for (int i = 0; i < 200; i++) {
+    job_state(id, &job);
+    if (json_is_object(json_object_get(job, "result")))
+      break;
+    json_decref(job);
+    job = NULL;
+    msleep(100);
+  }
+  cr_assert(job, "the late result is kept");
+  cr_assert_str_eq(json_string_value(json_object_get(job, "state")), "expired");
+  cr_assert(json_is_true(json_object_get(job, "late")), "and said to be late");
+  cr_assert_str_eq(json_string_value(json_object_get(json_object_get(job, "result"), "stdout")),
+                   "woke\n");
+  json_decref(job);
+  o = RUN(SERVER, "job", id, "--state", e2e_state);
+  cr_assert(strstr(o->out, "late:     yes"), "%s", o->out);
+  free(o);
+  cr_assert_gt(count_in(e2e_server_log, "msg=\"late result\""), 0);
 }
