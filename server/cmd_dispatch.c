@@ -43,7 +43,7 @@ static int reply_error(json_t *reply) {
 
 static const char dispatch_usage[] =
     "dispatch --user U [--device D] [--where KEY=VALUE]... FILE.cpkg [--wait | --detach] "
-    "[--no-queue | --queue-ttl DURATION] [--explain] [-- ARGS...]";
+    "[--no-queue | --queue-ttl DURATION] [--key K] [--explain] [-- ARGS...]";
 
 /* --explain: every candidate and the verdict, on stdout. */
 static int print_explain(json_t *reply) {
@@ -121,7 +121,9 @@ static int print_outcome(json_t *job) {
                           cordon_err_message(code));
 }
 
-/* Wait for job id through the daemon; the reply's "job" in *out_job. */
+/* Wait for job id through the daemon; the reply's "job" in *out_job. A
+ * wait the daemon cut off (it stopped or died) names the job and how to
+ * wait for it again. */
 static int wait_job(const char *state, const char *id, json_t **out_reply) {
   json_t *req = admin_request_new(ADMIN_OP_WAIT);
   int r = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) : -ENOMEM;
@@ -129,7 +131,15 @@ static int wait_job(const char *state, const char *id, json_t **out_reply) {
   if (r == 0)
     r = admin_call(state, req, out_reply, &diag);
   json_decref(req);
-  return r < 0 ? server_cli_fail(r, &diag) : 0;
+  if (r < 0) {
+    int rc = server_cli_fail(r, &diag);
+    fprintf(stderr,
+            "%s: job %s goes on without the daemon's answer; `%s job %s --wait` waits for it "
+            "again\n",
+            SERVER_PROG, id, SERVER_PROG, id);
+    return rc;
+  }
+  return 0;
 }
 
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
@@ -142,8 +152,9 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
                                        {"queue-ttl", required_argument, NULL, 't'},
                                        {"explain", no_argument, NULL, 'e'},
                                        {"state", required_argument, NULL, 's'},
+                                       {"key", required_argument, NULL, 'k'},
                                        {0}};
-  const char *state = cli->state_dir, *user = NULL, *device = NULL;
+  const char *state = cli->state_dir, *user = NULL, *device = NULL, *key = NULL;
   bool wait = false, detach = false, no_queue = false, explain = false;
   int64_t ttl = 0;
   json_t *where = json_array();
@@ -196,6 +207,15 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     case 's':
       state = optarg;
       break;
+    case 'k':
+      if (!server_db_job_key_valid(optarg)) {
+        json_decref(where);
+        return server_cli_failf(CORDON_E_USAGE,
+                                "--key: 1 to %d printable ASCII characters, no space",
+                                SERVER_DB_KEY_MAX);
+      }
+      key = optarg;
+      break;
     default:
       json_decref(where);
       return server_cli_failf(CORDON_E_USAGE, "%s", dispatch_usage);
@@ -233,6 +253,8 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     r = admin_request_set(req, ADMIN_ARG_QUEUE_TTL, json_integer(ttl));
   if (r == 0 && explain)
     r = admin_request_set(req, ADMIN_ARG_EXPLAIN, json_true());
+  if (r == 0 && key)
+    r = admin_request_set(req, ADMIN_ARG_KEY, json_string(key));
   json_decref(where);
   json_t *reply = NULL;
   struct cordon_diag diag = {{0}};
@@ -255,6 +277,12 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(reply, ADMIN_REPLY_JOB_ID)));
   const char *st = json_string_value(json_object_get(reply, ADMIN_REPLY_STATE));
   bool queued = st && strcmp(st, "queued") == 0;
+  bool existing = json_is_true(json_object_get(reply, ADMIN_REPLY_EXISTING));
+  if (existing) {
+    fprintf(stderr, "%s: job %s was dispatched with key %s before (it is %s): no new job\n",
+            SERVER_PROG, id, key ? key : "?", st ? st : "?");
+    queued = false;
+  }
   const char *dev = json_string_value(json_object_get(reply, ADMIN_REPLY_DEVICE));
   char until[64];
   server_cli_format_time(json_integer_value(json_object_get(reply, ADMIN_REPLY_QUEUE_EXPIRES)), "?",
@@ -272,7 +300,7 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   if (queued)
     fprintf(stderr, "%s: job %s queued: it waits for %s until %s\n", SERVER_PROG, id,
             dev ? dev : "an eligible device", until);
-  else
+  else if (!existing)
     fprintf(stderr, "%s: job %s sent to device %s\n", SERVER_PROG, id, dev ? dev : "?");
   json_decref(reply);
   reply = NULL;

@@ -198,6 +198,8 @@ static void daemon_op_sessions(struct daemon *d, struct admin_conn *c, const jso
 
 static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const json_t *req) {
   if (d->phase != DAEMON_RUNNING) {
+    if (jobs_op_dispatch_known(d->jobs, c, req))
+      return; /* its key names a job that exists: that one */
     core_log_kv(CORE_LOG_INFO, "dispatch refused", "user",
                 admin_request_string(req, ADMIN_ARG_USER), "reason", "draining", NULL);
     admin_conn_reply(c, admin_reply_error(-ESHUTDOWN, "the server is shutting down: it takes "

@@ -89,6 +89,10 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN queue_expires INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN where_labels TEXT;"
     "CREATE INDEX jobs_queued ON jobs (created) WHERE state = 'queued';",
+    /* 2 -> 3: a dispatch's idempotency key, one job per user and key */
+    "ALTER TABLE jobs ADD COLUMN idem_key TEXT CHECK (idem_key IS NULL OR"
+    "  length(idem_key) BETWEEN 1 AND 128);"
+    "CREATE UNIQUE INDEX jobs_idem_key ON jobs (user_id, idem_key) WHERE idem_key IS NOT NULL;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,

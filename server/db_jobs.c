@@ -116,6 +116,9 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   for (size_t i = 0; job->where && i < job->where->count; i++)
     if (!server_db_label_key_valid(job->where->items[i].key))
       return cordon_diag_set(diag, -EINVAL, "bad label key in the job's constraints");
+  if (job->key && !server_db_job_key_valid(job->key))
+    return cordon_diag_set(diag, -EINVAL, "a key is 1 to %d printable ASCII characters",
+                           SERVER_DB_KEY_MAX);
   char id[CORDON_ID_HEX_SIZE];
   db_new_id(id);
   int err = 0;
@@ -137,14 +140,18 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   db_bind_int(st, 7, job->deadline, &rc);
   db_bind_int(st, 8, job->queue_expires, &rc);
   db_bind_text(st, 9, where, &rc);
+  db_bind_text(st, 10, job->key, &rc);
   free(where);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc != SQLITE_DONE) {
-    err = db_map_rc(db->h, rc) == -ENOENT
-              ? cordon_diag_set(diag, -ENOENT, "no such user or device for the job")
-              : db_fail(db, rc, "add job", diag);
+    if (job->key && sqlite3_extended_errcode(db->h) == SQLITE_CONSTRAINT_UNIQUE)
+      err = cordon_diag_set(diag, -EEXIST, "a job with this key exists");
+    else
+      err = db_map_rc(db->h, rc) == -ENOENT
+                ? cordon_diag_set(diag, -ENOENT, "no such user or device for the job")
+                : db_fail(db, rc, "add job", diag);
   }
   db_done(st);
   if (!err)
@@ -491,5 +498,44 @@ int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_
   db_done(st);
   if (!err)
     memcpy(out_counts, counts, sizeof(counts));
+  return err;
+}
+
+bool server_db_job_key_valid(const char *key) {
+  size_t n = key ? strlen(key) : 0;
+  if (n < 1 || n > SERVER_DB_KEY_MAX)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (key[i] < 0x21 || key[i] > 0x7e)
+      return false;
+  return true;
+}
+
+int server_db_job_get_by_key(struct server_db *db, int64_t user_id, const char *key,
+                             struct server_db_job *out_job, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_GET_BY_KEY, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, user_id, &rc);
+  db_bind_text(st, 2, key, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  struct server_db_job j;
+  if (rc == SQLITE_ROW) {
+    if (read_job(st, &j) < 0) {
+      server_db_job_release(&j);
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+    }
+  } else if (rc == SQLITE_DONE) {
+    err = cordon_diag_set(diag, -ENOENT, "no job with this key");
+  } else {
+    err = db_fail(db, rc, "find job by key", diag);
+  }
+  db_done(st);
+  if (!err)
+    *out_job = j;
   return err;
 }

@@ -648,6 +648,7 @@ static void dispatch_answer(struct jobs *js, struct admin_conn *c, bool wait, co
 }
 
 struct dispatch_req {
+  const char *key;
   const char *user;
   int64_t user_id;
   char **argv;
@@ -669,6 +670,7 @@ static void dispatch_now(struct jobs *js, struct admin_conn *c, const struct dis
       .args_json = args_json,
       .deadline = deadline,
       .where = &d->where,
+      .key = d->key,
   };
   char job_id[CORDON_ID_HEX_SIZE];
   struct cordon_diag diag = {{0}};
@@ -711,6 +713,7 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
       .args_json = args_json,
       .queue_expires = expires,
       .where = &d->where,
+      .key = d->key,
   };
   char job_id[CORDON_ID_HEX_SIZE];
   r = server_db_job_add(js->db, &nj, job_id, &diag);
@@ -742,12 +745,54 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
                             ADMIN_REPLY_QUEUE_EXPIRES, (json_int_t)expires));
 }
 
+/* A dispatch with a key the user gave before: answer with that job (and
+ * wait for it with wait) and return true; false when there is none (or no
+ * key). hash: the package's, checked against the job's when not NULL. */
+static bool dispatch_known(struct jobs *js, struct admin_conn *c, const json_t *req,
+                           int64_t user_id, const uint8_t *hash) {
+  const char *key = admin_request_string(req, ADMIN_ARG_KEY);
+  struct server_db_job job;
+  int r = key ? server_db_job_get_by_key(js->db, user_id, key, &job, NULL) : -ENOENT;
+  if (r == -ENOENT)
+    return false;
+  if (r < 0) {
+    admin_conn_reply(c, admin_reply_error(r, "cannot look the key up"));
+    return true;
+  }
+  if (hash && memcmp(hash, job.package_hash, SERVER_DB_HASH_SIZE) != 0) {
+    char msg[300];
+    snprintf(msg, sizeof(msg), "key %s was given to job %s, of another package", key, job.id);
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, msg));
+    server_db_job_release(&job);
+    return true;
+  }
+  core_log_kv(CORE_LOG_INFO, "dispatch: the key names a job already", "job", job.id, "user",
+              job.user, "state", server_db_job_state_name(job.state), NULL);
+  json_t *reply =
+      json_pack("{s:b, s:s, s:s?, s:s, s:b}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB_ID, job.id,
+                ADMIN_REPLY_DEVICE, job.device_id[0] ? job.device_id : NULL, ADMIN_REPLY_STATE,
+                server_db_job_state_name(job.state), ADMIN_REPLY_EXISTING, 1);
+  dispatch_answer(js, c, admin_request_flag(req, ADMIN_ARG_WAIT), job.id, reply);
+  server_db_job_release(&job);
+  return true;
+}
+
+bool jobs_op_dispatch_known(struct jobs *js, struct admin_conn *c, const json_t *req) {
+  const char *key = admin_request_string(req, ADMIN_ARG_KEY);
+  struct server_db_user u;
+  if (!key ||
+      server_db_user_get_by_name(js->db, admin_request_string(req, ADMIN_ARG_USER), &u, NULL) < 0)
+    return false;
+  return dispatch_known(js, c, req, u.id, NULL);
+}
+
 void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) {
   const char *device = admin_request_string(req, ADMIN_ARG_DEVICE);
   const char *path = admin_request_string(req, ADMIN_ARG_PACKAGE);
   bool no_queue = admin_request_flag(req, ADMIN_ARG_NO_QUEUE);
   bool explain = admin_request_flag(req, ADMIN_ARG_EXPLAIN);
   struct dispatch_req d = {
+      .key = admin_request_string(req, ADMIN_ARG_KEY),
       .user = admin_request_string(req, ADMIN_ARG_USER),
       .args = admin_request_get(req, ADMIN_ARG_ARGS),
       .wait = admin_request_flag(req, ADMIN_ARG_WAIT),
@@ -757,6 +802,11 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
   struct pkg p = {.fd = -1};
   struct choice ch = {0};
   char msgbuf[600];
+  if (d.key && !server_db_job_key_valid(d.key)) {
+    admin_conn_reply(
+        c, admin_reply_error(CORDON_E_USAGE, "key: 1 to 128 printable ASCII characters, no space"));
+    return;
+  }
   if (d.ttl < 1 || d.ttl > SERVER_DB_QUEUE_TTL_MAX) {
     admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "queue_ttl: 1 second to 30 days"));
     return;
@@ -779,6 +829,8 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
     admin_conn_reply(c, admin_reply_error(r, diag.msg[0] ? diag.msg : cordon_err_message(r)));
     goto out;
   }
+  if (!explain && dispatch_known(js, c, req, u.id, p.hash))
+    goto out; /* the same key: the same job, never a second one */
   if ((r = choose(js, u.id, device, p.m, &d.where, &ch)) < 0) {
     admin_conn_reply(c, admin_reply_error(r, "cannot read the devices"));
     goto out;
@@ -1240,12 +1292,12 @@ static json_t *reply_stopped(struct jobs *js, const char *id) {
   if (dev[0])
     snprintf(msg, sizeof(msg),
              "the server stopped before job %s finished (it is %s on device %s); `cordon-server "
-             "job %s` shows its result once the agent delivers it",
+             "job %s --wait` waits for its result, which the agent delivers to the next daemon",
              id, state, dev, id);
   else
     snprintf(msg, sizeof(msg),
-             "the server stopped before job %s finished (it is %s); `cordon-server job %s` shows "
-             "its result once a device has run it",
+             "the server stopped before job %s finished (it is %s); `cordon-server job %s --wait` "
+             "waits for its result once a device has run it",
              id, state, id);
   json_t *e = admin_reply_error(-ESHUTDOWN, msg);
   json_object_set_new(e, ADMIN_REPLY_JOB_ID, json_string(id));

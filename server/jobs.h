@@ -87,6 +87,9 @@ void jobs_on_session_closed(struct jobs *j, struct session *s);
 void jobs_on_device_online(struct jobs *j, struct session *s);
 
 /* Admin ops (server/admin_ops.h), on checked requests. */
+/* A dispatch whose key names a job of its user: answered with that job
+ * (true), also while the daemon drains; false: nothing was answered. */
+bool jobs_op_dispatch_known(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_dispatch(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_cancel(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_wait(struct jobs *j, struct admin_conn *c, const json_t *req);

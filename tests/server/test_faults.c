@@ -332,3 +332,150 @@ Test(faults, a_result_after_the_deadline_is_kept_and_shown_late_under_expired) {
   free(o);
   cr_assert_gt(count_in(e2e_server_log, "msg=\"late result\""), 0);
 }
+
+/* ---- a dispatch is idempotent and its id is known ---- */
+
+static const char echo_manifest[] =
+    "{\"name\":\"echo\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}";
+
+static int jobs_count(void) {
+  struct out *o = RUN(SERVER, "jobs", "--json", "--limit", "0", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "jobs: %s", o->err);
+  json_t *j = json_loads(o->out, 0, NULL);
+  free(o);
+  int n = (int)json_array_size(j);
+  json_decref(j);
+  return n;
+}
+
+Test(faults, the_same_key_twice_makes_one_job_and_names_it_both_times) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("echo", echo_manifest, "echo ran\n");
+  struct out *o =
+      RUN(SERVER, "dispatch", "--user", "alice", "--key", "build-42", pkg, "--state", e2e_state);
+  char first[33], second[33];
+  job_id_of(o, first);
+  free(o);
+  cr_assert(wait_state(first, "done", 20000));
+  o = RUN(SERVER, "dispatch", "--user", "alice", "--key", "build-42", pkg, "--state", e2e_state);
+  job_id_of(o, second);
+  cr_assert(strstr(o->err, "was dispatched with key build-42 before (it is done)"), "%s", o->err);
+  free(o);
+  cr_assert_str_eq(first, second, "the same key: the same job");
+  cr_assert_eq(jobs_count(), 1, "never a second one");
+  o = RUN(SERVER, "dispatch", "--user", "alice", "--key", "build-42", pkg, "--wait", "--state",
+          e2e_state);
+  cr_assert_eq(o->status, 0, "--wait on a known key gives its result: %s", o->err);
+  cr_assert(strstr(o->out, "\"ran\\n\""), "%s", o->out);
+  free(o);
+  cr_assert_eq(jobs_count(), 1);
+  o = RUN(SERVER, "dispatch", "--user", "alice", "--key", "build-43", pkg, "--state", e2e_state);
+  job_id_of(o, second);
+  free(o);
+  cr_assert_str_neq(first, second, "another key, another job");
+  char *other = pack("other", slow_manifest, "echo other\n");
+  o = RUN(SERVER, "dispatch", "--user", "alice", "--key", "build-42", other, "--state", e2e_state);
+  cr_assert_eq(o->status, 2, "the key of another package is a usage error: %d %s", o->status,
+               o->err);
+  cr_assert(strstr(o->err, "of another package"), "%s", o->err);
+  free(o);
+  o = RUN(SERVER, "dispatch", "--user", "alice", "--key", "a b", pkg, "--state", e2e_state);
+  cr_assert_eq(o->status, 2);
+  free(o);
+  cr_assert_eq(jobs_count(), 2);
+  free(pkg);
+  free(other);
+}
+
+/* dispatch --wait of a job that runs ~3 s, in the background: its pid; the
+ * id it printed into id. */
+static pid_t dispatch_wait_bg(const char *log, const char *pkg, char id[33]) {
+  const char *argv[] = {SERVER, "dispatch", "--user",  "alice",   "--key", "k-1",
+                        pkg,    "--wait",   "--state", e2e_state, NULL};
+  pid_t pid = spawn_logged(log, argv);
+  cr_assert(wait_in(log, "sent to device", 10000), "the id at once");
+  FILE *f = fopen(log, "r");
+  char line[512] = "";
+  cr_assert(fgets(line, sizeof(line), f));
+  fclose(f);
+  char *p = strstr(line, "job ");
+  cr_assert(p, "%s", line);
+  snprintf(id, 33, "%.32s", p + 4);
+  return pid;
+}
+
+static void wait_resumes(const char *id) {
+  struct out *o = RUN(SERVER, "job", id, "--wait", "--json", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "job ID --wait resumes the wait: %s", o->err);
+  json_t *j = json_loads(o->out, 0, NULL);
+  cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "done");
+  cr_assert_str_eq(json_string_value(json_object_get(json_object_get(j, "result"), "stdout")),
+                   "slept\n");
+  json_decref(j);
+  free(o);
+  char finished[120];
+  snprintf(finished, sizeof(finished), "msg=\"job finished\" job=%s", id);
+  cr_assert_eq(count_in(e2e_server_log, finished), 1, "one result");
+}
+
+Test(faults, kill_9_of_the_server_during_dispatch_wait_names_the_job_and_job_wait_resumes) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("nap", slow_manifest, "sleep 3; echo slept\n");
+  char log[400], id[33];
+  snprintf(log, sizeof(log), "%s/wait.log", e2e_dir);
+  pid_t w = dispatch_wait_bg(log, pkg, id);
+  cr_assert(wait_state(id, "running", 10000));
+  e2e_stop(&e2e_server_pid, SIGKILL);
+  int st;
+  cr_assert_eq(waitpid(w, &st, 0), w);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+  char again[200];
+  snprintf(again, sizeof(again),
+           "job %s goes on without the daemon's answer; `cordon-server job %s "
+           "--wait` waits for it again",
+           id, id);
+  cr_assert_eq(count_in(log, again), 1, "the caller is told the id and how to wait:\n%s", log);
+  start_server();
+  wait_resumes(id);
+  /* and the key names it still: no second job */
+  struct out *o =
+      RUN(SERVER, "dispatch", "--user", "alice", "--key", "k-1", pkg, "--state", e2e_state);
+  char same[33];
+  job_id_of(o, same);
+  free(o);
+  cr_assert_str_eq(same, id);
+  cr_assert_eq(jobs_count(), 1);
+  free(pkg);
+}
+
+Test(faults, sigterm_of_the_server_during_dispatch_wait_names_the_job_and_its_state) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("nap", slow_manifest, "sleep 3; echo slept\n");
+  char log[400], id[33];
+  snprintf(log, sizeof(log), "%s/wait.log", e2e_dir);
+  pid_t w = dispatch_wait_bg(log, pkg, id);
+  cr_assert(wait_state(id, "running", 10000));
+  kill(e2e_server_pid, SIGTERM); /* drains */
+  cr_assert(wait_in(e2e_server_log, "draining", 5000));
+  /* during the drain the key still names the job (no second one) */
+  struct out *o =
+      RUN(SERVER, "dispatch", "--user", "alice", "--key", "k-1", pkg, "--state", e2e_state);
+  char same[33];
+  job_id_of(o, same);
+  free(o);
+  cr_assert_str_eq(same, id);
+  kill(e2e_server_pid, SIGTERM); /* a second one stops it at once */
+  e2e_stop(&e2e_server_pid, 0);
+  int st;
+  cr_assert_eq(waitpid(w, &st, 0), w);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+  char told[200];
+  snprintf(told, sizeof(told), "the server stopped before job %s finished (it is running", id);
+  cr_assert_eq(count_in(log, told), 1, "the id and the state, not an error about the job");
+  start_server();
+  wait_resumes(id);
+  free(pkg);
+}
