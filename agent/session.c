@@ -13,6 +13,8 @@
 /* the run's link: a ping after 10 s of silence, given up after 60 s */
 #define SESSION_QUIET_MS 10000
 #define SESSION_IDLE_MS 60000
+/* an offset that moves more than this between two pings is logged */
+#define SESSION_CLOCK_NOTE_MS 5000
 /* reconnecting: 0.5 s doubling, capped at 30 s */
 #define BACKOFF_FIRST_MS 500
 #define BACKOFF_MAX_MS 30000
@@ -113,15 +115,34 @@ static void on_first_record(struct agent_session *s, struct net_conn *c, const s
   }
 }
 
+/* The server's clock in a ping or pong: the offset is learned again, so a
+ * step of either clock inside a session is absorbed at the next one
+ * (tickets are judged on the server's clock). */
+static void learn_clock(struct agent_session *s, const struct msg_ping *p) {
+  if (!p->has_time_ms)
+    return;
+  int64_t offset = (int64_t)p->time_ms - (int64_t)core_wall_ms();
+  int64_t moved = offset - s->clock_offset_ms;
+  if (moved > SESSION_CLOCK_NOTE_MS || moved < -SESSION_CLOCK_NOTE_MS) {
+    char ms[24];
+    snprintf(ms, sizeof(ms), "%lld", (long long)moved);
+    core_log_kv(CORE_LOG_WARN, "the clock offset to the server changed: a clock was stepped",
+                "server", s->health->server, "moved_ms", ms, NULL);
+  }
+  s->clock_offset_ms = offset;
+}
+
 static void on_session_record(struct agent_session *s, struct net_conn *c, struct msg *m) {
   switch (m->type) {
   case MSG_PING: {
+    learn_clock(s, &m->ping);
     struct msg p = {.type = MSG_PONG};
     p.pong.nonce = m->ping.nonce;
     agent_session_send(s, &p);
     break;
   }
   case MSG_PONG:
+    learn_clock(s, &m->pong);
     break;
   case MSG_GOAWAY: {
     const char *text = m->goaway.message ? m->goaway.message : "";

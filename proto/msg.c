@@ -145,6 +145,14 @@ static const struct field welcome_fields[] = {
 
 static const struct field ping_fields[] = {
     F_UINT(msg_ping, nonce, 8, 0, UINT64_MAX),
+    {.key = "time_ms",
+     .kind = K_UINT,
+     .presence = P_OPTIONAL,
+     .width = 8,
+     .off = OFF(msg_ping, time_ms),
+     .aux = OFF(msg_ping, has_time_ms),
+     .lo = 0,
+     .hi = UINT64_MAX},
 };
 
 static const struct field job_fields[] = {

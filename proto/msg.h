@@ -159,6 +159,10 @@ struct msg_welcome {
 
 struct msg_ping { /* ping and pong */
   uint64_t nonce; /* a pong echoes its ping's nonce */
+  /* optional: the sender's wall clock, ms since the epoch (the server sends
+   * it in every ping and pong; the agent re-learns its clock offset) */
+  bool has_time_ms;
+  uint64_t time_ms;
 };
 
 struct msg_job {
