@@ -1,18 +1,20 @@
 /* cordon-server run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION]
  *   [--drain-timeout SECONDS] [--log-level LEVEL] [--log-file PATH]
- *   [--metrics HOST:PORT] */
+ *   [--metrics HOST:PORT] [--max-connections N] [--max-preauth-per-address N] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
+#include "net/conn.h"
 #include "server/cli.h"
 #include "server/daemon.h"
 
 static const char run_usage[] =
     "run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] [--drain-timeout SECONDS] "
-    "[--log-level debug|info|warn|error] [--log-file PATH] [--metrics HOST:PORT] [--state DIR]";
+    "[--log-level debug|info|warn|error] [--log-file PATH] [--metrics HOST:PORT] "
+    "[--max-connections N] [--max-preauth-per-address N] [--state DIR]";
 
 static int parse_host_port(const char *s, char *host, size_t host_len, int *out_port) {
   const char *colon = strrchr(s, ':');
@@ -52,8 +54,13 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
                                        {"log-file", required_argument, NULL, 'f'},
                                        {"metrics", required_argument, NULL, 'm'},
                                        {"state", required_argument, NULL, 's'},
+                                       {"max-connections", required_argument, NULL, 'C'},
+                                       {"max-preauth-per-address", required_argument, NULL, 'P'},
                                        {0}};
   const char *state = cli->state_dir, *listen = NULL, *metrics = NULL, *log_file = NULL;
+  struct net_limits limits;
+  net_limits_default(&limits);
+  long max_conns = limits.max_conns, max_pre = limits.max_per_addr;
   long grace = 0, drain = -1;
   int64_t queue_ttl = 0;
   enum core_log_level level = CORE_LOG_INFO;
@@ -83,7 +90,14 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       metrics = optarg;
     else if (c == 's')
       state = optarg;
-    else
+    else if (c == 'C') {
+      if (parse_seconds(optarg, 1, 1000000, &max_conns) < 0)
+        return server_cli_failf(CORDON_E_USAGE, "--max-connections: a number in 1..1000000");
+    } else if (c == 'P') {
+      if (parse_seconds(optarg, 1, 1000000, &max_pre) < 0)
+        return server_cli_failf(CORDON_E_USAGE,
+                                "--max-preauth-per-address: a number in 1..1000000");
+    } else
       return server_cli_failf(CORDON_E_USAGE, "%s", run_usage);
   }
   if (!listen || optind != argc)
@@ -107,7 +121,10 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       .log_level = level,
       .metrics_host = metrics ? mhost : NULL,
       .metrics_port = mport,
+      .limits = &limits,
   };
+  limits.max_conns = (unsigned)max_conns;
+  limits.max_per_addr = (unsigned)max_pre;
   struct cordon_diag diag = {{0}};
   int r = daemon_run(&opt, &diag);
   if (r < 0)

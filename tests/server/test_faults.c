@@ -2,12 +2,19 @@
  * loopback, the faults made by the tests (docs/OPERATIONS.md, "Faults"):
  * what a crash leaves is recovered at start, the server expires overdue
  * jobs before it takes a connection, stopping an agent is not cancelling
- * its job. */
+ * its job, a full disk does not lose or mislabel a result, a dispatch is
+ * idempotent and survives its daemon, and many devices share an address. */
 #include "e2e.h"
+
+#include "agent/state.h"
+#include "proto/noise.h"
+#include "server/db.h"
 
 #include <dirent.h>
 #include <sched.h>
+#include <sodium.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/statvfs.h>
 
 TestSuite(faults, .init = e2e_setup, .fini = e2e_teardown, .timeout = 180);
@@ -478,4 +485,80 @@ Test(faults, sigterm_of_the_server_during_dispatch_wait_names_the_job_and_its_st
   start_server();
   wait_resumes(id);
   free(pkg);
+}
+
+/* ---- caps that fit an office behind one address ---- */
+
+#define OFFICE 20
+
+/* Device i (1..) of alice, paired without the pairing protocol (whose rate
+ * limit would make 20 pairings from one address take minutes): the server
+ * learns its key in the database, its config directory gets the first
+ * agent's pairing record with its own identity and device id. */
+static void clone_pairing(const struct e2e_agent *first, int i, char dir[400]) {
+  snprintf(dir, 400, "%s/office-%d", e2e_dir, i);
+  char cmd[1000];
+  snprintf(cmd, sizeof(cmd), "mkdir -p %s && cp -a %s/trusted %s/", dir, first->dir, dir);
+  cr_assert_eq(system(cmd), 0);
+  struct agent_pairing p;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(agent_pairing_load(first->dir, &p, &d), 0, "%s", d.msg);
+  uint8_t pub[32], *priv = sodium_malloc(32);
+  noise_keypair_generate(pub, priv);
+  struct server_db *db = NULL;
+  cr_assert_eq(server_db_open(e2e_state, 0, &db, &d), 0, "%s", d.msg);
+  struct server_db_user u;
+  cr_assert_eq(server_db_user_get_by_name(db, "alice", &u, &d), 0);
+  char name[32], id[CORDON_ID_HEX_SIZE];
+  snprintf(name, sizeof(name), "office-%d", i);
+  struct server_db_device_info info = {.name = name};
+  cr_assert_eq(server_db_device_add(db, u.id, pub, &info, id, &d), 0, "%s", d.msg);
+  server_db_close(db);
+  cr_assert_eq(cordon_id_from_hex(id, p.device_id), 0);
+  snprintf(p.name, sizeof(p.name), "%s", name);
+  cr_assert_eq(agent_pairing_save(dir, priv, &p, NULL, 0, &d), 0, "%s", d.msg);
+  sodium_free(priv);
+}
+
+static pid_t spawn_agent_dying_with_us(const char *dir) {
+  char log[500];
+  snprintf(log, sizeof(log), "%s/agent.log", dir);
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    FILE *f = fopen(log, "a");
+    dup2(fileno(f), 2);
+    execl(AGENT, AGENT, "--config", dir, "run", (char *)NULL);
+    _exit(127);
+  }
+  return pid;
+}
+
+static int online_count(void) {
+  json_t *d = devices_json();
+  int n = 0;
+  size_t i;
+  json_t *v;
+  json_array_foreach(d, i, v) n += json_is_true(json_object_get(v, "online"));
+  json_decref(d);
+  return n;
+}
+
+Test(faults, twenty_devices_behind_one_address_are_all_online) {
+  cr_assert(sodium_init() >= 0);
+  struct e2e_agent *first = pair_agent(0, "office-0", NULL);
+  char dirs[OFFICE][400];
+  pid_t pids[OFFICE] = {0};
+  for (int i = 1; i < OFFICE; i++)
+    clone_pairing(first, i, dirs[i]);
+  start_agent(first);
+  for (int i = 1; i < OFFICE; i++)
+    pids[i] = spawn_agent_dying_with_us(dirs[i]);
+  int n = 0;
+  for (int t = 0; t < 300 && (n = online_count()) < OFFICE; t++)
+    msleep(100);
+  cr_assert_eq(n, OFFICE, "every device from 127.0.0.1 is online (%d of %d):\n%s", n, OFFICE,
+               e2e_server_log);
+  for (int i = 1; i < OFFICE; i++)
+    e2e_stop(&pids[i], SIGKILL);
 }
