@@ -81,6 +81,12 @@ static int on_ready(struct net_conn *c) {
   return r;
 }
 
+/* A goaway's retry_ms: not sooner than that (docs/protocol/messages.md). */
+static void note_retry(struct agent_session *s, const struct msg_goaway *g) {
+  if (g->has_retry_ms)
+    s->retry_after_ms = g->retry_ms;
+}
+
 static bool goaway_is_final(const struct msg_goaway *g) {
   return strcmp(g->code, MSG_GOAWAY_REVOKED) == 0 || strcmp(g->code, MSG_GOAWAY_UNPAIRED) == 0;
 }
@@ -106,6 +112,7 @@ static void on_first_record(struct agent_session *s, struct net_conn *c, const s
     core_log_kv(CORE_LOG_WARN, "the server refused the session", "server", s->health->server,
                 "code", m->goaway.code, "reason", text, NULL);
     agent_health_error(s->health, "the server refused the session: %s: %s", m->goaway.code, text);
+    note_retry(s, &m->goaway);
     if (goaway_is_final(&m->goaway))
       s->ops->on_revoked(s->ctx, "this device is no longer paired with the server; run "
                                  "`cordon-agent unpair`, then pair again");
@@ -150,6 +157,7 @@ static void on_session_record(struct agent_session *s, struct net_conn *c, struc
     core_log_kv(final ? CORE_LOG_ERROR : CORE_LOG_WARN, "the server closed the session", "server",
                 s->health->server, "code", m->goaway.code, "reason", text, NULL);
     agent_health_error(s->health, "the server closed the session: %s: %s", m->goaway.code, text);
+    note_retry(s, &m->goaway);
     if (final)
       s->ops->on_revoked(s->ctx, "this device was revoked or unpaired; run `cordon-agent "
                                  "unpair`, then pair again");
@@ -247,7 +255,15 @@ static void schedule_connect(struct agent_session *s) {
   /* exponential backoff with jitter: the delay is within [b/2, b] */
   unsigned b = s->backoff_ms ? s->backoff_ms : BACKOFF_FIRST_MS;
   s->backoff_ms = b * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : b * 2;
-  unsigned delay = b / 2 + randombytes_uniform(b / 2 + 1);
+  uint64_t delay = b / 2 + randombytes_uniform(b / 2 + 1);
+  if (s->retry_after_ms > delay) { /* the server said when: not sooner */
+    delay = s->retry_after_ms;
+    char ms[16];
+    snprintf(ms, sizeof(ms), "%u", (unsigned)delay);
+    core_log_kv(CORE_LOG_INFO, "reconnecting when the server asked", "server", s->health->server,
+                "retry_ms", ms, NULL);
+  }
+  s->retry_after_ms = 0;
   uv_timer_start(&s->retry, do_connect, delay, 0);
 }
 

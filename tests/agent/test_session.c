@@ -1,9 +1,11 @@
-/* A clock step inside a live session, with real processes: the real agent
- * binary against a scripted server in this process whose clock the test
- * steps (the same as the agent's clock stepping the other way). The
- * agent learns the server's clock from every ping and pong, so a step is
- * absorbed within one ping interval: a running job keeps running, and the
- * tickets after the next pong are judged on the server's new time. */
+/* agent/session.c at the edges, with real processes: the real agent
+ * binary against a scripted server in this process.
+ * - A clock step inside a live session: the test steps the server's clock
+ *   (the same as the agent's clock stepping the other way). The agent
+ *   learns the server's clock from every ping and pong, so a step is
+ *   absorbed within one ping interval: a running job keeps running, and
+ *   the tickets after the next pong are judged on the server's new time.
+ * - A goaway's retry_ms: the agent does not reconnect sooner. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -39,6 +41,9 @@ static struct {
   uint8_t device_id[16], session_id[16];
   struct net_conn *conn;
   int64_t skew_ms; /* the scripted server's clock: the real one + this */
+  int hellos;
+  int64_t hello_ms[4];
+  uint32_t goaway_retry_ms; /* answer the first hello with goaway shutdown and this */
   int pongs_after_step, running;
   struct {
     uint8_t id[16];
@@ -72,7 +77,17 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
   struct msg m;
   if (msg_decode(data, len, &m, NULL) < 0)
     return;
-  if (m.type == MSG_HELLO) {
+  if (m.type == MSG_HELLO && T.hellos < 4)
+    T.hello_ms[T.hellos] = now_ms();
+  if (m.type == MSG_HELLO && T.hellos++ == 0 && T.goaway_retry_ms != UINT32_MAX) {
+    struct msg g = {.type = MSG_GOAWAY};
+    g.goaway.code = MSG_GOAWAY_SHUTDOWN;
+    g.goaway.message = "scripted";
+    g.goaway.has_retry_ms = T.goaway_retry_ms > 0;
+    g.goaway.retry_ms = T.goaway_retry_ms;
+    send_msg(c, &g);
+    net_conn_flush_close(c, 0);
+  } else if (m.type == MSG_HELLO) {
     struct msg w = {.type = MSG_WELCOME};
     w.welcome.version = 1;
     w.welcome.time_ms = (uint64_t)server_now();
@@ -209,6 +224,7 @@ static void send_job(const struct pkg *p, const uint8_t id[16]) {
 static void setup(void) {
   cr_assert(sodium_init() >= 0);
   memset(&T, 0, sizeof(T));
+  T.goaway_retry_ms = UINT32_MAX; /* none: welcome at once */
   snprintf(T.dir, sizeof(T.dir), "/tmp/cordon-clock-XXXXXX");
   cr_assert(mkdtemp(T.dir));
   chmod(T.dir, 0755);
@@ -258,6 +274,17 @@ static void teardown(void) {
   (void)!system(cmd);
 }
 
+static void start_agent(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(T.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 2);
+    execl(AGENT, AGENT, "--config", T.cfg, "run", (char *)NULL);
+    _exit(127);
+  }
+  T.agent = pid;
+}
+
 static bool connected(void) {
   return T.conn != NULL;
 }
@@ -296,18 +323,11 @@ static const char *wait_code(const uint8_t id[16], int ms) {
   return code_of(id);
 }
 
-Test(clock, a_step_inside_a_session_is_absorbed_at_the_next_pong_and_jobs_keep_running,
+Test(session, a_clock_step_inside_a_session_is_absorbed_at_the_next_pong_and_jobs_keep_running,
      .init = setup, .fini = teardown, .timeout = 90) {
   struct pkg slow = make_package("slow", "sleep 14; echo slept\n");
   struct pkg quick = make_package("quick", "echo quick\n");
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(T.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 2);
-    execl(AGENT, AGENT, "--config", T.cfg, "run", (char *)NULL);
-    _exit(127);
-  }
-  T.agent = pid;
+  start_agent();
   cr_assert(spin(10000, connected), "%s", slurp(T.log));
   uint8_t a[16], b[16], c[16];
   randombytes_buf(a, 16), randombytes_buf(b, 16), randombytes_buf(c, 16);
@@ -326,4 +346,29 @@ Test(clock, a_step_inside_a_session_is_absorbed_at_the_next_pong_and_jobs_keep_r
   cr_assert_str_eq(wait_code(a, 30000), "", "the job that ran across the step kept running");
   cr_assert_str_eq(out_of(a), "slept\n");
   cr_assert(strstr(slurp(T.log), "the clock offset to the server changed"), "and it is logged");
+}
+
+static bool two_hellos(void) {
+  return T.hellos >= 2;
+}
+
+Test(session, a_goaway_retry_ms_is_waited_before_reconnecting, .init = setup, .fini = teardown,
+     .timeout = 60) {
+  T.goaway_retry_ms = 3000;
+  start_agent();
+  cr_assert(spin(20000, two_hellos), "%s", slurp(T.log));
+  int64_t waited = T.hello_ms[1] - T.hello_ms[0];
+  cr_assert_geq(waited, 3000, "not sooner than retry_ms: %lld ms", (long long)waited);
+  cr_assert_lt(waited, 6000, "and not much later: %lld ms", (long long)waited);
+  cr_assert(spin(5000, connected));
+  cr_assert(strstr(slurp(T.log), "reconnecting when the server asked"), "%s", slurp(T.log));
+}
+
+Test(session, a_goaway_without_retry_ms_reconnects_with_the_backoff, .init = setup,
+     .fini = teardown, .timeout = 60) {
+  T.goaway_retry_ms = 0;
+  start_agent();
+  cr_assert(spin(20000, two_hellos), "%s", slurp(T.log));
+  int64_t waited = T.hello_ms[1] - T.hello_ms[0];
+  cr_assert_lt(waited, 2000, "the first backoff is 0.25..0.5 s: %lld ms", (long long)waited);
 }
