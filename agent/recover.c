@@ -7,7 +7,6 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compat/posix.h"
@@ -47,9 +46,8 @@ static bool only_empty_dirs(int parent, const char *name, int depth) {
   while (empty && (de = readdir(d))) {
     if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
       continue;
-    struct stat st;
-    empty = depth > 0 && fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-            S_ISDIR(st.st_mode) && only_empty_dirs(dirfd(d), de->d_name, depth - 1);
+    /* a directory opens as one (never through a link); anything else is not empty */
+    empty = depth > 0 && only_empty_dirs(dirfd(d), de->d_name, depth - 1);
   }
   closedir(d);
   return empty;

@@ -324,6 +324,29 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
   return 0;
 }
 
+/* The one row of the bound job query st into *out_job: 0, -ENOENT ("no
+ * job 'id'", or "no job with this key" when id is NULL) or the error. */
+static int job_one(struct server_db *db, sqlite3_stmt *st, const char *id,
+                   struct server_db_job *out_job, struct cordon_diag *diag) {
+  int err = 0, rc = sqlite3_step(st);
+  struct server_db_job j;
+  if (rc == SQLITE_ROW) {
+    if (read_job(st, &j) < 0) {
+      server_db_job_release(&j);
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+    }
+  } else if (rc == SQLITE_DONE) {
+    err = id ? cordon_diag_set(diag, -ENOENT, "no job '%s'", id)
+             : cordon_diag_set(diag, -ENOENT, "no job with this key");
+  } else {
+    err = db_fail(db, rc, id ? "get job" : "find job by key", diag);
+  }
+  db_done(st);
+  if (!err)
+    *out_job = j;
+  return err;
+}
+
 int server_db_job_get(struct server_db *db, const char *id, struct server_db_job *out_job,
                       struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(id))
@@ -337,22 +360,7 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
   db_bind_text(st, 1, id, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
-  struct server_db_job j;
-  if (rc == SQLITE_ROW) {
-    if (read_job(st, &j) < 0) {
-      server_db_job_release(&j);
-      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
-    }
-  } else if (rc == SQLITE_DONE) {
-    err = cordon_diag_set(diag, -ENOENT, "no job '%s'", id);
-  } else {
-    err = db_fail(db, rc, "get job", diag);
-  }
-  db_done(st);
-  if (!err)
-    *out_job = j;
-  return err;
+  return job_one(db, st, id, out_job, diag);
 }
 
 json_t *server_db_job_result_to_json(const struct server_db_job *job) {
@@ -522,20 +530,5 @@ int server_db_job_get_by_key(struct server_db *db, int64_t user_id, const char *
   db_bind_text(st, 2, key, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
-  struct server_db_job j;
-  if (rc == SQLITE_ROW) {
-    if (read_job(st, &j) < 0) {
-      server_db_job_release(&j);
-      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
-    }
-  } else if (rc == SQLITE_DONE) {
-    err = cordon_diag_set(diag, -ENOENT, "no job with this key");
-  } else {
-    err = db_fail(db, rc, "find job by key", diag);
-  }
-  db_done(st);
-  if (!err)
-    *out_job = j;
-  return err;
+  return job_one(db, st, NULL, out_job, diag);
 }

@@ -207,6 +207,19 @@ Test(faults, an_operators_cancel_stays_cancelled_when_the_agent_stops_after_it) 
   cr_assert_str_eq(error_code(id), "cancelled");
 }
 
+/* The id a dispatch --wait logging into log tells at once ("job ID sent
+ * to device D" on stderr), into id. */
+static void id_told(const char *log, char id[33]) {
+  cr_assert(wait_in(log, "sent to device", 10000), "dispatch --wait tells the id at once");
+  FILE *f = fopen(log, "r");
+  char line[512] = "";
+  cr_assert(fgets(line, sizeof(line), f));
+  fclose(f);
+  char *p = strstr(line, "job ");
+  cr_assert(p, "%s", line);
+  snprintf(id, 33, "%.32s", p + 4);
+}
+
 /* ---- the server's disk fills while a job runs ---- */
 
 /* Move the state directory onto a tmpfs of size_mb in a mount namespace
@@ -255,17 +268,8 @@ Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_free
   const char *wargv[] = {SERVER,   "dispatch", "--user",  "alice", pkg,
                          "--wait", "--state",  e2e_state, NULL};
   pid_t waiting = spawn_logged(wait_log, wargv);
-  cr_assert(wait_in(wait_log, "sent to device", 10000), "dispatch --wait tells the id");
   char id[33];
-  {
-    FILE *f = fopen(wait_log, "r");
-    char line[512] = "";
-    cr_assert(fgets(line, sizeof(line), f));
-    fclose(f);
-    char *p = strstr(line, "job ");
-    cr_assert(p, "%s", line);
-    snprintf(id, sizeof(id), "%.32s", p + 4);
-  }
+  id_told(wait_log, id);
   free(pkg);
   int64_t t0 = time(NULL);
   cr_assert(wait_state(id, "running", 10000));
@@ -401,14 +405,7 @@ static pid_t dispatch_wait_bg(const char *log, const char *pkg, char id[33]) {
   const char *argv[] = {SERVER, "dispatch", "--user",  "alice",   "--key", "k-1",
                         pkg,    "--wait",   "--state", e2e_state, NULL};
   pid_t pid = spawn_logged(log, argv);
-  cr_assert(wait_in(log, "sent to device", 10000), "the id at once");
-  FILE *f = fopen(log, "r");
-  char line[512] = "";
-  cr_assert(fgets(line, sizeof(line), f));
-  fclose(f);
-  char *p = strstr(line, "job ");
-  cr_assert(p, "%s", line);
-  snprintf(id, 33, "%.32s", p + 4);
+  id_told(log, id);
   return pid;
 }
 
