@@ -238,6 +238,14 @@ static void state_on_tmpfs(int size_mb) {
   cr_assert_eq(system(cmd), 0);
 }
 
+/* The suite's teardown, after the state's tmpfs is gone (a failed test
+ * leaves it mounted, and a mount point cannot be removed). */
+static void tmpfs_teardown(void) {
+  e2e_stop(&e2e_server_pid, SIGKILL);
+  umount2(e2e_state, MNT_DETACH);
+  e2e_teardown();
+}
+
 static void fill_state(const char *fill) {
   char cmd[600];
   snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of=%s bs=64k >/dev/null 2>&1", fill);
@@ -247,7 +255,8 @@ static void fill_state(const char *fill) {
   cr_assert_lt(vs.f_bavail * vs.f_bsize, 64 * 1024, "the state's file system is full");
 }
 
-Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_freed_not_expired) {
+Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_freed_not_expired,
+     .fini = tmpfs_teardown) {
   if (geteuid() != 0)
     cr_skip_test("needs root for a mount namespace");
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
@@ -304,7 +313,6 @@ Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_free
             "dispatch --wait reports the job as it ended (done, exit 0), nothing else");
   cr_assert_eq(count_in(wait_log, "cancelled"), 0);
   e2e_stop(&e2e_server_pid, SIGTERM);
-  umount2(e2e_state, MNT_DETACH);
 }
 
 Test(faults, a_result_after_the_deadline_is_kept_and_shown_late_under_expired) {
