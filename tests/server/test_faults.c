@@ -135,6 +135,69 @@ Test(faults, the_agent_finishes_or_removes_what_a_crash_left_and_reports_the_job
             "the agent says what it removed");
 }
 
+/* The entries of dir that are directories holding nothing: how many. */
+static int empty_dirs_in(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return 0;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] == '.')
+      continue;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+    DIR *sub = opendir(path);
+    if (!sub)
+      continue;
+    int entries = 0;
+    struct dirent *e;
+    while ((e = readdir(sub)))
+      entries += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+    closedir(sub);
+    n += entries == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+Test(faults, kill_9_of_the_agent_at_each_phase_leaves_nothing_once_it_restarted) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("brief",
+                   "{\"name\":\"brief\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+                   "\"timeout_s\":1}",
+                   "echo brief\n");
+  static const int delays_ms[] = {0, 5, 20, 60, 150, 400};
+  for (size_t k = 0; k < sizeof(delays_ms) / sizeof(delays_ms[0]); k++) {
+    struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", e2e_state);
+    char id[33];
+    job_id_of(o, id);
+    free(o);
+    msleep(delays_ms[k]);
+    e2e_stop(&a->pid, SIGKILL);
+    start_agent(a);
+    const char *st = "";
+    for (int t = 0; t < 200; t++) { /* done, failed (agent_restarted) or expired */
+      st = job_state(id, NULL);
+      if (strcmp(st, "done") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "expired") == 0)
+        break;
+      msleep(100);
+    }
+    cr_assert(strcmp(st, "done") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "expired") == 0,
+              "killed after %d ms: nothing stuck (%s)", delays_ms[k], st);
+    msleep(300); /* the restarted agent's recovery is done by its first connection */
+    char path[600], names[600];
+    snprintf(path, sizeof(path), "%s/spool", a->dir);
+    cr_assert_eq(temps_in(path, names, sizeof(names)), 0, "after %d ms: %s", delays_ms[k], names);
+    snprintf(path, sizeof(path), "%s/seen", a->dir);
+    cr_assert_eq(temps_in(path, names, sizeof(names)), 0, "after %d ms: %s", delays_ms[k], names);
+    snprintf(path, sizeof(path), "%s/jobs", a->dir);
+    cr_assert_eq(empty_dirs_in(path), 0, "after %d ms: an empty staging directory", delays_ms[k]);
+  }
+  free(pkg);
+}
+
 Test(faults, the_server_expires_an_overdue_job_before_it_takes_a_connection) {
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
