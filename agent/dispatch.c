@@ -12,6 +12,7 @@
 
 #include "agent/cpkg_stage.h"
 #include "agent/job.h"
+#include "agent/stop.h"
 #include "compat/posix.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -71,6 +72,8 @@ struct agent_dispatch_job {
   int cancel_pipe[2];
   bool running;      /* in the thread pool */
   struct live *live; /* while running: its live output, or NULL */
+  bool cancelled;    /* by the server's cancel */
+  bool stopped;      /* by the agent's own stop (agent_dispatch_cancel_running) */
   uv_work_t work;
   struct agent_dispatch_job *next;
 };
@@ -441,6 +444,7 @@ static void work_done(uv_work_t *w, int status) {
     live_flush(j->live);
   d->n_running--;
   j->running = false;
+  agent_stopped_code(j->stopped, &j->job.result);
   deliver(d, j, j->raw_id, &j->job.result);
   job_free(j);
   changed(d);
@@ -531,6 +535,7 @@ void agent_dispatch_on_cancel(struct agent_dispatch *d, const uint8_t job_id[COR
   if (!j)
     return;
   if (j->running) {
+    j->cancelled = !j->stopped;
     (void)!write(j->cancel_pipe[1], "c", 1);
   } else {
     fail_job(j, CORDON_E_CANCELLED, "the job was cancelled before it started");
@@ -572,7 +577,7 @@ void agent_dispatch_connection_lost(struct agent_dispatch *d) {
   for (struct agent_dispatch_job *j = d->jobs, *n; j; j = n) {
     n = j->next;
     if (!j->running)
-      fail_job(j, CORDON_E_DEVICE_LOST,
+      fail_job(j, d->draining ? CORDON_E_AGENT_STOPPED : CORDON_E_DEVICE_LOST,
                d->draining ? "the agent stopped while the package arrived"
                            : "the connection closed while the package arrived");
   }
@@ -598,8 +603,10 @@ size_t agent_dispatch_list(const struct agent_dispatch *d, struct agent_ctl_job 
 
 void agent_dispatch_cancel_running(struct agent_dispatch *d) {
   for (struct agent_dispatch_job *j = d->jobs; j; j = j->next)
-    if (j->running)
+    if (j->running) {
+      j->stopped = !j->cancelled;
       (void)!write(j->cancel_pipe[1], "c", 1);
+    }
 }
 
 void agent_dispatch_release(struct agent_dispatch *d) {

@@ -23,7 +23,8 @@ enum agent_outcome agent_outcome_of(const struct job_result *r) {
     return AGENT_OUTCOME_CANCELLED;
   if (r->timed_out)
     return AGENT_OUTCOME_TIMED_OUT;
-  if (r->error == CORDON_E_AGENT_RESTARTED || r->error == CORDON_E_DEVICE_LOST)
+  if (r->error == CORDON_E_AGENT_RESTARTED || r->error == CORDON_E_AGENT_STOPPED ||
+      r->error == CORDON_E_DEVICE_LOST)
     return AGENT_OUTCOME_LOST;
   if (!r->ran)
     return AGENT_OUTCOME_REFUSED;

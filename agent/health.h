@@ -19,7 +19,7 @@
   X(KILLED, "killed")       /* ended by a signal (memory, cpu, processes) */                       \
   X(TIMED_OUT, "timed_out") /* its timeout_s fired */                                              \
   X(CANCELLED, "cancelled") /* cancelled by the server */                                          \
-  X(LOST, "lost")           /* the agent restarted or the connection closed first */               \
+  X(LOST, "lost")           /* the agent restarted or stopped, or the connection closed first */   \
   X(REFUSED, "refused")     /* never started: a ticket, package, ceiling or sandbox refusal */
 
 enum agent_outcome {

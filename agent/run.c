@@ -36,6 +36,8 @@
 #include "agent/health.h"
 #include "agent/hello.h"
 #include "agent/job.h"
+#include "agent/recover.h"
+#include "agent/resend.h"
 #include "agent/seen.h"
 #include "agent/session.h"
 #include "agent/spool.h"
@@ -60,6 +62,7 @@ struct runner {
   struct agent_seen seen;
   struct agent_session session;
   struct agent_dispatch jobs;
+  struct agent_resend resend; /* results the server asked for again */
   struct agent_ctl_server ctl;
   uv_signal_t sigterm, sigint, sighup;
   uv_async_t stop_async; /* agent_run_request_stop, from another thread */
@@ -125,6 +128,7 @@ static void finish(struct runner *rn) {
   uv_close((uv_handle_t *)&rn->drain_timer, NULL);
   uv_close((uv_handle_t *)&rn->watchdog, NULL);
   agent_ctl_server_close(&rn->ctl);
+  agent_resend_close(&rn->resend);
   agent_session_close(&rn->session);
 }
 
@@ -282,6 +286,11 @@ static void on_message(void *ctx, struct msg *m) {
     agent_dispatch_on_cancel(&rn->jobs, m->cancel.job_id);
     break;
   case MSG_ACK:
+    if (m->ack.has_retry_ms) { /* not recorded: still wanted, on this session */
+      agent_resend_later(&rn->resend, m->ack.job_id, m->ack.retry_ms);
+      break;
+    }
+    agent_resend_forget(&rn->resend, m->ack.job_id);
     agent_spool_ack(&rn->spool, m->ack.job_id);
     break;
   default:
@@ -292,6 +301,7 @@ static void on_message(void *ctx, struct msg *m) {
 static void on_lost(void *ctx) {
   struct runner *rn = ctx;
   agent_dispatch_connection_lost(&rn->jobs);
+  agent_resend_clear(&rn->resend);
   tell_status(rn);
 }
 
@@ -405,6 +415,22 @@ static void log_start(const struct runner *rn) {
               "log_level", core_log_level_name(log_level()), NULL);
 }
 
+/* What a crash left, finished or removed before the first connection
+ * (agent/recover.h): the jobs that were running are reported
+ * agent_restarted once the session is up. */
+static void recover(struct runner *rn) {
+  int temps = agent_recover_temps(&rn->spool, &rn->seen);
+  agent_dispatch_recover(&rn->jobs);
+  int dirs = agent_recover_staging(rn->cfg->dir, &rn->spool);
+  if (temps > 0 || dirs > 0) {
+    char t[16], s[16];
+    snprintf(t, sizeof(t), "%d", temps);
+    snprintf(s, sizeof(s), "%d", dirs);
+    core_log_kv(CORE_LOG_INFO, "removed what a crash left", "temp_files", t, "staging_dirs", s,
+                NULL);
+  }
+}
+
 int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options *opt) {
   struct runner rn = {.cfg = agent_config_ref(cfg)};
   rn.opt.drain_timeout_s = opt ? opt->drain_timeout_s : AGENT_DRAIN_TIMEOUT_DEFAULT_S;
@@ -457,6 +483,7 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
                      &run_session_ops, &rn);
   agent_dispatch_init(&rn.jobs, &loop, cfg, &rn.pairing, rn.trust, &rn.session, &rn.spool, &rn.seen,
                       &rn.health);
+  agent_resend_init(&rn.resend, &loop, &rn.spool, &rn.session);
   rn.jobs.on_change = on_jobs_changed;
   rn.jobs.ctx = &rn;
   uv_signal_init(&loop, &rn.sigterm);
@@ -478,7 +505,7 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
   agent_run_stop_target_set(&rn.stop_async);
   start_ctl(&rn, &loop);
   log_start(&rn);
-  agent_dispatch_recover(&rn.jobs);
+  recover(&rn);
   agent_session_start(&rn.session);
   uv_run(&loop, UV_RUN_DEFAULT);
   agent_dispatch_release(&rn.jobs);

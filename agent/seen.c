@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "compat/posix.h"
@@ -52,6 +53,32 @@ void agent_seen_prune(const struct agent_seen *s, int64_t now_ms) {
     }
     if (exp && (int64_t)exp < now_ms - AGENT_SEEN_GRACE_MS)
       unlink(path);
+  }
+  closedir(d);
+}
+
+void agent_seen_recover_temps(const struct agent_seen *s,
+                              void (*fn)(void *ctx, const uint8_t id[CORDON_ID_LEN]), void *ctx) {
+  DIR *d = opendir(s->dir);
+  if (!d)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t len = strlen(de->d_name);
+    if (de->d_name[0] != '.' || len < 5 || strcmp(de->d_name + len - 4, ".tmp") != 0)
+      continue;
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", s->dir, de->d_name);
+    if (unlink(path) < 0)
+      continue;
+    char hex[CORDON_ID_HEX_SIZE];
+    uint8_t id[CORDON_ID_LEN];
+    if (len != 1 + CORDON_ID_HEX_LEN + 4)
+      continue;
+    memcpy(hex, de->d_name + 1, CORDON_ID_HEX_LEN);
+    hex[CORDON_ID_HEX_LEN] = '\0';
+    if (cordon_id_hex_valid(hex) && cordon_id_from_hex(hex, id) == 0 && fn)
+      fn(ctx, id);
   }
   closedir(d);
 }

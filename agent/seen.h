@@ -29,5 +29,11 @@ int agent_seen_check_and_add(const struct agent_seen *s, const uint8_t id[CORDON
 /* Drop the entries whose expiry is more than AGENT_SEEN_GRACE_MS before
  * now_ms (server clock); unreadable entries are kept. */
 void agent_seen_prune(const struct agent_seen *s, int64_t now_ms);
+/* At start: remove every SEEN/.<name>.tmp a crash left. One named for a
+ * job id (SEEN/.<id>.tmp) means the agent died while it accepted that job,
+ * before the job was spooled as running: fn is called with the id (NULL
+ * fn: only removed), so the job can be reported agent_restarted. */
+void agent_seen_recover_temps(const struct agent_seen *s,
+                              void (*fn)(void *ctx, const uint8_t id[CORDON_ID_LEN]), void *ctx);
 
 #endif

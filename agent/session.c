@@ -13,6 +13,8 @@
 /* the run's link: a ping after 10 s of silence, given up after 60 s */
 #define SESSION_QUIET_MS 10000
 #define SESSION_IDLE_MS 60000
+/* an offset that moves more than this between two pings is logged */
+#define SESSION_CLOCK_NOTE_MS 5000
 /* reconnecting: 0.5 s doubling, capped at 30 s */
 #define BACKOFF_FIRST_MS 500
 #define BACKOFF_MAX_MS 30000
@@ -85,6 +87,12 @@ static int on_ready(struct net_conn *c) {
   return r;
 }
 
+/* A goaway's retry_ms: not sooner than that (docs/protocol/messages.md). */
+static void note_retry(struct agent_session *s, const struct msg_goaway *g) {
+  if (g->has_retry_ms)
+    s->retry_after_ms = g->retry_ms;
+}
+
 static bool goaway_is_final(const struct msg_goaway *g) {
   return strcmp(g->code, MSG_GOAWAY_REVOKED) == 0 || strcmp(g->code, MSG_GOAWAY_UNPAIRED) == 0;
 }
@@ -111,6 +119,7 @@ static void on_first_record(struct agent_session *s, struct net_conn *c, const s
     core_log_kv(CORE_LOG_WARN, "the server refused the session", "server", s->health->server,
                 "code", m->goaway.code, "reason", text, NULL);
     agent_health_error(s->health, "the server refused the session: %s: %s", m->goaway.code, text);
+    note_retry(s, &m->goaway);
     if (goaway_is_final(&m->goaway))
       s->ops->on_revoked(s->ctx, "this device is no longer paired with the server; run "
                                  "`cordon-agent unpair`, then pair again");
@@ -120,15 +129,34 @@ static void on_first_record(struct agent_session *s, struct net_conn *c, const s
   }
 }
 
+/* The server's clock in a ping or pong: the offset is learned again, so a
+ * step of either clock inside a session is absorbed at the next one
+ * (tickets are judged on the server's clock). */
+static void learn_clock(struct agent_session *s, const struct msg_ping *p) {
+  if (!p->has_time_ms)
+    return;
+  int64_t offset = (int64_t)p->time_ms - (int64_t)core_wall_ms();
+  int64_t moved = offset - s->clock_offset_ms;
+  if (moved > SESSION_CLOCK_NOTE_MS || moved < -SESSION_CLOCK_NOTE_MS) {
+    char ms[24];
+    snprintf(ms, sizeof(ms), "%lld", (long long)moved);
+    core_log_kv(CORE_LOG_WARN, "the clock offset to the server changed: a clock was stepped",
+                "server", s->health->server, "moved_ms", ms, NULL);
+  }
+  s->clock_offset_ms = offset;
+}
+
 static void on_session_record(struct agent_session *s, struct net_conn *c, struct msg *m) {
   switch (m->type) {
   case MSG_PING: {
+    learn_clock(s, &m->ping);
     struct msg p = {.type = MSG_PONG};
     p.pong.nonce = m->ping.nonce;
     agent_session_send(s, &p);
     break;
   }
   case MSG_PONG:
+    learn_clock(s, &m->pong);
     break;
   case MSG_GOAWAY: {
     const char *text = m->goaway.message ? m->goaway.message : "";
@@ -136,6 +164,7 @@ static void on_session_record(struct agent_session *s, struct net_conn *c, struc
     core_log_kv(final ? CORE_LOG_ERROR : CORE_LOG_WARN, "the server closed the session", "server",
                 s->health->server, "code", m->goaway.code, "reason", text, NULL);
     agent_health_error(s->health, "the server closed the session: %s: %s", m->goaway.code, text);
+    note_retry(s, &m->goaway);
     if (final)
       s->ops->on_revoked(s->ctx, "this device was revoked or unpaired; run `cordon-agent "
                                  "unpair`, then pair again");
@@ -233,7 +262,15 @@ static void schedule_connect(struct agent_session *s) {
   /* exponential backoff with jitter: the delay is within [b/2, b] */
   unsigned b = s->backoff_ms ? s->backoff_ms : BACKOFF_FIRST_MS;
   s->backoff_ms = b * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : b * 2;
-  unsigned delay = b / 2 + randombytes_uniform(b / 2 + 1);
+  uint64_t delay = b / 2 + randombytes_uniform(b / 2 + 1);
+  if (s->retry_after_ms > delay) { /* the server said when: not sooner */
+    delay = s->retry_after_ms;
+    char ms[16];
+    snprintf(ms, sizeof(ms), "%u", (unsigned)delay);
+    core_log_kv(CORE_LOG_INFO, "reconnecting when the server asked", "server", s->health->server,
+                "retry_ms", ms, NULL);
+  }
+  s->retry_after_ms = 0;
   uv_timer_start(&s->retry, do_connect, delay, 0);
 }
 

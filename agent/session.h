@@ -62,6 +62,7 @@ struct agent_session {
   int64_t clock_offset_ms; /* server - local */
   uv_timer_t retry;
   unsigned backoff_ms;
+  uint32_t retry_after_ms; /* a goaway's retry_ms: the next connect waits at least this */
   bool stopping;
   bool flushing; /* the goaway of agent_session_shutdown is being written */
   uint64_t ping_nonce;

@@ -53,6 +53,13 @@ void agent_spool_ack(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LE
   unlink(path);
 }
 
+bool agent_spool_has_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]) {
+  char hex[CORDON_ID_HEX_SIZE], path[PATH_MAX];
+  cordon_id_to_hex(id, hex);
+  spool_path(sp, hex, RESULT_EXT, path, sizeof(path));
+  return access(path, F_OK) == 0;
+}
+
 /* Is name "<CORDON_ID_HEX_LEN characters><ext>"? */
 static bool has_id_and_ext(const char *name, const char *ext) {
   return strlen(name) == CORDON_ID_HEX_LEN + strlen(ext) &&
@@ -103,4 +110,66 @@ void agent_spool_each_orphan(const struct agent_spool *sp,
     fn(ctx, id);
   }
   closedir(d);
+}
+
+/* Is name ".<CORDON_ID_HEX_LEN characters><ext>.tmp" with a valid id?
+ * The id into out_id. */
+static bool is_tmp_of(const char *name, const char *ext, uint8_t out_id[CORDON_ID_LEN]) {
+  size_t n = strlen(name), e = strlen(ext);
+  if (n != 1 + CORDON_ID_HEX_LEN + e + 4 || name[0] != '.' ||
+      strncmp(name + 1 + CORDON_ID_HEX_LEN, ext, e) != 0 || strcmp(name + n - 4, ".tmp") != 0)
+    return false;
+  char hex[CORDON_ID_HEX_SIZE];
+  memcpy(hex, name + 1, CORDON_ID_HEX_LEN);
+  hex[CORDON_ID_HEX_LEN] = '\0';
+  return cordon_id_hex_valid(hex) && cordon_id_from_hex(hex, out_id) == 0;
+}
+
+int agent_spool_recover_temps(const struct agent_spool *sp) {
+  DIR *d = opendir(sp->dir);
+  if (!d)
+    return 0;
+  int n = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t len = strlen(de->d_name);
+    if (de->d_name[0] != '.' || len < 5 || strcmp(de->d_name + len - 4, ".tmp") != 0)
+      continue;
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", sp->dir, de->d_name);
+    if (unlink(path) < 0)
+      continue;
+    n++;
+    /* a .result.tmp: the rename did not happen, so its .running is still
+     * there and makes the job an orphan; any other temp is nobody's. A
+     * .running.tmp: the job was accepted (its id journaled) when the agent
+     * died: a complete .running makes it an orphan, reported
+     * agent_restarted */
+    uint8_t id[CORDON_ID_LEN];
+    if (is_tmp_of(de->d_name, RUNNING_EXT, id)) {
+      char hex[CORDON_ID_HEX_SIZE], result[PATH_MAX], running[PATH_MAX];
+      cordon_id_to_hex(id, hex);
+      spool_path(sp, hex, RESULT_EXT, result, sizeof(result));
+      spool_path(sp, hex, RUNNING_EXT, running, sizeof(running));
+      if (access(result, F_OK) != 0 && access(running, F_OK) != 0)
+        (void)agent_spool_mark_running(sp, id);
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+int agent_spool_get_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN],
+                           size_t max, uint8_t **out_msg, size_t *out_len) {
+  char hex[CORDON_ID_HEX_SIZE], path[PATH_MAX];
+  cordon_id_to_hex(id, hex);
+  spool_path(sp, hex, RESULT_EXT, path, sizeof(path));
+  char *buf;
+  size_t len;
+  int r = core_read_file(path, max, -EFBIG, "spool", &buf, &len, NULL);
+  if (r < 0)
+    return r;
+  *out_msg = (uint8_t *)buf;
+  *out_len = len;
+  return 0;
 }

@@ -5,6 +5,8 @@
  *   SPOOL/<id>.running  written (fsync) when a job is accepted
  *   SPOOL/<id>.result   the encoded result message (fsync + rename) before
  *                       it is sent; removed at the server's ack
+ *   SPOOL/.<name>.tmp   a write in progress (core_write_file_atomic); one
+ *                       left by a crash is finished or removed at start
  * A .running without a .result means the agent died while the job ran.
  *
  * SPOOL is CONFIG/spool (0700). Ids are raw CORDON_ID_LEN bytes and become
@@ -15,6 +17,7 @@
 #ifndef CORDON_AGENT_SPOOL_H
 #define CORDON_AGENT_SPOOL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +39,12 @@ int agent_spool_put_result(const struct agent_spool *sp, const uint8_t id[CORDON
                            const uint8_t *msg, size_t len);
 /* The server has the result: forget it. */
 void agent_spool_ack(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]);
+/* Is a result of job id stored? */
+bool agent_spool_has_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]);
+/* The stored result of job id (1..max bytes) into *out_msg (malloc'd; the
+ * caller frees it) and *out_len: 0, or -errno (-ENOENT: none stored). */
+int agent_spool_get_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN],
+                           size_t max, uint8_t **out_msg, size_t *out_len);
 /* Call fn with each stored result of 1..max bytes (msg valid during the
  * call only); unreadable, empty and larger files are skipped. */
 void agent_spool_each_result(const struct agent_spool *sp, size_t max,
@@ -44,5 +53,10 @@ void agent_spool_each_result(const struct agent_spool *sp, size_t max,
  * agent died while it ran). fn may put that job's result. */
 void agent_spool_each_orphan(const struct agent_spool *sp,
                              void (*fn)(void *ctx, const uint8_t id[CORDON_ID_LEN]), void *ctx);
+/* At start, before agent_spool_each_orphan: every SPOOL/.<name>.tmp a
+ * crash left is removed; a .<id>.running.tmp (the job was accepted, its
+ * marker not yet renamed) first becomes SPOOL/<id>.running, unless the
+ * job has a .running or .result already. Returns how many temps went. */
+int agent_spool_recover_temps(const struct agent_spool *sp);
 
 #endif

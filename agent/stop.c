@@ -1,5 +1,6 @@
 #include "agent/stop.h"
 #include "compat/posix.h"
+#include "core/result.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -34,4 +35,12 @@ void agent_run_stop_target_set(uv_async_t *target) {
   if (!target)
     stop_requested = false;
   uv_mutex_unlock(&stop_lock);
+}
+
+void agent_stopped_code(bool stopped, struct job_result *res) {
+  if (!stopped || res->error != CORDON_E_CANCELLED)
+    return;
+  job_result_fail(res, CORDON_E_AGENT_STOPPED,
+                  "the agent was stopped before the job finished (drain timeout, a second "
+                  "signal or revocation)");
 }

@@ -5,6 +5,7 @@
 #ifndef CORDON_AGENT_STOP_H
 #define CORDON_AGENT_STOP_H
 
+#include <stdbool.h>
 #include <uv.h>
 
 /* Make agent_cmd_run stop as SIGTERM does (running jobs are cancelled and
@@ -15,5 +16,12 @@ void agent_run_request_stop(void);
  * NULL detaches it (before the handle is closed) and drops a pending
  * request. Aborts when the lock cannot be made. */
 void agent_run_stop_target_set(uv_async_t *target);
+
+struct job_result;
+/* A job the agent cancelled because it stops (drain timeout, a second
+ * signal, revocation) ends agent_stopped, never cancelled (the code of an
+ * operator's cancel): when stopped is true and res says cancelled, res
+ * says agent_stopped from now on. Anything else is left as it is. */
+void agent_stopped_code(bool stopped, struct job_result *res);
 
 #endif

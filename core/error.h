@@ -32,6 +32,7 @@
   X(NO_ELIGIBLE_DEVICE, "no_eligible_device", "no device can run this job")                        \
   X(CANCELLED, "cancelled", "the job was cancelled")                                               \
   X(AGENT_RESTARTED, "agent_restarted", "the agent restarted while the job ran")                   \
+  X(AGENT_STOPPED, "agent_stopped", "the agent was stopped before the job finished")               \
   X(DEVICE_LOST, "device_lost", "the device did not come back before the deadline")                \
   X(QUEUE_EXPIRED, "queue_expired", "no eligible device came online before the queue deadline")    \
   X(PLATFORM_MISMATCH, "platform_mismatch", "the package does not support this platform")          \

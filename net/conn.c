@@ -99,8 +99,8 @@ void net_limits_default(struct net_limits *out_limits) {
       .quiet_ms = 30000,
       .wq_high = 4u << 20,
       .wq_hard = 16u << 20,
-      .max_conns = 1024,
-      .max_per_addr = 16,
+      .max_conns = NET_MAX_CONNS_DEFAULT,
+      .max_per_addr = NET_MAX_PREAUTH_PER_ADDR_DEFAULT,
       .tick_ms = 100,
   };
 }
@@ -551,10 +551,13 @@ static void on_connection(uv_stream_t *listener, int status) {
   }
   peer_name(c);
   /* only connections under the caps count: a flood of refused ones from
-   * one address must not push others over the global cap */
+   * one address must not push others over the global cap. The per-address
+   * cap is the handshake-flood defence: it counts the connections of that
+   * address that have not finished their handshake, never the sessions of
+   * the many devices behind one NAT. */
   unsigned same = 0;
   for (struct net_conn *o = s->conns; o; o = o->next)
-    if (o->live && strcmp(o->peer, c->peer) == 0)
+    if (o->live && o->state == CONN_HANDSHAKE && strcmp(o->peer, c->peer) == 0)
       same++;
   if (s->n_live >= s->limits.max_conns || same >= s->limits.max_per_addr) {
     c->ops = NULL; /* never seen by the application */

@@ -48,12 +48,18 @@ struct net_limits {
   size_t wq_hard;        /* a send that would queue more closes the
                             connection (CORDON_E_LIMIT); >= wq_high */
   unsigned max_conns;    /* server: all connections */
-  unsigned max_per_addr; /* server: connections from one IP address */
+  unsigned max_per_addr; /* server: connections from one IP address that
+                            have not finished the handshake yet (finished
+                            ones count only against max_conns) */
   uint64_t tick_ms;      /* how often deadlines are checked; > 0 */
 };
 
+#define NET_MAX_CONNS_DEFAULT 10000         /* cordon-server run --max-connections */
+#define NET_MAX_PREAUTH_PER_ADDR_DEFAULT 64 /* run --max-preauth-per-address */
+
 /* 10 s handshake, 30 s per frame, 90 s idle, 30 s quiet, 4 MiB / 16 MiB
- * queue, 1024 connections, 16 per address, 100 ms tick. */
+ * queue, NET_MAX_CONNS_DEFAULT connections, NET_MAX_PREAUTH_PER_ADDR_DEFAULT
+ * in the handshake per address, 100 ms tick. */
 void net_limits_default(struct net_limits *out_limits);
 
 struct net_conn;
@@ -80,7 +86,8 @@ struct net_server;
 /* Listen on host:port (IPv4 or IPv6 literal). The static key is copied into
  * secure memory. modes: bit (1 << NOISE_MODE_*) for each accepted mode; a
  * message 1 asking for another mode closes that connection
- * (CORDON_E_PROTOCOL). A connection over max_conns or max_per_addr is
+ * (CORDON_E_PROTOCOL). A connection over max_conns, or over max_per_addr
+ * (its address's connections still in the handshake), is
  * accepted and closed at once without any callback. Returns 0, -EINVAL (bad
  * address, limits or modes), -EADDRINUSE, -EACCES, CORDON_E_CRYPTO (libsodium
  * failed to initialise) or -ENOMEM. The loop must run to free a server that

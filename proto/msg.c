@@ -153,6 +153,14 @@ static const struct field welcome_fields[] = {
 
 static const struct field ping_fields[] = {
     F_UINT(msg_ping, nonce, 8, 0, UINT64_MAX),
+    {.key = "time_ms",
+     .kind = K_UINT,
+     .presence = P_OPTIONAL,
+     .width = 8,
+     .off = OFF(msg_ping, time_ms),
+     .aux = OFF(msg_ping, has_time_ms),
+     .lo = 0,
+     .hi = UINT64_MAX},
 };
 
 static const struct field job_fields[] = {
@@ -186,6 +194,18 @@ static const struct field output_fields[] = {
 
 static const struct field job_ref_fields[] = {
     F_ID(msg_job_ref, job_id),
+};
+
+static const struct field ack_fields[] = {
+    F_ID(msg_job_ref, job_id),
+    {.key = "retry_ms",
+     .kind = K_UINT,
+     .presence = P_OPTIONAL,
+     .width = 4,
+     .off = OFF(msg_job_ref, retry_ms),
+     .aux = OFF(msg_job_ref, has_retry_ms),
+     .lo = 1,
+     .hi = 86400000},
 };
 
 static const struct field limits_fields[] = {
@@ -363,7 +383,7 @@ static const struct type_desc types[] = {
     [MSG_CHUNK] = {"chunk", MSG_FROM_SERVER, SCHEMA(chunk_fields)},
     [MSG_RUNNING] = {"running", MSG_FROM_AGENT, SCHEMA(job_ref_fields)},
     [MSG_RESULT] = {"result", MSG_FROM_AGENT, SCHEMA(result_fields)},
-    [MSG_ACK] = {"ack", MSG_FROM_SERVER, SCHEMA(job_ref_fields)},
+    [MSG_ACK] = {"ack", MSG_FROM_SERVER, SCHEMA(ack_fields)},
     [MSG_CANCEL] = {"cancel", MSG_FROM_SERVER, SCHEMA(job_ref_fields)},
     [MSG_PAIR_PROOF] = {"pair_proof", BOTH, SCHEMA(pair_proof_fields)},
     [MSG_PAIR_DONE] = {"pair_done", MSG_FROM_SERVER, SCHEMA(pair_done_fields)},

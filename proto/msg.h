@@ -46,7 +46,7 @@
 #include "core/id.h"
 
 /* Protocol versions this build speaks (hello/welcome negotiation). */
-#define MSG_PROTO_VERSION_MIN 1
+#define MSG_PROTO_VERSION_MIN 2 /* version 1 is retired (messages.md section 4) */
 #define MSG_PROTO_VERSION_MAX 2
 /* The first version with the `output` message (live job output). */
 #define MSG_PROTO_VERSION_OUTPUT 2
@@ -171,6 +171,10 @@ struct msg_welcome {
 
 struct msg_ping { /* ping and pong */
   uint64_t nonce; /* a pong echoes its ping's nonce */
+  /* optional: the sender's wall clock, ms since the epoch (the server sends
+   * it in every ping and pong; the agent re-learns its clock offset) */
+  bool has_time_ms;
+  uint64_t time_ms;
 };
 
 struct msg_job {
@@ -199,6 +203,10 @@ struct msg_output {
 
 struct msg_job_ref { /* running, ack, cancel */
   uint8_t job_id[CORDON_ID_LEN];
+  /* ack only, optional: the result was NOT recorded (the server cannot
+   * write now); keep it and send it again after retry_ms (1..86400000) */
+  bool has_retry_ms;
+  uint32_t retry_ms;
 };
 
 struct msg_limits_used {

@@ -45,7 +45,8 @@ enum admin_type {
   X(WHERE, "where", ADMIN_ARRAY)       /* "KEY=VALUE" labels the device must have */               \
   X(NO_QUEUE, "no_queue", ADMIN_BOOL)  /* refuse rather than queue when no device is online */     \
   X(QUEUE_TTL, "queue_ttl", ADMIN_INT) /* seconds a queued job waits; absent: the daemon's */      \
-  X(EXPLAIN, "explain", ADMIN_BOOL)    /* say which device and why, send nothing */
+  X(EXPLAIN, "explain", ADMIN_BOOL)    /* say which device and why, send nothing */                \
+  X(KEY, "key", ADMIN_STRING)          /* idempotency: the user's job with this key, or a new one */
 
 enum admin_arg {
 #define ADMIN_ARG_ENUM_(id, key, type) ADMIN_ARG_##id,
@@ -69,7 +70,11 @@ enum admin_arg {
  *             "device" (the one it would take, or null) and "candidates"
  *             [{"device", "name", "online", "running", "max_jobs",
  *             "last_seen", "labels", "reason" (null when eligible),
- *             "chosen"}]
+ *             "chosen"}]; with key, a job the user dispatched with the same
+ *             key before is answered (its "job_id", "device", "state",
+ *             "existing": true, also while the daemon drains) and no
+ *             second one is made; the same key with another package is
+ *             code usage
  *   sessions  "sessions" [{"device", "user", "address", "since" (Unix
  *             seconds)}]: the devices connected now; "draining": bool
  *   dispatch  "job_id", "device"; with wait, "job" (the `job --json` object)
@@ -87,7 +92,7 @@ enum admin_arg {
   X(SESSIONS, "sessions", daemon_op_sessions, 0, 0, NULL)                                          \
   X(DISPATCH, "dispatch", daemon_op_dispatch, ADMIN_A(USER) | ADMIN_A(PACKAGE),                    \
     ADMIN_A(DEVICE) | ADMIN_A(ARGS) | ADMIN_A(WAIT) | ADMIN_A(WHERE) | ADMIN_A(NO_QUEUE) |         \
-        ADMIN_A(QUEUE_TTL) | ADMIN_A(EXPLAIN),                                                     \
+        ADMIN_A(QUEUE_TTL) | ADMIN_A(EXPLAIN) | ADMIN_A(KEY),                                      \
     "dispatch needs user, package and args")                                                       \
   X(CANCEL, "cancel", daemon_op_cancel, ADMIN_A(JOB), 0, "no such job")                            \
   X(REVOKE, "revoke", daemon_op_revoke, ADMIN_A(DEVICE), 0, "revoke needs a device")               \
@@ -114,6 +119,7 @@ enum admin_op {
 #define ADMIN_REPLY_DECISION "decision"
 #define ADMIN_REPLY_SESSIONS "sessions"
 #define ADMIN_REPLY_DRAINING "draining"
+#define ADMIN_REPLY_EXISTING "existing"
 
 /* The wire name of op and the JSON key of arg; NULL when out of range. */
 const char *admin_op_name(enum admin_op op);

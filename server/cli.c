@@ -248,7 +248,8 @@ const struct server_cli_command server_cli_commands[] = {
      FORMS({NULL,
             "--listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] "
             "[--drain-timeout SECONDS] [--log-level debug|info|warn|error] [--log-file PATH] "
-            "[--metrics HOST:PORT] [--require-approval]",
+            "[--metrics HOST:PORT] [--require-approval] [--max-connections N] "
+            "[--max-preauth-per-address N]",
             "the daemon: agents' sessions and pairing on HOST:PORT, admin requests on "
             "STATE/admin.sock"})},
     {"user", server_cmd_user, "users",
@@ -281,7 +282,7 @@ const struct server_cli_command server_cli_commands[] = {
     {"dispatch", server_cmd_dispatch, "send a package to a device of a user",
      FORMS({NULL,
             "--user USER [--device DEVICE] [--where KEY=VALUE]... FILE.cpkg [--wait | --detach] "
-            "[--no-queue | --queue-ttl DURATION] [--explain] [-- ARGS...]",
+            "[--no-queue | --queue-ttl DURATION] [--key KEY] [--explain] [-- ARGS...]",
             "ask the daemon to send a job to a device of USER"})},
     {"cancel", server_cmd_cancel, "cancel a job",
      FORMS({NULL, "JOB", "cancel a job (through the daemon)"})},

@@ -96,6 +96,9 @@ static int print_outcome(json_t *job) {
   const char *st = json_string_value(json_object_get(job, "state"));
   if (json_is_object(res)) {
     print_json(res);
+    if (json_is_true(json_object_get(job, "late")))
+      fprintf(stderr, "%s: job %s expired before its result came (late)\n", SERVER_PROG,
+              json_string_value(json_object_get(job, "id")));
     json_t *ec = json_object_get(res, "exit_code");
     json_t *err = json_object_get(res, "error");
     if (json_is_object(err))
@@ -104,14 +107,20 @@ static int print_outcome(json_t *job) {
     return json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
   }
   int code = cordon_err_from_name(json_string_value(json_object_get(job, "error")));
-  if (!code)
-    code = st && strcmp(st, "expired") == 0 ? CORDON_E_DEVICE_LOST : CORDON_E_CANCELLED;
+  if (!code && st && strcmp(st, "cancelled") == 0)
+    code = CORDON_E_CANCELLED; /* only what happened: never a guess */
+  else if (!code && st && strcmp(st, "expired") == 0)
+    code = CORDON_E_DEVICE_LOST;
+  else if (!code)
+    code = CORDON_E_INTERNAL;
   return server_cli_failf(code, "job %s ended %s without a result: %s",
                           json_string_value(json_object_get(job, "id")), st ? st : "?",
                           cordon_err_message(code));
 }
 
-/* Wait for job id through the daemon; the reply's "job" in *out_job. */
+/* Wait for job id through the daemon; the reply's "job" in *out_job. A
+ * wait the daemon cut off (it stopped or died) names the job and how to
+ * wait for it again. */
 static int wait_job(const char *state, const char *id, json_t **out_reply) {
   json_t *req = admin_request_new(ADMIN_OP_WAIT);
   int r = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) : -ENOMEM;
@@ -119,7 +128,15 @@ static int wait_job(const char *state, const char *id, json_t **out_reply) {
   if (r == 0)
     r = admin_call(state, req, out_reply, &diag);
   json_decref(req);
-  return r < 0 ? server_cli_admin_fail(r, &diag) : 0;
+  if (r < 0) {
+    int rc = server_cli_admin_fail(r, &diag);
+    fprintf(stderr,
+            "%s: job %s goes on without the daemon's answer; `%s job %s --wait` waits for it "
+            "again\n",
+            SERVER_PROG, id, SERVER_PROG, id);
+    return rc;
+  }
+  return 0;
 }
 
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
@@ -132,8 +149,9 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
                                        {"queue-ttl", required_argument, NULL, 't'},
                                        {"explain", no_argument, NULL, 'e'},
                                        {"state", required_argument, NULL, 's'},
+                                       {"key", required_argument, NULL, 'k'},
                                        {0}};
-  const char *state = cli->state_dir, *user = NULL, *device = NULL;
+  const char *state = cli->state_dir, *user = NULL, *device = NULL, *key = NULL;
   bool wait = false, detach = false, no_queue = false, explain = false;
   int64_t ttl = 0;
   json_t *where = json_array();
@@ -185,6 +203,15 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
       break;
     case 's':
       state = optarg;
+      break;
+    case 'k':
+      if (!server_db_job_key_valid(optarg)) {
+        json_decref(where);
+        return server_cli_failf(CORDON_E_USAGE,
+                                "--key: 1 to %d printable ASCII characters, no space",
+                                SERVER_DB_KEY_MAX);
+      }
+      key = optarg;
       break;
     default:
       json_decref(where);
@@ -259,6 +286,8 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     r = admin_request_set(req, ADMIN_ARG_QUEUE_TTL, json_integer(ttl));
   if (r == 0 && explain)
     r = admin_request_set(req, ADMIN_ARG_EXPLAIN, json_true());
+  if (r == 0 && key)
+    r = admin_request_set(req, ADMIN_ARG_KEY, json_string(key));
   json_decref(where);
   json_t *reply = NULL;
   struct cordon_diag diag = {{0}};
@@ -281,6 +310,12 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(reply, ADMIN_REPLY_JOB_ID)));
   const char *st = json_string_value(json_object_get(reply, ADMIN_REPLY_STATE));
   bool queued = st && strcmp(st, "queued") == 0;
+  bool existing = json_is_true(json_object_get(reply, ADMIN_REPLY_EXISTING));
+  if (existing) {
+    fprintf(stderr, "%s: job %s was dispatched with key %s before (it is %s): no new job\n",
+            SERVER_PROG, id, key ? key : "?", st ? st : "?");
+    queued = false;
+  }
   const char *dev = json_string_value(json_object_get(reply, ADMIN_REPLY_DEVICE));
   char until[64];
   server_cli_format_time(json_integer_value(json_object_get(reply, ADMIN_REPLY_QUEUE_EXPIRES)), "?",
@@ -298,7 +333,7 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   if (queued)
     fprintf(stderr, "%s: job %s queued: it waits for %s until %s\n", SERVER_PROG, id,
             dev ? dev : "an eligible device", until);
-  else
+  else if (!existing)
     fprintf(stderr, "%s: job %s sent to device %s\n", SERVER_PROG, id, dev ? dev : "?");
   json_decref(reply);
   reply = NULL;

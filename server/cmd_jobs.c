@@ -378,6 +378,8 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
            "package:  %s (index %s)\ncreated:  %s\nupdated:  %s\ndeadline: %s\n",
            j.id, j.user, device, online, server_db_job_state_name(j.state), error, pkg_text, hash,
            created, updated, deadline);
+    if (j.state == SERVER_DB_JOB_EXPIRED && j.result_json)
+      printf("late:     yes (the result came after the job expired)\n");
     if (j.queue_expires) { /* it waited (or waits) in the queue */
       char until[64];
       server_cli_format_time(j.queue_expires, "-", until, sizeof(until));

@@ -1,12 +1,13 @@
 /* cordon-server run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION]
  *   [--drain-timeout SECONDS] [--log-level LEVEL] [--log-file PATH]
- *   [--metrics HOST:PORT] */
+ *   [--metrics HOST:PORT] [--max-connections N] [--max-preauth-per-address N] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
+#include "net/conn.h"
 #include "server/cli.h"
 #include "server/daemon.h"
 
@@ -40,13 +41,22 @@ static int parse_seconds(const char *s, long lo, long hi, long *out) {
 }
 
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {
-      {"listen", required_argument, NULL, 'l'},     {"job-grace", required_argument, NULL, 'g'},
-      {"queue-ttl", required_argument, NULL, 'q'},  {"drain-timeout", required_argument, NULL, 'd'},
-      {"log-level", required_argument, NULL, 'v'},  {"log-file", required_argument, NULL, 'f'},
-      {"metrics", required_argument, NULL, 'm'},    {"state", required_argument, NULL, 's'},
-      {"require-approval", no_argument, NULL, 'A'}, {0}};
+  static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
+                                       {"job-grace", required_argument, NULL, 'g'},
+                                       {"queue-ttl", required_argument, NULL, 'q'},
+                                       {"drain-timeout", required_argument, NULL, 'd'},
+                                       {"log-level", required_argument, NULL, 'v'},
+                                       {"log-file", required_argument, NULL, 'f'},
+                                       {"metrics", required_argument, NULL, 'm'},
+                                       {"state", required_argument, NULL, 's'},
+                                       {"require-approval", no_argument, NULL, 'A'},
+                                       {"max-connections", required_argument, NULL, 'C'},
+                                       {"max-preauth-per-address", required_argument, NULL, 'P'},
+                                       {0}};
   const char *state = cli->state_dir, *listen = NULL, *metrics = NULL, *log_file = NULL;
+  struct net_limits limits;
+  net_limits_default(&limits);
+  long max_conns = limits.max_conns, max_pre = limits.max_per_addr;
   long grace = 0, drain = -1;
   int64_t queue_ttl = 0;
   enum core_log_level level = CORE_LOG_INFO;
@@ -78,7 +88,13 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       state = optarg;
     else if (c == 'A')
       require_approval = 1;
-    else
+    else if (c == 'C') {
+      if (parse_seconds(optarg, 1, 1000000, &max_conns) < 0)
+        return server_cli_usage("run", NULL, "--max-connections: a number in 1..1000000");
+    } else if (c == 'P') {
+      if (parse_seconds(optarg, 1, 1000000, &max_pre) < 0)
+        return server_cli_usage("run", NULL, "--max-preauth-per-address: a number in 1..1000000");
+    } else
       return server_cli_bad_option("run", NULL, argv);
   }
   if (!listen || optind != argc)
@@ -104,7 +120,10 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       .metrics_host = metrics ? mhost : NULL,
       .metrics_port = mport,
       .require_approval = require_approval != 0,
+      .limits = &limits,
   };
+  limits.max_conns = (unsigned)max_conns;
+  limits.max_per_addr = (unsigned)max_pre;
   struct cordon_diag diag = {{0}};
   int r = daemon_run(&opt, &diag);
   if (r < 0)

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -198,6 +199,8 @@ static void daemon_op_sessions(struct daemon *d, struct admin_conn *c, const jso
 
 static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const json_t *req) {
   if (d->phase != DAEMON_RUNNING) {
+    if (jobs_op_dispatch_known(d->jobs, c, req))
+      return; /* its key names a job that exists: that one */
     core_log_kv(CORE_LOG_INFO, "dispatch refused", "user",
                 admin_request_string(req, ADMIN_ARG_USER), "reason", "draining", NULL);
     admin_conn_reply(c, admin_reply_error(-ESHUTDOWN, "the server is shutting down: it takes "
@@ -494,6 +497,26 @@ static void format_addr(const char *host, int port, char *buf, size_t size) {
   snprintf(buf, size, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
 }
 
+/* Each connection is a descriptor: raise the soft limit toward what
+ * max_conns needs (the hard limit caps it), and say so when it cannot. */
+static void raise_fd_limit(unsigned max_conns) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+    return;
+  rlim_t want = (rlim_t)max_conns + 64; /* the database, logs, sockets */
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    char have[24], need[24];
+    snprintf(have, sizeof(have), "%llu", (unsigned long long)rl.rlim_cur);
+    snprintf(need, sizeof(need), "%llu", (unsigned long long)want);
+    core_log_kv(CORE_LOG_WARN, "the open-file limit is below what --max-connections needs", "limit",
+                have, "needed", need, NULL);
+  }
+}
+
 int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   struct daemon *d = calloc(1, sizeof(*d));
   if (!d)
@@ -526,6 +549,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
     r = server_db_device_set_all_offline(d->db, diag);
   if (r < 0)
     goto out_free;
+  raise_fd_limit(d->limits.max_conns);
   d->loop = malloc(sizeof(*d->loop));
   if (!d->loop || uv_loop_init(d->loop) < 0) {
     free(d->loop);
@@ -535,6 +559,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   }
   if ((r = compose(d, opt)) < 0)
     goto out_loop;
+  jobs_recover(d->jobs); /* before anything listens */
   r = net_server_new(d->loop, opt->host, opt->port, d->noise_priv,
                      (1u << NOISE_MODE_SESSION) | (1u << NOISE_MODE_PAIRING), &d->limits,
                      &sessions_net_ops, d->sessions, &d->srv);

@@ -120,6 +120,10 @@ static const char *const migrations[] = {
     "  CHECK (sign_key IS NULL OR length(sign_key) = 32);"
     "ALTER TABLE jobs ADD COLUMN ticket BLOB;"
     "ALTER TABLE jobs ADD COLUMN receipt BLOB;",
+    /* 8 -> 9: a dispatch's idempotency key, one job per user and key */
+    "ALTER TABLE jobs ADD COLUMN idem_key TEXT CHECK (idem_key IS NULL OR"
+    "  length(idem_key) BETWEEN 1 AND 128);"
+    "CREATE UNIQUE INDEX jobs_idem_key ON jobs (user_id, idem_key) WHERE idem_key IS NOT NULL;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,

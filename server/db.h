@@ -56,7 +56,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 8 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 9 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -454,6 +454,8 @@ struct server_db_job_new {
   const struct server_db_labels *where; /* NULL or empty: no constraint */
   const char *package_name;             /* the manifest's name and version, or NULL */
   const char *package_version;
+  const char *key; /* NULL, or the idempotency key (1..SERVER_DB_KEY_MAX bytes of
+                      printable ASCII): one job per user and key */
 };
 
 struct server_db_job {
@@ -495,6 +497,14 @@ void server_db_job_list_release(struct server_db_job_list *list);
 /* Add a queued job with a new random 128-bit id. */
 int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
                       char out_id[CORDON_ID_HEX_SIZE], struct cordon_diag *diag);
+/* (server_db_job_add: -EEXIST when the user has a job with that key.) */
+#define SERVER_DB_KEY_MAX 128
+/* Is key a valid idempotency key (1..SERVER_DB_KEY_MAX bytes, 0x21..0x7e)? */
+bool server_db_job_key_valid(const char *key);
+/* The job user_id dispatched with key into *out_job (release it): 0,
+ * -ENOENT when there is none. */
+int server_db_job_get_by_key(struct server_db *db, int64_t user_id, const char *key,
+                             struct server_db_job *out_job, struct cordon_diag *diag);
 
 /* from -> to in one conditional UPDATE. error_code (a stable code string,
  * may be NULL) is stored when given. -EPERM if not an edge, -ESTALE if the

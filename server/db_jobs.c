@@ -119,6 +119,9 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   for (size_t i = 0; job->where && i < job->where->count; i++)
     if (!server_db_label_key_valid(job->where->items[i].key))
       return cordon_diag_set(diag, -EINVAL, "bad label key in the job's constraints");
+  if (job->key && !server_db_job_key_valid(job->key))
+    return cordon_diag_set(diag, -EINVAL, "a key is 1 to %d printable ASCII characters",
+                           SERVER_DB_KEY_MAX);
   char id[CORDON_ID_HEX_SIZE];
   db_new_id(id);
   int err = 0;
@@ -142,14 +145,18 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   db_bind_text(st, 9, where, &rc);
   db_bind_text(st, 10, job->package_name, &rc);
   db_bind_text(st, 11, job->package_version, &rc);
+  db_bind_text(st, 12, job->key, &rc);
   free(where);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc != SQLITE_DONE) {
-    err = db_map_rc(db->h, rc) == -ENOENT
-              ? cordon_diag_set(diag, -ENOENT, "no such user or device for the job")
-              : db_fail(db, rc, "add job", diag);
+    if (job->key && sqlite3_extended_errcode(db->h) == SQLITE_CONSTRAINT_UNIQUE)
+      err = cordon_diag_set(diag, -EEXIST, "a job with this key exists");
+    else
+      err = db_map_rc(db->h, rc) == -ENOENT
+                ? cordon_diag_set(diag, -ENOENT, "no such user or device for the job")
+                : db_fail(db, rc, "add job", diag);
   }
   db_done(st);
   if (!err)
@@ -335,6 +342,29 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
   return 0;
 }
 
+/* The one row of the bound job query st into *out_job: 0, -ENOENT ("no
+ * job 'id'", or "no job with this key" when id is NULL) or the error. */
+static int job_one(struct server_db *db, sqlite3_stmt *st, const char *id,
+                   struct server_db_job *out_job, struct cordon_diag *diag) {
+  int err = 0, rc = sqlite3_step(st);
+  struct server_db_job j;
+  if (rc == SQLITE_ROW) {
+    if (read_job(st, &j) < 0) {
+      server_db_job_release(&j);
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+    }
+  } else if (rc == SQLITE_DONE) {
+    err = id ? cordon_diag_set(diag, -ENOENT, "no job '%s'", id)
+             : cordon_diag_set(diag, -ENOENT, "no job with this key");
+  } else {
+    err = db_fail(db, rc, id ? "get job" : "find job by key", diag);
+  }
+  db_done(st);
+  if (!err)
+    *out_job = j;
+  return err;
+}
+
 int server_db_job_get(struct server_db *db, const char *id, struct server_db_job *out_job,
                       struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(id))
@@ -348,22 +378,7 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
   db_bind_text(st, 1, id, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
-  struct server_db_job j;
-  if (rc == SQLITE_ROW) {
-    if (read_job(st, &j) < 0) {
-      server_db_job_release(&j);
-      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
-    }
-  } else if (rc == SQLITE_DONE) {
-    err = cordon_diag_set(diag, -ENOENT, "no job '%s'", id);
-  } else {
-    err = db_fail(db, rc, "get job", diag);
-  }
-  db_done(st);
-  if (!err)
-    *out_job = j;
-  return err;
+  return job_one(db, st, id, out_job, diag);
 }
 
 json_t *server_db_job_result_to_json(const struct server_db_job *job) {
@@ -373,10 +388,14 @@ json_t *server_db_job_result_to_json(const struct server_db_job *job) {
 }
 
 json_t *server_db_job_to_json(const struct server_db_job *job) {
-  return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:o}", "id", job->id, "user", job->user, "device",
-                   job->device_id[0] ? job->device_id : NULL, "state",
-                   server_db_job_state_name(job->state), "error", job->error[0] ? job->error : NULL,
-                   "result", server_db_job_result_to_json(job));
+  json_t *o = json_pack(
+      "{s:s, s:s, s:s?, s:s, s:s?, s:o}", "id", job->id, "user", job->user, "device",
+      job->device_id[0] ? job->device_id : NULL, "state", server_db_job_state_name(job->state),
+      "error", job->error[0] ? job->error : NULL, "result", server_db_job_result_to_json(job));
+  /* a result that came after the job expired: kept, and said to be late */
+  if (o && job->state == SERVER_DB_JOB_EXPIRED && job->result_json)
+    json_object_set_new(o, "late", json_true());
+  return o;
 }
 
 /* Collect the rows of a bound job query. */
@@ -589,4 +608,28 @@ int server_db_job_ticket(struct server_db *db, const char *id, uint8_t *out, siz
 int server_db_job_receipt(struct server_db *db, const char *id, uint8_t *out, size_t cap,
                           size_t *out_len, struct cordon_diag *diag) {
   return job_blob(db, Q_JOB_RECEIPT, id, "receipt", out, cap, out_len, diag);
+}
+
+bool server_db_job_key_valid(const char *key) {
+  size_t n = key ? strlen(key) : 0;
+  if (n < 1 || n > SERVER_DB_KEY_MAX)
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (key[i] < 0x21 || key[i] > 0x7e)
+      return false;
+  return true;
+}
+
+int server_db_job_get_by_key(struct server_db *db, int64_t user_id, const char *key,
+                             struct server_db_job *out_job, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_GET_BY_KEY, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, user_id, &rc);
+  db_bind_text(st, 2, key, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  return job_one(db, st, NULL, out_job, diag);
 }

@@ -31,6 +31,7 @@
 #define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
 #define JOB_TICKET_TTL_S 600
 #define JOB_TICK_MS 1000
+#define JOB_RESULT_RETRY_MS 1000 /* an ack's retry_ms: the agent backs off from it */
 
 /* An admin connection waiting for a job to be over. */
 struct waiter {
@@ -66,6 +67,15 @@ struct flight {
   struct flight *next;
 };
 
+/* A result the server could not record and asked its agent to send again
+ * (ack with retry_ms): while that session lives, the agent holds the
+ * result, so the job does not expire. */
+struct held {
+  char id[CORDON_ID_HEX_SIZE];
+  struct session *session;
+  struct held *next;
+};
+
 struct jobs {
   uv_loop_t *loop;
   struct server_db *db;
@@ -75,12 +85,52 @@ struct jobs {
   unsigned grace_s, queue_ttl_s;
   struct events *events;
   uv_timer_t tick;
-  bool started, closing, draining;
+  bool recovered, started, closing, draining;
   struct sending *sends;
   struct flight *flights;
   struct waiter *waiters;
   uint64_t output_ignored; /* live output not relayed (for the debug log) */
+  struct held *held;
 };
+
+/* ---- results held by a connected agent ---- */
+
+static struct held **held_find(struct jobs *js, const char *id) {
+  struct held **pp = &js->held;
+  while (*pp && strcmp((*pp)->id, id) != 0)
+    pp = &(*pp)->next;
+  return pp;
+}
+
+static void held_drop(struct jobs *js, const char *id) {
+  struct held **pp = held_find(js, id);
+  if (*pp) {
+    struct held *h = *pp;
+    *pp = h->next;
+    free(h);
+  }
+}
+
+static bool held_by_agent(struct jobs *js, const char *id) {
+  return *held_find(js, id) != NULL;
+}
+
+/* The result of job id, from session s, could not be stored (err): keep
+ * the job from expiring while s lives and ask the agent to send it again
+ * (docs/protocol/messages.md, "ack"). */
+static void held_add(struct jobs *js, struct session *s, const uint8_t raw[CORDON_ID_LEN],
+                     const char *id) {
+  struct held **pp = held_find(js, id);
+  if (!*pp && (*pp = calloc(1, sizeof(**pp))))
+    snprintf((*pp)->id, sizeof((*pp)->id), "%s", id);
+  if (*pp)
+    (*pp)->session = s;
+  struct msg ack = {.type = MSG_ACK};
+  memcpy(ack.ack.job_id, raw, CORDON_ID_LEN);
+  ack.ack.has_retry_ms = true;
+  ack.ack.retry_ms = JOB_RESULT_RETRY_MS;
+  session_send(s, &ack);
+}
 
 /* ---- the package ---- */
 
@@ -612,6 +662,7 @@ static void dispatch_answer(struct jobs *js, struct admin_conn *c, bool wait, co
 }
 
 struct dispatch_req {
+  const char *key;
   const char *user;
   int64_t user_id;
   char **argv;
@@ -635,6 +686,7 @@ static void dispatch_now(struct jobs *js, struct admin_conn *c, const struct dis
       .args_json = args_json,
       .deadline = deadline,
       .where = &d->where,
+      .key = d->key,
   };
   char job_id[CORDON_ID_HEX_SIZE];
   struct cordon_diag diag = {{0}};
@@ -679,6 +731,7 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
       .args_json = args_json,
       .queue_expires = expires,
       .where = &d->where,
+      .key = d->key,
   };
   char job_id[CORDON_ID_HEX_SIZE];
   r = server_db_job_add(js->db, &nj, job_id, &diag);
@@ -710,12 +763,54 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
                             ADMIN_REPLY_QUEUE_EXPIRES, (json_int_t)expires));
 }
 
+/* A dispatch with a key the user gave before: answer with that job (and
+ * wait for it with wait) and return true; false when there is none (or no
+ * key). hash: the package's, checked against the job's when not NULL. */
+static bool dispatch_known(struct jobs *js, struct admin_conn *c, const json_t *req,
+                           int64_t user_id, const uint8_t *hash) {
+  const char *key = admin_request_string(req, ADMIN_ARG_KEY);
+  struct server_db_job job;
+  int r = key ? server_db_job_get_by_key(js->db, user_id, key, &job, NULL) : -ENOENT;
+  if (r == -ENOENT)
+    return false;
+  if (r < 0) {
+    admin_conn_reply(c, admin_reply_error(r, "cannot look the key up"));
+    return true;
+  }
+  if (hash && memcmp(hash, job.package_hash, SERVER_DB_HASH_SIZE) != 0) {
+    char msg[300];
+    snprintf(msg, sizeof(msg), "key %s was given to job %s, of another package", key, job.id);
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, msg));
+    server_db_job_release(&job);
+    return true;
+  }
+  core_log_kv(CORE_LOG_INFO, "dispatch: the key names a job already", "job", job.id, "user",
+              job.user, "state", server_db_job_state_name(job.state), NULL);
+  json_t *reply =
+      json_pack("{s:b, s:s, s:s?, s:s, s:b}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB_ID, job.id,
+                ADMIN_REPLY_DEVICE, job.device_id[0] ? job.device_id : NULL, ADMIN_REPLY_STATE,
+                server_db_job_state_name(job.state), ADMIN_REPLY_EXISTING, 1);
+  dispatch_answer(js, c, admin_request_flag(req, ADMIN_ARG_WAIT), job.id, reply);
+  server_db_job_release(&job);
+  return true;
+}
+
+bool jobs_op_dispatch_known(struct jobs *js, struct admin_conn *c, const json_t *req) {
+  const char *key = admin_request_string(req, ADMIN_ARG_KEY);
+  struct server_db_user u;
+  if (!key ||
+      server_db_user_get_by_name(js->db, admin_request_string(req, ADMIN_ARG_USER), &u, NULL) < 0)
+    return false;
+  return dispatch_known(js, c, req, u.id, NULL);
+}
+
 void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) {
   const char *device = admin_request_string(req, ADMIN_ARG_DEVICE);
   const char *path = admin_request_string(req, ADMIN_ARG_PACKAGE);
   bool no_queue = admin_request_flag(req, ADMIN_ARG_NO_QUEUE);
   bool explain = admin_request_flag(req, ADMIN_ARG_EXPLAIN);
   struct dispatch_req d = {
+      .key = admin_request_string(req, ADMIN_ARG_KEY),
       .user = admin_request_string(req, ADMIN_ARG_USER),
       .args = admin_request_get(req, ADMIN_ARG_ARGS),
       .wait = admin_request_flag(req, ADMIN_ARG_WAIT),
@@ -725,6 +820,11 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
   struct pkg p = {.fd = -1};
   struct choice ch = {0};
   char msgbuf[600];
+  if (d.key && !server_db_job_key_valid(d.key)) {
+    admin_conn_reply(
+        c, admin_reply_error(CORDON_E_USAGE, "key: 1 to 128 printable ASCII characters, no space"));
+    return;
+  }
   if (d.ttl < 1 || d.ttl > SERVER_DB_QUEUE_TTL_MAX) {
     admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "queue_ttl: 1 second to 30 days"));
     return;
@@ -747,6 +847,8 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
     admin_conn_reply(c, admin_reply_error(r, diag.msg[0] ? diag.msg : cordon_err_message(r)));
     goto out;
   }
+  if (!explain && dispatch_known(js, c, req, u.id, p.hash))
+    goto out; /* the same key: the same job, never a second one */
   if ((r = choose(js, u.id, device, p.m, &d.where, &ch)) < 0) {
     admin_conn_reply(c, admin_reply_error(r, "cannot read the devices"));
     goto out;
@@ -1100,9 +1202,15 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   }
   if (rc == 0 || rc == -EALREADY) {
     /* recorded (now or before): the agent may forget it */
+    held_drop(js, id);
     struct msg ack = {.type = MSG_ACK};
     memcpy(ack.ack.job_id, mr->job_id, CORDON_ID_LEN);
     session_send(s, &ack);
+  } else if (readable && rc != -EINVAL) {
+    /* the store failed for a reason that passes (disk full, busy): the
+     * agent keeps it and sends it again on this session */
+    held_add(js, s, mr->job_id, id);
+    return;
   } else {
     /* not recorded, not acked: the agent sends it again on its next session */
     return;
@@ -1197,6 +1305,15 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
 }
 
 void jobs_on_session_closed(struct jobs *js, struct session *s) {
+  for (struct held **pp = &js->held; *pp;) {
+    struct held *h = *pp;
+    if (h->session == s) {
+      *pp = h->next;
+      free(h);
+    } else {
+      pp = &h->next;
+    }
+  }
   for (struct sending *x = js->sends, *n; x; x = n) {
     n = x->next;
     if (x->session == s) {
@@ -1215,6 +1332,8 @@ static void expire_overdue(struct jobs *js) {
     return;
   for (size_t i = 0; i < list.count; i++) {
     struct server_db_job *job = &list.items[i];
+    if (held_by_agent(js, job->id))
+      continue; /* its agent is connected and holds its result */
     if (server_db_job_transition(js->db, job->id, job->state, SERVER_DB_JOB_EXPIRED, "device_lost",
                                  NULL) == 0) {
       metrics_job_finished(SERVER_DB_JOB_EXPIRED, -1);
@@ -1308,12 +1427,12 @@ static json_t *reply_stopped(struct jobs *js, const char *id) {
   if (dev[0])
     snprintf(msg, sizeof(msg),
              "the server stopped before job %s finished (it is %s on device %s); `cordon-server "
-             "job %s` shows its result once the agent delivers it",
+             "job %s --wait` waits for its result, which the agent delivers to the next daemon",
              id, state, dev, id);
   else
     snprintf(msg, sizeof(msg),
-             "the server stopped before job %s finished (it is %s); `cordon-server job %s` shows "
-             "its result once a device has run it",
+             "the server stopped before job %s finished (it is %s); `cordon-server job %s --wait` "
+             "waits for its result once a device has run it",
              id, state, id);
   json_t *e = admin_reply_error(-ESHUTDOWN, msg);
   json_object_set_new(e, ADMIN_REPLY_JOB_ID, json_string(id));
@@ -1339,11 +1458,21 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   return 0;
 }
 
-void jobs_start(struct jobs *js) {
+void jobs_recover(struct jobs *js) {
   if (mkdir(js->queue_dir, 0700) < 0 && errno != EEXIST)
     core_log_kv(CORE_LOG_ERROR, "cannot make the queue directory: jobs cannot be queued", "path",
                 js->queue_dir, "error", strerror(errno), NULL);
+  /* what the last daemon left past its deadline ends now, not a tick after
+   * the first connection */
+  expire_overdue(js);
+  expire_queue(js);
   queue_sweep(js);
+  js->recovered = true;
+}
+
+void jobs_start(struct jobs *js) {
+  if (!js->recovered)
+    jobs_recover(js);
   uv_timer_init(js->loop, &js->tick);
   js->tick.data = js;
   uv_timer_start(&js->tick, tick, JOB_TICK_MS, JOB_TICK_MS);
@@ -1364,6 +1493,8 @@ void jobs_close(struct jobs *js) {
   js->waiters = NULL;
   while (js->flights)
     flight_drop(js, js->flights->id);
+  while (js->held)
+    held_drop(js, js->held->id);
 }
 
 void jobs_drain(struct jobs *js) {

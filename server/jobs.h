@@ -60,8 +60,12 @@ struct jobs;
 
 /* Everything in cfg is borrowed for the jobs' lifetime. 0 or -ENOMEM. */
 int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs);
-/* Make STATE/queue, drop the packages of jobs no longer queued, start the
- * timer (expiry, the queue). */
+/* At start, before the daemon accepts a connection: make STATE/queue,
+ * expire the jobs past their deadline or queue deadline (device_lost,
+ * queue_expired) and drop the packages of jobs no longer queued. */
+void jobs_recover(struct jobs *j);
+/* Start the timer (expiry, the queue), after jobs_recover (called here if
+ * it was not). */
 void jobs_start(struct jobs *j);
 /* Shutdown: stop the timer, forget the jobs in flight (their deadlines
  * decide them at the next start) and tell whoever waits for one. */
@@ -84,6 +88,9 @@ void jobs_on_session_closed(struct jobs *j, struct session *s);
 void jobs_on_device_online(struct jobs *j, struct session *s);
 
 /* Admin ops (server/admin_ops.h), on checked requests. */
+/* A dispatch whose key names a job of its user: answered with that job
+ * (true), also while the daemon drains; false: nothing was answered. */
+bool jobs_op_dispatch_known(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_dispatch(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_cancel(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_wait(struct jobs *j, struct admin_conn *c, const json_t *req);

@@ -249,6 +249,8 @@ static void on_message(struct session *s, struct msg *m) {
   if (m->type == MSG_PING) {
     struct msg p = {.type = MSG_PONG};
     p.pong.nonce = m->ping.nonce;
+    p.pong.has_time_ms = true; /* the agent re-learns its clock offset */
+    p.pong.time_ms = core_wall_ms();
     (void)session_send(s, &p);
     if (s->state == SESSION_ACTIVE)
       server_db_device_touch(t->db, s->device_id, NULL);
@@ -316,6 +318,8 @@ static void on_quiet(struct net_conn *c) {
     return;
   struct msg p = {.type = MSG_PING};
   p.ping.nonce = core_wall_ms();
+  p.ping.has_time_ms = true;
+  p.ping.time_ms = core_wall_ms();
   (void)session_send(s, &p);
 }
 

@@ -110,7 +110,7 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
     return;
   if (m.type == MSG_HELLO) {
     struct msg w = {.type = MSG_WELCOME};
-    w.welcome.version = 1;
+    w.welcome.version = MSG_PROTO_VERSION_MAX;
     w.welcome.time_ms = (uint64_t)now_ms();
     randombytes_buf(w.welcome.server_id, 16);
     memcpy(w.welcome.session_id, T.session_id, 16);

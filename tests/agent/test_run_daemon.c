@@ -112,7 +112,7 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
       net_conn_flush_close(c, 0);
     } else {
       struct msg w = {.type = MSG_WELCOME};
-      w.welcome.version = 1;
+      w.welcome.version = MSG_PROTO_VERSION_MAX;
       w.welcome.time_ms = (uint64_t)now_ms();
       randombytes_buf(w.welcome.server_id, 16);
       randombytes_buf(T.session_id, 16);
@@ -730,7 +730,7 @@ Test(agent_daemon, the_drain_timeout_cancels_what_is_still_running, .init = setu
   cr_assert(log_has("cancelling the running jobs\" reason=\"drain timeout\""), "%s", slurp(T.log));
   T.agent = start_agent_env(NULL, NULL);
   struct seen_result *r = wait_result(job_id(0), 1, 10000);
-  cr_assert_str_eq(r->code, "cancelled");
+  cr_assert_str_eq(r->code, "agent_stopped", "stopping the agent is not an operator's cancel");
   spin(500, NULL);
   cr_assert_eq(copies_of(job_id(0)), 1);
 }

@@ -74,6 +74,7 @@ Test(error, design_codes_have_their_stable_names) {
       {CORDON_E_NO_ELIGIBLE_DEVICE, "no_eligible_device"},
       {CORDON_E_CANCELLED, "cancelled"},
       {CORDON_E_AGENT_RESTARTED, "agent_restarted"},
+      {CORDON_E_AGENT_STOPPED, "agent_stopped"},
       {CORDON_E_DEVICE_LOST, "device_lost"},
       {CORDON_E_CONFIG_INVALID, "config_invalid"},
   };

@@ -7,8 +7,8 @@
  * Raw threads never assert; they record, and the main thread asserts after
  * joining them. Every test ends in finish(): close everything, uv_run must
  * return and uv_loop_close must return 0. */
-#include "net/conn.h"
 #include "core/error.h"
+#include "net/conn.h"
 #include "proto/frame.h"
 #include "proto/noise.h"
 
@@ -1227,34 +1227,49 @@ static void all_agents_echo(int n) {
 
 Test(conn, caps_close_new_connections_and_spare_existing_ones) {
   struct net_limits l = test_limits();
-  l.max_conns = 3;
-  l.max_per_addr = 2;
+  l.max_conns = 4;
+  l.max_per_addr = 1;
   server_start(MODE_BIT(NOISE_MODE_SESSION), &l);
   srv.echo = true;
-  agent_start(NOISE_MODE_SESSION, port, &l);
+  agent_start(NOISE_MODE_SESSION, port, &l); /* one at a time: one may be in the handshake */
+  cr_assert(RUN_UNTIL(agents[0].ready, 3000));
   agent_start(NOISE_MODE_SESSION, port, &l);
   cr_assert(RUN_UNTIL(agents[0].ready && agents[1].ready, 3000));
   cr_assert_eq(net_server_count(server), 2);
 
-  /* per address: a third from 127.0.0.1 is accepted and closed at once */
-  cr_assert_eq(try_conn("127.0.0.1"), 1);
-  /* another address still gets in (stays open for the 300 ms) */
+  /* per address, only connections still in the handshake count: the two
+   * sessions of 127.0.0.1 do not keep a third out (stays open 300 ms) */
+  cr_assert_eq(try_conn("127.0.0.1"), 0);
+  /* one from 127.0.0.5 that never finishes its handshake, then a second
+   * from there is accepted and closed at once */
+  int pre = raw_connect(port, "127.0.0.5");
+  cr_assert_geq(pre, 0);
+  run_for(100);
+  cr_assert_eq(try_conn("127.0.0.5"), 1);
+  /* another address still gets in */
   cr_assert_eq(try_conn("127.0.0.2"), 0);
   /* a flood of refused connections does not count against anyone */
   for (int i = 0; i < 20; i++)
-    cr_assert_eq(try_conn("127.0.0.1"), 1, "flood %d", i);
+    cr_assert_eq(try_conn("127.0.0.5"), 1, "flood %d", i);
+  close(pre);
+  cr_assert(RUN_UNTIL(net_server_count(server) == 2, 3000));
 
   /* the global cap: a third live connection, then a fourth is refused */
   struct raw_init keep = {
       .script = SCRIPT_IDLE_AFTER_HS, .src = "127.0.0.3", .wait_ms = 1500, .target = port};
   pthread_t t = spawn(raw_init_main, &keep);
   cr_assert(RUN_UNTIL(srv.ready == 3, 3000));
-  cr_assert_eq(net_server_count(server), 3);
+  int fourth = raw_connect(port, "127.0.0.6");
+  cr_assert_geq(fourth, 0);
+  cr_assert(RUN_UNTIL(net_server_count(server) == 4, 3000));
   cr_assert_eq(try_conn("127.0.0.4"), 1);
-  cr_assert_eq(net_server_count(server), 3);
+  cr_assert_eq(net_server_count(server), 4);
+  close(fourth);
+  cr_assert(RUN_UNTIL(net_server_count(server) == 3, 3000));
   /* the existing ones are unaffected */
   all_agents_echo(2);
-  cr_assert_eq(srv.closed, 1, "only the 300 ms probe closed (%d)", srv.closed);
+  cr_assert_eq(srv.closed, 4, "only the two 300 ms probes and the two raw ones closed (%d)",
+               srv.closed);
   cr_assert_eq(agents[0].closed + agents[1].closed, 0);
   /* when one leaves, a new one gets in */
   net_conn_close(agents[0].c, 0);

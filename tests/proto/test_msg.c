@@ -1262,12 +1262,11 @@ Test(msg, output_refuses_bad_streams_sizes_and_offsets) {
 Test(msg, output_is_the_version_2_addition) {
   cr_expect_eq(MSG_PROTO_VERSION_OUTPUT, 2);
   cr_expect_geq(MSG_PROTO_VERSION_MAX, MSG_PROTO_VERSION_OUTPUT);
-  /* an agent of 1..2 and a server of 1..1 settle on 1: no output then */
+  /* version 1 is retired: a peer of 1..1 does not meet this build */
+  cr_expect_eq(MSG_PROTO_VERSION_MIN, 2);
   uint16_t v = 0;
-  cr_expect_eq(msg_version_choose(MSG_PROTO_VERSION_MIN, MSG_PROTO_VERSION_MAX, 1, 1, &v), 0);
-  cr_expect_eq(v, 1);
-  cr_expect_eq(msg_version_choose(1, 1, MSG_PROTO_VERSION_MIN, MSG_PROTO_VERSION_MAX, &v), 0);
-  cr_expect_eq(v, 1);
+  cr_expect_neq(msg_version_choose(MSG_PROTO_VERSION_MIN, MSG_PROTO_VERSION_MAX, 1, 1, &v), 0);
+  cr_expect_neq(msg_version_choose(1, 1, MSG_PROTO_VERSION_MIN, MSG_PROTO_VERSION_MAX, &v), 0);
 }
 
 Test(msg, version_negotiation_picks_the_highest_common) {
@@ -1490,4 +1489,27 @@ Test(msg, the_receipt_fields_round_trip_and_are_optional) {
   at[12] = MSG_SIG_LEN - 1;
   cr_expect_neq(msg_decode(b, n - 1, &d, NULL), 0);
   free(b);
+}
+
+Test(msg, an_ack_asking_to_retry_carries_retry_ms_and_a_plain_ack_does_not) {
+  struct msg m, d;
+  uint8_t buf[256];
+  size_t n;
+  memset(&m, 0, sizeof(m));
+  m.type = MSG_ACK;
+  memcpy(m.ack.job_id, id_job, CORDON_ID_LEN);
+  m.ack.has_retry_ms = true;
+  m.ack.retry_ms = 1000;
+  cr_assert_eq(msg_encode(&m, buf, sizeof(buf), &n, NULL), 0);
+  cr_assert_eq(msg_decode(buf, n, &d, NULL), 0);
+  cr_assert(d.ack.has_retry_ms && d.ack.retry_ms == 1000);
+  msg_release(&d);
+  m.ack.has_retry_ms = false;
+  cr_assert_eq(msg_encode(&m, buf, sizeof(buf), &n, NULL), 0);
+  cr_assert_eq(msg_decode(buf, n, &d, NULL), 0);
+  cr_assert(!d.ack.has_retry_ms, "a plain ack: recorded");
+  msg_release(&d);
+  m.ack.has_retry_ms = true;
+  m.ack.retry_ms = 0;
+  cr_assert_eq(msg_encode(&m, buf, sizeof(buf), &n, NULL), CORDON_E_PROTOCOL, "1..86400000");
 }

@@ -1447,3 +1447,28 @@ Test(db, migration_4_renames_duplicate_device_names_of_a_user) {
   server_db_device_release(&dev);
   server_db_close(db);
 }
+
+Test(db, a_key_makes_one_job_per_user_and_finds_it_again) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice"), bob = add_user(db, "bob");
+  uint8_t hash[32] = {7};
+  struct server_db_job_new j = {.user_id = alice, .package_hash = hash, .key = "release-1"};
+  char a1[CORDON_ID_HEX_SIZE], a2[CORDON_ID_HEX_SIZE] = "", b1[CORDON_ID_HEX_SIZE];
+  cr_assert_eq(server_db_job_add(db, &j, a1, NULL), 0);
+  cr_assert_eq(server_db_job_add(db, &j, a2, NULL), -EEXIST, "one job per user and key");
+  cr_assert_str_eq(a2, "", "no id for a refused add");
+  j.user_id = bob;
+  cr_assert_eq(server_db_job_add(db, &j, b1, NULL), 0, "another user's key is its own");
+  struct server_db_job got;
+  cr_assert_eq(server_db_job_get_by_key(db, alice, "release-1", &got, NULL), 0);
+  cr_assert_str_eq(got.id, a1);
+  server_db_job_release(&got);
+  cr_assert_eq(server_db_job_get_by_key(db, alice, "release-2", &got, NULL), -ENOENT);
+  j.user_id = alice;
+  j.key = "with space";
+  cr_assert_eq(server_db_job_add(db, &j, a2, NULL), -EINVAL);
+  j.key = NULL; /* no key: as many jobs as asked */
+  cr_assert_eq(server_db_job_add(db, &j, a2, NULL), 0);
+  cr_assert_eq(server_db_job_add(db, &j, a2, NULL), 0);
+  server_db_close(db);
+}

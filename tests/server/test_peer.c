@@ -130,8 +130,8 @@ static void peer_session(struct peer *p, const struct e2e_agent *a) {
   sodium_free(priv);
   cr_assert_eq(agent_signing_key_load(a->dir, &p->keys, NULL), 0);
   struct msg h = {.type = MSG_HELLO};
-  h.hello.proto_min = 1;
-  h.hello.proto_max = 1;
+  h.hello.proto_min = MSG_PROTO_VERSION_MIN;
+  h.hello.proto_max = MSG_PROTO_VERSION_MAX;
   h.hello.agent_version = "peer-test";
   h.hello.has_device_id = true;
   memcpy(h.hello.device_id, pr.device_id, CORDON_ID_LEN);
@@ -292,8 +292,8 @@ Test(peer, the_server_closes_a_pairing_connection_after_pair_done) {
   peer_connect(&p, priv, NOISE_MODE_PAIRING);
   sodium_free(priv);
   struct msg h = {.type = MSG_HELLO};
-  h.hello.proto_min = 1;
-  h.hello.proto_max = 1;
+  h.hello.proto_min = MSG_PROTO_VERSION_MIN;
+  h.hello.proto_max = MSG_PROTO_VERSION_MAX;
   h.hello.agent_version = "peer-test";
   h.hello.pair_code = code_id;
   h.hello.name = "raw";
