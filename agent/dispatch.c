@@ -93,7 +93,7 @@ static void log_result(struct agent_dispatch *d, const struct agent_dispatch_job
               "duration_ms", duration, "code", code, NULL);
 }
 
-/* Count and log the result, spool it, then send it. */
+/* Count and log the result, send it, then spool it. */
 static void deliver(struct agent_dispatch *d, const struct agent_dispatch_job *j,
                     const uint8_t raw_id[CORDON_ID_LEN], struct job_result *res) {
   char id[CORDON_ID_HEX_SIZE];
@@ -112,12 +112,15 @@ static void deliver(struct agent_dispatch *d, const struct agent_dispatch_job *j
     agent_health_error(d->health, "job %s: cannot encode its result: %s", id, diag.msg);
     return;
   }
+  /* sent first, synced after: the fsyncs are off the result's way (a
+   * crash between loses it only if the server did not get it either, and
+   * the server fails such a job at its deadline) */
+  agent_session_send_encoded(d->session, buf, len);
   r = agent_spool_put_result(d->spool, raw_id, buf, len);
   if (r < 0) {
     core_log_kv(CORE_LOG_ERROR, "cannot spool a result", "job", id, "reason", strerror(-r), NULL);
     agent_health_error(d->health, "job %s: cannot spool its result: %s", id, strerror(-r));
   }
-  agent_session_send_encoded(d->session, buf, len);
   free(buf);
 }
 

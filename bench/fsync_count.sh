@@ -33,7 +33,7 @@ echo '{"name":"t","version":"1","entry":["/bin/true"]}' >"$dir/p/manifest.json"
 "$server" init --state "$state" >/dev/null 2>&1
 "$server" user add alice --state "$state" >/dev/null 2>&1
 "$server" pack "$dir/p" -o "$dir/t.cpkg" --state "$state" >/dev/null 2>&1
-strace -f -qq -e trace=fsync,fdatasync -o "$dir/server.trace" \
+strace -f -qq -y -e trace=fsync,fdatasync -o "$dir/server.trace" \
   "$server" run --state "$state" --listen 127.0.0.1:0 >"$dir/server.log" 2>&1 &
 spid=$!
 port=""
@@ -45,27 +45,33 @@ done
 [ -n "$port" ] || { echo "fsync_count: the server did not start" >&2; exit 1; }
 code=$("$server" pair-code alice --state "$state" 2>/dev/null | head -n 1)
 "$agent" --config "$dir/agent" pair --server "127.0.0.1:$port" --code "$code" >/dev/null 2>&1
-strace -f -qq -e trace=fsync,fdatasync -o "$dir/agent.trace" \
+strace -f -qq -y -e trace=fsync,fdatasync -o "$dir/agent.trace" \
   "$agent" --config "$dir/agent" run >"$dir/agent.log" 2>&1 &
 apid=$!
 # one job first: the agent is connected and every lazy file exists
 timeout 60 "$server" dispatch --user alice "$dir/t.cpkg" --wait --state "$state" >/dev/null 2>&1
 sleep 0.5
-s0=$(grep -c 'fsync\|fdatasync' "$dir/server.trace" || true)
-a0=$(grep -c 'fsync\|fdatasync' "$dir/agent.trace" || true)
+s0=$(wc -l <"$dir/server.trace")
+a0=$(wc -l <"$dir/agent.trace")
 i=0
 while [ "$i" -lt "$jobs" ]; do
   timeout 60 "$server" dispatch --user alice "$dir/t.cpkg" --wait --state "$state" >/dev/null 2>&1
   i=$((i + 1))
 done
 sleep 0.5 # the acks and whatever follows the result
-s1=$(grep -c 'fsync\|fdatasync' "$dir/server.trace" || true)
-a1=$(grep -c 'fsync\|fdatasync' "$dir/agent.trace" || true)
-awk -v s="$((s1 - s0))" -v a="$((a1 - a0))" -v n="$jobs" 'BEGIN {
-  printf "fsync_count: %d jobs, dispatch --wait of /bin/true on loopback\n", n
-  printf "  server: %.1f fsync/fdatasync per job\n", s / n
-  printf "  agent:  %.1f fsync/fdatasync per job\n", a / n
-}'
+# per side: the calls after the warm-up job, by the file they synced
+# (strace -y names it; a directory is shown as itself)
+count() { # TRACE SKIP SIDE
+  tail -n +"$(($2 + 1))" "$1" | grep -E 'fsync|fdatasync' |
+    sed -n 's/.*\(fsync\|fdatasync\)([0-9]*<\([^>]*\)>.*/\2/p' |
+    sed -e "s|^$dir/||" -e 's|[0-9a-f]\{32\}|<id>|g' -e 's|\.<id>|<id>|' |
+    sort | uniq -c | awk -v n="$jobs" -v side="$3" '
+      { total += $1; printf "    %-34s %.1f per job\n", $2, $1 / n }
+      END { printf "  %s: %.1f fsync/fdatasync per job\n", side, total / n }'
+}
+echo "fsync_count: $jobs jobs, dispatch --wait of /bin/true on loopback"
+count "$dir/server.trace" "$s0" server
+count "$dir/agent.trace" "$a0" agent
 if [ -n "${FSYNC_COUNT_SHOW:-}" ]; then
   tail -n 40 "$dir/server.trace" "$dir/agent.trace"
 fi
