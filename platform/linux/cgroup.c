@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -264,6 +266,14 @@ int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_by
   return 0;
 }
 
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* SIGKILL every process listed in dir's cgroup.procs until none is left.
+ * A killed process leaves its cgroup when it exits: each round waits for
+ * the killed ones' pidfds (at most 20 ms), not a fixed sleep; without
+ * pidfds (an older kernel) it sleeps 1 ms. */
 static unsigned kill_dir(const char *dir) {
   unsigned killed = 0;
   for (int round = 0; round < 1000; round++) {
@@ -274,16 +284,30 @@ static unsigned kill_dir(const char *dir) {
       return killed;
     long pid;
     bool any = false;
+    struct pollfd pf[32];
+    nfds_t npf = 0;
     while (fscanf(f, "%ld", &pid) == 1) {
+      /* the pidfd first: it names this process even if the pid is reused */
+      int pfd = npf < sizeof(pf) / sizeof(pf[0]) ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
       if (kill((pid_t)pid, SIGKILL) == 0 && round == 0)
         killed++;
+      if (pfd >= 0)
+        pf[npf++] = (struct pollfd){pfd, POLLIN, 0};
       any = true;
     }
     fclose(f);
     if (!any)
       break;
-    struct timespec ts = {0, 1000 * 1000}; /* a dying tree leaves within a few ms */
-    nanosleep(&ts, NULL);
+    if (npf > 0) {
+      /* readable once the process has exited, which is when it leaves */
+      for (nfds_t i = 0; i < npf; i++) {
+        (void)poll(&pf[i], 1, 20);
+        close(pf[i].fd);
+      }
+    } else {
+      struct timespec ts = {0, 1000 * 1000}; /* a dying tree leaves within a few ms */
+      nanosleep(&ts, NULL);
+    }
   }
   return killed;
 }
