@@ -237,10 +237,15 @@ int main(int argc, char **argv) {
   qsort(ra, (size_t)n, sizeof(double), cmp);
   static const int pars[] = {1, 8, 20};
   double tr[3], td[3];
-  int total = n * 2 < 40 ? 40 : n * 2;
-  for (int k = 0; k < 3; k++) { /* alternating too: reference, then cordon */
-    tr[k] = throughput(make_ref, total, pars[k]);
-    td[k] = throughput(make_dispatch, total, pars[k]);
+  int total = n * 4 < 80 ? 80 : n * 4;
+  for (int k = 0; k < 3; k++) { /* alternating too: four slices of each, interleaved */
+    double sr = 0, sd = 0;
+    for (int slice = 0; slice < 4; slice++) {
+      sr += (total / 4) / throughput(make_ref, total / 4, pars[k]);
+      sd += (total / 4) / throughput(make_dispatch, total / 4, pars[k]);
+    }
+    tr[k] = (total / 4) * 4 / sr;
+    td[k] = (total / 4) * 4 / sd;
   }
   getloadavg(l1, 3);
   long hwm = vm_hwm_kb(apid);
