@@ -130,7 +130,7 @@ static void log_result(struct agent_dispatch *d, const struct agent_dispatch_job
 }
 
 /* Count and log the result, sign its receipt (bound to the ticket when
- * the job's is known: j's, or ticket), spool it, then send it. */
+ * the job's is known: j's, or ticket), send it, then spool it. */
 static void deliver_bound(struct agent_dispatch *d, const struct agent_dispatch_job *j,
                           const uint8_t raw_id[CORDON_ID_LEN], const struct msg_bytes *ticket,
                           struct job_result *res) {
@@ -158,12 +158,15 @@ static void deliver_bound(struct agent_dispatch *d, const struct agent_dispatch_
     agent_health_error(d->health, "job %s: cannot encode its result: %s", id, diag.msg);
     return;
   }
+  /* sent first, synced after: the fsyncs are off the result's way (a
+   * crash between loses it only if the server did not get it either, and
+   * the server fails such a job at its deadline) */
+  agent_session_send_encoded(d->session, buf, len);
   r = agent_spool_put_result(d->spool, raw_id, buf, len);
   if (r < 0) {
     core_log_kv(CORE_LOG_ERROR, "cannot spool a result", "job", id, "reason", strerror(-r), NULL);
     agent_health_error(d->health, "job %s: cannot spool its result: %s", id, strerror(-r));
   }
-  agent_session_send_encoded(d->session, buf, len);
   free(buf);
 }
 

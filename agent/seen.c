@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/bgsync.h"
 #include "compat/posix.h"
 #include "core/file.h"
 #include "platform/fs.h"
@@ -21,16 +23,30 @@ int agent_seen_init(struct agent_seen *s, const char *config_dir) {
   return fs_mkdir_p(s->dir, 0700);
 }
 
+/* The entry is visible at once (the replay check of the next job sees
+ * it) and synced by a short-lived thread while the job goes on: a crash
+ * before that sync can forget the id only together with the session its
+ * ticket is bound to, and a ticket of a dead session is refused anyway
+ * (docs/ARCHITECTURE.md, "Durable writes"). */
 int agent_seen_check_and_add(const struct agent_seen *s, const uint8_t id[CORDON_ID_LEN],
                              uint64_t expires_ms) {
   char hex[CORDON_ID_HEX_SIZE], path[PATH_MAX];
   cordon_id_to_hex(id, hex);
   snprintf(path, sizeof(path), "%s/%s", s->dir, hex);
-  if (access(path, F_OK) == 0)
-    return CORDON_E_TICKET_REPLAYED;
+  /* O_EXCL: the check and the add are one step */
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return errno == EEXIST ? CORDON_E_TICKET_REPLAYED : -errno;
   char text[SEEN_ENTRY_MAX];
   int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", expires_ms);
-  return core_write_file_atomic(s->dir, hex, text, (size_t)n, 0600);
+  int r = core_write_all(fd, text, (size_t)n);
+  close(fd);
+  if (r < 0) {
+    unlink(path); /* a torn entry would be kept for ever */
+    return r;
+  }
+  agent_bgsync(s->dir, path);
+  return 0;
 }
 
 void agent_seen_prune(const struct agent_seen *s, int64_t now_ms) {

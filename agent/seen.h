@@ -23,7 +23,8 @@ struct agent_seen {
  * (the name is set either way). */
 int agent_seen_init(struct agent_seen *s, const char *config_dir);
 /* CORDON_E_TICKET_REPLAYED when id is in the journal; otherwise record it
- * with expires_ms (written atomically and fsynced): 0 or -errno. */
+ * with expires_ms (created O_EXCL, visible at once, fsynced with its
+ * directory by a short-lived thread): 0 or -errno. */
 int agent_seen_check_and_add(const struct agent_seen *s, const uint8_t id[CORDON_ID_LEN],
                              uint64_t expires_ms);
 /* Drop the entries whose expiry is more than AGENT_SEEN_GRACE_MS before

@@ -1,9 +1,11 @@
-/* The result spool of `cordon-agent run`: a result is on disk before it is
- * sent and is sent again on every new session until the server acks it, so
- * every result is delivered at least once, across restarts of either side.
+/* The result spool of `cordon-agent run`: a result is on disk as soon as
+ * it is sent (written and synced right after it is queued on the
+ * connection, before the loop reads the ack) and is sent again on every
+ * new session until the server acks it, so every result is delivered at
+ * least once, across restarts of either side.
  *
- *   SPOOL/<id>.running  written (fsync) when a job is accepted
- *   SPOOL/<id>.result   the encoded result message (fsync + rename) before
+ *   SPOOL/<id>.running  created (not synced) when a job is accepted
+ *   SPOOL/<id>.result   the encoded result message (fsync + rename) once
  *                       it is sent; removed at the server's ack
  *   SPOOL/.<name>.tmp   a write in progress (core_write_file_atomic); one
  *                       left by a crash is finished or removed at start

@@ -257,6 +257,15 @@ void db_tx_rollback(struct server_db *db) {
     db_simple(db, Q_ROLLBACK, "rollback", NULL);
 }
 
+/* Setting this pragma does no I/O; it fails only when out of memory. */
+void db_sync_relax(struct server_db *db) {
+  (void)sqlite3_exec(db->h, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
+}
+
+void db_sync_restore(struct server_db *db) {
+  (void)sqlite3_exec(db->h, "PRAGMA synchronous = FULL", NULL, NULL, NULL);
+}
+
 /* Bind helpers: any failure is remembered and reported by db_bind_check. */
 void db_bind_text(sqlite3_stmt *st, int i, const char *s, int *rc) {
   int r = s ? sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(st, i);

@@ -220,6 +220,13 @@ int db_tx_begin(struct server_db *db, struct cordon_diag *diag);
 int db_tx_commit(struct server_db *db, struct cordon_diag *diag);
 void db_tx_rollback(struct server_db *db);
 
+/* The next commits without a sync (WAL, synchronous=NORMAL: atomic, made
+ * durable by the next synced commit or checkpoint), until
+ * db_sync_restore. Only for rows whose loss in a crash decides nothing
+ * (docs/ARCHITECTURE.md, "Durable writes"). */
+void db_sync_relax(struct server_db *db);
+void db_sync_restore(struct server_db *db);
+
 /* Bind helpers: the first failure is kept in *rc and reported (with the
  * statement reset) by db_bind_check. A NULL string binds NULL. */
 void db_bind_text(sqlite3_stmt *st, int i, const char *s, int *rc);

@@ -149,7 +149,16 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   free(where);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
+  /* A job with a deadline is sent at once: its row becomes durable with
+   * the synced queued -> sent commit that follows (or the synced failure),
+   * before anyone is told its id; lost in a crash before that, it was
+   * never anybody's. A queued job's row is synced here. */
+  bool now = job->deadline > 0;
+  if (now)
+    db_sync_relax(db);
   rc = sqlite3_step(st);
+  if (now)
+    db_sync_restore(db);
   if (rc != SQLITE_DONE) {
     if (job->key && sqlite3_extended_errcode(db->h) == SQLITE_CONSTRAINT_UNIQUE)
       err = cordon_diag_set(diag, -EEXIST, "a job with this key exists");
@@ -214,8 +223,18 @@ int server_db_job_transition(struct server_db *db, const char *id, enum server_d
   db_bind_text(st, 3, server_db_job_state_name(to), &rc);
   db_bind_text(st, 4, error_code, &rc);
   db_bind_int(st, 5, server_db_now(db), &rc);
-  if ((err = db_bind_check(db, st, rc, diag)) ||
-      (err = db_exec_stmt(db, st, "job transition", diag)))
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  /* sent -> running is not synced: lost in a crash, the job is `sent`
+   * again, and a sent job is decided as a running one (its result is
+   * taken from either, its deadline expires either) */
+  bool relaxed = to == SERVER_DB_JOB_RUNNING;
+  if (relaxed)
+    db_sync_relax(db);
+  err = db_exec_stmt(db, st, "job transition", diag);
+  if (relaxed)
+    db_sync_restore(db);
+  if (err)
     return err;
   if (sqlite3_changes(db->h) == 1)
     return 0;

@@ -4,18 +4,23 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/magic.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "platform/posix/launch.h"
 
 void cgroup_job_init(struct cgroup_job *cg) {
   memset(cg, 0, sizeof(*cg));
   cg->procs_fd[0] = cg->procs_fd[1] = cg->procs_fd[2] = -1;
+  cg->v2_dir_fd = -1;
 }
 
 static int write_file(const char *dir, const char *name, const char *value) {
@@ -114,9 +119,10 @@ static char *make_child(const char *parent, const char *job_id) {
   return dir;
 }
 
-static int open_procs(const char *dir) {
+/* The file the child writes "0" to: v1 `tasks`, v2 `cgroup.procs`. */
+static int open_join(const char *dir, const char *name) {
   char path[4096];
-  snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
   return open(path, O_WRONLY | O_CLOEXEC);
 }
 
@@ -186,9 +192,14 @@ static int try_v2(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
   snprintf(v, sizeof(v), "%u", max_pids);
   if (r == 0)
     r = write_file(dir, "pids.max", v);
-  if (r == 0 && (cg->procs_fd[0] = open_procs(dir)) < 0)
+  if (r == 0 && (cg->procs_fd[0] = open_join(dir, "cgroup.procs")) < 0)
+    r = -errno;
+  if (r == 0 && (cg->v2_dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
     r = -errno;
   if (r < 0) {
+    if (cg->procs_fd[0] >= 0)
+      close(cg->procs_fd[0]);
+    cg->procs_fd[0] = -1;
     rmdir(dir);
     free(dir);
     return r;
@@ -241,7 +252,7 @@ int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_by
   for (int i = 0; i < 3; i++) {
     if (!*dirs[i])
       continue;
-    if ((cg->procs_fd[n] = open_procs(*dirs[i])) >= 0) {
+    if ((cg->procs_fd[n] = open_join(*dirs[i], "tasks")) >= 0) {
       n++;
       continue;
     }
@@ -255,6 +266,14 @@ int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_by
   return 0;
 }
 
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+/* SIGKILL every process listed in dir's cgroup.procs until none is left.
+ * A killed process leaves its cgroup when it exits: each round waits for
+ * the killed ones' pidfds (at most 20 ms), not a fixed sleep; without
+ * pidfds (an older kernel) it sleeps 1 ms. */
 static unsigned kill_dir(const char *dir) {
   unsigned killed = 0;
   for (int round = 0; round < 1000; round++) {
@@ -265,16 +284,30 @@ static unsigned kill_dir(const char *dir) {
       return killed;
     long pid;
     bool any = false;
+    struct pollfd pf[32];
+    nfds_t npf = 0;
     while (fscanf(f, "%ld", &pid) == 1) {
+      /* the pidfd first: it names this process even if the pid is reused */
+      int pfd = npf < sizeof(pf) / sizeof(pf[0]) ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
       if (kill((pid_t)pid, SIGKILL) == 0 && round == 0)
         killed++;
+      if (pfd >= 0)
+        pf[npf++] = (struct pollfd){pfd, POLLIN, 0};
       any = true;
     }
     fclose(f);
     if (!any)
       break;
-    struct timespec ts = {0, 1000 * 1000}; /* a dying tree leaves within a few ms */
-    nanosleep(&ts, NULL);
+    if (npf > 0) {
+      /* readable once the process has exited, which is when it leaves */
+      for (nfds_t i = 0; i < npf; i++) {
+        (void)poll(&pf[i], 1, 20);
+        close(pf[i].fd);
+      }
+    } else {
+      struct timespec ts = {0, 1000 * 1000}; /* a dying tree leaves within a few ms */
+      nanosleep(&ts, NULL);
+    }
   }
   return killed;
 }
@@ -339,6 +372,8 @@ void cgroup_job_release(struct cgroup_job *cg) {
   for (int i = 0; i < 3; i++)
     if (cg->procs_fd[i] >= 0)
       close(cg->procs_fd[i]);
+  if (cg->v2_dir_fd >= 0)
+    close(cg->v2_dir_fd);
   char *dirs[3];
   size_t nd = distinct_dirs(cg, dirs);
   for (size_t i = 0; i < nd; i++) {
@@ -389,18 +424,30 @@ static bool v1_writable(const char *ctrl) {
   return access(parent, W_OK | X_OK) == 0;
 }
 
-void cgroup_available(struct cgroup_avail *out) {
+static bool v2_usable(void) {
   char parent[4096], ctl[512];
+  return v2_parent(parent, sizeof(parent)) == 0 && access(parent, W_OK | X_OK) == 0 &&
+         (v2_delegates(parent) || (read_file(parent, "cgroup.controllers", ctl, sizeof(ctl)) == 0 &&
+                                   has_word(ctl, "memory") && has_word(ctl, "pids")));
+}
+
+void cgroup_available(struct cgroup_avail *out) {
   memset(out, 0, sizeof(*out));
-  if (v2_parent(parent, sizeof(parent)) == 0 && access(parent, W_OK | X_OK) == 0 &&
-      (v2_delegates(parent) || (read_file(parent, "cgroup.controllers", ctl, sizeof(ctl)) == 0 &&
-                                has_word(ctl, "memory") && has_word(ctl, "pids")))) {
+  if (v2_usable()) {
     out->memory = out->pids = out->cpu = true;
     return;
   }
   out->memory = v1_writable("memory");
   out->pids = v1_writable("pids");
   out->cpu = v1_writable("cpuacct");
+}
+
+const char *cgroup_join_method(void) {
+  if (v2_usable())
+    return launch_clone3_into_cgroup_ok() ? "clone3(CLONE_INTO_CGROUP)" : "cgroup.procs";
+  struct cgroup_avail av;
+  cgroup_available(&av);
+  return av.memory || av.pids || av.cpu ? "tasks" : NULL;
 }
 
 json_t *cgroup_probe_json(void) {
@@ -421,6 +468,8 @@ json_t *cgroup_probe_json(void) {
   json_object_set_new(
       o, "job_tree",
       json_pack("{s:b, s:b, s:b}", "memory", av.memory, "pids", av.pids, "cpu", av.cpu));
+  const char *join = cgroup_join_method();
+  json_object_set_new(o, "join", join ? json_string(join) : json_null());
   static const char *const ctrls[] = {"memory", "pids", "cpuacct"};
   for (int i = 0; i < 3; i++) {
     char mnt1[64], key[32];

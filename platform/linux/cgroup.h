@@ -14,6 +14,15 @@
  * the controllers but cannot enable them, the agent moves itself into a
  * leaf child CGROUP_AGENT_LEAF and enables them on the parent, whose
  * children the job cgroups then are.
+ *
+ * Joining without a grace period: writing a pid to `cgroup.procs` takes
+ * the cgroup thread-group lock for writing, which waits for an RCU grace
+ * period (milliseconds). On v2 the launcher starts the job's first process
+ * in its cgroup with clone3(CLONE_INTO_CGROUP) (v2_dir_fd); on v1 the
+ * single-threaded child writes "0" (itself, one thread) to each `tasks`
+ * file, which needs no thread-group lock. Every descendant is forked
+ * inside, so the limits hold for the whole tree either way. Where clone3
+ * cannot, the launcher falls back to writing "0" to v2's `cgroup.procs`.
  */
 #ifndef CORDON_PLATFORM_LINUX_CGROUP_H
 #define CORDON_PLATFORM_LINUX_CGROUP_H
@@ -25,11 +34,14 @@
 #define CGROUP_AGENT_LEAF "cordon-agent"
 
 struct cgroup_job {
-  int version;     /* 0 none, 1, 2 */
-  char *mem_dir;   /* NULL when memory is not limited by a cgroup */
-  char *pids_dir;  /* NULL when pids are not limited by a cgroup */
-  char *cpu_dir;   /* NULL when the tree's CPU time cannot be read */
-  int procs_fd[3]; /* cgroup.procs of each distinct dir, O_WRONLY|O_CLOEXEC, or -1 */
+  int version;    /* 0 none, 1, 2 */
+  char *mem_dir;  /* NULL when memory is not limited by a cgroup */
+  char *pids_dir; /* NULL when pids are not limited by a cgroup */
+  char *cpu_dir;  /* NULL when the tree's CPU time cannot be read */
+  /* what the child writes "0" to, O_WRONLY|O_CLOEXEC, or -1: v1 `tasks` of
+   * each distinct dir, v2 `cgroup.procs` (the fallback of v2_dir_fd) */
+  int procs_fd[3];
+  int v2_dir_fd; /* v2: the job's cgroup directory for clone3, or -1 */
 };
 
 /* Which controllers a job would get here (for explain: nothing created). */
@@ -58,6 +70,12 @@ void cgroup_job_release(struct cgroup_job *cg);
  * hierarchy rules as create), kill what is in them and remove them.
  * Returns how many processes were signalled. */
 unsigned cgroup_job_reap(const char *job_id);
+
+/* How a job's first process joins its cgroups here, for status and
+ * explain: "clone3(CLONE_INTO_CGROUP)" (v2), "cgroup.procs" (v2 where
+ * clone3 cannot: the slow migration), "tasks" (v1, the child writes 0), or
+ * NULL when no cgroup would be made. */
+const char *cgroup_join_method(void);
 
 /* Probe findings for `status`. */
 json_t *cgroup_probe_json(void);

@@ -396,6 +396,8 @@ json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_resu
                   "subtree delegated to it), per-process rlimit otherwise; the result "
                   "says which was used"));
   json_object_set_new(o, "job_uid", json_integer(plan->probe->os->user.u.uid));
+  const char *join = cgroup_join_method();
+  json_object_set_new(o, "cgroup_join", join ? json_string(join) : json_null());
   json_object_set_new(o, "filesystem", grants_explain_json(&os->grants));
   return o;
 }
@@ -557,6 +559,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
       .n_keep = nkeep,
       .cgroup_procs_fds = cgfds,
       .n_cgroup = ncg,
+      .into_cgroup = cg.v2_dir_fd >= 0,
+      .cgroup_dir_fd = cg.v2_dir_fd,
       .rlimits = rl,
       .n_rlimits = nrl,
       .drop_uid = user->is_root,

@@ -5,6 +5,7 @@
 #include <linux/filter.h>
 #include <linux/netlink.h>
 #include <linux/sched.h>
+#include <pthread.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <stdio.h>
@@ -15,6 +16,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "core/file.h"
 
 #ifndef CLONE_NEWTIME
 #define CLONE_NEWTIME 0x00000080
@@ -707,7 +710,9 @@ static int build(bool net, scmp_filter_ctx *out_ctx) {
   return 0;
 }
 
-int seccomp_job_filter_fd(bool net) {
+/* The exported program of a variant (net allowed or not) in a new memfd
+ * at offset 0: the libseccomp build itself. */
+static int export_fd(bool net) {
   scmp_filter_ctx ctx = NULL;
   int r = build(net, &ctx);
   if (r < 0)
@@ -720,9 +725,6 @@ int seccomp_job_filter_fd(bool net) {
   r = seccomp_export_bpf(ctx, fd);
   if (r == 0 && lseek(fd, 0, SEEK_SET) < 0)
     r = -errno;
-  if (r == 0 &&
-      fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0)
-    r = -errno;
   if (r < 0) {
     close(fd);
     goto out_release;
@@ -733,43 +735,87 @@ out_release:
   return r;
 }
 
-int seccomp_job_filter_prog(bool net, struct sock_fprog **out_prog) {
-  int fd = seccomp_job_filter_fd(net);
-  if (fd < 0)
-    return fd;
-  int r;
-  struct stat st;
-  struct sock_fprog *prog = NULL;
-  if (fstat(fd, &st) < 0) {
-    r = -errno;
-    goto out_close;
+/* The compiled program of each variant, built once per process: it is a
+ * pure function of `net` and of this binary (no configuration, no host
+ * fact enters it), so nothing can make a cached copy stale. */
+static struct {
+  pthread_mutex_t lock;
+  struct sock_filter *insns[2];
+  size_t n[2];
+} compiled = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The variant's instructions (owned by the cache) and their count. */
+static int compiled_program(bool net, const struct sock_filter **out_insns, size_t *out_n) {
+  int v = net ? 1 : 0, r = 0;
+  pthread_mutex_lock(&compiled.lock);
+  if (!compiled.insns[v]) {
+    int fd = export_fd(net);
+    struct stat st;
+    if (fd < 0) {
+      r = fd;
+      goto out_unlock;
+    }
+    size_t n = fstat(fd, &st) == 0 ? (size_t)st.st_size / sizeof(struct sock_filter) : 0;
+    struct sock_filter *ins = n > 0 && n <= BPF_MAXINSNS ? malloc(n * sizeof(*ins)) : NULL;
+    if (!ins)
+      r = n > 0 && n <= BPF_MAXINSNS ? -ENOMEM : -E2BIG;
+    else if (pread(fd, ins, n * sizeof(*ins), 0) != (ssize_t)(n * sizeof(*ins)))
+      r = -EIO;
+    close(fd);
+    if (r < 0) {
+      free(ins);
+      goto out_unlock;
+    }
+    compiled.insns[v] = ins;
+    compiled.n[v] = n;
   }
-  size_t n = (size_t)st.st_size / sizeof(struct sock_filter);
-  if (n == 0 || n > BPF_MAXINSNS) {
-    r = -E2BIG;
-    goto out_close;
-  }
-  prog = calloc(1, sizeof(*prog));
-  struct sock_filter *ins = malloc(n * sizeof(*ins));
-  if (!prog || !ins) {
-    free(prog);
-    free(ins);
-    r = -ENOMEM;
-    goto out_close;
-  }
-  if (pread(fd, ins, n * sizeof(*ins), 0) != (ssize_t)(n * sizeof(*ins))) {
-    free(prog);
-    free(ins);
-    r = -EIO;
-    goto out_close;
-  }
-  prog->len = (unsigned short)n;
-  prog->filter = ins;
-  *out_prog = prog;
-  r = 0;
-out_close:
-  close(fd);
+  *out_insns = compiled.insns[v];
+  *out_n = compiled.n[v];
+out_unlock:
+  pthread_mutex_unlock(&compiled.lock);
   return r;
+}
+
+int seccomp_job_filter_fd(bool net) {
+  const struct sock_filter *ins;
+  size_t n;
+  int r = compiled_program(net, &ins, &n);
+  if (r < 0)
+    return r;
+  /* a memfd of its own per job: bwrap reads it from its offset */
+  int fd = memfd_create("cordon-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0)
+    return -errno;
+  r = core_write_all(fd, ins, n * sizeof(*ins));
+  if (r == 0 &&
+      (lseek(fd, 0, SEEK_SET) < 0 ||
+       fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) < 0))
+    r = -errno;
+  if (r < 0) {
+    close(fd);
+    return r;
+  }
+  return fd;
+}
+
+int seccomp_job_filter_prog(bool net, struct sock_fprog **out_prog) {
+  const struct sock_filter *ins;
+  size_t n;
+  int r = compiled_program(net, &ins, &n);
+  if (r < 0)
+    return r;
+  struct sock_fprog *prog = calloc(1, sizeof(*prog));
+  struct sock_filter *copy = malloc(n * sizeof(*copy));
+  if (!prog || !copy) {
+    free(prog);
+    free(copy);
+    return -ENOMEM;
+  }
+  memcpy(copy, ins, n * sizeof(*copy));
+  prog->len = (unsigned short)n;
+  prog->filter = copy;
+  *out_prog = prog;
+  return 0;
 }
 
 void seccomp_job_prog_free(struct sock_fprog *prog) {

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
@@ -22,14 +23,25 @@
 #ifndef CORDON_WITH_PIPE2
 #define CORDON_WITH_PIPE2 0
 #endif
+#ifndef CORDON_WITH_CLONE3
+#define CORDON_WITH_CLONE3 0
+#endif
 
 #if CORDON_WITH_PRCTL
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
 #endif
-#if CORDON_WITH_CLOSE_RANGE || CORDON_WITH_RAW_SETID
+#if CORDON_WITH_CLOSE_RANGE || CORDON_WITH_RAW_SETID || CORDON_WITH_CLONE3
 #include <sys/syscall.h>
+#endif
+#if CORDON_WITH_CLONE3
+#include <linux/sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
 #endif
 #if CORDON_WITH_CLOSE_RANGE
 #include <linux/close_range.h>
@@ -41,18 +53,6 @@ static void child_fail(int err_fd, int step_errno) {
   int e = step_errno ? step_errno : EINVAL;
   (void)!write(err_fd, &e, sizeof(e));
   _exit(127);
-}
-
-static size_t fmt_uint(char *buf, unsigned long v) {
-  char tmp[24];
-  size_t n = 0;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v);
-  for (size_t i = 0; i < n; i++)
-    buf[i] = tmp[n - 1 - i];
-  return n;
 }
 
 /* Every fd from lowfd up close-on-exec (max_fd: the parent's
@@ -121,7 +121,7 @@ static int load_seccomp(const struct sock_fprog *prog) {
 #endif
 
 static void child_main(const struct launch_spec *s, int err_fd, int null_fd, int max_fd,
-                       pid_t parent) {
+                       pid_t parent, bool in_cgroup) {
   /* Signals: default dispositions and an empty mask for the new program. */
   for (int sig = 1; sig < NSIG; sig++) {
     if (sig == SIGKILL || sig == SIGSTOP)
@@ -136,11 +136,11 @@ static void child_main(const struct launch_spec *s, int err_fd, int null_fd, int
   if (sigprocmask(SIG_SETMASK, &none, NULL) < 0)
     child_fail(err_fd, errno);
 
-  /* Join the job's cgroups while we still may. */
-  char pidbuf[24];
-  size_t plen = fmt_uint(pidbuf, (unsigned long)getpid());
-  for (size_t i = 0; i < s->n_cgroup; i++)
-    if (write(s->cgroup_procs_fds[i], pidbuf, plen) < 0)
+  /* Join the job's cgroups while we still may: "0" is the writer itself,
+   * which on v1 `tasks` moves one thread without the thread-group lock
+   * (whose write side waits for an RCU grace period). */
+  for (size_t i = 0; !in_cgroup && i < s->n_cgroup; i++)
+    if (write(s->cgroup_procs_fds[i], "0", 1) < 0)
       child_fail(err_fd, errno);
 
   if (setsid() < 0)
@@ -189,6 +189,59 @@ int launch_cloexec_pipe(int p[2]) {
 #endif
 }
 
+#if CORDON_WITH_CLONE3
+/* Cleared once the kernel said it has no clone3(CLONE_INTO_CGROUP). */
+static atomic_bool clone3_works = true;
+
+/* A copy-on-write child started in the cgroup dir_fd: 0 in the child, its
+ * pid in the parent, or -1 with errno. */
+static pid_t fork_into_cgroup(int dir_fd) {
+  struct clone_args ca;
+  memset(&ca, 0, sizeof(ca));
+  ca.flags = CLONE_INTO_CGROUP;
+  ca.exit_signal = SIGCHLD;
+  ca.cgroup = (uint64_t)dir_fd;
+  return (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+}
+
+/* Start the child in its cgroup where the kernel can; false: use vfork. */
+static bool try_clone3(const struct launch_spec *spec, pid_t *pid) {
+  if (!spec->into_cgroup || !atomic_load(&clone3_works))
+    return false;
+  *pid = fork_into_cgroup(spec->cgroup_dir_fd);
+  if (*pid < 0 && (errno == ENOSYS || errno == EINVAL || errno == E2BIG)) {
+    atomic_store(&clone3_works, false); /* an older kernel: not again */
+    return false;
+  }
+  return true;
+}
+#else
+static bool try_clone3(const struct launch_spec *spec, pid_t *pid) {
+  (void)spec;
+  (void)pid;
+  return false;
+}
+#endif
+
+int launch_clone3_into_cgroup_ok(void) {
+#if CORDON_WITH_CLONE3
+  if (!atomic_load(&clone3_works))
+    return 0;
+  /* a bad cgroup fd: EBADF where the flag is known, EINVAL/E2BIG/ENOSYS
+   * where it is not; no process is made either way */
+  pid_t pid = fork_into_cgroup(INT_MAX);
+  if (pid == 0)
+    _exit(0);
+  if (pid > 0) {
+    (void)waitpid(pid, NULL, 0);
+    return 1;
+  }
+  return errno == EBADF ? 1 : 0;
+#else
+  return 0;
+#endif
+}
+
 int launch_spawn(const struct launch_spec *spec, pid_t *out_pid) {
   int pfd[2];
   int r = launch_cloexec_pipe(pfd);
@@ -209,9 +262,12 @@ int launch_spawn(const struct launch_spec *spec, pid_t *out_pid) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pid_t parent = getpid();
-  pid_t pid = vfork();
+  pid_t pid;
+  bool in_cgroup = try_clone3(spec, &pid);
+  if (!in_cgroup)
+    pid = vfork();
   if (pid == 0)
-    child_main(spec, pfd[1], null_fd, max_fd, parent);
+    child_main(spec, pfd[1], null_fd, max_fd, parent, in_cgroup);
   int saved = errno;
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   close(pfd[1]);
@@ -234,5 +290,9 @@ int launch_spawn(const struct launch_spec *spec, pid_t *out_pid) {
     return -child_err;
   }
   *out_pid = pid;
+  if (spec->ret_join)
+    *spec->ret_join = in_cgroup            ? LAUNCH_JOIN_CLONE3
+                      : spec->n_cgroup > 0 ? LAUNCH_JOIN_WRITE
+                                           : LAUNCH_JOIN_NONE;
   return 0;
 }

@@ -2,10 +2,11 @@
  * first process without copying the agent. vfork() shares the agent's
  * memory until exec, so the child does only system calls on data prepared
  * beforehand, in this order: default signal dispositions and an empty mask,
- * join cgroups (Linux), a new session (the job is its own process group),
- * stdin from /dev/null, every other inherited fd close-on-exec but the
- * kept ones, rlimits, the drop to the job user, no_new_privs and the
- * parent-death signal (Linux), cwd, the seccomp filter (Linux), execve.
+ * join cgroups (Linux: by writing "0" to each given file, unless the
+ * process was started in its cgroup by clone3(CLONE_INTO_CGROUP)), a new session (the job is its
+ * own process group), stdin from /dev/null, every other inherited fd close-on-exec but the kept
+ * ones, rlimits, the drop to the job user, no_new_privs and the parent-death signal (Linux), cwd,
+ * the seccomp filter (Linux), execve.
  *
  * The steps marked Linux are asked for by spec fields; where the build has
  * no prctl (CORDON_WITH_PRCTL=0: macOS) asking for one fails with ENOSYS.
@@ -21,6 +22,13 @@
 
 struct sock_fprog;
 
+/* How the child came into its cgroup. */
+enum launch_join {
+  LAUNCH_JOIN_NONE,   /* no cgroup asked for */
+  LAUNCH_JOIN_CLONE3, /* started in it: clone3(CLONE_INTO_CGROUP), no migration */
+  LAUNCH_JOIN_WRITE,  /* vfork, then the child wrote "0" to each of cgroup_procs_fds */
+};
+
 struct launch_rlimit {
   int resource;
   struct rlimit lim;
@@ -33,8 +41,18 @@ struct launch_spec {
   int stdout_fd, stderr_fd; /* become 1 and 2; stdin is /dev/null */
   const int *keep_fds;      /* inherited under the same numbers; all others close */
   size_t n_keep;
-  const int *cgroup_procs_fds; /* the child writes its pid to each */
+  /* The child writes "0" (itself) to each: v1 `tasks` (one thread, no
+   * thread-group lock: the child is single-threaded), v2 `cgroup.procs`. */
+  const int *cgroup_procs_fds;
   size_t n_cgroup;
+  /* into_cgroup: start the child in the v2 cgroup directory cgroup_dir_fd
+   * with clone3(CLONE_INTO_CGROUP) and skip the writes above; where the
+   * kernel or build lacks it (ENOSYS, EINVAL, E2BIG), fall back to vfork
+   * and the writes, so cgroup_procs_fds must hold the same cgroup's
+   * cgroup.procs. The clone3 child is a copy-on-write fork, not vfork. */
+  bool into_cgroup;
+  int cgroup_dir_fd;
+  enum launch_join *ret_join; /* NULL, or set to the way used on success */
   const struct launch_rlimit *rlimits;
   size_t n_rlimits;
   bool drop_uid; /* supplementary groups {gid}, then gid, then uid; uid 0 must not come back */
@@ -50,6 +68,11 @@ struct launch_spec {
  * session id), or a negated errno from the step that failed in the child;
  * nothing was executed then. */
 int launch_spawn(const struct launch_spec *spec, pid_t *out_pid);
+
+/* 1 if this kernel (and build) can start a process in a cgroup with
+ * clone3(CLONE_INTO_CGROUP), 0 if not or once a launch found out it
+ * cannot. Starts no process. */
+int launch_clone3_into_cgroup_ok(void);
 
 /* pipe() with both ends close-on-exec (atomically where the build has
  * pipe2: CORDON_WITH_PIPE2). 0 or a negated errno. */

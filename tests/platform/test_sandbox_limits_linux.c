@@ -391,3 +391,74 @@ ALL3(contained_cpu_and_memory_hold_for_the_tree_where_a_cgroup_exists) {
   }
   json_decref(r.res);
 }
+
+/* A fork bomb (children forking again) under processes 8: with a cgroup
+ * the tree never holds more than pids.max (processes + bwrap's two), so at
+ * most 8 - 1 forks succeed (bwrap's init and the shell are in it too);
+ * with RLIMIT_NPROC the count is per uid, so only the bound is asserted. */
+static const char fork_bomb[] = "exec python3 -c '\n"
+                                "import os, time\n"
+                                "made = 0\n"
+                                "for i in range(60):\n"
+                                "  try:\n"
+                                "    pid = os.fork()\n"
+                                "  except OSError:\n"
+                                "    continue\n"
+                                "  if pid == 0:\n"
+                                "    try:\n"
+                                "      if os.fork() == 0: time.sleep(1)\n"
+                                "    except OSError: pass\n"
+                                "    time.sleep(1); os._exit(0)\n"
+                                "  made += 1\n"
+                                "print(\"made\", made, flush=True)\n"
+                                "'\n";
+
+static void assert_fork_bomb_held(struct sbx_run *r) {
+  const char *out = jstr(r->res, "stdout");
+  int made = -1;
+  const char *m = strstr(out, "made ");
+  cr_assert(m && sscanf(m, "made %d", &made) == 1, "%s / %s", out, jstr(r->res, "stderr"));
+  cr_assert_str_eq(jstr(r->res, "sandbox.limits.processes"), expected_mech());
+  cr_assert_leq(made, 7, "the tree stays within processes: %s", out);
+  if (E.mode != MODE_PLAIN)
+    cr_assert_geq(made, 1, "forking works below the limit: %s", out);
+}
+
+ALL3(a_fork_bomb_stays_within_processes) {
+  package("\"processes\":8", fork_bomb);
+  struct sbx_run r = run_agent("exec");
+  assert_ran_isolated(&r);
+  assert_fork_bomb_held(&r);
+  json_decref(r.res);
+}
+
+ALL3(contained_a_fork_bomb_stays_within_processes) {
+  contained();
+  package("\"processes\":8", fork_bomb);
+  struct sbx_run r = run_agent("exec");
+  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained", "stderr: %s", r.err);
+  assert_fork_bomb_held(&r);
+  json_decref(r.res);
+}
+
+/* contained: six 40 MiB processes under memory_mb 64 are OOM-killed as a
+ * tree where a cgroup exists, as at isolated. */
+ALL3(contained_six_processes_together_cannot_exceed_memory_mb) {
+  contained();
+  package("\"memory_mb\":64,\"processes\":16",
+          "for i in 1 2 3 4 5 6; do\n"
+          "  python3 -c 'import time; b = bytearray(40 << 20); b[::4096] = b\"x\" * "
+          "len(b[::4096]); print(\"held\", flush=True); time.sleep(3); print(\"done\", "
+          "flush=True)' &\n"
+          "done\n"
+          "wait\n");
+  struct sbx_run r = run_agent("exec");
+  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained", "stderr: %s", r.err);
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());
+  if (E.mode != MODE_PLAIN) {
+    const char *out = jstr(r.res, "stdout");
+    cr_assert(json_is_true(jget(r.res, "oom_killed")), "the tree was OOM-killed: %s", out);
+    cr_assert_leq(count(out, "done"), 1, "at most one 40 MiB process survives: %s", out);
+  }
+  json_decref(r.res);
+}

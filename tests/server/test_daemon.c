@@ -1293,3 +1293,79 @@ Test(daemon, a_drain_neither_waits_for_nor_sends_a_queued_job_and_metrics_count_
   free(hold);
   free(next);
 }
+
+/* The end of a job: done with its output, or failed/expired with a code. */
+static const char *wait_final(const char *id, int ms, char why[200]) {
+  for (int t = 0; t < ms; t += 50) {
+    json_t *job;
+    const char *st = job_state(id, &job);
+    bool final = strcmp(st, "done") == 0 || strcmp(st, "failed") == 0 ||
+                 strcmp(st, "expired") == 0 || strcmp(st, "cancelled") == 0;
+    if (final) {
+      json_t *res = json_object_get(job, "result");
+      const char *out = json_string_value(json_object_get(res, "stdout"));
+      const char *code = json_string_value(json_object_get(job, "error"));
+      if (!code)
+        code = json_string_value(json_object_get(json_object_get(res, "error"), "code"));
+      snprintf(why, 200, "%s", strcmp(st, "done") == 0 ? (out ? out : "") : (code ? code : ""));
+      json_decref(job);
+      return st;
+    }
+    json_decref(job);
+    msleep(50);
+  }
+  snprintf(why, 200, "still %s", job_state(id, NULL));
+  return NULL;
+}
+
+/* kill -9 of either side at each step of a job (just sent, running, just
+ * finished): the job ends with its result or with an explicit failure,
+ * never stuck and never without a word (the durable-write budget of
+ * docs/ARCHITECTURE.md keeps this). */
+Test(daemon, killing_either_side_at_each_step_ends_the_job_with_a_result_or_a_failure,
+     .timeout = 240) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  char *pkg = pack("steps",
+                   "{\"name\":\"steps\",\"version\":\"1\",\"timeout_s\":2,"
+                   "\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+                   "sleep 0.5; echo ok\n");
+  static const char *const steps[] = {"sent", "running", "finished"};
+  for (int side = 0; side < 2; side++) {
+    for (int k = 0; k < 3; k++) {
+      struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", state);
+      cr_assert_eq(o->status, 0, "dispatch: %s", o->err);
+      char id[33];
+      snprintf(id, sizeof(id), "%.32s", o->out);
+      free(o);
+      if (k == 1)
+        cr_assert(wait_state(id, "running", 5000), "state %s", job_state(id, NULL));
+      if (k == 2)
+        cr_assert(wait_state(id, "done", 5000), "state %s", job_state(id, NULL));
+      if (side == 0) {
+        stop(&server_pid, SIGKILL);
+        msleep(k == 0 ? 0 : 700); /* the job may end while the server is gone */
+        start_server();
+      } else {
+        stop(&agent_pid, SIGKILL);
+        start_agent();
+      }
+      char why[200];
+      const char *st = wait_final(id, 20000, why);
+      cr_assert(st, "%s killed after %s: the job did not end (%s)", side ? "agent" : "server",
+                steps[k], why);
+      if (strcmp(st, "done") == 0)
+        cr_assert_str_eq(why, "ok\n", "%s killed after %s", side ? "agent" : "server", steps[k]);
+      else
+        cr_assert(why[0], "%s killed after %s: %s without an error code", side ? "agent" : "server",
+                  steps[k], st);
+      /* a job that had finished stays done with its result */
+      if (k == 2)
+        cr_assert_str_eq(st, "done", "%s killed after finished: %s (%s)", side ? "agent" : "server",
+                         st, why);
+      wait_online();
+    }
+  }
+  free(pkg);
+}
