@@ -24,7 +24,7 @@ struct pairing_run {
   const char *name;
   const char *host;
   int port;
-  int state; /* 0 hello sent, 1 welcome seen, 2 proof sent, 3 done */
+  int state; /* 0 hello sent (or not yet), 1 welcome seen, 2 proof sent, 3 done */
   int err;
   char why[512];
 };
@@ -122,9 +122,11 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
 static void on_close(struct net_conn *c, int err) {
   struct pairing_run *p = net_conn_data(c);
   if (p->state != 3 && !p->err) {
-    p->err = err ? err : -ECONNRESET;
+    p->err = err ? agent_connect_error(err, p->state > 0) : -ECONNRESET;
     snprintf(p->why, sizeof(p->why), "connection to %s:%d closed: %s", p->host, p->port,
-             err ? cordon_err_message(err) : "by the server");
+             !err            ? "by the server"
+             : p->err != err ? "the peer does not speak the cordon protocol"
+                             : cordon_err_message(err));
   }
 }
 

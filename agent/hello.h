@@ -2,10 +2,9 @@
 #ifndef CORDON_AGENT_HELLO_H
 #define CORDON_AGENT_HELLO_H
 
+#include "agent/cli.h"
 #include "agent/config.h"
 #include "proto/msg.h"
-
-#define AGENT_VERSION "0.1.0"
 
 struct agent_facts {
   enum sandbox_level best;

@@ -18,21 +18,72 @@
 #include "compat/posix.h"
 #include "core/log.h"
 
-static int usage(const char *msg) {
-  if (msg)
-    fprintf(stderr, AGENT_PROG ": usage: %s\n", msg);
-  fprintf(
-      stderr,
-      "usage: " AGENT_PROG " [--config DIR] COMMAND\n"
-      "  status [--json]                         sandbox diagnostics for this device\n"
-      "  explain DIR|FILE.cpkg [--json]          the sandbox plan, without running\n"
-      "  exec DIR|FILE.cpkg [--trust KEY] [-- ARGS...]  run a package locally\n"
-      "  pair --server HOST:PORT [--code CODE] [--name NAME]  enrol (the code may come on stdin)\n"
-      "  run [--drain-timeout S] [--log-level L] stay connected and run dispatched jobs\n"
-      "      [--service]                         (--service: as the Windows service)\n"
-      "  metrics                                 the running agent's metrics (Prometheus text)\n"
-      "  unpair                                  forget the pairing\n");
-  return 2;
+/* Options that take a value, of every command (service's included): the
+ * word after one is never the command. */
+static bool takes_value(const char *a) {
+  static const char *const opts[] = {"--config", "--trust",         "--server",    "--code",
+                                     "--name",   "--drain-timeout", "--log-level", "--ro",
+                                     "--rw",     "--root",          "--agent-path"};
+  for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+    if (strcmp(a, opts[i]) == 0)
+      return true;
+  return false;
+}
+
+/* -h/--help anywhere before "--" (on any command or subcommand), --version,
+ * and the `help` and `version` commands: answered here, on stdout, exit 0,
+ * before any config is read. Returns -1 when argv asks for none of them. */
+static int help_or_version(int argc, char **argv) {
+  const char *cmd = NULL, *operand = NULL;
+  bool help = false, version = false, json = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0)
+      break;
+    if (takes_value(a)) {
+      i++;
+      continue;
+    }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+      help = true;
+    else if (strcmp(a, "--version") == 0 && !cmd)
+      version = true;
+    else if (strcmp(a, "--json") == 0)
+      json = true;
+    else if (a[0] == '-')
+      continue;
+    else if (!cmd)
+      cmd = a;
+    else if (!operand)
+      operand = a;
+  }
+  if (help) {
+    const struct agent_cli_command *c = agent_cli_find(cmd);
+    if (cmd && !c)
+      return agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", cmd);
+    if (c)
+      agent_cli_print_help(stdout, c);
+    else
+      agent_cli_print_usage(stdout);
+    return 0;
+  }
+  if (version || (cmd && strcmp(cmd, "version") == 0)) {
+    if (operand)
+      return agent_usagef("version takes no operand (%s)", operand);
+    agent_cli_print_version(json);
+    return 0;
+  }
+  if (cmd && strcmp(cmd, "help") == 0) {
+    const struct agent_cli_command *c = agent_cli_find(operand);
+    if (operand && !c)
+      return agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", operand);
+    if (c)
+      agent_cli_print_help(stdout, c);
+    else
+      agent_cli_print_usage(stdout);
+    return 0;
+  }
+  return -1;
 }
 
 struct cli {
@@ -59,10 +110,8 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
     } else if (strcmp(a, "--config") == 0 || strcmp(a, "--trust") == 0 ||
                strcmp(a, "--server") == 0 || strcmp(a, "--code") == 0 || strcmp(a, "--name") == 0 ||
                strcmp(a, "--drain-timeout") == 0 || strcmp(a, "--log-level") == 0) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, AGENT_PROG ": usage: %s needs a value\n", a);
-        return 2;
-      }
+      if (i + 1 >= argc)
+        return agent_usagef("%s needs a value", a);
       const char *v = argv[++i];
       if (strcmp(a, "--config") == 0)
         c->config_dir = v;
@@ -82,26 +131,25 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
       c->json = true;
     } else if (strcmp(a, "--service") == 0) {
       c->service = true;
-    } else if (a[0] == '-' && a[1] == '-') {
-      fprintf(stderr, AGENT_PROG ": usage: unknown option %s\n", a);
-      return 2;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return agent_usagef("unknown option %s", a);
     } else if (!c->cmd) {
       c->cmd = a;
     } else if (!c->target) {
       c->target = a;
     } else {
-      fprintf(stderr, AGENT_PROG ": usage: unexpected argument %s\n", a);
-      return 2;
+      return agent_usagef("unexpected argument %s", a);
     }
   }
   if (!c->cmd)
-    return usage(NULL);
+    return agent_usage("a command is needed (" AGENT_PROG " help lists them)");
   return 0;
 }
 
 static int cmd_exec(const struct cli *c, const struct agent_config *cfg, bool explain) {
   if (!c->target)
-    return usage(explain ? "explain DIR|FILE.cpkg" : "exec DIR|FILE.cpkg [-- ARGS...]");
+    return agent_usagef("%s needs a package (" AGENT_PROG " help %s)", explain ? "explain" : "exec",
+                        explain ? "explain" : "exec");
   return agent_cmd_exec(cfg, c->target, c->trust, c->args, c->n_args, explain);
 }
 
@@ -143,6 +191,9 @@ static int cmd_run(const struct cli *c, const struct agent_config *cfg) {
 
 int main(int argc, char **argv) {
   core_log_set_program(AGENT_PROG);
+  int hv = help_or_version(argc, argv);
+  if (hv >= 0)
+    return hv;
   struct cli c;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--config") == 0) {
@@ -156,6 +207,8 @@ int main(int argc, char **argv) {
   int r = parse_cli(argc, argv, &c);
   if (r)
     return r;
+  if (!agent_cli_find(c.cmd))
+    return agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", c.cmd);
   if (c.service && strcmp(c.cmd, "run") != 0)
     return agent_usage("--service goes with run only");
   if ((c.drain_timeout || c.log_level) && strcmp(c.cmd, "run") != 0)
@@ -192,10 +245,8 @@ int main(int argc, char **argv) {
     rc = agent_cmd_metrics(cfg);
   else if (strcmp(c.cmd, "unpair") == 0)
     rc = agent_cmd_unpair(cfg);
-  else {
-    fprintf(stderr, AGENT_PROG ": usage: unknown command %s\n", c.cmd);
-    rc = 2;
-  }
+  else
+    rc = agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", c.cmd);
   agent_config_free(cfg);
   return rc;
 }

@@ -1,5 +1,7 @@
 #include "agent/session.h"
 
+#include "agent/cli.h"
+
 #include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -181,6 +183,7 @@ static void on_close(struct net_conn *c, int err) {
     s->health->connected = false;
     s->health->disconnected_ms = core_wall_ms();
   }
+  err = agent_connect_error(err, was_ready);
   const char *reason = err ? cordon_err_message(err) : s->stopping ? "stopping" : "closed";
   if (was_ready || (err && !s->stopping))
     core_log_kv(err && !s->stopping ? CORE_LOG_WARN : CORE_LOG_INFO,
