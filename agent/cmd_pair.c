@@ -51,7 +51,8 @@ static void fail(struct pairing_run *p, struct net_conn *c, int err, const char 
 static int on_ready(struct net_conn *c) {
   struct pairing_run *p = net_conn_data(c);
   struct msg m;
-  agent_hello_fill(&p->facts, p->cfg, &m);
+  struct msg_fact wire[AGENT_FACTS_MAX];
+  agent_hello_fill(&p->facts, p->cfg, wire, &m);
   m.hello.pair_code = p->code_id;
   m.hello.name = (char *)p->name;
   return send_msg(c, &m);
@@ -223,7 +224,8 @@ static int unpair_check(struct net_conn *c, const uint8_t key[NOISE_KEY_LEN]) {
 static int unpair_ready(struct net_conn *c) {
   struct unpair_run *u = net_conn_data(c);
   struct msg m;
-  agent_hello_fill(&u->facts, u->cfg, &m);
+  struct msg_fact wire[AGENT_FACTS_MAX];
+  agent_hello_fill(&u->facts, u->cfg, wire, &m);
   m.hello.has_device_id = true;
   memcpy(m.hello.device_id, u->pairing.device_id, CORDON_ID_LEN);
   return send_msg(c, &m);

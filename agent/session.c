@@ -68,7 +68,8 @@ static int on_check_peer(struct net_conn *c, const uint8_t key[NOISE_KEY_LEN]) {
 static int on_ready(struct net_conn *c) {
   struct agent_session *s = net_conn_data(c);
   struct msg m;
-  agent_hello_fill(s->facts, s->cfg, &m);
+  struct msg_fact wire[AGENT_FACTS_MAX];
+  agent_hello_fill(s->facts, s->cfg, wire, &m);
   m.hello.has_device_id = true;
   memcpy(m.hello.device_id, s->pairing->device_id, CORDON_ID_LEN);
   uint8_t *buf;

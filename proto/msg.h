@@ -69,6 +69,9 @@
 #define MSG_OUTPUT_MAX (1u << 20) /* stdout, stderr: each */
 #define MSG_TICKET_MAX 4096u      /* a version-1 ticket body is 161 bytes */
 #define MSG_PUBLISHER_KEYS_MAX 16
+#define MSG_FACTS_MAX 32       /* entries in hello.facts */
+#define MSG_FACT_KEY_MAX 32    /* a fact's name: a token */
+#define MSG_FACT_VALUE_MAX 256 /* a fact's value: a name (no control characters) */
 /* Objects per record (keys, values, containers), for the validator. */
 #define MSG_ITEMS_MAX 1024
 /* The largest encoded record. Every message that passes the field caps
@@ -131,6 +134,13 @@ struct msg_bytes {
   size_t len;
 };
 
+/* One probe result the agent reports (hello.facts): "bwrap_version" ->
+ * "bubblewrap 0.8.0". */
+struct msg_fact {
+  char *key;   /* token, 1..MSG_FACT_KEY_MAX, unique within the map */
+  char *value; /* name format, 0..MSG_FACT_VALUE_MAX */
+};
+
 struct msg_hello {
   uint16_t proto_min; /* 1..65535, <= proto_max */
   uint16_t proto_max;
@@ -147,6 +157,10 @@ struct msg_hello {
   char *downgrade_reason; /* nullable: NULL exactly when best_level is isolated */
   char *mechanism;        /* optional (NULL): e.g. "bwrap+seccomp+cgroup" */
   uint32_t max_jobs;      /* 1..1024 */
+  /* optional (NULL): a map of str to str on the wire, n_facts entries
+   * (0..MSG_FACTS_MAX); present exactly when facts is not NULL */
+  struct msg_fact *facts;
+  size_t n_facts;
 };
 
 struct msg_welcome {
