@@ -16,15 +16,26 @@
  * read it. docs/man/cordon-agent.8.scd says the same in prose. */
 const struct agent_cli_command agent_cli_commands[] = {
     {"status", "[--json]", "what sandbox this device can give, its pairing and the running agent",
-     "  --json                JSON on stdout only (default: also a summary on stderr)\n"},
-    {"explain", "DIR|FILE.cpkg [--trust KEYFILE] [--json] [-- ARGS...]",
-     "the sandbox plan for a package, as JSON, without running it",
+     "  --json                the whole report as JSON (default: a summary)\n"},
+    {"explain",
+     "DIR|FILE.cpkg [--trust KEYFILE] [--json] [-- ARGS...]  |  explain [--net] [--ro PATH] [--rw "
+     "PATH] [--json] -- CMD [ARGS...]",
+     "the sandbox plan for a package or an ad-hoc command, without running it",
      "  --trust KEYFILE       a publisher public key file a .cpkg may verify against\n"
-     "  --json                JSON (today the only form)\n"},
-    {"exec", "DIR|FILE.cpkg [--trust KEYFILE] [-- ARGS...]",
-     "run a package here under the same sandbox as a dispatched job",
+     "  --net, --ro, --rw     as for exec\n"
+     "  --json                the whole plan as JSON: bwrap argv, seccomp rules, ... (default: a "
+     "summary)\n"},
+    {"exec",
+     "DIR|FILE.cpkg [--trust KEYFILE] [-- ARGS...]  |  exec [--net] [--ro PATH] [--rw PATH] "
+     "[--json] -- CMD [ARGS...]",
+     "run a package, or an ad-hoc command, here under the same sandbox as a dispatched job",
      "  --trust KEYFILE       a publisher public key file a .cpkg may verify against\n"
-     "  -- ARGS...            appended to the package's entry\n"},
+     "  -- ARGS...            a package: appended to its entry\n"
+     "  -- CMD [ARGS...]      no package: run CMD (found on PATH) in a default manifest\n"
+     "  --net                 ad-hoc: the command may use the network\n"
+     "  --ro PATH             ad-hoc: PATH readable (repeatable; under the owner's grant_roots)\n"
+     "  --rw PATH             ad-hoc: PATH readable and writable (repeatable)\n"
+     "  --json                ad-hoc: the result JSON instead of the command's own output\n"},
     {"pair", "--server HOST:PORT [--code CODE] [--name NAME]",
      "enrol this device with a server (the code may come on stdin)",
      "  --server HOST:PORT    the server's agent port\n"

@@ -37,7 +37,7 @@ static void put_bool(struct agent_facts *f, const char *key, json_t *v, const ch
 
 /* The inventory out of sandbox_probe_json(): each platform's probes name
  * what they found; a fact is sent for each of those keys that is there. */
-static void facts_from_probes(struct agent_facts *f, json_t *pr) {
+void agent_facts_add_probes(struct agent_facts *f, json_t *pr) {
   json_t *bw = json_object_get(pr, "bwrap");
   if (bw) {
     json_t *v = json_object_get(bw, "version");
@@ -104,7 +104,7 @@ int agent_facts_probe(const struct agent_config *cfg, struct agent_facts *out_fa
   /* the inventory: what `status` finds, trial sandbox included */
   if (sandbox_probe_new(&pol, true, &p) == 0) {
     json_t *j = sandbox_probe_json(p);
-    facts_from_probes(&f, j);
+    agent_facts_add_probes(&f, j);
     json_decref(j);
     sandbox_probe_free(p);
   }

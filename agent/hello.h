@@ -3,6 +3,7 @@
 #ifndef CORDON_AGENT_HELLO_H
 #define CORDON_AGENT_HELLO_H
 
+#include <jansson.h>
 #include <stddef.h>
 
 #include "agent/cli.h"
@@ -29,6 +30,9 @@ struct agent_facts {
  * `run` starts and on SIGHUP, and by `pair`; every hello sends the last
  * result. */
 int agent_facts_probe(const struct agent_config *cfg, struct agent_facts *out_facts);
+/* The inventory facts found in probes (sandbox_probe_json), appended to
+ * f (at most AGENT_FACTS_MAX in all). */
+void agent_facts_add_probes(struct agent_facts *f, json_t *probes);
 /* Fill a hello; strings point into f and cfg, and its facts into wire
  * (AGENT_FACTS_MAX entries of the caller's): keep them alive while m is
  * used. */

@@ -1,10 +1,13 @@
 /* cordon-agent: command-line entry: parse the command line and dispatch to
- * the commands (agent/commands.h), which are the agent library. Only JSON
- * goes to stdout (`metrics`: Prometheus text); one-line errors go to
- * stderr as "cordon-agent: <code>: <message>". Exit status: 0 ran and
- * exited 0 / command succeeded; 1 ran and failed, timed out or was
- * refused; 2 bad usage or malformed local input; 3 (`run`) not paired, or
- * revoked or unpaired by the server. */
+ * the commands (agent/commands.h), which are the agent library; help and
+ * version come from the command table (agent/cli.c). stdout carries what
+ * was asked: `status` and `explain` a summary (--json: JSON), `exec` of a
+ * package its result JSON, an ad-hoc `exec` the command's own output,
+ * `metrics` Prometheus text; one-line errors go to stderr as
+ * "cordon-agent: <code>: <message>". Exit status: 0 ran and exited 0 /
+ * command succeeded; 1 ran and failed, timed out or was refused; 2 bad
+ * usage or malformed local input; 3 (`run`) not paired, or revoked or
+ * unpaired by the server; an ad-hoc `exec`: the command's own. */
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,6 +20,7 @@
 #include "agent/config.h"
 #include "compat/posix.h"
 #include "core/log.h"
+#include "core/manifest.h"
 
 /* Options that take a value, of every command (service's included): the
  * word after one is never the command. */
@@ -94,6 +98,9 @@ struct cli {
   const char *server, *code, *name;
   const char *drain_timeout, *log_level;
   bool json;
+  bool net; /* exec/explain of an ad-hoc command: --net, --ro, --rw */
+  const char *ro[MANIFEST_MAX_GRANTS], *rw[MANIFEST_MAX_GRANTS];
+  size_t n_ro, n_rw;
   bool service; /* run --service: started by the Windows Service Control Manager */
   char **args;
   size_t n_args;
@@ -127,6 +134,17 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
         c->log_level = v;
       else
         c->name = v;
+    } else if (strcmp(a, "--ro") == 0 || strcmp(a, "--rw") == 0) {
+      if (i + 1 >= argc)
+        return agent_usagef("%s needs a path", a);
+      if (c->n_ro + c->n_rw >= MANIFEST_MAX_GRANTS)
+        return agent_usagef("at most %d --ro and --rw", MANIFEST_MAX_GRANTS);
+      if (a[3] == 'o')
+        c->ro[c->n_ro++] = argv[++i];
+      else
+        c->rw[c->n_rw++] = argv[++i];
+    } else if (strcmp(a, "--net") == 0) {
+      c->net = true;
     } else if (strcmp(a, "--json") == 0) {
       c->json = true;
     } else if (strcmp(a, "--service") == 0) {
@@ -146,11 +164,33 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
   return 0;
 }
 
+/* exec and explain: of a package (DIR|FILE.cpkg), or with no package of
+ * the ad-hoc command after "--". */
 static int cmd_exec(const struct cli *c, const struct agent_config *cfg, bool explain) {
-  if (!c->target)
-    return agent_usagef("%s needs a package (" AGENT_PROG " help %s)", explain ? "explain" : "exec",
-                        explain ? "explain" : "exec");
-  return agent_cmd_exec(cfg, c->target, c->trust, c->args, c->n_args, explain);
+  const char *name = explain ? "explain" : "exec";
+  bool caps = c->net || c->n_ro || c->n_rw;
+  if (!c->target && c->n_args == 0)
+    return agent_usagef("%s needs a package or -- CMD (" AGENT_PROG " help %s)", name, name);
+  if (c->target && caps)
+    return agent_usagef("--net, --ro and --rw are for an ad-hoc command (%s -- CMD), a package "
+                        "says what it needs",
+                        name);
+  if (!c->target && c->trust)
+    return agent_usage("--trust is for a .cpkg package");
+  struct agent_exec_options o = {
+      .source = c->target,
+      .trust = c->trust,
+      .args = c->args,
+      .n_args = c->n_args,
+      .explain = explain,
+      .json = c->json,
+      .net = c->net,
+      .ro = c->ro,
+      .rw = c->rw,
+      .n_ro = c->n_ro,
+      .n_rw = c->n_rw,
+  };
+  return agent_cmd_exec(cfg, &o);
 }
 
 /* `service ...` takes options of its own: hand it the rest of argv. */
@@ -211,6 +251,8 @@ int main(int argc, char **argv) {
     return agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", c.cmd);
   if (c.service && strcmp(c.cmd, "run") != 0)
     return agent_usage("--service goes with run only");
+  if ((c.net || c.n_ro || c.n_rw) && strcmp(c.cmd, "exec") != 0 && strcmp(c.cmd, "explain") != 0)
+    return agent_usage("--net, --ro and --rw go with exec and explain only");
   if ((c.drain_timeout || c.log_level) && strcmp(c.cmd, "run") != 0)
     return agent_usage("--drain-timeout and --log-level go with run only");
   if (c.log_level) {
