@@ -9,6 +9,7 @@
 #include "agent/commands.h"
 #include "agent/hello.h"
 #include "agent/state.h"
+#include "agent/trust.h"
 #include "compat/posix.h"
 #include "core/id.h"
 #include "net/conn.h"
@@ -283,6 +284,7 @@ int agent_cmd_unpair(const struct agent_config *cfg) {
   if (priv)
     sodium_free(priv);
   r = agent_pairing_remove(cfg->dir, &diag);
+  agent_trust_server_keys_remove(cfg->dir);
   if (r < 0)
     return agent_fail(r, diag.msg);
   if (u.told)

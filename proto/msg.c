@@ -286,9 +286,18 @@ static const struct field pair_done_fields[] = {
 };
 
 static const struct field keys_fields[] = {
-    F_UINT(msg_keys, serial, 8, 1, UINT64_MAX),  F_FIX(msg_keys, ticket_key, MSG_KEY_LEN),
-    F_FIX(msg_keys, publisher_key, MSG_KEY_LEN), F_FIX(msg_keys, ticket_sig, MSG_SIG_LEN),
+    F_UINT(msg_keys, serial, 8, 1, UINT64_MAX),
+    F_FIX(msg_keys, ticket_key, MSG_KEY_LEN),
+    F_FIX(msg_keys, publisher_key, MSG_KEY_LEN),
+    F_FIX(msg_keys, ticket_sig, MSG_SIG_LEN),
     F_FIX(msg_keys, publisher_sig, MSG_SIG_LEN),
+    {.key = "retired",
+     .kind = K_KEYS,
+     .presence = P_OPTIONAL,
+     .off = OFF(msg_keys, retired),
+     .aux = OFF(msg_keys, n_retired),
+     .lo = 0,
+     .hi = MSG_PUBLISHER_KEYS_MAX},
 };
 
 static const struct field goaway_fields[] = {
@@ -614,7 +623,7 @@ static void store_size(uint8_t *at, size_t v) {
 static bool field_present(const struct field *f, const uint8_t *base) {
   if (f->presence == P_REQUIRED)
     return true;
-  if (f->kind == K_STR || f->kind == K_FACTS)
+  if (f->kind == K_STR || f->kind == K_FACTS || f->kind == K_KEYS)
     return load_ptr(base + f->off) != NULL;
   return load_bool(base + f->aux);
 }
@@ -696,7 +705,7 @@ static int dec_value(const struct field *f, const msgpack_object *o, uint8_t *ba
     /* Null: the zeroed struct already says so (NULL pointer, has_ false). */
     return 0;
   }
-  if (f->presence != P_REQUIRED && f->kind != K_STR && f->kind != K_FACTS)
+  if (f->presence != P_REQUIRED && f->kind != K_STR && f->kind != K_FACTS && f->kind != K_KEYS)
     store_bool(base + f->aux, true);
 
   switch (f->kind) {
@@ -1061,7 +1070,7 @@ static int chk_fields(const struct schema *s, const uint8_t *base, const struct 
 
     if (f->kind == K_STR && f->presence == P_REQUIRED && !load_ptr(at))
       return DIAG(diag, CORDON_E_PROTOCOL, p, f->key, "missing");
-    if (f->kind == K_FACTS && !load_ptr(at) && load_size(base + f->aux) > 0)
+    if ((f->kind == K_FACTS || f->kind == K_KEYS) && !load_ptr(at) && load_size(base + f->aux) > 0)
       return -EINVAL;
     if (!field_present(f, base))
       continue;

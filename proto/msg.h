@@ -260,6 +260,12 @@ struct msg_keys {
   uint8_t publisher_key[MSG_KEY_LEN];
   uint8_t ticket_sig[MSG_SIG_LEN];    /* by the old ticket key */
   uint8_t publisher_sig[MSG_SIG_LEN]; /* by the old publisher key */
+  /* optional (NULL): publisher keys the agent must no longer trust
+   * (`keys retire`), every one retired so far, n_retired 0..16. Not
+   * covered by the signatures: it can only take trust away, and the
+   * session is the server's (docs/protocol/messages.md 6.13). */
+  uint8_t (*retired)[MSG_KEY_LEN];
+  size_t n_retired;
 };
 
 struct msg_goaway {

@@ -98,5 +98,6 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_keys(const struct server_cli *cli, int argc, char **argv);
 
 #endif

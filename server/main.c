@@ -27,6 +27,7 @@ static const struct server_command commands[] = {
     {"run", server_cmd_run, "the daemon: --listen HOST:PORT"},
     {"dispatch", server_cmd_dispatch, "send a package to a device of a user"},
     {"cancel", server_cmd_cancel, "cancel a job"},
+    {"keys", server_cmd_keys, "rotate, retire or list the ticket and publisher keys"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,189 @@
+/* cordon-server keys rotate [--ticket] [--publisher] | retire KEY_ID |
+ * list [--json]: the server's ticket and publisher keys (server/keys.h).
+ * rotate and retire commit STATE/keys.json, then tell a running daemon
+ * with SIGHUP (its pid is in STATE/daemon.lock, which it holds), which
+ * reloads its keys and announces them to every connected agent; agents
+ * that are offline get the announcements when they next connect. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "server/cli.h"
+#include "server/keys.h"
+#include "server/lock.h"
+
+static const char keys_usage[] =
+    "usage: cordon-server keys rotate [--ticket] [--publisher] | keys retire KEY_ID | "
+    "keys list [--json]  [--state DIR]";
+
+/* SIGHUP to the daemon holding STATE/daemon.lock: 1 told, 0 none runs. */
+static int tell_daemon(const char *state) {
+  char path[4096], buf[32] = "";
+  snprintf(path, sizeof(path), "%s/%s", state, SERVER_LOCK_FILE);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0)
+    return 0;
+  int told = 0;
+  if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+    flock(fd, LOCK_UN); /* nobody holds it: no daemon */
+  } else if (errno == EWOULDBLOCK) {
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+    long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+    if (pid > 0 && kill((pid_t)pid, SIGHUP) == 0)
+      told = 1;
+  }
+  close(fd);
+  return told;
+}
+
+static void say_done(const char *state, const char *what, uint64_t serial) {
+  int told = tell_daemon(state);
+  fprintf(stderr, "%s: %s (announcement %llu); %s\n", SERVER_PROG, what, (unsigned long long)serial,
+          told ? "the running daemon announces it to connected agents now, others on connect"
+               : "no daemon runs: agents get it when they connect to the next one");
+}
+
+static int cmd_rotate(const char *state, int argc, char **argv) {
+  static const struct option opts[] = {{"ticket", no_argument, NULL, 't'},
+                                       {"publisher", no_argument, NULL, 'p'},
+                                       {"state", required_argument, NULL, 's'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  bool ticket = false, publisher = false;
+  int c;
+  optind = 0;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 't')
+      ticket = true;
+    else if (c == 'p')
+      publisher = true;
+    else if (c == 's')
+      state = optarg;
+    else if (c == 'h') {
+      printf("%s\n", keys_usage);
+      return 0;
+    } else
+      return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+  }
+  if (optind != argc)
+    return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+  if (!ticket && !publisher)
+    ticket = publisher = true;
+  uint64_t serial = 0;
+  char tid[33], pid[33];
+  struct cordon_diag diag = {{0}};
+  int r = server_keys_rotate(state, ticket, publisher, &serial, tid, pid, &diag);
+  if (r < 0)
+    return server_cli_fail(r, &diag);
+  if (tid[0])
+    printf("ticket %s\n", tid);
+  if (pid[0])
+    printf("publisher %s\n", pid);
+  fflush(stdout);
+  say_done(state, "keys rotated", serial);
+  return 0;
+}
+
+static int cmd_retire(const char *state, int argc, char **argv) {
+  static const struct option opts[] = {
+      {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
+  int c;
+  optind = 0;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 's')
+      state = optarg;
+    else if (c == 'h') {
+      printf("%s\n", keys_usage);
+      return 0;
+    } else
+      return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+  }
+  if (optind + 1 != argc)
+    return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+  uint64_t serial = 0;
+  char id[33];
+  struct cordon_diag diag = {{0}};
+  int r = server_keys_retire(state, argv[optind], &serial, id, &diag);
+  if (r < 0)
+    return server_cli_fail(r, &diag);
+  char what[80];
+  snprintf(what, sizeof(what), "publisher key %s retired", id);
+  say_done(state, what, serial);
+  return 0;
+}
+
+static int cmd_list(const char *state, int argc, char **argv) {
+  static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+                                       {"state", required_argument, NULL, 's'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  bool json = false;
+  int c;
+  optind = 0;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 'j')
+      json = true;
+    else if (c == 's')
+      state = optarg;
+    else if (c == 'h') {
+      printf("%s\n", keys_usage);
+      return 0;
+    } else
+      return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+  }
+  if (optind != argc)
+    return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+  json_t *list = NULL;
+  struct cordon_diag diag = {{0}};
+  int r = server_keys_list(state, &list, &diag);
+  if (r < 0)
+    return server_cli_fail(r, &diag);
+  if (json) {
+    char *s = json_dumps(list, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s)
+      printf("%s\n", s);
+    free(s);
+  } else {
+    printf("%-32s  %-9s  %-20s  %-20s  %s\n", "ID", "ROLE", "CREATED", "RETIRED", "CURRENT");
+    size_t i;
+    json_t *k;
+    json_array_foreach(list, i, k) {
+      const char *ret = json_string_value(json_object_get(k, "retired"));
+      printf("%-32s  %-9s  %-20s  %-20s  %s\n", json_string_value(json_object_get(k, "id")),
+             json_string_value(json_object_get(k, "role")),
+             json_string_value(json_object_get(k, "created")), ret ? ret : "-",
+             json_is_true(json_object_get(k, "current")) ? "yes" : "");
+    }
+  }
+  fflush(stdout);
+  json_decref(list);
+  return 0;
+}
+
+int server_cmd_keys(const struct server_cli *cli, int argc, char **argv) {
+  if (argc < 2)
+    return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+  const char *sub = argv[1];
+  if (strcmp(sub, "-h") == 0 || strcmp(sub, "--help") == 0) {
+    printf("%s\n", keys_usage);
+    return 0;
+  }
+  if (strcmp(sub, "rotate") == 0)
+    return cmd_rotate(cli->state_dir, argc - 1, argv + 1);
+  if (strcmp(sub, "retire") == 0)
+    return cmd_retire(cli->state_dir, argc - 1, argv + 1);
+  if (strcmp(sub, "list") == 0)
+    return cmd_list(cli->state_dir, argc - 1, argv + 1);
+  return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+}
