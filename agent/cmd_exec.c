@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
+#include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,8 +140,13 @@ static int join(char *out, size_t len, const char *a, const char *b) {
 
 /* CMD as the absolute path the manifest's entry needs: with a '/', made
  * absolute against the working directory; without, the first executable
- * of that name on PATH. */
+ * of that name on PATH (':'-separated: on Windows give an absolute path,
+ * C:\...). */
 static int resolve_command(const char *cmd, char *out, size_t len, struct cordon_diag *diag) {
+  if (manifest_path_is_windows_absolute(cmd)) {
+    snprintf(out, len, "%s", cmd);
+    return 0;
+  }
   if (strchr(cmd, '/')) {
     if (cmd[0] == '/') {
       snprintf(out, len, "%s", cmd);
@@ -211,11 +217,20 @@ static int adhoc_package(const struct agent_config *cfg, const struct agent_exec
   json_t *m = json_pack("{s:s, s:s, s:[s], s:[s], s:s, s:o}", "name", "exec", "version", "0",
                         "entry", cmd, "platforms", paths_platform_name(), "min_sandbox",
                         sandbox_level_name(cfg->lowest_level), "capabilities", caps);
-  const char *tmp = getenv("TMPDIR");
-  snprintf(out_dir, len, "%s/cordon-exec-XXXXXX", tmp && tmp[0] == '/' ? tmp : "/tmp");
-  if (!m || !mkdtemp(out_dir)) {
+  /* CONFIG/jobs/exec-RANDOM: the agent's own directory, on every OS */
+  char jobs[PATH_MAX], name[40];
+  uint8_t rnd[8];
+  randombytes_buf(rnd, sizeof(rnd));
+  snprintf(name, sizeof(name), "exec-");
+  sodium_bin2hex(name + 5, sizeof(name) - 5, rnd, sizeof(rnd));
+  if (!m) /* json_pack took caps either way */
+    return -ENOMEM;
+  r = agent_job_dir_prepare(cfg, jobs, sizeof(jobs), diag);
+  if (r == 0 && (r = join(out_dir, len, jobs, name)) == 0 && mkdir(out_dir, 0700) < 0)
+    r = cordon_diag_set(diag, -errno, "%s: %s", out_dir, strerror(errno));
+  if (r < 0) {
     json_decref(m);
-    return cordon_diag_set(diag, -errno, "a temporary directory: %s", strerror(errno));
+    return r;
   }
   char path[PATH_MAX];
   r = join(path, sizeof(path), out_dir, "manifest.json");

@@ -245,6 +245,13 @@ int agent_trust_apply_keys(const char *dir, struct agent_pairing *p, const struc
   return 1;
 }
 
+uint64_t agent_trust_keys_serial(const char *dir) {
+  uint64_t serial;
+  uint8_t tk[32];
+  bool have;
+  return read_serial_file(dir, &serial, tk, &have, NULL) == 0 && have ? serial : 0;
+}
+
 void agent_trust_server_keys_remove(const char *dir) {
   char path[4200], tdir[4096];
   snprintf(path, sizeof(path), "%s/%s", dir, AGENT_SERVER_KEYS_FILE);

@@ -14,6 +14,8 @@
 #ifndef CORDON_AGENT_TRUST_H
 #define CORDON_AGENT_TRUST_H
 
+#include <stdint.h>
+
 #include "core/error.h"
 #include "proto/cpkg.h"
 
@@ -57,6 +59,10 @@ int agent_trust_server_keys_load(const char *dir, struct agent_pairing *p,
  * away, and it comes over the paired server's authenticated session. */
 int agent_trust_apply_keys(const char *dir, struct agent_pairing *p, const struct msg_keys *k,
                            struct cordon_diag *diag);
+
+/* The serial of the last announcement accepted, 0 for none (or a
+ * malformed file). */
+uint64_t agent_trust_keys_serial(const char *dir);
 
 /* Forget them (unpair): server-keys.json and trusted/server-publisher-*.pub. */
 void agent_trust_server_keys_remove(const char *dir);

@@ -100,6 +100,17 @@ Test(keys, rotate_then_retire_with_an_online_and_an_offline_agent) {
   json_decref(sk);
   runs_on(off, old_pkg, "old key on the late agent");
 
+  /* paired after the rotation: it holds the new keys already, and takes
+   * the chain without a complaint */
+  struct e2e_agent *late = pair_agent(2, "paired-after", NULL);
+  start_agent(late);
+  runs_on(late, new_pkg, "new key, device paired after the rotation");
+  cr_assert_eq(count_in(late->log, "server keys refused"), 0, "%s", late->log);
+  snprintf(path, sizeof(path), "%s/server-keys.json", late->dir);
+  sk = json_load_file(path, 0, NULL);
+  cr_assert_eq(json_integer_value(json_object_get(sk, "serial")), 1, "announcement 1 is its keys");
+  json_decref(sk);
+
   o = RUN(SERVER, "keys", "retire", old_pub, "--state", e2e_state);
   cr_assert_eq(o->status, 0, "%s", o->err);
   free(o);
