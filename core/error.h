@@ -36,6 +36,10 @@
   X(QUEUE_EXPIRED, "queue_expired", "no eligible device came online before the queue deadline")    \
   X(PLATFORM_MISMATCH, "platform_mismatch", "the package does not support this platform")          \
   X(USAGE, "usage", "bad usage")                                                                   \
+  /* the server's administration (cordon-server): what a command named */                          \
+  X(NOT_FOUND, "not_found", "no such user, device, job or code")                                   \
+  X(ALREADY_EXISTS, "already_exists", "it already exists")                                         \
+  X(NOT_RUNNING, "not_running", "it is not running")                                               \
   X(PROTOCOL, "protocol_error", "protocol error")                                                  \
   X(CRYPTO, "crypto_failed", "cryptographic operation failed")                                     \
   X(LIMIT, "limit_exceeded", "input exceeds a limit")                                              \

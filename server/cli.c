@@ -1,6 +1,7 @@
 #include "server/cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -42,9 +43,40 @@ int server_cli_failf(int err, const char *fmt, ...) {
   return server_cli_fail(err, &d);
 }
 
+int server_cli_db_code(int err) {
+  switch (err) {
+  case -EINVAL:
+    return CORDON_E_USAGE;
+  case -ENOENT:
+    return CORDON_E_NOT_FOUND;
+  case -EEXIST:
+    return CORDON_E_ALREADY_EXISTS;
+  case -ENOTUNIQ: /* a name or prefix that names several: say which */
+    return CORDON_E_USAGE;
+  default:
+    return err;
+  }
+}
+
 int server_cli_db_fail(int err, const struct cordon_diag *diag) {
-  if (err == -EINVAL)
-    err = CORDON_E_USAGE;
+  return server_cli_fail(server_cli_db_code(err), diag);
+}
+
+int server_cli_device_resolve(struct server_db *db, const char *text, const char *user,
+                              struct server_db_device *out_dev) {
+  struct cordon_diag diag = {{0}};
+  struct server_db_user u = {0};
+  int err = user ? server_db_user_get_by_name(db, user, &u, &diag) : 0;
+  if (!err)
+    err = server_db_device_resolve(db, text, user ? u.id : 0, out_dev, &diag);
+  return err ? server_cli_db_fail(err, &diag) : 0;
+}
+
+int server_cli_admin_fail(int err, const struct cordon_diag *diag) {
+  if (err == -ENOENT || err == -ECONNREFUSED)
+    return diag && diag->msg[0]
+               ? server_cli_fail(CORDON_E_NOT_RUNNING, diag)
+               : server_cli_failf(CORDON_E_NOT_RUNNING, "the daemon is not running");
   return server_cli_fail(err, diag);
 }
 
@@ -203,4 +235,167 @@ json_t *server_cli_online_json(const json_t *sessions, const char *device_id) {
 
 const char *server_cli_online_text(const json_t *sessions, const char *device_id) {
   return sessions ? is_online(sessions, device_id) ? "online" : "offline" : "unknown";
+}
+
+/* --- the command table ---------------------------------------------------- */
+
+#define FORMS(...) ((const struct server_cli_form[]){__VA_ARGS__, {NULL, NULL, NULL}})
+
+const struct server_cli_command server_cli_commands[] = {
+    {"init", server_cmd_init, "create the state directory, its keys and database",
+     FORMS({NULL, "", "create the state directory, its keys and database"})},
+    {"run", server_cmd_run, "the daemon",
+     FORMS({NULL,
+            "--listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] "
+            "[--drain-timeout SECONDS] [--log-level debug|info|warn|error] [--log-file PATH] "
+            "[--metrics HOST:PORT] [--require-approval]",
+            "the daemon: agents' sessions and pairing on HOST:PORT, admin requests on "
+            "STATE/admin.sock"})},
+    {"user", server_cmd_user, "users",
+     FORMS({"add", "NAME [--json]", "add a user"}, {"list", "[--json]", "list the users"},
+           {"set", "NAME --require-approval yes|no",
+            "whether the user's newly paired devices wait for device approve"},
+           {"remove", "NAME", "revoke every device of a user and burn its codes; jobs are kept"})},
+    {"pair-code", server_cmd_paircode, "single-use pairing codes",
+     FORMS(
+         {NULL, "USER [--ttl DURATION]", "mint a pairing code for USER; the code alone on stdout"},
+         {"list", "[--user USER] [--json]",
+          "the codes: id, user, state, attempts left, why the last attempt failed"},
+         {"revoke", "ID", "burn a live code (ID: its first two groups, as pair-code list shows)"})},
+    {"devices", server_cmd_devices, "list the paired devices",
+     FORMS({NULL, "[--user USER] [--json]", "list the paired devices"})},
+    {"device", server_cmd_device, "one device",
+     FORMS({"label", "DEVICE [KEY=VALUE...] [--remove KEY]... [--user USER] [--json]",
+            "set and remove a device's labels; prints its labels"},
+           {"show", "DEVICE [--user USER] [--json]",
+            "everything about a device: level, labels, facts it reported, its jobs"},
+           {"approve", "DEVICE [--user USER]",
+            "a pending device gets jobs from now on (compare the authentication strings first)"},
+           {"reject", "DEVICE [--user USER]", "a pending device is revoked for good"},
+           {"rename", "DEVICE NAME [--user USER]",
+            "rename a device (names are unique among a user's devices)"})},
+    {"revoke", server_cmd_revoke, "revoke a device (terminal)",
+     FORMS({NULL, "DEVICE [--user USER]", "revoke a device: its key is refused from then on"})},
+    {"pack", server_cmd_pack, "build and sign an executor package",
+     FORMS({NULL, "DIR -o FILE.cpkg [--key PUBLISHER_KEY]", "build and sign a package from DIR"})},
+    {"dispatch", server_cmd_dispatch, "send a package to a device of a user",
+     FORMS({NULL,
+            "--user USER [--device DEVICE] [--where KEY=VALUE]... FILE.cpkg [--wait | --detach] "
+            "[--no-queue | --queue-ttl DURATION] [--explain] [-- ARGS...]",
+            "ask the daemon to send a job to a device of USER"})},
+    {"cancel", server_cmd_cancel, "cancel a job",
+     FORMS({NULL, "JOB", "cancel a job (through the daemon)"})},
+    {"jobs", server_cmd_jobs, "list jobs",
+     FORMS({NULL,
+            "[--user USER] [--device DEVICE] [--job-state STATE] [--since TIME] [--limit N] "
+            "[--json]",
+            "list the newest jobs, filtered"})},
+    {"job", server_cmd_job, "one job and its result",
+     FORMS({NULL, "JOB [--json] [--wait]", "show one job and its result"})},
+    {"keys", server_cmd_keys, "the ticket and publisher keys",
+     FORMS({"rotate", "[--ticket] [--publisher]",
+            "new keys, announced to the agents signed by the old ones"},
+           {"retire", "KEY_ID", "an older publisher key's packages are refused from then on"},
+           {"list", "[--json]", "every key: id, role, created, retired, current"})},
+    {"backup", server_cmd_backup, "copy the state database, also while the daemon runs",
+     FORMS({NULL, "FILE", "a consistent copy of the state database in a new FILE"})},
+    {"restore", server_cmd_restore, "put a backup back (the daemon stopped)",
+     FORMS({NULL, "FILE", "replace the state database with the backup in FILE"})},
+    {"version", server_cmd_version, "this build's versions",
+     FORMS(
+         {NULL, "[--json]", "the version, protocol versions, build options and library versions"})},
+    {"help", server_cmd_help, "help on a command",
+     FORMS({NULL, "[COMMAND [SUBCOMMAND]]", "help on a command, or the list of commands"})},
+    {NULL, NULL, NULL, NULL},
+};
+
+const struct server_cli_command *server_cli_command_find(const char *name) {
+  for (const struct server_cli_command *c = server_cli_commands; name && c->name; c++)
+    if (strcmp(c->name, name) == 0)
+      return c;
+  return NULL;
+}
+
+const struct server_cli_form *server_cli_form_find(const struct server_cli_command *cmd,
+                                                   const char *sub) {
+  for (const struct server_cli_form *f = cmd->forms; f->summary; f++)
+    if (sub ? f->sub && strcmp(f->sub, sub) == 0 : !f->sub)
+      return f;
+  return NULL;
+}
+
+/* "cordon-server user add NAME [--json]" */
+static void print_form(FILE *out, const char *cmd, const struct server_cli_form *f) {
+  fprintf(out, "%s %s%s%s%s%s", SERVER_PROG, cmd, f->sub ? " " : "", f->sub ? f->sub : "",
+          f->args[0] ? " " : "", f->args);
+}
+
+int server_cli_help(const char *name, const char *sub) {
+  if (!name) {
+    printf("usage: %s [--state DIR] COMMAND [ARGS...]\n"
+           "       %s --version | --help | help COMMAND\n\ncommands:\n",
+           SERVER_PROG, SERVER_PROG);
+    for (const struct server_cli_command *c = server_cli_commands; c->name; c++)
+      printf("  %-10s %s\n", c->name, c->summary);
+    printf("\nEvery command takes --state DIR (default %s) and -h, --help.\n"
+           "Exit status: 0 done, 1 failed, 2 bad usage (docs/DESIGN.md section 2.1).\n",
+           SERVER_DEFAULT_STATE);
+    return 0;
+  }
+  const struct server_cli_command *c = server_cli_command_find(name);
+  if (!c)
+    return server_cli_usage(NULL, NULL, "unknown command '%s'", name);
+  const struct server_cli_form *only = sub ? server_cli_form_find(c, sub) : NULL;
+  const char *lead = "usage: ";
+  for (const struct server_cli_form *f = c->forms; f->summary; f++) {
+    if (only && f != only)
+      continue;
+    fputs(lead, stdout);
+    print_form(stdout, c->name, f);
+    printf("\n           %s\n", f->summary);
+    lead = "       ";
+  }
+  printf("\nOptions every command takes: --state DIR (default %s), -h, --help.\n",
+         SERVER_DEFAULT_STATE);
+  return fflush(stdout) == 0 ? 0 : 1;
+}
+
+int server_cli_usage(const char *name, const char *sub, const char *fmt, ...) {
+  char what[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof(what), fmt, ap);
+  va_end(ap);
+  cordon_escape_controls(what, sizeof(what));
+  const struct server_cli_command *c = server_cli_command_find(name);
+  fprintf(stderr, "%s: %s: %s", SERVER_PROG, cordon_err_name(CORDON_E_USAGE), what);
+  if (!c) {
+    fprintf(stderr, " (%s --help lists the commands)\n", SERVER_PROG);
+    return 2;
+  }
+  const struct server_cli_form *only = sub ? server_cli_form_find(c, sub) : NULL;
+  const char *lead = "; expected: ";
+  for (const struct server_cli_form *f = c->forms; f->summary; f++) {
+    if (only && f != only)
+      continue;
+    fputs(lead, stderr);
+    print_form(stderr, c->name, f);
+    lead = " | ";
+  }
+  fprintf(stderr, " (%s help %s)\n", SERVER_PROG, c->name);
+  return 2;
+}
+
+int server_cli_bad_option(const char *name, const char *sub, char **argv) {
+  const char *arg = optind > 0 ? argv[optind - 1] : NULL;
+  if (optopt && optopt != '?' && arg && arg[0] == '-' && arg[1] != '-' && arg[1] != optopt)
+    return server_cli_usage(name, sub, "-%c: unknown option or missing value", optopt);
+  return server_cli_usage(name, sub, "'%s': unknown option or missing value", arg ? arg : "?");
+}
+
+int server_cmd_help(const struct server_cli *cli, int argc, char **argv) {
+  (void)cli;
+  if (argc > 3)
+    return server_cli_usage("help", NULL, "too many arguments");
+  return server_cli_help(argc > 1 ? argv[1] : NULL, argc > 2 ? argv[2] : NULL);
 }

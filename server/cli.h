@@ -18,11 +18,66 @@
 #include "server/db.h"
 
 #define SERVER_PROG "cordon-server"
+#ifdef CORDON_VERSION /* from the build (CMake), when it says */
+#define SERVER_VERSION CORDON_VERSION
+#else
+#define SERVER_VERSION "0.1.0"
+#endif
 #define SERVER_DEFAULT_STATE "/var/lib/cordon-server"
 
 struct server_cli {
   const char *state_dir; /* from a global --state, or SERVER_DEFAULT_STATE */
 };
+
+/* --- the command table ----------------------------------------------------
+ * Every command, its forms (one per subcommand, or one for a command
+ * without), their arguments and a summary: the only source of the help
+ * and the usage lines. tests/server/test_cli_table.c runs every form
+ * (--help, a missing argument, an unknown id) and checks that
+ * docs/man/cordon-server.8.scd has an entry for each. */
+
+struct server_cli_form {
+  const char *sub;     /* subcommand word ("add"), NULL for a command without */
+  const char *args;    /* what follows `cordon-server COMMAND [SUB]` */
+  const char *summary; /* one line */
+};
+
+struct server_cli_command {
+  const char *name;
+  int (*run)(const struct server_cli *cli, int argc, char **argv);
+  const char *summary;                 /* one line, for the command list */
+  const struct server_cli_form *forms; /* terminated by a form with summary NULL */
+};
+
+/* Terminated by an entry with name NULL. */
+extern const struct server_cli_command server_cli_commands[];
+
+/* The command called name, NULL when there is none. */
+const struct server_cli_command *server_cli_command_find(const char *name);
+/* The form of cmd whose sub is sub (NULL: the form without one), or NULL. */
+const struct server_cli_form *server_cli_form_find(const struct server_cli_command *cmd,
+                                                   const char *sub);
+
+/* Help on stdout: the command list (cmd NULL), a command's forms, or one
+ * form of it (sub given and a form of cmd). Returns 0, or the exit status
+ * of an unknown command (2, with its one-line error). */
+int server_cli_help(const char *cmd, const char *sub);
+
+/* A usage error, one line on stderr: `cordon-server: usage: <what>;
+ * expected: cordon-server CMD [SUB] ARGS [| ...] (cordon-server help CMD)`,
+ * with the forms of cmd (only sub's when sub names one). Returns 2. */
+int server_cli_usage(const char *cmd, const char *sub, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The same for getopt's '?' (opterr is 0: getopt prints nothing): names
+ * the option that getopt_long stopped at in argv. Returns 2. */
+int server_cli_bad_option(const char *cmd, const char *sub, char **argv);
+
+/* `version [--json]`: this build's version, the protocol versions it
+ * speaks, its build options and the libraries' versions. */
+int server_cmd_version(const struct server_cli *cli, int argc, char **argv);
+/* `help [COMMAND [SUB]]`. */
+int server_cmd_help(const struct server_cli *cli, int argc, char **argv);
 
 /* Print `cordon-server: <code>: <message>` on stderr, where message is diag
  * when set, else the code's own message. Returns the exit status for err. */
@@ -44,9 +99,24 @@ int server_cli_exit_status(int err);
  * returns the exit status; 0 and *out_db on success. */
 int server_cli_open_db(const char *state_dir, struct server_db **out_db);
 
+/* The stable code of a database error: -EINVAL is usage, -ENOENT not_found,
+ * -EEXIST already_exists; others unchanged. */
+int server_cli_db_code(int err);
 /* Print a database error (server_cli_fail) and return the exit status:
- * -EINVAL from the database is bad usage (2). */
+ * -EINVAL from the database is bad usage (2), the rest 1. */
 int server_cli_db_fail(int err, const struct cordon_diag *diag);
+/* The device an operator named (server_db_device_resolve: id, name, or a
+ * unique id prefix of 4 or more digits), of user when user is not NULL.
+ * On failure prints the error (not_found, exit 1; usage naming the
+ * candidates when several match, exit 2) and returns the exit status. */
+int server_cli_device_resolve(struct server_db *db, const char *text, const char *user,
+                              struct server_db_device *out_dev);
+/* After a device was revoked in the database: ask a running daemon to
+ * close its live session (nothing to do when none runs). 0 or the exit
+ * status of the printed error (server/cmd_revoke.c). */
+int server_cli_close_session(const char *state, const char *id);
+/* Print an admin_call error: no daemon listening is not_running (1). */
+int server_cli_admin_fail(int err, const struct cordon_diag *diag);
 
 /* "2026-11-30T04:23:19Z", or `never` for 0. */
 void server_cli_format_time(int64_t t, const char *never, char *buf, size_t size);
@@ -84,6 +154,17 @@ json_t *server_cli_online_json(const json_t *sessions, const char *device_id);
 /* The same for a table: "online", "offline" or "unknown". */
 const char *server_cli_online_text(const json_t *sessions, const char *device_id);
 
+/* --- jobs as the tables show them (server/cmd_jobs.c) ------------------- */
+
+/* The ERROR column: the job's stable code, else its result's, else
+ * "exit N" or "signal N" for a job that ran and failed, else "-". */
+void server_cli_job_error(const struct server_db_job *j, char *buf, size_t size);
+/* "name@version", or "-" for a job dispatched before they were kept. */
+void server_cli_job_package(const struct server_db_job *j, char *buf, size_t size);
+/* One row of `jobs --json`: {"id", "user", "device", "device_name", "state",
+ * "package", "error", "created", "updated", "device_online"}. */
+json_t *server_cli_job_summary_json(const struct server_db_job *j, const json_t *live);
+
 int server_cmd_init(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_pack(const struct server_cli *cli, int argc, char **argv);
 /* Commands on the state database (server/cmd_user.c, cmd_paircode.c,
@@ -99,5 +180,8 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_keys(const struct server_cli *cli, int argc, char **argv);
+/* server/cmd_backup.c */
+int server_cmd_backup(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_restore(const struct server_cli *cli, int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/id.h"
 #include "server/admin_client.h"
 #include "server/admin_ops.h"
 #include "server/cli.h"
@@ -40,10 +41,6 @@ static int reply_error(json_t *reply) {
   }
   return server_cli_failf(err, "%s", message ? message : "failed");
 }
-
-static const char dispatch_usage[] =
-    "dispatch --user U [--device D] [--where KEY=VALUE]... FILE.cpkg [--wait | --detach] "
-    "[--no-queue | --queue-ttl DURATION] [--explain] [-- ARGS...]";
 
 /* --explain: every candidate and the verdict, on stdout. */
 static int print_explain(json_t *reply) {
@@ -122,7 +119,7 @@ static int wait_job(const char *state, const char *id, json_t **out_reply) {
   if (r == 0)
     r = admin_call(state, req, out_reply, &diag);
   json_decref(req);
-  return r < 0 ? server_cli_fail(r, &diag) : 0;
+  return r < 0 ? server_cli_admin_fail(r, &diag) : 0;
 }
 
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
@@ -191,14 +188,50 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
       break;
     default:
       json_decref(where);
-      return server_cli_failf(CORDON_E_USAGE, "%s", dispatch_usage);
+      return server_cli_bad_option("dispatch", NULL, argv);
     }
   }
   /* getopt permutes: the package is the first operand, the rest are args */
   if (!user || optind >= argc || (wait && detach) || (no_queue && ttl) ||
       (explain && (wait || detach))) {
     json_decref(where);
-    return server_cli_failf(CORDON_E_USAGE, "%s", dispatch_usage);
+    return server_cli_usage("dispatch", NULL, "%s",
+                            !user             ? "--user USER is missing"
+                            : optind >= argc  ? "FILE.cpkg is missing"
+                            : wait && detach  ? "--wait and --detach exclude each other"
+                            : no_queue && ttl ? "--no-queue and --queue-ttl exclude each other"
+                                              : "--explain sends nothing: no --wait or --detach");
+  }
+  /* an unknown user is the database's answer, as for every other command */
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status) {
+    json_decref(where);
+    return status;
+  }
+  struct server_db_user u;
+  struct cordon_diag ud = {{0}};
+  int uerr = server_db_user_get_by_name(db, user, &u, &ud);
+  /* --device by id, name or id prefix, among the user's devices */
+  struct server_db_device named = {0};
+  char device_id[CORDON_ID_HEX_SIZE] = "";
+  if (!uerr && device) {
+    /* a whole id is taken as it is (the daemon says why another user's
+     * device is not eligible); a name or prefix among the user's devices */
+    if ((status = server_cli_device_resolve(db, device, cordon_id_hex_valid(device) ? NULL : user,
+                                            &named))) {
+      server_db_close(db);
+      json_decref(where);
+      return status;
+    }
+    snprintf(device_id, sizeof(device_id), "%s", named.id);
+    server_db_device_release(&named);
+    device = device_id;
+  }
+  server_db_close(db);
+  if (uerr) {
+    json_decref(where);
+    return server_cli_db_fail(uerr, &ud);
   }
   char pkg[PATH_MAX];
   if (!realpath(argv[optind], pkg)) {
@@ -233,7 +266,7 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     r = admin_call(state, req, &reply, &diag);
   json_decref(req);
   if (r < 0)
-    return server_cli_fail(r, &diag);
+    return server_cli_admin_fail(r, &diag);
   if (!admin_reply_is_ok(reply)) {
     int rc = reply_error(reply);
     json_decref(reply);
@@ -289,10 +322,27 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
     if (c == 's')
       state = optarg;
     else
-      return server_cli_failf(CORDON_E_USAGE, "cancel JOB");
+      return server_cli_bad_option("cancel", NULL, argv);
   }
   if (optind + 1 != argc)
-    return server_cli_failf(CORDON_E_USAGE, "cancel JOB");
+    return server_cli_usage("cancel", NULL, optind == argc ? "JOB is missing" : "one JOB expected");
+  /* an unknown or finished job is the database's answer, daemon or not */
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status)
+    return status;
+  struct server_db_job job;
+  struct cordon_diag jd = {{0}};
+  int err = server_db_job_get(db, argv[optind], &job, &jd);
+  server_db_close(db);
+  if (err)
+    return server_cli_db_fail(err, &jd);
+  bool final = server_db_job_state_is_final(job.state);
+  const char *job_state = server_db_job_state_name(job.state);
+  server_db_job_release(&job);
+  if (final)
+    return server_cli_failf(CORDON_E_NOT_RUNNING, "job %s already ended: %s", argv[optind],
+                            job_state);
   json_t *req = admin_request_new(ADMIN_OP_CANCEL);
   int r = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(argv[optind])) : -ENOMEM;
   json_t *reply = NULL;
@@ -301,7 +351,7 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
     r = admin_call(state, req, &reply, &diag);
   json_decref(req);
   if (r < 0)
-    return server_cli_fail(r, &diag);
+    return server_cli_admin_fail(r, &diag);
   int rc = admin_reply_is_ok(reply) ? 0 : reply_error(reply);
   if (rc == 0)
     fprintf(stderr, "cordon-server: job %s cancelled\n", argv[optind]);

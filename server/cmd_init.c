@@ -15,8 +15,6 @@
 #include "server/db.h"
 #include "server/keys.h"
 
-static const char init_usage[] = "usage: cordon-server init [--state DIR]";
-
 /* 0 when the directory holds nothing, -EEXIST when it holds something. */
 static int dir_is_empty(int dirfd) {
   int fd = dup(dirfd);
@@ -56,14 +54,13 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
       state = optarg;
       break;
     case 'h':
-      printf("%s\n", init_usage);
-      return 0;
+      return server_cli_help("init", NULL);
     default:
-      return server_cli_failf(CORDON_E_USAGE, "%s", init_usage);
+      return server_cli_bad_option("init", NULL, argv);
     }
   }
   if (optind != argc)
-    return server_cli_failf(CORDON_E_USAGE, "init takes no arguments; %s", init_usage);
+    return server_cli_usage("init", NULL, "init takes no arguments");
 
   int created = mkdir(state, 0700) == 0;
   if (!created && errno != EEXIST)

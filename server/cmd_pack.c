@@ -11,9 +11,6 @@
 #include "server/keys.h"
 #include "server/pack.h"
 
-static const char pack_usage[] =
-    "usage: cordon-server pack DIR -o FILE.cpkg [--key PUBLISHER_KEY] [--state DIR]";
-
 int server_cmd_pack(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
                                        {"key", required_argument, NULL, 'k'},
@@ -35,14 +32,16 @@ int server_cmd_pack(const struct server_cli *cli, int argc, char **argv) {
       state = optarg;
       break;
     case 'h':
-      printf("%s\n", pack_usage);
-      return 0;
+      return server_cli_help("pack", NULL);
     default:
-      return server_cli_failf(CORDON_E_USAGE, "%s", pack_usage);
+      return server_cli_bad_option("pack", NULL, argv);
     }
   }
   if (optind + 1 != argc || !out)
-    return server_cli_failf(CORDON_E_USAGE, "%s", pack_usage);
+    return server_cli_usage("pack", NULL,
+                            optind == argc ? "DIR is missing"
+                            : !out         ? "-o FILE.cpkg is missing"
+                                           : "one DIR expected");
   const char *dir = argv[optind];
 
   char *key_path = NULL;

@@ -13,10 +13,7 @@
 #include "server/cli.h"
 #include "server/db.h"
 
-static const char revoke_usage[] = "usage: cordon-server revoke DEVICE [--state DIR]";
-
-/* Ask a running daemon to close the device's live session. */
-static int tell_daemon(const char *state, const char *id) {
+int server_cli_close_session(const char *state, const char *id) {
   json_t *req = admin_request_new(ADMIN_OP_REVOKE), *reply = NULL;
   struct cordon_diag diag = {{0}};
   int err = req ? admin_request_set(req, ADMIN_ARG_DEVICE, json_string(id)) : -ENOMEM;
@@ -46,9 +43,11 @@ static int tell_daemon(const char *state, const char *id) {
 }
 
 int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {
-      {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
-  const char *state = cli->state_dir;
+  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                       {"user", required_argument, NULL, 'u'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  const char *state = cli->state_dir, *user = NULL;
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -56,37 +55,42 @@ int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
     case 's':
       state = optarg;
       break;
+    case 'u':
+      user = optarg;
+      break;
     case 'h':
-      printf("%s\n", revoke_usage);
-      return 0;
+      return server_cli_help("revoke", NULL);
     default:
-      return server_cli_failf(CORDON_E_USAGE, "%s", revoke_usage);
+      return server_cli_bad_option("revoke", NULL, argv);
     }
   }
   if (argc - optind != 1)
-    return server_cli_failf(CORDON_E_USAGE, "%s", revoke_usage);
-  const char *id = argv[optind];
+    return server_cli_usage("revoke", NULL,
+                            argc == optind ? "DEVICE is missing" : "one DEVICE expected");
   struct server_db *db = NULL;
   int status = server_cli_open_db(state, &db);
   if (status)
     return status;
   struct cordon_diag diag = {{0}};
   struct server_db_device d;
-  int err = server_db_device_get(db, id, &d, &diag);
-  if (!err) {
-    err = server_db_device_revoke(db, id, &diag);
-    if (err == -EALREADY) {
-      fprintf(stderr, "%s: device %s was already revoked\n", SERVER_PROG, d.id);
-      err = 0;
-    } else if (!err) {
-      char name[4 * SERVER_DB_NAME_MAX + 1];
-      server_cli_escape(d.name, name, sizeof(name));
-      fprintf(stderr, "%s: revoked device %s (%s, owner %s)\n", SERVER_PROG, d.id, name, d.owner);
-    }
-    server_db_device_release(&d);
+  if ((status = server_cli_device_resolve(db, argv[optind], user, &d))) {
+    server_db_close(db);
+    return status;
   }
+  char id[CORDON_ID_HEX_SIZE];
+  snprintf(id, sizeof(id), "%s", d.id);
+  int err = server_db_device_revoke(db, id, &diag);
+  if (err == -EALREADY) {
+    fprintf(stderr, "%s: device %s was already revoked\n", SERVER_PROG, d.id);
+    err = 0;
+  } else if (!err) {
+    char name[4 * SERVER_DB_NAME_MAX + 1];
+    server_cli_escape(d.name, name, sizeof(name));
+    fprintf(stderr, "%s: revoked device %s (%s, owner %s)\n", SERVER_PROG, d.id, name, d.owner);
+  }
+  server_db_device_release(&d);
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
-  return tell_daemon(state, id);
+  return server_cli_close_session(state, id);
 }

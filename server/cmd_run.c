@@ -10,10 +10,6 @@
 #include "server/cli.h"
 #include "server/daemon.h"
 
-static const char run_usage[] =
-    "run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] [--drain-timeout SECONDS] "
-    "[--log-level debug|info|warn|error] [--log-file PATH] [--metrics HOST:PORT] [--state DIR]";
-
 static int parse_host_port(const char *s, char *host, size_t host_len, int *out_port) {
   const char *colon = strrchr(s, ':');
   if (!colon || colon == s || (size_t)(colon - s) >= host_len)
@@ -44,20 +40,17 @@ static int parse_seconds(const char *s, long lo, long hi, long *out) {
 }
 
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
-                                       {"job-grace", required_argument, NULL, 'g'},
-                                       {"queue-ttl", required_argument, NULL, 'q'},
-                                       {"drain-timeout", required_argument, NULL, 'd'},
-                                       {"log-level", required_argument, NULL, 'v'},
-                                       {"log-file", required_argument, NULL, 'f'},
-                                       {"metrics", required_argument, NULL, 'm'},
-                                       {"state", required_argument, NULL, 's'},
-                                       {0}};
+  static const struct option opts[] = {
+      {"listen", required_argument, NULL, 'l'},     {"job-grace", required_argument, NULL, 'g'},
+      {"queue-ttl", required_argument, NULL, 'q'},  {"drain-timeout", required_argument, NULL, 'd'},
+      {"log-level", required_argument, NULL, 'v'},  {"log-file", required_argument, NULL, 'f'},
+      {"metrics", required_argument, NULL, 'm'},    {"state", required_argument, NULL, 's'},
+      {"require-approval", no_argument, NULL, 'A'}, {0}};
   const char *state = cli->state_dir, *listen = NULL, *metrics = NULL, *log_file = NULL;
   long grace = 0, drain = -1;
   int64_t queue_ttl = 0;
   enum core_log_level level = CORE_LOG_INFO;
-  int c;
+  int c, require_approval = 0;
   optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     if (c == 'l')
@@ -83,11 +76,14 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       metrics = optarg;
     else if (c == 's')
       state = optarg;
+    else if (c == 'A')
+      require_approval = 1;
     else
-      return server_cli_failf(CORDON_E_USAGE, "%s", run_usage);
+      return server_cli_bad_option("run", NULL, argv);
   }
   if (!listen || optind != argc)
-    return server_cli_failf(CORDON_E_USAGE, "%s", run_usage);
+    return !listen ? server_cli_usage("run", NULL, "--listen HOST:PORT is missing")
+                   : server_cli_usage("run", NULL, "unexpected argument '%s'", argv[optind]);
   char host[256], mhost[256];
   int port, mport = 0;
   if (parse_host_port(listen, host, sizeof(host), &port) < 0)
@@ -107,6 +103,7 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       .log_level = level,
       .metrics_host = metrics ? mhost : NULL,
       .metrics_port = mport,
+      .require_approval = require_approval != 0,
   };
   struct cordon_diag diag = {{0}};
   int r = daemon_run(&opt, &diag);

@@ -460,6 +460,8 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
   if (r == 0)
     r = pair_new(d->db, d->ticket_pk, d->publisher_pk, &d->pair);
+  if (r == 0)
+    pair_set_require_approval(d->pair, opt->require_approval);
   if (r == 0) {
     const struct jobs_config cfg = {
         .loop = d->loop,

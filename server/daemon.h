@@ -23,6 +23,8 @@
 #ifndef CORDON_SERVER_DAEMON_H
 #define CORDON_SERVER_DAEMON_H
 
+#include <stdbool.h>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "net/conn.h"
@@ -42,6 +44,7 @@ struct daemon_options {
   enum core_log_level log_level;   /* lines below it are dropped (0: debug) */
   const char *metrics_host;        /* NULL: no /metrics listener */
   int metrics_port;
+  bool require_approval; /* newly paired devices are pending until device approve */
 };
 
 /* Run until stopped. One daemon per state directory (server/lock.h): a

@@ -89,6 +89,31 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN queue_expires INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN where_labels TEXT;"
     "CREATE INDEX jobs_queued ON jobs (created) WHERE state = 'queued';",
+    /* 2 -> 3: why a pairing code's last attempt failed (the agent is told
+     * nothing; the operator sees it in pair-code list) */
+    "ALTER TABLE pair_codes ADD COLUMN last_failure TEXT;"
+    "ALTER TABLE pair_codes ADD COLUMN last_failure_at INTEGER NOT NULL DEFAULT 0;",
+    /* 3 -> 4: device names unique per user among devices not revoked; an
+     * older duplicate keeps its name, a newer one gets its id's first 8
+     * digits appended */
+    "UPDATE devices SET name = substr(name, 1, 55) || '-' || substr(id, 1, 8)"
+    "  WHERE state <> 'revoked' AND EXISTS (SELECT 1 FROM devices o"
+    "    WHERE o.user_id = devices.user_id AND o.name = devices.name"
+    "    AND o.state <> 'revoked' AND o.rowid < devices.rowid);"
+    "CREATE UNIQUE INDEX devices_user_name ON devices (user_id, name) WHERE state <> 'revoked';",
+    /* 4 -> 5: the package's name and version, kept at dispatch (before:
+     * only its hash) */
+    "ALTER TABLE jobs ADD COLUMN package_name TEXT;"
+    "ALTER TABLE jobs ADD COLUMN package_version TEXT;",
+    /* 5 -> 6: the address a device last connected from */
+    "ALTER TABLE devices ADD COLUMN last_addr TEXT;",
+    /* 6 -> 7: enrolment approval (a device waits, pending, until an
+     * operator approves it; per user, or for every user by run
+     * --require-approval) and removed users (their rows stay: jobs keep
+     * their history) */
+    "ALTER TABLE devices ADD COLUMN approved INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE users ADD COLUMN require_approval INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE users ADD COLUMN removed INTEGER NOT NULL DEFAULT 0;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,
@@ -556,4 +581,83 @@ int server_db_schema_version(struct server_db *db, int *out_version, struct cord
     return err;
   *out_version = v;
   return 0;
+}
+
+/* --- backup and restore --------------------------------------------------- */
+
+/* Copy all of src into dst with SQLite's online backup API, waiting out a
+ * writer that holds the lock (up to the busy timeout). */
+static int copy_database(sqlite3 *dst, sqlite3 *src, const char *what, struct cordon_diag *diag) {
+  sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
+  if (!b)
+    return cordon_diag_set(diag, db_map_rc(dst, sqlite3_errcode(dst)), "%s: %s", what,
+                           sqlite3_errmsg(dst));
+  int rc, waited_ms = 0;
+  while ((rc = sqlite3_backup_step(b, -1)) == SQLITE_BUSY || rc == SQLITE_LOCKED) {
+    if (waited_ms >= SERVER_DB_BUSY_TIMEOUT_MS)
+      break;
+    sqlite3_sleep(50);
+    waited_ms += 50;
+  }
+  sqlite3_backup_finish(b);
+  if (rc != SQLITE_DONE)
+    return cordon_diag_set(diag, db_map_rc(dst, rc) ? db_map_rc(dst, rc) : CORDON_E_INTERNAL,
+                           "%s: %s", what, sqlite3_errstr(rc));
+  return 0;
+}
+
+int server_db_backup(struct server_db *db, const char *path, struct cordon_diag *diag) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return cordon_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+  close(fd);
+  sqlite3 *dst = NULL;
+  int rc = sqlite3_open_v2(path, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL);
+  int err = rc == SQLITE_OK ? 0
+                            : cordon_diag_set(diag, db_map_rc(dst, rc), "%s: %s", path,
+                                              dst ? sqlite3_errmsg(dst) : sqlite3_errstr(rc));
+  if (!err)
+    err = copy_database(dst, db->h, path, diag);
+  if (sqlite3_close(dst) != SQLITE_OK && !err)
+    err = cordon_diag_set(diag, -EIO, "%s: close failed", path);
+  if (err)
+    unlink(path);
+  return err;
+}
+
+int server_db_restore(struct server_db *db, const char *path, struct cordon_diag *diag) {
+  struct server_db *src = calloc(1, sizeof(*src));
+  if (!src)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  snprintf(src->path, sizeof(src->path), "%s", path);
+  int err = 0, version = 0;
+  struct stat st;
+  if (stat(path, &st) < 0)
+    err = cordon_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    err = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s is not a regular file", path);
+  int rc = err ? SQLITE_OK
+               : sqlite3_open_v2(path, &src->h, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, NULL);
+  if (!err && rc != SQLITE_OK)
+    err = db_fail(src, rc, "open", diag);
+  if (!err)
+    err = read_schema_version(src, &version, diag);
+  if (!err && version == 0)
+    err = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: an empty database", path);
+  if (!err && version > SERVER_DB_SCHEMA_VERSION)
+    err = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                          "%s: schema version %d is newer than this cordon-server knows (%d)", path,
+                          version, SERVER_DB_SCHEMA_VERSION);
+  if (!err) {
+    /* the prepared statements of db refer to the schema being replaced */
+    for (size_t i = 0; i < Q_COUNT_; i++) {
+      sqlite3_finalize(db->stmts[i]);
+      db->stmts[i] = NULL;
+    }
+    err = copy_database(db->h, src->h, db->path, diag);
+  }
+  server_db_close(src);
+  if (!err)
+    err = migrate(db, diag); /* an older backup comes up to this schema */
+  return err;
 }

@@ -56,7 +56,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 2 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 7 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -104,6 +104,17 @@ void server_db_close(struct server_db *db);
 /* The schema version of the open database. */
 int server_db_schema_version(struct server_db *db, int *out_version, struct cordon_diag *diag);
 
+/* Write a copy of the whole database to a new file at path (0600; -EEXIST
+ * when path exists) with SQLite's online backup: one consistent snapshot,
+ * taken while other handles (the daemon) go on reading and writing. On
+ * failure nothing is left at path. */
+int server_db_backup(struct server_db *db, const char *path, struct cordon_diag *diag);
+/* Replace all of db's contents with the cordon database at path, then
+ * migrate it up to SERVER_DB_SCHEMA_VERSION. Only while no daemon runs
+ * (the caller holds the state lock, server/lock.h). CORDON_E_CONFIG_INVALID
+ * when path is not a cordon database, or is newer than this binary. */
+int server_db_restore(struct server_db *db, const char *path, struct cordon_diag *diag);
+
 /* Tests only: make the handle's clock read `now` (0 restores the real one). */
 void server_db_set_clock(struct server_db *db, int64_t now);
 int64_t server_db_now(const struct server_db *db);
@@ -114,6 +125,8 @@ struct server_db_user {
   int64_t id;
   char name[SERVER_DB_NAME_MAX + 1];
   int64_t created;
+  bool require_approval; /* its new devices wait, pending, for device approve */
+  bool removed;          /* user remove: kept for the jobs' history, nothing else */
 };
 
 struct server_db_user_list {
@@ -128,6 +141,14 @@ int server_db_user_get(struct server_db *db, int64_t id, struct server_db_user *
                        struct cordon_diag *diag);
 int server_db_user_get_by_name(struct server_db *db, const char *name,
                                struct server_db_user *out_user, struct cordon_diag *diag);
+/* Whether the user's newly paired devices wait for approval. -ENOENT for
+ * an unknown or removed user. */
+int server_db_user_set_require_approval(struct server_db *db, int64_t id, bool on,
+                                        struct cordon_diag *diag);
+/* Remove a user, in one transaction: every device of it revoked, every live
+ * code burned, the user marked removed (its row and jobs stay; its name is
+ * not reused). -ENOENT unknown, -EALREADY already removed. */
+int server_db_user_remove(struct server_db *db, int64_t id, struct cordon_diag *diag);
 /* All users, by id. */
 int server_db_user_list(struct server_db *db, struct server_db_user_list *out_list,
                         struct cordon_diag *diag);
@@ -150,6 +171,8 @@ struct server_db_code {
   bool expired; /* expires <= now */
   bool usable;  /* live && attempts_left > 0 && !expired */
   int64_t created, expires;
+  char last_failure[SERVER_DB_CODE_MAX + 1]; /* why its last attempt failed, "" if none */
+  int64_t last_failure_at;                   /* 0 = never */
 };
 
 /* Mint a code for user_id, valid ttl_s seconds (1..SERVER_DB_CODE_TTL_MAX):
@@ -176,6 +199,35 @@ void server_db_code_wipe(struct server_db_code *code);
  * the code is not live. out_attempts_left may be NULL. */
 int server_db_code_fail(struct server_db *db, const char *code_id, int *out_attempts_left,
                         struct cordon_diag *diag);
+
+/* Every code (of user_id, or all when 0), oldest first; keys are not read. */
+struct server_db_code_info {
+  char id[SERVER_DB_CODE_ID_SIZE];
+  int64_t user_id;
+  char user[SERVER_DB_NAME_MAX + 1];
+  int attempts_left;
+  enum server_db_code_state state;
+  bool expired;
+  int64_t created, expires;
+  char last_failure[SERVER_DB_CODE_MAX + 1];
+  int64_t last_failure_at;
+};
+struct server_db_code_list {
+  struct server_db_code_info *items;
+  size_t count;
+};
+int server_db_code_list(struct server_db *db, int64_t user_id, struct server_db_code_list *out,
+                        struct cordon_diag *diag);
+void server_db_code_list_release(struct server_db_code_list *list);
+/* A live code is burned (its key dropped, last_failure "revoked").
+ * -ENOENT unknown, -EALREADY not live. */
+int server_db_code_revoke(struct server_db *db, const char *code_id, struct cordon_diag *diag);
+
+/* Note why an attempt with the code failed (a reason label such as
+ * "bad_proof", "code_expired"; the server's own, never the agent's) and
+ * when. -ENOENT for an unknown code. */
+int server_db_code_note_failure(struct server_db *db, const char *code_id, const char *reason,
+                                struct cordon_diag *diag);
 
 /* Consume a usable code (state live, attempts left, not expired) in one
  * conditional UPDATE: of racing consumers exactly one gets 0, the others
@@ -231,6 +283,7 @@ void server_db_labels_format(const struct server_db_labels *labels, char *buf, s
 enum server_db_device_state {
   SERVER_DB_DEVICE_ACTIVE = 0,
   SERVER_DB_DEVICE_REVOKED = 1, /* terminal */
+  SERVER_DB_DEVICE_PENDING = 2, /* paired, waiting for device approve: gets no jobs */
 };
 
 /* What a device says about itself (pairing, then every hello). NULL strings
@@ -243,6 +296,8 @@ struct server_db_device_info {
   const char *downgrade_reason; /* stable code string or NULL */
   const char *facts_json;       /* <= SERVER_DB_FACTS_MAX, or NULL */
   int max_jobs;                 /* 0 = unknown, else 1..1024 */
+  const char *address;          /* where it connected from; NULL keeps the last one */
+  bool pending;                 /* add: wait for approval (also when its user requires it) */
 };
 
 struct server_db_device {
@@ -262,6 +317,7 @@ struct server_db_device {
   int64_t last_seen; /* 0 = never */
   int64_t created;
   struct server_db_labels labels;
+  char address[64]; /* where it last connected from, "" when never */
 };
 
 struct server_db_device_list {
@@ -273,7 +329,10 @@ void server_db_device_release(struct server_db_device *dev);
 void server_db_device_list_release(struct server_db_device_list *list);
 
 /* Add an active device owned by user_id with a new random id. -EEXIST if the
- * public key is already known (whatever that device's state). */
+ * public key is already known (whatever that device's state). Names are
+ * unique per user among devices that are not revoked: a name that is taken
+ * gets "-2", "-3", ... appended (the base cut to fit 64 bytes); read the
+ * device back for the name it got. */
 int server_db_device_add(struct server_db *db, int64_t user_id,
                          const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
                          const struct server_db_device_info *info, char out_id[CORDON_ID_HEX_SIZE],
@@ -294,6 +353,24 @@ int server_db_device_get(struct server_db *db, const char *id, struct server_db_
 int server_db_device_get_by_key(struct server_db *db,
                                 const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
                                 struct server_db_device *out_dev, struct cordon_diag *diag);
+
+/* A device named by what an operator typed: its whole id, its name (of
+ * user_id's devices when user_id is not 0; devices not revoked first, a
+ * revoked one only when no other has the name) or a unique prefix of its
+ * id. -ENOENT when nothing matches, -ENOTUNIQ when several do (diag names
+ * them: "id (owner)", at most 8). */
+int server_db_device_resolve(struct server_db *db, const char *text, int64_t user_id,
+                             struct server_db_device *out_dev, struct cordon_diag *diag);
+
+/* A pending device becomes active. -ENOENT unknown, -EPERM revoked,
+ * -EALREADY not pending. */
+int server_db_device_approve(struct server_db *db, const char *id, struct cordon_diag *diag);
+
+/* Rename a device (not revoked). -EEXIST when another device of its user
+ * that is not revoked has the name, -EINVAL for a name that is not valid
+ * (as for add), -ENOENT unknown, -EPERM revoked. */
+int server_db_device_rename(struct server_db *db, const char *id, const char *name,
+                            struct cordon_diag *diag);
 
 /* Online flag and last_seen = now (either way). Works on revoked devices
  * only to set them offline. */
@@ -322,8 +399,8 @@ int server_db_device_label(struct server_db *db, const char *id, const struct se
                            size_t n_set, const char *const *remove, size_t n_remove,
                            struct server_db_labels *out_labels, struct cordon_diag *diag);
 
-/* How many devices are in each state (for metrics): out_counts indexed by
- * enum server_db_device_state. */
+/* How many devices are active and revoked (for metrics): out_counts indexed
+ * by enum server_db_device_state; pending ones count as active. */
 int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
                                     struct cordon_diag *diag);
 
@@ -364,6 +441,8 @@ struct server_db_job_new {
   int64_t deadline;                     /* absolute; 0 = none */
   int64_t queue_expires;                /* absolute; 0 = not queued */
   const struct server_db_labels *where; /* NULL or empty: no constraint */
+  const char *package_name;             /* the manifest's name and version, or NULL */
+  const char *package_version;
 };
 
 struct server_db_job {
@@ -377,8 +456,21 @@ struct server_db_job {
   char error[SERVER_DB_CODE_MAX + 1]; /* stable error code, "" when none */
   char *result_json;                  /* heap, NULL until a result was recorded */
   int64_t created, updated, deadline;
-  int64_t queue_expires;         /* 0 = never waited in the queue */
-  struct server_db_labels where; /* the constraints its device must meet */
+  int64_t queue_expires;                        /* 0 = never waited in the queue */
+  struct server_db_labels where;                /* the constraints its device must meet */
+  char package_name[SERVER_DB_NAME_MAX + 1];    /* "" when not kept (older jobs) */
+  char package_version[SERVER_DB_NAME_MAX + 1]; /* "" when not kept */
+  char device_name[SERVER_DB_NAME_MAX + 1];     /* its device's name, "" when none */
+};
+
+/* Which jobs server_db_job_list_filtered lists. */
+struct server_db_job_filter {
+  int64_t user_id;       /* 0 = every user */
+  const char *device_id; /* NULL = every device */
+  bool has_state;        /* state valid */
+  enum server_db_job_state state;
+  int64_t since; /* created at or after; 0 = always */
+  size_t limit;  /* 0 = no limit */
 };
 
 struct server_db_job_list {
@@ -430,6 +522,9 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
 json_t *server_db_job_to_json(const struct server_db_job *job);
 /* Its "result" alone: a new reference, JSON null when there is none. */
 json_t *server_db_job_result_to_json(const struct server_db_job *job);
+/* The jobs that pass every filter, newest first. */
+int server_db_job_list_filtered(struct server_db *db, const struct server_db_job_filter *filter,
+                                struct server_db_job_list *out_list, struct cordon_diag *diag);
 /* user_id 0 = all; newest first; at most `limit` (0 = no limit). */
 int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
                        struct server_db_job_list *out_list, struct cordon_diag *diag);

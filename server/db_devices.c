@@ -99,6 +99,9 @@ static int read_device(sqlite3_stmt *st, struct server_db_device *d) {
   d->last_seen = sqlite3_column_int64(st, 12);
   d->created = sqlite3_column_int64(st, 13);
   db_labels_from_json((const char *)sqlite3_column_text(st, 14), &d->labels);
+  db_col_text(st, 15, d->address, sizeof(d->address));
+  if (d->state == SERVER_DB_DEVICE_ACTIVE && sqlite3_column_int(st, 16) == 0)
+    d->state = SERVER_DB_DEVICE_PENDING;
   return db_col_dup(st, 8, &d->facts_json);
 }
 
@@ -119,20 +122,69 @@ void server_db_device_list_release(struct server_db_device_list *list) {
   list->count = 0;
 }
 
+/* Whether another device of user_id that is not revoked is called name
+ * (except_id: the device itself, or NULL). */
+static int name_taken(struct server_db *db, int64_t user_id, const char *name,
+                      const char *except_id, bool *out_taken, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_NAME_TAKEN, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, user_id, &rc);
+  db_bind_text(st, 2, name, &rc);
+  db_bind_text(st, 3, except_id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW)
+    *out_taken = sqlite3_column_int64(st, 0) > 0;
+  else
+    err = db_fail(db, rc, "check device name", diag);
+  db_done(st);
+  return err;
+}
+
+/* want, or want-2, want-3, ... : the first name free for user_id. The base
+ * is cut at a UTF-8 character boundary so that the result fits. */
+static int free_name(struct server_db *db, int64_t user_id, const char *want,
+                     char out[SERVER_DB_NAME_MAX + 1], struct cordon_diag *diag) {
+  bool taken = false;
+  int err = name_taken(db, user_id, want, NULL, &taken, diag);
+  if (err)
+    return err;
+  snprintf(out, SERVER_DB_NAME_MAX + 1, "%s", want);
+  for (int n = 2; taken && n < 1000; n++) {
+    char suffix[8];
+    int sl = snprintf(suffix, sizeof(suffix), "-%d", n);
+    size_t base = strlen(want);
+    if (base > SERVER_DB_NAME_MAX - (size_t)sl)
+      base = SERVER_DB_NAME_MAX - (size_t)sl;
+    while (base > 0 && ((unsigned char)want[base] & 0xc0) == 0x80)
+      base--;
+    snprintf(out, SERVER_DB_NAME_MAX + 1, "%.*s%s", (int)base, want, suffix);
+    if ((err = name_taken(db, user_id, out, NULL, &taken, diag)))
+      return err;
+  }
+  return taken ? cordon_diag_set(diag, -EEXIST, "no free name like '%s'", want) : 0;
+}
+
 static int device_insert(struct server_db *db, int64_t user_id,
                          const uint8_t public_key[SERVER_DB_PUBKEY_SIZE],
                          const struct server_db_device_info *info, char out_id[CORDON_ID_HEX_SIZE],
                          struct cordon_diag *diag) {
-  char id[CORDON_ID_HEX_SIZE];
+  char id[CORDON_ID_HEX_SIZE], name[SERVER_DB_NAME_MAX + 1];
   db_new_id(id);
-  sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_DEVICE_ADD, &st, diag);
+  int err = free_name(db, user_id, info->name, name, diag);
   if (err)
+    return err;
+  sqlite3_stmt *st = NULL;
+  if ((err = db_stmt(db, Q_DEVICE_ADD, &st, diag)))
     return err;
   int rc = SQLITE_OK;
   db_bind_text(st, 1, id, &rc);
   db_bind_int(st, 2, user_id, &rc);
-  db_bind_text(st, 3, info->name, &rc);
+  db_bind_text(st, 3, name, &rc);
   db_bind_text(st, 4, info->platform, &rc);
   db_bind_blob(st, 5, public_key, SERVER_DB_PUBKEY_SIZE, &rc);
   db_bind_text(st, 6, info->has_level ? sandbox_level_name(info->best_level) : NULL, &rc);
@@ -140,6 +192,7 @@ static int device_insert(struct server_db *db, int64_t user_id,
   db_bind_text(st, 8, info->facts_json, &rc);
   db_bind_int(st, 9, info->max_jobs, &rc);
   db_bind_int(st, 10, server_db_now(db), &rc);
+  db_bind_int(st, 11, info->pending ? 1 : 0, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
@@ -167,7 +220,92 @@ int server_db_device_add(struct server_db *db, int64_t user_id,
   int err = check_device_info(info, true, diag);
   if (err)
     return err;
-  return device_insert(db, user_id, public_key, info, out_id, diag);
+  if ((err = db_tx_begin(db, diag)))
+    return err;
+  if ((err = device_insert(db, user_id, public_key, info, out_id, diag)) ||
+      (err = db_tx_commit(db, diag)))
+    db_tx_rollback(db);
+  return err;
+}
+
+/* [0-9a-f]{4,32}: what may be (the start of) a device id */
+static bool id_prefix_valid(const char *s) {
+  size_t n = strlen(s);
+  if (n < 4 || n > CORDON_ID_HEX_LEN)
+    return false;
+  return strspn(s, "0123456789abcdef") == n;
+}
+
+int server_db_device_resolve(struct server_db *db, const char *text, int64_t user_id,
+                             struct server_db_device *out_dev, struct cordon_diag *diag) {
+  if (!text || !*text)
+    return cordon_diag_set(diag, -ENOENT, "no device ''");
+  struct server_db_device d;
+  int err;
+  if (cordon_id_hex_valid(text)) {
+    err = server_db_device_get(db, text, &d, diag);
+    if (err != -ENOENT) {
+      if (!err && user_id && d.user_id != user_id) {
+        server_db_device_release(&d);
+        return cordon_diag_set(diag, -ENOENT, "no device '%s' of that user", text);
+      }
+      if (!err)
+        *out_dev = d;
+      return err;
+    }
+  }
+  sqlite3_stmt *st = NULL;
+  if ((err = db_stmt(db, Q_DEVICE_FIND, &st, diag)))
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, text, &rc);
+  db_bind_int(st, 2, user_id, &rc);
+  db_bind_int(st, 3, id_prefix_valid(text), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  /* rows: name matches (not revoked, then revoked), then prefix matches */
+  enum { ACTIVE_NAME, REVOKED_NAME, PREFIX, KINDS };
+  char ids[9][CORDON_ID_HEX_SIZE], owners[9][SERVER_DB_NAME_MAX + 1];
+  int kinds[9];
+  size_t n = 0, per[KINDS] = {0};
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 9) {
+    db_col_text(st, 0, ids[n], sizeof(ids[n]));
+    db_col_text(st, 1, owners[n], sizeof(owners[n]));
+    const char *state = (const char *)sqlite3_column_text(st, 2);
+    bool by_name = sqlite3_column_int(st, 3) != 0;
+    kinds[n] = !by_name                                 ? PREFIX
+               : state && strcmp(state, "revoked") == 0 ? REVOKED_NAME
+                                                        : ACTIVE_NAME;
+    per[kinds[n]]++;
+    n++;
+  }
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    err = db_fail(db, rc, "find device", diag);
+  db_done(st);
+  if (err)
+    return err;
+  int kind = per[ACTIVE_NAME] ? ACTIVE_NAME : per[REVOKED_NAME] ? REVOKED_NAME : PREFIX;
+  if (per[kind] == 0)
+    return cordon_diag_set(diag, -ENOENT, "no device '%s'%s", text, user_id ? " of that user" : "");
+  if (per[kind] > 1) {
+    char list[400] = "";
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (kinds[i] != kind)
+        continue;
+      int w = snprintf(list + o, sizeof(list) - o, "%s%s (%s)", o ? ", " : "", ids[i], owners[i]);
+      if (w < 0 || (size_t)w >= sizeof(list) - o)
+        break;
+      o += (size_t)w;
+    }
+    return cordon_diag_set(diag, -ENOTUNIQ, "'%s' names %s devices: %s; %s", text,
+                           per[kind] > 8 ? "many" : "several", list,
+                           kind == PREFIX ? "give more of the id" : "add --user or give an id");
+  }
+  for (size_t i = 0; i < n; i++)
+    if (kinds[i] == kind)
+      return server_db_device_get(db, ids[i], out_dev, diag);
+  return cordon_diag_set(diag, -ENOENT, "no device '%s'", text);
 }
 
 int server_db_pair_complete(struct server_db *db, const char *code_id,
@@ -336,6 +474,7 @@ int server_db_device_update_info(struct server_db *db, const char *id,
   db_bind_text(st, 5, info->downgrade_reason, &rc);
   db_bind_text(st, 6, info->facts_json, &rc);
   db_bind_int(st, 7, info->max_jobs, &rc);
+  db_bind_text(st, 8, info->address && strlen(info->address) < 64 ? info->address : NULL, &rc);
   if ((err = db_bind_check(db, st, rc, diag)) ||
       (err = device_update(db, st, "update device", &changes, diag)))
     return err;
@@ -416,5 +555,70 @@ int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
   db_done(st);
   if (!err)
     memcpy(out_counts, counts, sizeof(counts));
+  return err;
+}
+
+int server_db_device_approve(struct server_db *db, const char *id, struct cordon_diag *diag) {
+  struct server_db_device d;
+  int err = server_db_device_get(db, id, &d, diag);
+  if (err)
+    return err;
+  enum server_db_device_state was = d.state;
+  server_db_device_release(&d);
+  if (was == SERVER_DB_DEVICE_REVOKED)
+    return cordon_diag_set(diag, -EPERM, "device %s is revoked", id);
+  if (was != SERVER_DB_DEVICE_PENDING)
+    return cordon_diag_set(diag, -EALREADY, "device %s is not pending", id);
+  sqlite3_stmt *st = NULL;
+  if ((err = db_stmt(db, Q_DEVICE_APPROVE, &st, diag)))
+    return err;
+  int rc = SQLITE_OK, changes = 0;
+  db_bind_text(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = device_update(db, st, "approve device", &changes, diag)))
+    return err;
+  return changes == 1 ? 0 : cordon_diag_set(diag, -EALREADY, "device %s is not pending", id);
+}
+
+int server_db_device_rename(struct server_db *db, const char *id, const char *name,
+                            struct cordon_diag *diag) {
+  if (!valid_display_text(name, SERVER_DB_NAME_MAX))
+    return cordon_diag_set(diag, -EINVAL,
+                           "a device name is 1..%d bytes of UTF-8 text without controls",
+                           SERVER_DB_NAME_MAX);
+  struct server_db_device d;
+  int err = server_db_device_get(db, id, &d, diag);
+  if (err)
+    return err;
+  int64_t user = d.user_id;
+  bool revoked = d.state == SERVER_DB_DEVICE_REVOKED;
+  server_db_device_release(&d);
+  if (revoked)
+    return cordon_diag_set(diag, -EPERM, "device %s is revoked", id);
+  bool taken = false;
+  if ((err = db_tx_begin(db, diag)))
+    return err;
+  sqlite3_stmt *st = NULL;
+  int rc = SQLITE_OK, changes = 0;
+  if ((err = name_taken(db, user, name, id, &taken, diag)))
+    goto out_rollback;
+  if (taken) {
+    err = cordon_diag_set(diag, -EEXIST, "another device of its user is called '%s'", name);
+    goto out_rollback;
+  }
+  if ((err = db_stmt(db, Q_DEVICE_RENAME, &st, diag)))
+    goto out_rollback;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_text(st, 2, name, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = device_update(db, st, "rename device", &changes, diag)))
+    goto out_rollback;
+  if (changes != 1) {
+    err = cordon_diag_set(diag, -EPERM, "device %s is revoked", id);
+    goto out_rollback;
+  }
+  return db_tx_commit(db, diag);
+out_rollback:
+  db_tx_rollback(db);
   return err;
 }

@@ -35,12 +35,14 @@
 #define DEVICE_COLUMNS                                                                             \
   "d.id, d.user_id, u.name, d.name, d.platform, d.public_key, d.best_level,"                       \
   " d.downgrade_reason, d.facts, d.max_jobs, d.state, d.online, d.last_seen, d.created,"           \
-  " (SELECT json_group_object(l.key, l.value) FROM device_labels l WHERE l.device_id = d.id)"      \
+  " (SELECT json_group_object(l.key, l.value) FROM device_labels l WHERE l.device_id = d.id),"     \
+  " d.last_addr, d.approved"                                                                       \
   " FROM devices d JOIN users u ON u.id = d.user_id"
 #define JOB_COLUMNS                                                                                \
   "j.id, j.user_id, u.name, j.device_id, j.package_hash, j.args, j.state, j.error, j.result,"      \
-  " j.created, j.updated, j.deadline, j.queue_expires, j.where_labels"                             \
-  " FROM jobs j JOIN users u ON u.id = j.user_id"
+  " j.created, j.updated, j.deadline, j.queue_expires, j.where_labels, j.package_name,"            \
+  " j.package_version, jd.name"                                                                    \
+  " FROM jobs j JOIN users u ON u.id = j.user_id LEFT JOIN devices jd ON jd.id = j.device_id"
 
 /* transactions and the schema version (db.c) */
 #define DB_TX_STATEMENTS(X)                                                                        \
@@ -53,9 +55,16 @@
 /* users (db_users.c) */
 #define DB_USER_STATEMENTS(X)                                                                      \
   X(USER_ADD, "INSERT INTO users (name, created) VALUES (?1, ?2)")                                 \
-  X(USER_GET, "SELECT id, name, created FROM users WHERE id = ?1")                                 \
-  X(USER_GET_BY_NAME, "SELECT id, name, created FROM users WHERE name = ?1")                       \
-  X(USER_LIST, "SELECT id, name, created FROM users ORDER BY id")
+  X(USER_GET, "SELECT id, name, created, require_approval, removed FROM users WHERE id = ?1")      \
+  X(USER_GET_BY_NAME, "SELECT id, name, created, require_approval, removed FROM users"             \
+                      " WHERE name = ?1")                                                          \
+  X(USER_LIST, "SELECT id, name, created, require_approval, removed FROM users ORDER BY id")       \
+  X(USER_SET_APPROVAL, "UPDATE users SET require_approval = ?2 WHERE id = ?1 AND removed = 0")     \
+  X(USER_REMOVE, "UPDATE users SET removed = 1 WHERE id = ?1 AND removed = 0")                     \
+  X(USER_REVOKE_DEVICES, "UPDATE devices SET state = 'revoked', online = 0"                        \
+                         " WHERE user_id = ?1 AND state <> 'revoked'")                             \
+  X(USER_BURN_CODES, "UPDATE pair_codes SET state = 'burned', key = NULL"                          \
+                     " WHERE user_id = ?1 AND state = 'live'")
 
 /* pairing codes (db_pair_codes.c) */
 #define DB_CODE_STATEMENTS(X)                                                                      \
@@ -64,12 +73,20 @@
   X(CODE_PURGE, "DELETE FROM pair_codes WHERE user_id = ?1 AND expires < ?2")                      \
   X(CODE_ADD, "INSERT INTO pair_codes (id, user_id, key, created, expires, attempts, state)"       \
               " VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'live')")                                          \
-  X(CODE_LOOKUP, "SELECT user_id, key, attempts, state, created, expires FROM pair_codes"          \
-                 " WHERE id = ?1")                                                                 \
+  X(CODE_LOOKUP, "SELECT user_id, key, attempts, state, created, expires, last_failure,"           \
+                 " last_failure_at FROM pair_codes WHERE id = ?1")                                 \
+  X(CODE_NOTE_FAILURE, "UPDATE pair_codes SET last_failure = ?2, last_failure_at = ?3"             \
+                       " WHERE id = ?1")                                                           \
   X(CODE_FAIL, "UPDATE pair_codes SET attempts = attempts - 1,"                                    \
                " state = CASE WHEN attempts <= 1 THEN 'burned' ELSE state END,"                    \
                " key = CASE WHEN attempts <= 1 THEN NULL ELSE key END"                             \
                " WHERE id = ?1 AND state = 'live' AND attempts > 0 RETURNING attempts")            \
+  X(CODE_LIST, "SELECT c.id, c.user_id, u.name, c.attempts, c.state, c.created, c.expires,"        \
+               " c.last_failure, c.last_failure_at FROM pair_codes c JOIN users u"                 \
+               " ON u.id = c.user_id WHERE (?1 = 0 OR c.user_id = ?1) ORDER BY c.created, c.id")   \
+  X(CODE_REVOKE,                                                                                   \
+    "UPDATE pair_codes SET state = 'burned', key = NULL,"                                          \
+    " last_failure = 'revoked', last_failure_at = ?2 WHERE id = ?1 AND state = 'live'")            \
   X(CODE_CONSUME, "UPDATE pair_codes SET state = 'used', used_at = ?2, key = NULL"                 \
                   " WHERE id = ?1 AND state = 'live' AND attempts > 0 AND expires > ?2"            \
                   " RETURNING user_id")
@@ -77,19 +94,31 @@
 /* devices (db_devices.c) */
 #define DB_DEVICE_STATEMENTS(X)                                                                    \
   X(DEVICE_ADD, "INSERT INTO devices (id, user_id, name, platform, public_key, best_level,"        \
-                " downgrade_reason, facts, max_jobs, state, online, last_seen, created)"           \
-                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', 0, 0, ?10)")               \
+                " downgrade_reason, facts, max_jobs, state, online, last_seen, created, approved)" \
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', 0, 0, ?10,"                \
+                " CASE WHEN ?11 OR (SELECT require_approval FROM users WHERE id = ?2)"             \
+                " THEN 0 ELSE 1 END)")                                                             \
+  X(DEVICE_APPROVE, "UPDATE devices SET approved = 1 WHERE id = ?1 AND state = 'active'"           \
+                    " AND approved = 0")                                                           \
   X(DEVICE_GET, "SELECT " DEVICE_COLUMNS " WHERE d.id = ?1")                                       \
   X(DEVICE_GET_BY_KEY, "SELECT " DEVICE_COLUMNS " WHERE d.public_key = ?1")                        \
   X(DEVICE_LIST, "SELECT " DEVICE_COLUMNS " WHERE (?1 = 0 OR d.user_id = ?1)"                      \
                  " ORDER BY u.name, d.name, d.id")                                                 \
   X(DEVICE_STATE, "SELECT state FROM devices WHERE id = ?1")                                       \
+  X(DEVICE_NAME_TAKEN, "SELECT count(*) FROM devices WHERE user_id = ?1 AND name = ?2"             \
+                       " AND state <> 'revoked' AND id <> coalesce(?3, '')")                       \
+  X(DEVICE_FIND,                                                                                   \
+    "SELECT d.id, u.name, d.state, d.name = ?1 FROM devices d JOIN users u ON u.id = d.user_id"    \
+    " WHERE (?2 = 0 OR d.user_id = ?2) AND (d.name = ?1 OR"                                        \
+    " (?3 AND substr(d.id, 1, length(?1)) = ?1))"                                                  \
+    " ORDER BY d.name = ?1 DESC, d.state = 'revoked', d.id LIMIT 9")                               \
+  X(DEVICE_RENAME, "UPDATE devices SET name = ?2 WHERE id = ?1 AND state <> 'revoked'")            \
   X(DEVICE_SET_ONLINE, "UPDATE devices SET online = ?2, last_seen = ?3"                            \
                        " WHERE id = ?1 AND (state = 'active' OR ?2 = 0)")                          \
   X(DEVICE_TOUCH, "UPDATE devices SET last_seen = ?2 WHERE id = ?1")                               \
   X(DEVICE_UPDATE_INFO, "UPDATE devices SET name = coalesce(?2, name), platform = ?3,"             \
-                        " best_level = ?4, downgrade_reason = ?5, facts = ?6, max_jobs = ?7"       \
-                        " WHERE id = ?1")                                                          \
+                        " best_level = ?4, downgrade_reason = ?5, facts = ?6, max_jobs = ?7,"      \
+                        " last_addr = coalesce(?8, last_addr) WHERE id = ?1")                      \
   X(DEVICE_ALL_OFFLINE, "UPDATE devices SET online = 0 WHERE online <> 0")                         \
   X(DEVICE_REVOKE, "UPDATE devices SET state = 'revoked', online = 0"                              \
                    " WHERE id = ?1 AND state = 'active'")                                          \
@@ -106,8 +135,8 @@
 /* jobs (db_jobs.c) */
 #define DB_JOB_STATEMENTS(X)                                                                       \
   X(JOB_ADD, "INSERT INTO jobs (id, user_id, device_id, package_hash, args, state, created,"       \
-             " updated, deadline, queue_expires, where_labels)"                                    \
-             " VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6, ?7, ?8, ?9)")                         \
+             " updated, deadline, queue_expires, where_labels, package_name, package_version)"     \
+             " VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6, ?7, ?8, ?9, ?10, ?11)")               \
   X(JOB_SEND, "UPDATE jobs SET state = 'sent', device_id = ?2, deadline = ?3, updated = ?4"        \
               " WHERE id = ?1 AND state = 'queued' AND (device_id IS NULL OR device_id = ?2)")     \
   X(JOB_TRANSITION, "UPDATE jobs SET state = ?3, error = coalesce(?4, error), updated = ?5"        \
@@ -122,6 +151,9 @@
   X(JOB_GET, "SELECT " JOB_COLUMNS " WHERE j.id = ?1")                                             \
   X(JOB_LIST, "SELECT " JOB_COLUMNS " WHERE (?1 = 0 OR j.user_id = ?1)"                            \
               " ORDER BY j.created DESC, j.rowid DESC LIMIT ?2")                                   \
+  X(JOB_LIST_FILTERED, "SELECT " JOB_COLUMNS " WHERE (?1 = 0 OR j.user_id = ?1)"                   \
+                       " AND (?2 IS NULL OR j.device_id = ?2) AND (?3 IS NULL OR j.state = ?3)"    \
+                       " AND j.created >= ?4 ORDER BY j.created DESC, j.rowid DESC LIMIT ?5")      \
   X(JOB_LIST_ACTIVE_ON_DEVICE, "SELECT " JOB_COLUMNS " WHERE j.device_id = ?1"                     \
                                " AND j.state IN " DB_LIVE_STATES " ORDER BY j.created, j.rowid")   \
   X(JOB_LIST_OVERDUE, "SELECT " JOB_COLUMNS " WHERE j.deadline <> 0 AND j.deadline <= ?1"          \

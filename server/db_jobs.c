@@ -76,6 +76,9 @@ static int read_job(sqlite3_stmt *st, struct server_db_job *j) {
   j->deadline = sqlite3_column_int64(st, 11);
   j->queue_expires = sqlite3_column_int64(st, 12);
   db_labels_from_json((const char *)sqlite3_column_text(st, 13), &j->where);
+  db_col_text(st, 14, j->package_name, sizeof(j->package_name));
+  db_col_text(st, 15, j->package_version, sizeof(j->package_version));
+  db_col_text(st, 16, j->device_name, sizeof(j->device_name));
   if (db_col_dup(st, 5, &j->args_json) < 0 || db_col_dup(st, 8, &j->result_json) < 0)
     return -ENOMEM;
   if (!j->args_json && !(j->args_json = strdup("[]")))
@@ -137,6 +140,8 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   db_bind_int(st, 7, job->deadline, &rc);
   db_bind_int(st, 8, job->queue_expires, &rc);
   db_bind_text(st, 9, where, &rc);
+  db_bind_text(st, 10, job->package_name, &rc);
+  db_bind_text(st, 11, job->package_version, &rc);
   free(where);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
@@ -394,6 +399,23 @@ int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
   int rc = SQLITE_OK;
   db_bind_int(st, 1, user_id, &rc);
   db_bind_int(st, 2, limit == 0 || limit > INT64_MAX ? -1 : (int64_t)limit, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  return job_collect(db, st, out_list, diag);
+}
+
+int server_db_job_list_filtered(struct server_db *db, const struct server_db_job_filter *f,
+                                struct server_db_job_list *out_list, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_LIST_FILTERED, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, f->user_id, &rc);
+  db_bind_text(st, 2, f->device_id, &rc);
+  db_bind_text(st, 3, f->has_state ? server_db_job_state_name(f->state) : NULL, &rc);
+  db_bind_int(st, 4, f->since, &rc);
+  db_bind_int(st, 5, f->limit == 0 || f->limit > INT64_MAX ? -1 : (int64_t)f->limit, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return job_collect(db, st, out_list, diag);

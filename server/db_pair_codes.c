@@ -163,6 +163,8 @@ int server_db_code_lookup(struct server_db *db, const char *code_id,
     c->state = code_state_parse((const char *)sqlite3_column_text(st, 3));
     c->created = sqlite3_column_int64(st, 4);
     c->expires = sqlite3_column_int64(st, 5);
+    db_col_text(st, 6, c->last_failure, sizeof(c->last_failure));
+    c->last_failure_at = sqlite3_column_int64(st, 7);
     c->expired = c->expires <= server_db_now(db);
     c->usable = c->state == SERVER_DB_CODE_LIVE && c->attempts_left > 0 && !c->expired;
     if (c->state != SERVER_DB_CODE_LIVE)
@@ -208,6 +210,98 @@ int server_db_code_fail(struct server_db *db, const char *code_id, int *out_atte
   if (!err && out_attempts_left)
     *out_attempts_left = left;
   return err;
+}
+
+int server_db_code_list(struct server_db *db, int64_t user_id, struct server_db_code_list *out,
+                        struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_CODE_LIST, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, user_id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  struct server_db_code_list l = {0};
+  size_t cap = 0;
+  int64_t now = server_db_now(db);
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    struct server_db_code_info *c = db_list_push((void **)&l.items, &l.count, &cap, sizeof(*c));
+    if (!c) {
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+      break;
+    }
+    db_col_text(st, 0, c->id, sizeof(c->id));
+    c->user_id = sqlite3_column_int64(st, 1);
+    db_col_text(st, 2, c->user, sizeof(c->user));
+    c->attempts_left = sqlite3_column_int(st, 3);
+    c->state = code_state_parse((const char *)sqlite3_column_text(st, 4));
+    c->created = sqlite3_column_int64(st, 5);
+    c->expires = sqlite3_column_int64(st, 6);
+    c->expired = c->expires <= now;
+    db_col_text(st, 7, c->last_failure, sizeof(c->last_failure));
+    c->last_failure_at = sqlite3_column_int64(st, 8);
+  }
+  if (!err && rc != SQLITE_DONE)
+    err = db_fail(db, rc, "list codes", diag);
+  db_done(st);
+  if (err) {
+    server_db_code_list_release(&l);
+    return err;
+  }
+  *out = l;
+  return 0;
+}
+
+void server_db_code_list_release(struct server_db_code_list *list) {
+  if (!list)
+    return;
+  free(list->items);
+  list->items = NULL;
+  list->count = 0;
+}
+
+int server_db_code_revoke(struct server_db *db, const char *code_id, struct cordon_diag *diag) {
+  struct server_db_code c;
+  int err = server_db_code_lookup(db, code_id, &c, diag);
+  if (err)
+    return err;
+  enum server_db_code_state was = c.state;
+  server_db_code_wipe(&c);
+  if (was != SERVER_DB_CODE_LIVE)
+    return cordon_diag_set(diag, -EALREADY, "pairing code %s is not live", code_id);
+  sqlite3_stmt *st = NULL;
+  if ((err = db_stmt(db, Q_CODE_REVOKE, &st, diag)))
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, code_id, &rc);
+  db_bind_int(st, 2, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) || (err = db_exec_stmt(db, st, "revoke code", diag)))
+    return err;
+  return sqlite3_changes(db->h) == 1
+             ? 0
+             : cordon_diag_set(diag, -EALREADY, "pairing code %s is not live", code_id);
+}
+
+int server_db_code_note_failure(struct server_db *db, const char *code_id, const char *reason,
+                                struct cordon_diag *diag) {
+  if (!valid_code_id(code_id))
+    return cordon_diag_set(diag, -ENOENT, "no such pairing code");
+  if (!reason || !db_valid_token(reason, SERVER_DB_CODE_MAX))
+    return cordon_diag_set(diag, -EINVAL, "a failure reason is a token");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_CODE_NOTE_FAILURE, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, code_id, &rc);
+  db_bind_text(st, 2, reason, &rc);
+  db_bind_int(st, 3, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  if ((err = db_exec_stmt(db, st, "note code failure", diag)))
+    return err;
+  return sqlite3_changes(db->h) == 1 ? 0 : cordon_diag_set(diag, -ENOENT, "no such pairing code");
 }
 
 int db_code_consume(struct server_db *db, const char *code_id, int64_t *out_user_id,

@@ -29,6 +29,8 @@ static void read_user(sqlite3_stmt *st, struct server_db_user *u) {
   u->id = sqlite3_column_int64(st, 0);
   db_col_text(st, 1, u->name, sizeof(u->name));
   u->created = sqlite3_column_int64(st, 2);
+  u->require_approval = sqlite3_column_int(st, 3) != 0;
+  u->removed = sqlite3_column_int(st, 4) != 0;
 }
 
 int server_db_user_add(struct server_db *db, const char *name, int64_t *out_id,
@@ -98,6 +100,63 @@ int server_db_user_get_by_name(struct server_db *db, const char *name,
   if (!name)
     return cordon_diag_set(diag, -EINVAL, "no user name");
   return user_get(db, Q_USER_GET_BY_NAME, 0, name, out_user, diag);
+}
+
+int server_db_user_set_require_approval(struct server_db *db, int64_t id, bool on,
+                                        struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_USER_SET_APPROVAL, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, id, &rc);
+  db_bind_int(st, 2, on ? 1 : 0, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = db_exec_stmt(db, st, "set require_approval", diag)))
+    return err;
+  return sqlite3_changes(db->h) == 1
+             ? 0
+             : cordon_diag_set(diag, -ENOENT, "no user with id %lld", (long long)id);
+}
+
+/* Run q bound to ?1 = id. */
+static int user_exec(struct server_db *db, enum db_stmt q, int64_t id, const char *what,
+                     int *out_changes, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, q, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_int(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) || (err = db_exec_stmt(db, st, what, diag)))
+    return err;
+  if (out_changes)
+    *out_changes = sqlite3_changes(db->h);
+  return 0;
+}
+
+int server_db_user_remove(struct server_db *db, int64_t id, struct cordon_diag *diag) {
+  struct server_db_user u;
+  int err = server_db_user_get(db, id, &u, diag);
+  if (err)
+    return err;
+  if (u.removed)
+    return cordon_diag_set(diag, -EALREADY, "user %s was already removed", u.name);
+  if ((err = db_tx_begin(db, diag)))
+    return err;
+  int changes = 0;
+  if ((err = user_exec(db, Q_USER_REVOKE_DEVICES, id, "revoke the user's devices", NULL, diag)) ||
+      (err = user_exec(db, Q_USER_BURN_CODES, id, "burn the user's codes", NULL, diag)) ||
+      (err = user_exec(db, Q_USER_REMOVE, id, "remove user", &changes, diag)))
+    goto out_rollback;
+  if (changes != 1) {
+    err = cordon_diag_set(diag, -EALREADY, "user %s was already removed", u.name);
+    goto out_rollback;
+  }
+  return db_tx_commit(db, diag);
+out_rollback:
+  db_tx_rollback(db);
+  return err;
 }
 
 int server_db_user_list(struct server_db *db, struct server_db_user_list *out_list,

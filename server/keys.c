@@ -478,7 +478,8 @@ int server_keys_retire(const char *state_dir, const char *id_prefix, uint64_t *o
   }
   uint8_t tpk[32], ppk[32], *tsk = NULL, *psk = NULL;
   if (hits != 1)
-    r = cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s key id (`keys list` shows them)", id_prefix,
+    r = cordon_diag_set(diag, hits == 0 && plen >= 4 ? CORDON_E_NOT_FOUND : CORDON_E_USAGE,
+                        "%s: %s key id (`keys list` shows them)", id_prefix,
                         hits       ? "an ambiguous"
                         : plen < 4 ? "too short a"
                                    : "no such");

@@ -96,8 +96,9 @@ int server_keys_publisher_path(const char *state_dir, char *out, size_t len,
 int server_keys_rotate(const char *state_dir, bool ticket, bool publisher, uint64_t *out_serial,
                        char new_ticket_id[33], char new_publisher_id[33], struct cordon_diag *diag);
 /* Retire the publisher key whose id starts with id_prefix (unique, at
- * least 4 hex digits): CORDON_E_USAGE for the current key of either role,
- * a ticket key, or an unknown or ambiguous id. */
+ * least 4 hex digits): CORDON_E_NOT_FOUND for no such key; CORDON_E_USAGE
+ * for the current key of either role, a ticket key, a retired key, a
+ * prefix that is ambiguous or shorter than 4. */
 int server_keys_retire(const char *state_dir, const char *id_prefix, uint64_t *out_serial,
                        char out_id[33], struct cordon_diag *diag);
 /* Every key, oldest first: [{"id","role","created","retired","current"}]. */

@@ -1,5 +1,7 @@
-/* cordon-server: command dispatch. Each command lives in server/cmd_<name>.c
- * and is declared in server/cli.h. */
+/* cordon-server: command dispatch over the command table (server/cli.c).
+ * Each command lives in server/cmd_<name>.c and is declared in
+ * server/cli.h. -h and --help anywhere among a command's arguments (before
+ * a `--`) print its help, or its subcommand's, and exit 0. */
 #include <getopt.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -8,63 +10,57 @@
 #include "core/log.h"
 #include "server/cli.h"
 
-struct server_command {
-  const char *name;
-  int (*run)(const struct server_cli *cli, int argc, char **argv);
-  const char *summary;
-};
-
-static const struct server_command commands[] = {
-    {"init", server_cmd_init, "create the state directory and keys"},
-    {"pack", server_cmd_pack, "build and sign an executor package"},
-    {"user", server_cmd_user, "add or list users (user add NAME, user list)"},
-    {"pair-code", server_cmd_paircode, "mint a single-use pairing code for a user"},
-    {"devices", server_cmd_devices, "list paired devices"},
-    {"device", server_cmd_device, "a device's labels (device label DEVICE KEY=VALUE...)"},
-    {"revoke", server_cmd_revoke, "revoke a device (terminal)"},
-    {"jobs", server_cmd_jobs, "list jobs"},
-    {"job", server_cmd_job, "show one job and its result"},
-    {"run", server_cmd_run, "the daemon: --listen HOST:PORT"},
-    {"dispatch", server_cmd_dispatch, "send a package to a device of a user"},
-    {"cancel", server_cmd_cancel, "cancel a job"},
-    {"keys", server_cmd_keys, "rotate, retire or list the ticket and publisher keys"},
-};
-
-static void usage(FILE *f) {
-  fprintf(f, "usage: cordon-server [--state DIR] COMMAND [ARGS...]\n\ncommands:\n");
-  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-    fprintf(f, "  %-6s %s\n", commands[i].name, commands[i].summary);
-  fprintf(f, "\n--state DIR defaults to %s\n", SERVER_DEFAULT_STATE);
+/* Whether argv (the command's arguments) asks for help before any `--`. */
+static int wants_help(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0)
+      return 0;
+    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+      return 1;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
+  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {"version", no_argument, NULL, 'V'},
+                                       {0}};
   struct server_cli cli = {.state_dir = SERVER_DEFAULT_STATE};
   core_log_set_program(SERVER_PROG);
-  int c;
+  opterr = 0; /* every usage error is our own one line */
+  int c, version = 0;
   while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
     switch (c) {
     case 's':
       cli.state_dir = optarg;
       break;
     case 'h':
-      usage(stdout);
-      return 0;
+      return server_cli_help(NULL, NULL);
+    case 'V':
+      version = 1;
+      break;
     default:
-      usage(stderr);
-      return 2;
+      return server_cli_bad_option(NULL, NULL, argv);
     }
   }
-  if (optind >= argc) {
-    usage(stderr);
-    return 2;
+  if (version) {
+    char *vargv[] = {"version", NULL};
+    return server_cmd_version(&cli, 1, vargv);
   }
+  if (optind >= argc)
+    return server_cli_usage(NULL, NULL, "no command given");
   if (sodium_init() < 0)
     return server_cli_failf(CORDON_E_CRYPTO, "libsodium failed to initialise");
   const char *name = argv[optind];
-  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-    if (strcmp(commands[i].name, name) == 0)
-      return commands[i].run(&cli, argc - optind, argv + optind);
-  return server_cli_failf(CORDON_E_USAGE, "unknown command '%s' (try --help)", name);
+  const struct server_cli_command *cmd = server_cli_command_find(name);
+  if (!cmd)
+    return server_cli_usage(NULL, NULL, "unknown command '%s'", name);
+  int cargc = argc - optind;
+  char **cargv = argv + optind;
+  if (wants_help(cargc, cargv)) {
+    const char *sub = cargc > 1 && server_cli_form_find(cmd, cargv[1]) ? cargv[1] : NULL;
+    return server_cli_help(cmd->name, sub);
+  }
+  return cmd->run(&cli, cargc, cargv);
 }

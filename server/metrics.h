@@ -19,14 +19,16 @@
 
 /* Why a pairing failed: id, label. The agent is told the same for all. */
 #define METRICS_PAIR_FAILURES(X)                                                                   \
-  X(RATE_LIMITED, "rate_limited")       /* too many attempts from the address */                   \
-  X(NO_CODE, "no_code")                 /* the hello named no code, or a malformed one */          \
-  X(UNKNOWN_CODE, "unknown_code")       /* no such code */                                         \
-  X(CODE_NOT_USABLE, "code_not_usable") /* used, burned, expired or out of attempts */             \
-  X(BAD_PROOF, "bad_proof")             /* the agent's proof does not match the code */            \
-  X(NO_PROOF, "no_proof")               /* closed before its proof: the agent's code did not   */  \
-                                        /* match the server's proof, or it went away           */  \
-  X(STORE_FAILED, "store_failed")       /* the code was right; recording the device failed */
+  X(RATE_LIMITED, "rate_limited") /* too many attempts from the address */                         \
+  X(NO_CODE, "no_code")           /* the hello named no code, or a malformed one */                \
+  X(UNKNOWN_CODE, "unknown_code") /* no such code */                                               \
+  X(CODE_USED, "code_used")       /* the code already paired a device */                           \
+  X(CODE_BURNED, "code_burned")   /* out of attempts, or revoked */                                \
+  X(CODE_EXPIRED, "code_expired") /* past its --ttl */                                             \
+  X(BAD_PROOF, "bad_proof")       /* a wrong code: the agent's proof does not match it */          \
+  X(NO_PROOF, "no_proof")         /* closed before its proof: the agent's code did not   */        \
+                                  /* match the server's proof, or it went away           */        \
+  X(STORE_FAILED, "store_failed") /* the code was right; recording the device failed */
 
 enum metrics_pair_failure {
 #define METRICS_ENUM_(id, label) METRICS_PAIR_##id,

@@ -25,6 +25,7 @@ struct pair_ctx {
   struct server_db *db;
   const uint8_t *ticket_pk, *publisher_pk;
   struct pair_rate rates[PAIR_RATE_SLOTS];
+  bool require_approval;
 };
 
 /* One session's attempt, from its hello to its close. */
@@ -56,6 +57,10 @@ int pair_new(struct server_db *db, const uint8_t *ticket_pk, const uint8_t *publ
 
 void pair_free(struct pair_ctx *p) {
   free(p);
+}
+
+void pair_set_require_approval(struct pair_ctx *p, bool on) {
+  p->require_approval = on;
 }
 
 static bool rate_ok(struct pair_ctx *p, const char *addr) {
@@ -106,7 +111,10 @@ void pair_on_hello(struct pair_ctx *p, struct session *s, const struct msg_hello
     struct server_db_code code;
     a->why = METRICS_PAIR_UNKNOWN_CODE;
     if (server_db_code_lookup(p->db, h->pair_code, &code, NULL) == 0) {
-      a->why = METRICS_PAIR_CODE_NOT_USABLE;
+      a->why = code.state == SERVER_DB_CODE_USED     ? METRICS_PAIR_CODE_USED
+               : code.state == SERVER_DB_CODE_BURNED ? METRICS_PAIR_CODE_BURNED
+               : code.attempts_left <= 0             ? METRICS_PAIR_CODE_BURNED
+                                                     : METRICS_PAIR_CODE_EXPIRED;
       if (code.usable) {
         memcpy(a->code_key, code.key, sizeof(a->code_key));
         snprintf(a->code_id, sizeof(a->code_id), "%s", h->pair_code);
@@ -153,6 +161,7 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
       .best_level = a->level,
       .downgrade_reason = a->reason,
       .max_jobs = a->max_jobs,
+      .pending = p->require_approval,
   };
   char device_id[CORDON_ID_HEX_SIZE];
   int64_t user_id;
@@ -167,6 +176,21 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
     return r;
   }
   a->code_done = true;
+  struct server_db_device added;
+  bool pending = info.pending;
+  if (server_db_device_get(p->db, device_id, &added, NULL) == 0) {
+    pending = added.state == SERVER_DB_DEVICE_PENDING; /* also by its user's setting */
+    if (strcmp(added.name, a->name) != 0) {            /* the name was taken: it got a suffix */
+      core_log_kv(CORE_LOG_INFO, "device name taken, renamed", "device", device_id, "asked",
+                  a->name, "name", added.name, NULL);
+      char *renamed = strdup(added.name);
+      if (renamed) {
+        free(a->name);
+        a->name = renamed;
+      }
+    }
+    server_db_device_release(&added);
+  }
   struct server_db_user user;
   if (server_db_user_get(p->db, user_id, &user, NULL) < 0)
     snprintf(user.name, sizeof(user.name), "?");
@@ -184,7 +208,8 @@ int pair_on_proof(struct pair_ctx *p, struct session *s, const struct msg_pair_p
   const char *level = sandbox_level_name(a->level);
   core_log_kv(CORE_LOG_INFO, "device paired", "device", device_id, "user", user.name, "name",
               a->name, "addr", s->addr, "code", a->code_log, "platform", a->platform, "level",
-              level ? level : "-", "authentication_string", sas, NULL);
+              level ? level : "-", "authentication_string", sas, "state",
+              pending ? "pending" : "active", NULL);
   (void)session_send(s, &m);
   return 0;
 }
@@ -208,6 +233,8 @@ void pair_on_closed(struct pair_ctx *p, struct session *s) {
     char attempts[16];
     snprintf(attempts, sizeof(attempts), "%d", left);
     metrics_pairing_failed(why);
+    if (a->code_log[0]) /* the code's row keeps the reason (pair-code list) */
+      (void)server_db_code_note_failure(p->db, a->code_log, names[why], NULL);
     core_log_kv(CORE_LOG_WARN, "pairing failed", "addr", s->addr, "reason", names[why], "code",
                 a->code_log[0] ? a->code_log : "-", "attempts_left", left >= 0 ? attempts : "-",
                 "name", a->name ? a->name : "-", NULL);

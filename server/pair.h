@@ -27,6 +27,8 @@ struct pair_ctx;
 int pair_new(struct server_db *db, const uint8_t *ticket_pk, const uint8_t *publisher_pk,
              struct pair_ctx **out_ctx);
 void pair_free(struct pair_ctx *p); /* NULL-safe */
+/* run --require-approval: every device paired from now on is pending. */
+void pair_set_require_approval(struct pair_ctx *p, bool on);
 
 /* The session hooks' pair_hello, pair_proof and (part of) closed. */
 void pair_on_hello(struct pair_ctx *p, struct session *s, const struct msg_hello *h);

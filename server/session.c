@@ -8,6 +8,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "server/facts.h"
 #include "server/metrics.h"
 
 struct sessions {
@@ -146,8 +147,12 @@ static void device_hello(struct session *s, const struct msg_hello *h,
       .best_level = (enum sandbox_level)h->best_level,
       .downgrade_reason = h->downgrade_reason,
       .max_jobs = (int)h->max_jobs,
+      .address = s->addr,
   };
+  char *facts = server_facts_from_hello(h); /* server/facts.h */
+  info.facts_json = facts;
   server_db_device_update_info(t->db, dev.id, &info, NULL);
+  free(facts);
   server_db_device_set_online(t->db, dev.id, true, NULL);
   s->state = SESSION_ACTIVE;
   s->since = (int64_t)(core_wall_ms() / 1000);

@@ -1101,8 +1101,7 @@ Test(db, migrates_a_version_1_database_and_keeps_its_rows) {
   cr_assert_eq(server_db_open(state_dir, 0, &db, &d), 0, "%s", d.msg);
   int v = 0;
   cr_assert_eq(server_db_schema_version(db, &v, NULL), 0);
-  cr_assert_eq(v, 2);
-  cr_assert_eq(SERVER_DB_SCHEMA_VERSION, 2);
+  cr_assert_eq(v, SERVER_DB_SCHEMA_VERSION, "migrated all the way up");
   struct server_db_device dev;
   cr_assert_eq(server_db_device_get(db, "00112233445566778899aabbccddeeff", &dev, NULL), 0);
   cr_assert_str_eq(dev.name, "laptop");
@@ -1336,5 +1335,77 @@ Test(db, queued_jobs_wait_in_order_expire_and_go_to_one_device) {
   cr_assert_eq(server_db_job_list_queued(db, &l, NULL), 0);
   cr_assert_eq(l.count, 0, "nothing waits any more");
   server_db_job_list_release(&l);
+  server_db_close(db);
+}
+
+Test(db, a_code_keeps_why_its_last_attempt_failed) {
+  struct server_db *db = open_db();
+  int64_t uid;
+  cr_assert_eq(server_db_user_add(db, "alice", &uid, NULL), 0);
+  char code[SERVER_DB_CODE_TEXT_SIZE], id[SERVER_DB_CODE_ID_SIZE];
+  uint8_t key[SERVER_DB_CODE_KEY_SIZE];
+  cr_assert_eq(server_db_code_mint(db, uid, 60, code, NULL, NULL), 0);
+  cr_assert_eq(server_db_code_derive(code, id, key), 0);
+  struct server_db_code c;
+  cr_assert_eq(server_db_code_lookup(db, id, &c, NULL), 0);
+  cr_assert_str_eq(c.last_failure, "");
+  cr_assert_eq(c.last_failure_at, 0);
+  server_db_set_clock(db, 1000);
+  cr_assert_eq(server_db_code_note_failure(db, id, "code_expired", NULL), 0);
+  cr_assert_eq(server_db_code_lookup(db, id, &c, NULL), 0);
+  cr_assert_str_eq(c.last_failure, "code_expired");
+  cr_assert_eq(c.last_failure_at, 1000);
+  server_db_code_wipe(&c);
+  cr_assert_eq(server_db_code_note_failure(db, "0000000000", "bad_proof", NULL), -ENOENT);
+  cr_assert_eq(server_db_code_note_failure(db, id, "not a token", NULL), -EINVAL);
+  server_db_close(db);
+}
+
+Test(db, migration_4_renames_duplicate_device_names_of_a_user) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open(path, &h), SQLITE_OK);
+  char *err = NULL;
+  int rc = sqlite3_exec(h, schema_v1, NULL, NULL, &err);
+  cr_assert_eq(rc, SQLITE_OK, "%s", err ? err : "");
+  rc = sqlite3_exec(
+      h,
+      "UPDATE schema_version SET version = 1;"
+      "INSERT INTO users (name, created) VALUES ('alice', 1), ('bob', 1);"
+      "INSERT INTO devices (id, user_id, name, public_key, state, created) VALUES"
+      " ('00000000000000000000000000000001', 1, 'laptop', zeroblob(32), 'active', 1),"
+      " ('aaaaaaaa000000000000000000000002', 1, 'laptop', randomblob(32), 'active', 2),"
+      " ('00000000000000000000000000000003', 1, 'laptop', randomblob(32), 'revoked', 3),"
+      " ('00000000000000000000000000000004', 2, 'laptop', randomblob(32), 'active', 4);",
+      NULL, NULL, &err);
+  cr_assert_eq(rc, SQLITE_OK, "%s", err ? err : "");
+  sqlite3_close(h);
+  chmod(path, 0600);
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_open(state_dir, 0, &db, &d), 0, "%s", d.msg);
+  static const char *const want[][2] = {
+      {"00000000000000000000000000000001", "laptop"},          /* the older keeps it */
+      {"aaaaaaaa000000000000000000000002", "laptop-aaaaaaaa"}, /* the newer gets its id */
+      {"00000000000000000000000000000003", "laptop"},          /* revoked: not counted */
+      {"00000000000000000000000000000004", "laptop"},          /* another user's */
+  };
+  for (size_t i = 0; i < 4; i++) {
+    struct server_db_device dev;
+    cr_assert_eq(server_db_device_get(db, want[i][0], &dev, NULL), 0);
+    cr_assert_str_eq(dev.name, want[i][1], "%s", want[i][0]);
+    server_db_device_release(&dev);
+  }
+  /* and from now on the database itself refuses a duplicate */
+  struct server_db_device_info info = {.name = "laptop"};
+  uint8_t pk[32];
+  memset(pk, 9, sizeof(pk));
+  char id[CORDON_ID_HEX_SIZE];
+  cr_assert_eq(server_db_device_add(db, 1, pk, &info, id, NULL), 0);
+  struct server_db_device dev;
+  cr_assert_eq(server_db_device_get(db, id, &dev, NULL), 0);
+  cr_assert_str_eq(dev.name, "laptop-2");
+  server_db_device_release(&dev);
   server_db_close(db);
 }

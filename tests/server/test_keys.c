@@ -158,8 +158,12 @@ Test(keys, retire_refuses_what_it_cannot_retire) {
   cr_assert_eq(o->status, 0, "%s", o->err);
   free(o);
   /* a key id that is not one, and retiring the current key, are usage */
-  o = RUN(SERVER, "keys", "retire", "zzzz", "--state", e2e_state);
-  cr_assert_eq(o->status, 2, "%s", o->err);
+  o = RUN(SERVER, "keys", "retire", "0123abcd", "--state", e2e_state);
+  cr_assert_eq(o->status, 1, "%s", o->err);
+  cr_assert(strstr(o->err, "cordon-server: not_found: "), "%s", o->err);
+  free(o);
+  o = RUN(SERVER, "keys", "retire", "012", "--state", e2e_state);
+  cr_assert_eq(o->status, 2, "too short a prefix: %s", o->err);
   free(o);
   char cur[33];
   current_id("publisher", cur);
