@@ -51,37 +51,58 @@ static void say_done(const char *state, const char *what, uint64_t serial) {
                : "no daemon runs: agents get it when they connect to the next one");
 }
 
-static int cmd_rotate(const char *state, int argc, char **argv) {
-  static const struct option opts[] = {{"ticket", no_argument, NULL, 't'},
-                                       {"publisher", no_argument, NULL, 'p'},
-                                       {"state", required_argument, NULL, 's'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
-  bool ticket = false, publisher = false;
+/* The options of a keys subcommand (argv[0] is the subcommand): --state
+ * for all, --ticket and --publisher for rotate, --json for list; n_args
+ * operands. 0 parsed, or the exit status (help printed: 0 through
+ * *out_done; usage: 2). */
+struct keys_opts {
+  const char *state;
+  bool ticket, publisher, json;
+  char **args;
+};
+
+static int parse(int argc, char **argv, bool rotate, bool list, int n_args, struct keys_opts *o,
+                 bool *out_done) {
+  static const struct option opts[] = {
+      {"ticket", no_argument, NULL, 't'}, {"publisher", no_argument, NULL, 'p'},
+      {"json", no_argument, NULL, 'j'},   {"state", required_argument, NULL, 's'},
+      {"help", no_argument, NULL, 'h'},   {0}};
+  const char *usage = keys_usage + strlen("usage: ");
   int c;
   optind = 0;
   opterr = 0;
+  *out_done = false;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 't')
-      ticket = true;
-    else if (c == 'p')
-      publisher = true;
-    else if (c == 's')
-      state = optarg;
-    else if (c == 'h') {
+    if (c == 's') {
+      o->state = optarg;
+    } else if (c == 'h') {
       printf("%s\n", keys_usage);
+      *out_done = true;
       return 0;
-    } else
-      return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+    } else if (rotate && (c == 't' || c == 'p')) {
+      *(c == 't' ? &o->ticket : &o->publisher) = true;
+    } else if (list && c == 'j') {
+      o->json = true;
+    } else {
+      *out_done = true;
+      return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+    }
   }
-  if (optind != argc)
-    return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
-  if (!ticket && !publisher)
-    ticket = publisher = true;
+  if (argc - optind != n_args) {
+    *out_done = true;
+    return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+  }
+  o->args = argv + optind;
+  return 0;
+}
+
+static int cmd_rotate(struct keys_opts *o) {
+  if (!o->ticket && !o->publisher)
+    o->ticket = o->publisher = true;
   uint64_t serial = 0;
   char tid[33], pid[33];
   struct cordon_diag diag = {{0}};
-  int r = server_keys_rotate(state, ticket, publisher, &serial, tid, pid, &diag);
+  int r = server_keys_rotate(o->state, o->ticket, o->publisher, &serial, tid, pid, &diag);
   if (r < 0)
     return server_cli_fail(r, &diag);
   if (tid[0])
@@ -89,67 +110,30 @@ static int cmd_rotate(const char *state, int argc, char **argv) {
   if (pid[0])
     printf("publisher %s\n", pid);
   fflush(stdout);
-  say_done(state, "keys rotated", serial);
+  say_done(o->state, "keys rotated", serial);
   return 0;
 }
 
-static int cmd_retire(const char *state, int argc, char **argv) {
-  static const struct option opts[] = {
-      {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
-  int c;
-  optind = 0;
-  opterr = 0;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 's')
-      state = optarg;
-    else if (c == 'h') {
-      printf("%s\n", keys_usage);
-      return 0;
-    } else
-      return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
-  }
-  if (optind + 1 != argc)
-    return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+static int cmd_retire(struct keys_opts *o) {
   uint64_t serial = 0;
   char id[33];
   struct cordon_diag diag = {{0}};
-  int r = server_keys_retire(state, argv[optind], &serial, id, &diag);
+  int r = server_keys_retire(o->state, o->args[0], &serial, id, &diag);
   if (r < 0)
     return server_cli_fail(r, &diag);
   char what[80];
   snprintf(what, sizeof(what), "publisher key %s retired", id);
-  say_done(state, what, serial);
+  say_done(o->state, what, serial);
   return 0;
 }
 
-static int cmd_list(const char *state, int argc, char **argv) {
-  static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
-                                       {"state", required_argument, NULL, 's'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
-  bool json = false;
-  int c;
-  optind = 0;
-  opterr = 0;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    if (c == 'j')
-      json = true;
-    else if (c == 's')
-      state = optarg;
-    else if (c == 'h') {
-      printf("%s\n", keys_usage);
-      return 0;
-    } else
-      return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
-  }
-  if (optind != argc)
-    return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+static int cmd_list(struct keys_opts *o) {
   json_t *list = NULL;
   struct cordon_diag diag = {{0}};
-  int r = server_keys_list(state, &list, &diag);
+  int r = server_keys_list(o->state, &list, &diag);
   if (r < 0)
     return server_cli_fail(r, &diag);
-  if (json) {
+  if (o->json) {
     char *s = json_dumps(list, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     if (s)
       printf("%s\n", s);
@@ -179,11 +163,14 @@ int server_cmd_keys(const struct server_cli *cli, int argc, char **argv) {
     printf("%s\n", keys_usage);
     return 0;
   }
-  if (strcmp(sub, "rotate") == 0)
-    return cmd_rotate(cli->state_dir, argc - 1, argv + 1);
-  if (strcmp(sub, "retire") == 0)
-    return cmd_retire(cli->state_dir, argc - 1, argv + 1);
-  if (strcmp(sub, "list") == 0)
-    return cmd_list(cli->state_dir, argc - 1, argv + 1);
-  return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+  bool rotate = strcmp(sub, "rotate") == 0, retire = strcmp(sub, "retire") == 0,
+       list = strcmp(sub, "list") == 0;
+  if (!rotate && !retire && !list)
+    return server_cli_failf(CORDON_E_USAGE, "%s", keys_usage + strlen("usage: "));
+  struct keys_opts o = {.state = cli->state_dir};
+  bool done;
+  int st = parse(argc - 1, argv + 1, rotate, list, retire ? 1 : 0, &o, &done);
+  if (done)
+    return st;
+  return rotate ? cmd_rotate(&o) : retire ? cmd_retire(&o) : cmd_list(&o);
 }
