@@ -9,6 +9,7 @@
 #include "agent/commands.h"
 #include "agent/hello.h"
 #include "agent/state.h"
+#include "agent/trust.h"
 #include "compat/posix.h"
 #include "core/id.h"
 #include "net/conn.h"
@@ -24,7 +25,7 @@ struct pairing_run {
   const char *name;
   const char *host;
   int port;
-  int state; /* 0 hello sent, 1 welcome seen, 2 proof sent, 3 done */
+  int state; /* 0 hello sent (or not yet), 1 welcome seen, 2 proof sent, 3 done */
   int err;
   char why[512];
 };
@@ -51,7 +52,8 @@ static void fail(struct pairing_run *p, struct net_conn *c, int err, const char 
 static int on_ready(struct net_conn *c) {
   struct pairing_run *p = net_conn_data(c);
   struct msg m;
-  agent_hello_fill(&p->facts, p->cfg, &m);
+  struct msg_fact wire[AGENT_FACTS_MAX];
+  agent_hello_fill(&p->facts, p->cfg, wire, &m);
   m.hello.pair_code = p->code_id;
   m.hello.name = (char *)p->name;
   return send_msg(c, &m);
@@ -122,9 +124,11 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
 static void on_close(struct net_conn *c, int err) {
   struct pairing_run *p = net_conn_data(c);
   if (p->state != 3 && !p->err) {
-    p->err = err ? err : -ECONNRESET;
+    p->err = err ? agent_connect_error(err, p->state > 0) : -ECONNRESET;
     snprintf(p->why, sizeof(p->why), "connection to %s:%d closed: %s", p->host, p->port,
-             err ? cordon_err_message(err) : "by the server");
+             !err            ? "by the server"
+             : p->err != err ? "the peer does not speak the cordon protocol"
+                             : cordon_err_message(err));
   }
 }
 
@@ -221,7 +225,8 @@ static int unpair_check(struct net_conn *c, const uint8_t key[NOISE_KEY_LEN]) {
 static int unpair_ready(struct net_conn *c) {
   struct unpair_run *u = net_conn_data(c);
   struct msg m;
-  agent_hello_fill(&u->facts, u->cfg, &m);
+  struct msg_fact wire[AGENT_FACTS_MAX];
+  agent_hello_fill(&u->facts, u->cfg, wire, &m);
   m.hello.has_device_id = true;
   memcpy(m.hello.device_id, u->pairing.device_id, CORDON_ID_LEN);
   return send_msg(c, &m);
@@ -279,6 +284,7 @@ int agent_cmd_unpair(const struct agent_config *cfg) {
   if (priv)
     sodium_free(priv);
   r = agent_pairing_remove(cfg->dir, &diag);
+  agent_trust_server_keys_remove(cfg->dir);
   if (r < 0)
     return agent_fail(r, diag.msg);
   if (u.told)

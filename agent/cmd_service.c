@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/cli.h"
 #include "compat/posix.h"
 #include "platform/service.h"
 
@@ -18,13 +19,8 @@ static int fail(int err, const char *detail) {
 }
 
 static int service_usage(const char *msg) {
-  if (msg)
-    fprintf(stderr, PROG ": usage: %s\n", msg);
-  fprintf(stderr,
-          "usage: " PROG " [--config DIR] service install|uninstall|start|stop|status|print\n"
-          "         %s[--agent-path PATH] [--default-config] [--json]\n",
-          service_has_scopes() ? "[--user|--system] [--root DIR] " : "");
-  return 2;
+  return agent_usagef("%s (" PROG " help service)",
+                      msg ? msg : "service install|uninstall|start|stop|status|print [OPTIONS]");
 }
 
 /* The summary line on stderr, then the JSON on stdout. */

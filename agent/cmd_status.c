@@ -2,7 +2,8 @@
  * pairing, whether the job user can reach the staging directory, and what
  * the running agent says about itself, asked over its control socket
  * (agent/ctl_client.h): "running" false and "connected" null when nothing
- * answers; never guessed from a file. */
+ * answers; never guessed from a file. A summary of a few lines on stdout,
+ * or with --json the whole report as JSON. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -13,6 +14,7 @@
 #include "agent/cli.h"
 #include "agent/commands.h"
 #include "agent/ctl_client.h"
+#include "agent/hello.h"
 #include "agent/state.h"
 #include "compat/posix.h"
 #include "core/id.h"
@@ -88,7 +90,50 @@ static void live_json(const struct agent_config *cfg, json_t *o, char *summary, 
            r == -ECONNREFUSED ? "not running" : "unknown: ", detail ? detail : "");
 }
 
-int agent_cmd_status(const struct agent_config *cfg, bool json_only) {
+/* The summary for people: the level and why, the inventory, the pairing,
+ * the running agent, and staging when it is a problem. */
+static void print_summary(json_t *o, const char *live) {
+  const char *best = json_string_value(json_object_get(o, "best_level"));
+  const char *why = json_string_value(json_object_get(o, "downgrade_reason"));
+  printf("level: %s%s%s (lowest accepted: %s)\n", best, why ? ", downgraded: " : "", why ? why : "",
+         json_string_value(json_object_get(o, "lowest_level")));
+  json_t *probes = json_object_get(o, "probes");
+  struct agent_facts f = {0};
+  agent_facts_add_probes(&f, probes);
+  char os[MSG_FACT_VALUE_MAX + 1];
+  paths_os_version(os, sizeof(os));
+  printf("platform: %s, %s\n", json_string_value(json_object_get(o, "platform")), os);
+  for (size_t i = 0; i < f.n_facts; i++)
+    printf("  %-20s %s\n", f.fact_key[i], f.fact_value[i]);
+  json_t *bw = json_object_get(probes, "bwrap");
+  if (json_is_boolean(json_object_get(bw, "trial")))
+    printf("  %-20s %s%s%s\n", "bwrap_trial",
+           json_is_true(json_object_get(bw, "trial")) ? "ok" : "failed",
+           json_is_string(json_object_get(bw, "error")) ? ": " : "",
+           json_is_string(json_object_get(bw, "error"))
+               ? json_string_value(json_object_get(bw, "error"))
+               : "");
+  if (json_is_true(json_object_get(o, "paired")))
+    printf("paired: device %s of user %s, server %s\n",
+           json_string_value(json_object_get(o, "device_id")),
+           json_string_value(json_object_get(o, "user")),
+           json_string_value(json_object_get(o, "server")));
+  else
+    printf("paired: no (`" AGENT_PROG " pair --server HOST:PORT` enrols this device)\n");
+  printf("%s\n", live);
+  json_t *staging = json_object_get(o, "staging");
+  if (json_is_true(json_object_get(staging, "reachable")))
+    printf("staging: %s reachable by the job user\n",
+           json_string_value(json_object_get(staging, "dir")));
+  else
+    printf("staging: %s\n", json_is_string(json_object_get(staging, "problem"))
+                                ? json_string_value(json_object_get(staging, "problem"))
+                                : "unknown");
+  printf("(`" AGENT_PROG " status --json` prints every probe)\n");
+  fflush(stdout);
+}
+
+int agent_cmd_status(const struct agent_config *cfg, bool json) {
   struct sandbox_policy pol;
   agent_config_policy(cfg, &pol);
   struct sandbox_probe *probe;
@@ -121,14 +166,10 @@ int agent_cmd_status(const struct agent_config *cfg, bool json_only) {
   live_json(cfg, o, summary, sizeof(summary));
   json_t *staging = staging_json(cfg);
   json_object_set_new(o, "staging", staging);
-  if (!json_only) {
-    /* people: a short summary on stderr keeps stdout for JSON only */
-    fprintf(stderr, "best level: %s%s%s\n%s\n", sandbox_level_name(best), reason ? " — " : "",
-            reason ? reason : "", summary);
-    if (json_is_false(json_object_get(staging, "reachable")))
-      fprintf(stderr, "staging: %s\n", json_string_value(json_object_get(staging, "problem")));
-  }
-  agent_print_json(o);
+  if (json)
+    agent_print_json(o);
+  else
+    print_summary(o, summary);
   json_decref(o);
   sandbox_probe_free(probe);
   return 0;

@@ -15,12 +15,26 @@
  * when s is not that; outputs are written only on success. */
 int agent_parse_host_port(const char *s, char *host, size_t host_len, int *out_port);
 
-/* status: diagnostics as JSON on stdout (json_only: no summary on stderr). */
-int agent_cmd_status(const struct agent_config *cfg, bool json_only);
-/* exec (explain false) or explain a DIR or FILE.cpkg; trust_file may be
- * NULL. The result (exec) or the plan (explain) is JSON on stdout. */
-int agent_cmd_exec(const struct agent_config *cfg, const char *source, const char *trust_file,
-                   char *const *args, size_t n_args, bool explain);
+/* status: a summary on stdout, or (json) the whole report as JSON. */
+int agent_cmd_status(const struct agent_config *cfg, bool json);
+/* exec and explain. source: a DIR or FILE.cpkg, or NULL for an ad-hoc
+ * command: args[0] is the command and the rest its arguments, in a package
+ * of a default manifest whose capabilities are net, ro and rw. */
+struct agent_exec_options {
+  const char *source;
+  const char *trust; /* may be NULL */
+  char *const *args; /* after "--" */
+  size_t n_args;
+  bool explain; /* the plan, not a run */
+  bool json;    /* explain: the whole plan as JSON; ad-hoc exec: the result JSON */
+  bool net;
+  const char *const *ro, *const *rw; /* grant paths */
+  size_t n_ro, n_rw;
+};
+/* exec: a package's result is JSON on stdout; an ad-hoc command's output
+ * is its own (--json: the result JSON) and the exit status is its own.
+ * explain: a summary on stdout (--json: the whole plan). */
+int agent_cmd_exec(const struct agent_config *cfg, const struct agent_exec_options *o);
 int agent_cmd_pair(const struct agent_config *cfg, const char *server, const char *code,
                    const char *name);
 int agent_cmd_unpair(const struct agent_config *cfg);

@@ -1,10 +1,13 @@
 /* cordon-agent: command-line entry: parse the command line and dispatch to
- * the commands (agent/commands.h), which are the agent library. Only JSON
- * goes to stdout (`metrics`: Prometheus text); one-line errors go to
- * stderr as "cordon-agent: <code>: <message>". Exit status: 0 ran and
- * exited 0 / command succeeded; 1 ran and failed, timed out or was
- * refused; 2 bad usage or malformed local input; 3 (`run`) not paired, or
- * revoked or unpaired by the server. */
+ * the commands (agent/commands.h), which are the agent library; help and
+ * version come from the command table (agent/cli.c). stdout carries what
+ * was asked: `status` and `explain` a summary (--json: JSON), `exec` of a
+ * package its result JSON, an ad-hoc `exec` the command's own output,
+ * `metrics` Prometheus text; one-line errors go to stderr as
+ * "cordon-agent: <code>: <message>". Exit status: 0 ran and exited 0 /
+ * command succeeded; 1 ran and failed, timed out or was refused; 2 bad
+ * usage or malformed local input; 3 (`run`) not paired, or revoked or
+ * unpaired by the server; an ad-hoc `exec`: the command's own. */
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,22 +20,74 @@
 #include "agent/config.h"
 #include "compat/posix.h"
 #include "core/log.h"
+#include "core/manifest.h"
 
-static int usage(const char *msg) {
-  if (msg)
-    fprintf(stderr, AGENT_PROG ": usage: %s\n", msg);
-  fprintf(
-      stderr,
-      "usage: " AGENT_PROG " [--config DIR] COMMAND\n"
-      "  status [--json]                         sandbox diagnostics for this device\n"
-      "  explain DIR|FILE.cpkg [--json]          the sandbox plan, without running\n"
-      "  exec DIR|FILE.cpkg [--trust KEY] [-- ARGS...]  run a package locally\n"
-      "  pair --server HOST:PORT [--code CODE] [--name NAME]  enrol (the code may come on stdin)\n"
-      "  run [--drain-timeout S] [--log-level L] stay connected and run dispatched jobs\n"
-      "      [--service]                         (--service: as the Windows service)\n"
-      "  metrics                                 the running agent's metrics (Prometheus text)\n"
-      "  unpair                                  forget the pairing\n");
-  return 2;
+/* Options that take a value, of every command (service's included): the
+ * word after one is never the command. */
+static bool takes_value(const char *a) {
+  static const char *const opts[] = {"--config", "--trust",         "--server",    "--code",
+                                     "--name",   "--drain-timeout", "--log-level", "--ro",
+                                     "--rw",     "--root",          "--agent-path"};
+  for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+    if (strcmp(a, opts[i]) == 0)
+      return true;
+  return false;
+}
+
+/* -h/--help anywhere before "--" (on any command or subcommand), --version,
+ * and the `help` and `version` commands: answered here, on stdout, exit 0,
+ * before any config is read. Returns -1 when argv asks for none of them. */
+static int help_or_version(int argc, char **argv) {
+  const char *cmd = NULL, *operand = NULL;
+  bool help = false, version = false, json = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--") == 0)
+      break;
+    if (takes_value(a)) {
+      i++;
+      continue;
+    }
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0)
+      help = true;
+    else if (strcmp(a, "--version") == 0 && !cmd)
+      version = true;
+    else if (strcmp(a, "--json") == 0)
+      json = true;
+    else if (a[0] == '-')
+      continue;
+    else if (!cmd)
+      cmd = a;
+    else if (!operand)
+      operand = a;
+  }
+  if (help) {
+    const struct agent_cli_command *c = agent_cli_find(cmd);
+    if (cmd && !c)
+      return agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", cmd);
+    if (c)
+      agent_cli_print_help(stdout, c);
+    else
+      agent_cli_print_usage(stdout);
+    return 0;
+  }
+  if (version || (cmd && strcmp(cmd, "version") == 0)) {
+    if (operand)
+      return agent_usagef("version takes no operand (%s)", operand);
+    agent_cli_print_version(json);
+    return 0;
+  }
+  if (cmd && strcmp(cmd, "help") == 0) {
+    const struct agent_cli_command *c = agent_cli_find(operand);
+    if (operand && !c)
+      return agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", operand);
+    if (c)
+      agent_cli_print_help(stdout, c);
+    else
+      agent_cli_print_usage(stdout);
+    return 0;
+  }
+  return -1;
 }
 
 struct cli {
@@ -43,6 +98,9 @@ struct cli {
   const char *server, *code, *name;
   const char *drain_timeout, *log_level;
   bool json;
+  bool net; /* exec/explain of an ad-hoc command: --net, --ro, --rw */
+  const char *ro[MANIFEST_MAX_GRANTS], *rw[MANIFEST_MAX_GRANTS];
+  size_t n_ro, n_rw;
   bool service; /* run --service: started by the Windows Service Control Manager */
   char **args;
   size_t n_args;
@@ -59,10 +117,8 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
     } else if (strcmp(a, "--config") == 0 || strcmp(a, "--trust") == 0 ||
                strcmp(a, "--server") == 0 || strcmp(a, "--code") == 0 || strcmp(a, "--name") == 0 ||
                strcmp(a, "--drain-timeout") == 0 || strcmp(a, "--log-level") == 0) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, AGENT_PROG ": usage: %s needs a value\n", a);
-        return 2;
-      }
+      if (i + 1 >= argc)
+        return agent_usagef("%s needs a value", a);
       const char *v = argv[++i];
       if (strcmp(a, "--config") == 0)
         c->config_dir = v;
@@ -78,31 +134,63 @@ static int parse_cli(int argc, char **argv, struct cli *c) {
         c->log_level = v;
       else
         c->name = v;
+    } else if (strcmp(a, "--ro") == 0 || strcmp(a, "--rw") == 0) {
+      if (i + 1 >= argc)
+        return agent_usagef("%s needs a path", a);
+      if (c->n_ro + c->n_rw >= MANIFEST_MAX_GRANTS)
+        return agent_usagef("at most %d --ro and --rw", MANIFEST_MAX_GRANTS);
+      if (a[3] == 'o')
+        c->ro[c->n_ro++] = argv[++i];
+      else
+        c->rw[c->n_rw++] = argv[++i];
+    } else if (strcmp(a, "--net") == 0) {
+      c->net = true;
     } else if (strcmp(a, "--json") == 0) {
       c->json = true;
     } else if (strcmp(a, "--service") == 0) {
       c->service = true;
-    } else if (a[0] == '-' && a[1] == '-') {
-      fprintf(stderr, AGENT_PROG ": usage: unknown option %s\n", a);
-      return 2;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return agent_usagef("unknown option %s", a);
     } else if (!c->cmd) {
       c->cmd = a;
     } else if (!c->target) {
       c->target = a;
     } else {
-      fprintf(stderr, AGENT_PROG ": usage: unexpected argument %s\n", a);
-      return 2;
+      return agent_usagef("unexpected argument %s", a);
     }
   }
   if (!c->cmd)
-    return usage(NULL);
+    return agent_usage("a command is needed (" AGENT_PROG " help lists them)");
   return 0;
 }
 
+/* exec and explain: of a package (DIR|FILE.cpkg), or with no package of
+ * the ad-hoc command after "--". */
 static int cmd_exec(const struct cli *c, const struct agent_config *cfg, bool explain) {
-  if (!c->target)
-    return usage(explain ? "explain DIR|FILE.cpkg" : "exec DIR|FILE.cpkg [-- ARGS...]");
-  return agent_cmd_exec(cfg, c->target, c->trust, c->args, c->n_args, explain);
+  const char *name = explain ? "explain" : "exec";
+  bool caps = c->net || c->n_ro || c->n_rw;
+  if (!c->target && c->n_args == 0)
+    return agent_usagef("%s needs a package or -- CMD (" AGENT_PROG " help %s)", name, name);
+  if (c->target && caps)
+    return agent_usagef("--net, --ro and --rw are for an ad-hoc command (%s -- CMD), a package "
+                        "says what it needs",
+                        name);
+  if (!c->target && c->trust)
+    return agent_usage("--trust is for a .cpkg package");
+  struct agent_exec_options o = {
+      .source = c->target,
+      .trust = c->trust,
+      .args = c->args,
+      .n_args = c->n_args,
+      .explain = explain,
+      .json = c->json,
+      .net = c->net,
+      .ro = c->ro,
+      .rw = c->rw,
+      .n_ro = c->n_ro,
+      .n_rw = c->n_rw,
+  };
+  return agent_cmd_exec(cfg, &o);
 }
 
 /* `service ...` takes options of its own: hand it the rest of argv. */
@@ -143,6 +231,9 @@ static int cmd_run(const struct cli *c, const struct agent_config *cfg) {
 
 int main(int argc, char **argv) {
   core_log_set_program(AGENT_PROG);
+  int hv = help_or_version(argc, argv);
+  if (hv >= 0)
+    return hv;
   struct cli c;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--config") == 0) {
@@ -156,8 +247,12 @@ int main(int argc, char **argv) {
   int r = parse_cli(argc, argv, &c);
   if (r)
     return r;
+  if (!agent_cli_find(c.cmd))
+    return agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", c.cmd);
   if (c.service && strcmp(c.cmd, "run") != 0)
     return agent_usage("--service goes with run only");
+  if ((c.net || c.n_ro || c.n_rw) && strcmp(c.cmd, "exec") != 0 && strcmp(c.cmd, "explain") != 0)
+    return agent_usage("--net, --ro and --rw go with exec and explain only");
   if ((c.drain_timeout || c.log_level) && strcmp(c.cmd, "run") != 0)
     return agent_usage("--drain-timeout and --log-level go with run only");
   if (c.log_level) {
@@ -192,10 +287,8 @@ int main(int argc, char **argv) {
     rc = agent_cmd_metrics(cfg);
   else if (strcmp(c.cmd, "unpair") == 0)
     rc = agent_cmd_unpair(cfg);
-  else {
-    fprintf(stderr, AGENT_PROG ": usage: unknown command %s\n", c.cmd);
-    rc = 2;
-  }
+  else
+    rc = agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", c.cmd);
   agent_config_free(cfg);
   return rc;
 }

@@ -43,6 +43,7 @@
 #include "agent/spool.h"
 #include "agent/state.h"
 #include "agent/stop.h"
+#include "agent/trust.h"
 #include "compat/posix.h"
 #include "core/log.h"
 #include "platform/daemon.h"
@@ -57,6 +58,9 @@ struct runner {
   struct agent_facts facts;
   uint8_t *priv;
   struct cpkg_trust *trust;
+  /* trusts replaced by a `keys` message: a staging job may still hold one */
+  struct cpkg_trust **old_trust;
+  size_t n_old_trust;
   struct agent_health health;
   struct agent_spool spool;
   struct agent_seen seen;
@@ -273,9 +277,49 @@ static void on_welcome(void *ctx) {
   tell_status(rn);
 }
 
+/* A `keys` announcement (agent/trust.h): the new ticket key is in
+ * rn->pairing at once; the publisher keys take a new trust, for the jobs
+ * that start from now on. */
+static void on_keys(struct runner *rn, const struct msg_keys *k) {
+  struct cordon_diag diag = {{0}};
+  char serial[24];
+  snprintf(serial, sizeof(serial), "%llu", (unsigned long long)k->serial);
+  bool fresh_pairing = agent_trust_keys_serial(rn->cfg->dir) == 0;
+  int r = agent_trust_apply_keys(rn->cfg->dir, &rn->pairing, k, &diag);
+  if (r == CORDON_E_SIGNATURE_INVALID && fresh_pairing) {
+    /* a device paired after this rotation holds the keys of a later
+     * announcement, which the chain brings next: nothing to verify here */
+    core_log_kv(CORE_LOG_DEBUG, "server keys older than this pairing", "serial", serial, NULL);
+    return;
+  }
+  if (r < 0) {
+    core_log_kv(CORE_LOG_WARN, "server keys refused", "serial", serial, "reason", diag.msg, NULL);
+    agent_health_error(&rn->health, "server keys %s refused: %s", serial, diag.msg);
+    return;
+  }
+  if (r == 0)
+    return;
+  struct cpkg_trust *fresh = NULL;
+  struct cpkg_trust **v = realloc(rn->old_trust, (rn->n_old_trust + 1) * sizeof(*v));
+  if (v)
+    rn->old_trust = v;
+  if (!v || agent_job_load_trust(rn->cfg, NULL, &fresh, &diag) < 0) {
+    core_log_kv(CORE_LOG_ERROR, "server keys accepted but the trusted keys were not reloaded",
+                "serial", serial, "reason", v ? diag.msg : "out of memory", NULL);
+    return;
+  }
+  rn->old_trust[rn->n_old_trust++] = rn->trust;
+  rn->trust = fresh;
+  rn->jobs.trust = fresh;
+  core_log_kv(CORE_LOG_INFO, "server keys updated", "serial", serial, NULL);
+}
+
 static void on_message(void *ctx, struct msg *m) {
   struct runner *rn = ctx;
   switch (m->type) {
+  case MSG_KEYS:
+    on_keys(rn, &m->keys);
+    break;
   case MSG_JOB:
     agent_dispatch_on_job(&rn->jobs, &m->job);
     break;
@@ -447,6 +491,8 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
     goto out_lock;
   }
   if (r == 0)
+    r = agent_trust_server_keys_load(cfg->dir, &rn.pairing, &diag);
+  if (r == 0)
     r = agent_identity_load(cfg->dir, &rn.priv, &diag);
   if (r == 0)
     r = agent_signing_key_load(cfg->dir, &rn.pairing, &diag);
@@ -520,6 +566,9 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
 
 out_keys:
   cpkg_trust_free(rn.trust);
+  for (size_t i = 0; i < rn.n_old_trust; i++)
+    cpkg_trust_free(rn.old_trust[i]);
+  free(rn.old_trust);
   sodium_free(rn.priv);
   sodium_free((void *)rn.pairing.sign_sk);
 out_lock:

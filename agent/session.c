@@ -1,5 +1,7 @@
 #include "agent/session.h"
 
+#include "agent/cli.h"
+
 #include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -72,7 +74,8 @@ static int on_check_peer(struct net_conn *c, const uint8_t key[NOISE_KEY_LEN]) {
 static int on_ready(struct net_conn *c) {
   struct agent_session *s = net_conn_data(c);
   struct msg m;
-  agent_hello_fill(s->facts, s->cfg, &m);
+  struct msg_fact wire[AGENT_FACTS_MAX];
+  agent_hello_fill(s->facts, s->cfg, wire, &m);
   m.hello.has_device_id = true;
   memcpy(m.hello.device_id, s->pairing->device_id, CORDON_ID_LEN);
   m.hello.has_sign_key = s->pairing->sign_sk != NULL; /* registers it (receipt.md) */
@@ -217,6 +220,7 @@ static void on_close(struct net_conn *c, int err) {
     s->health->connected = false;
     s->health->disconnected_ms = core_wall_ms();
   }
+  err = agent_connect_error(err, was_ready);
   const char *reason = err ? cordon_err_message(err) : s->stopping ? "stopping" : "closed";
   if (was_ready || (err && !s->stopping))
     core_log_kv(err && !s->stopping ? CORE_LOG_WARN : CORE_LOG_INFO,

@@ -3,14 +3,20 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
+#include <sodium.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/state.h"
 #include "compat/posix.h"
+#include "core/file.h"
 #include "proto/keyfile.h"
+#include "proto/msg.h"
 
 static int load_fd(struct cpkg_trust *trust, int fd, const char *name, struct cordon_diag *diag) {
   struct stat st;
@@ -83,4 +89,182 @@ int agent_trust_load_dir(struct cpkg_trust *trust, const char *dir, struct cordo
   }
   closedir(d);
   return err;
+}
+
+/* ---- the paired server's rotated keys ---- */
+
+static int read_serial_file(const char *dir, uint64_t *out_serial, uint8_t ticket_key[32],
+                            bool *out_have, struct cordon_diag *diag) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s", dir, AGENT_SERVER_KEYS_FILE);
+  json_error_t je;
+  json_t *o = json_load_file(path, 0, &je);
+  *out_have = false;
+  *out_serial = 0;
+  if (!o)
+    return access(path, F_OK) == 0
+               ? cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: %s", path, je.text)
+               : 0;
+  const char *hex = json_string_value(json_object_get(o, "ticket_key"));
+  json_t *serial = json_object_get(o, "serial");
+  size_t got = 0;
+  int r = 0;
+  if (!json_is_integer(serial) || json_integer_value(serial) < 1 || !hex ||
+      sodium_hex2bin(ticket_key, 32, hex, strlen(hex), NULL, &got, NULL) != 0 || got != 32)
+    r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: not the agent's server keys", path);
+  else {
+    *out_serial = (uint64_t)json_integer_value(serial);
+    *out_have = true;
+  }
+  json_decref(o);
+  return r;
+}
+
+int agent_trust_server_keys_load(const char *dir, struct agent_pairing *p,
+                                 struct cordon_diag *diag) {
+  uint64_t serial;
+  uint8_t tk[32];
+  bool have;
+  int r = read_serial_file(dir, &serial, tk, &have, diag);
+  if (r == 0 && have)
+    memcpy(p->ticket_key, tk, 32);
+  return r;
+}
+
+static bool is_server_publisher_file(const char *name) {
+  size_t n = strlen(name), pre = strlen("server-publisher");
+  return n >= pre + 4 && strncmp(name, "server-publisher", pre) == 0 &&
+         strcmp(name + n - 4, ".pub") == 0 && (name[pre] == '.' || name[pre] == '-');
+}
+
+/* The server's publisher keys this agent holds (trusted/server-publisher*.pub). */
+struct server_pubs {
+  uint8_t key[64][32];
+  char name[64][96];
+  size_t n;
+};
+
+static void load_server_pubs(const char *dir, struct server_pubs *out) {
+  out->n = 0;
+  char tdir[4096];
+  snprintf(tdir, sizeof(tdir), "%s/%s", dir, AGENT_TRUSTED_DIR);
+  DIR *d = opendir(tdir);
+  if (!d)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL && out->n < 64) {
+    if (!is_server_publisher_file(de->d_name) || strlen(de->d_name) >= sizeof(out->name[0]))
+      continue;
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", tdir, de->d_name);
+    char text[KEYFILE_MAX_BYTES + 1];
+    FILE *f = fopen(path, "r");
+    size_t len = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    if (f)
+      fclose(f);
+    if (keyfile_parse(KEYFILE_PUBLISHER_PUBLIC, text, len, out->key[out->n], NULL) == 0) {
+      snprintf(out->name[out->n], sizeof(out->name[0]), "%s", de->d_name);
+      out->n++;
+    }
+  }
+  closedir(d);
+}
+
+int agent_trust_apply_keys(const char *dir, struct agent_pairing *p, const struct msg_keys *k,
+                           struct cordon_diag *diag) {
+  uint64_t serial;
+  uint8_t tk[32];
+  bool have;
+  int r = read_serial_file(dir, &serial, tk, &have, diag);
+  if (r < 0)
+    return r;
+  if (k->serial <= serial)
+    return 0;
+  struct server_pubs *pubs = malloc(sizeof(*pubs));
+  if (!pubs)
+    return -ENOMEM;
+  load_server_pubs(dir, pubs);
+  bool have_pub = false;
+  for (size_t i = 0; i < pubs->n; i++)
+    have_pub |= sodium_memcmp(pubs->key[i], k->publisher_key, 32) == 0;
+  bool have_ticket = sodium_memcmp(p->ticket_key, k->ticket_key, 32) == 0;
+  if (!have_ticket || !have_pub) {
+    uint8_t data[MSG_KEYS_SIGNED_LEN];
+    msg_keys_signed_data(k, data);
+    bool pub_ok = false;
+    for (size_t i = 0; i < pubs->n && !pub_ok; i++)
+      pub_ok = crypto_sign_verify_detached(k->publisher_sig, data, sizeof(data), pubs->key[i]) == 0;
+    if (!pub_ok ||
+        crypto_sign_verify_detached(k->ticket_sig, data, sizeof(data), p->ticket_key) != 0) {
+      free(pubs);
+      return cordon_diag_set(diag, CORDON_E_SIGNATURE_INVALID,
+                             "keys %llu: not signed by the server's current keys",
+                             (unsigned long long)k->serial);
+    }
+  }
+  char tdir[4096];
+  snprintf(tdir, sizeof(tdir), "%s/%s", dir, AGENT_TRUSTED_DIR);
+  if (!have_pub) {
+    char text[KEYFILE_MAX_BYTES], name[96];
+    size_t len;
+    snprintf(name, sizeof(name), "server-publisher-%llu.pub", (unsigned long long)k->serial);
+    r = keyfile_format(KEYFILE_PUBLISHER_PUBLIC, k->publisher_key, "the paired server (rotated)",
+                       text, sizeof(text), &len);
+    if (r == 0) {
+      mkdir(tdir, 0700);
+      r = core_write_file_atomic(tdir, name, text, len, 0644);
+    }
+    if (r < 0) {
+      free(pubs);
+      return cordon_diag_set(diag, r, "%s/%s: %s", tdir, name, strerror(-r));
+    }
+  }
+  for (size_t i = 0; i < pubs->n; i++) {
+    bool retired = false;
+    for (size_t j = 0; j < k->n_retired && k->retired; j++)
+      retired |= sodium_memcmp(k->retired[j], pubs->key[i], 32) == 0;
+    if (retired && sodium_memcmp(pubs->key[i], k->publisher_key, 32) != 0) {
+      char path[4200];
+      snprintf(path, sizeof(path), "%s/%s", tdir, pubs->name[i]);
+      unlink(path);
+    }
+  }
+  free(pubs);
+  char hex[65];
+  sodium_bin2hex(hex, sizeof(hex), k->ticket_key, 32);
+  json_t *o = json_pack("{s:I, s:s}", "serial", (json_int_t)k->serial, "ticket_key", hex);
+  char *s = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+  json_decref(o);
+  if (!s)
+    return -ENOMEM;
+  r = core_write_file_atomic(dir, AGENT_SERVER_KEYS_FILE, s, strlen(s), 0600);
+  free(s);
+  if (r < 0)
+    return cordon_diag_set(diag, r, "%s/%s: %s", dir, AGENT_SERVER_KEYS_FILE, strerror(-r));
+  memcpy(p->ticket_key, k->ticket_key, 32);
+  return 1;
+}
+
+uint64_t agent_trust_keys_serial(const char *dir) {
+  uint64_t serial;
+  uint8_t tk[32];
+  bool have;
+  return read_serial_file(dir, &serial, tk, &have, NULL) == 0 && have ? serial : 0;
+}
+
+void agent_trust_server_keys_remove(const char *dir) {
+  char path[4200], tdir[4096];
+  snprintf(path, sizeof(path), "%s/%s", dir, AGENT_SERVER_KEYS_FILE);
+  unlink(path);
+
+  snprintf(tdir, sizeof(tdir), "%s/%s", dir, AGENT_TRUSTED_DIR);
+  DIR *d = opendir(tdir);
+  if (!d)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (is_server_publisher_file(de->d_name) && de->d_name[strlen("server-publisher")] == '-')
+      unlinkat(dirfd(d), de->d_name, 0);
+  }
+  closedir(d);
 }

@@ -507,3 +507,11 @@ void manifest_free(struct manifest *m) {
   free(m->env);
   free(m);
 }
+
+int manifest_grant_scope_check(const struct manifest_grant *g, struct cordon_diag *diag) {
+  if (g->base == MANIFEST_GRANT_ABSOLUTE && g->rel[0] == '\0')
+    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "a grant of / is too broad");
+  if (g->base == MANIFEST_GRANT_HOME && g->rel[0] == '\0')
+    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "a grant of ~ is too broad");
+  return 0;
+}

@@ -104,6 +104,13 @@ bool manifest_path_is_windows_absolute(const char *p);
 /* The entry argv for one platform (MANIFEST_PLATFORM_* bit), or NULL. */
 const struct manifest_argv *manifest_entry_for(const struct manifest *m, unsigned platform);
 
+/* The part of judging a grant that needs no device: a grant of "/" (or a
+ * drive root) or of "~" is too broad on every agent, whatever its owner
+ * allows. 0, or CORDON_E_SCOPE_TOO_BROAD with the reason in diag.
+ * platform/grants.c applies it first; `cordon-server pack` refuses such a
+ * package. */
+int manifest_grant_scope_check(const struct manifest_grant *g, struct cordon_diag *diag);
+
 void manifest_free(struct manifest *m);
 
 #endif

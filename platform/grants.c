@@ -265,18 +265,17 @@ static int judge_grant(struct judge *j, const struct sandbox_os_probe *os, bool 
                        struct sandbox_grant *out, struct cordon_diag *diag) {
   out->g = g;
   if (g->base == MANIFEST_GRANT_WORKSPACE)
-    return 0; /* the workspace is always there, and writable */
-  if (g->base == MANIFEST_GRANT_ABSOLUTE && g->rel[0] == '\0')
-    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "a grant of / is too broad");
-  if (g->base == MANIFEST_GRANT_HOME && g->rel[0] == '\0')
-    return cordon_diag_set(diag, CORDON_E_SCOPE_TOO_BROAD, "a grant of ~ is too broad");
+    return 0;                                  /* the workspace is always there, and writable */
+  int r = manifest_grant_scope_check(g, diag); /* too broad anywhere */
+  if (r < 0)
+    return r;
   if (g->base == MANIFEST_GRANT_HOME && !has_home)
     return cordon_diag_set(diag, CORDON_E_CAPABILITY_DENIED,
                            "grant %s: the job user has no home directory", g->path);
   size_t before = own->n;
-  int r = g->base == MANIFEST_GRANT_HOME
-              ? sandbox_os_place_add(os, SANDBOX_BASE_HOME, g->rel, SANDBOX_PLACE_GRANT, own)
-              : sandbox_os_place_add(os, SANDBOX_BASE_ROOT, g->path, SANDBOX_PLACE_GRANT, own);
+  r = g->base == MANIFEST_GRANT_HOME
+          ? sandbox_os_place_add(os, SANDBOX_BASE_HOME, g->rel, SANDBOX_PLACE_GRANT, own)
+          : sandbox_os_place_add(os, SANDBOX_BASE_ROOT, g->path, SANDBOX_PLACE_GRANT, own);
   if (r == 0 && own->n != before + 1)
     r = -ENOENT;
   if (r < 0)

@@ -14,5 +14,9 @@ enum sandbox_level paths_default_lowest_level(void);
 /* "linux", "windows", "macos" */
 const char *paths_platform_name(void);
 unsigned paths_platform_bit(void);
+/* The running OS and its version, one line for people ("Linux
+ * 6.1.0-18-amd64", "Darwin 23.4.0", "Windows 10.0.19045"), into out;
+ * "unknown" when the OS does not say. */
+void paths_os_version(char *out, size_t len);
 
 #endif

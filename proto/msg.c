@@ -22,6 +22,8 @@ enum field_kind {
   K_KEYS,   /* uint8_t (*)[MSG_KEY_LEN], count at aux, lo..hi elements */
   K_ENUM,   /* an enum stored as unsigned int, wire string from names[] */
   K_MAP,    /* a nested struct described by sub */
+  K_FACTS,  /* struct msg_fact *, count at aux: a map of token keys (1..MSG_FACT_KEY_MAX)
+               to name values (0..elem_max), lo..hi entries; present when non-NULL */
 };
 
 enum field_presence {
@@ -141,6 +143,15 @@ static const struct field hello_fields[] = {
      .off = OFF(msg_hello, sign_key),
      .aux = OFF(msg_hello, has_sign_key),
      .hi = MSG_KEY_LEN},
+    {.key = "facts",
+     .kind = K_FACTS,
+     .presence = P_OPTIONAL,
+     .fmt = FMT_NAME,
+     .off = OFF(msg_hello, facts),
+     .aux = OFF(msg_hello, n_facts),
+     .lo = 0,
+     .hi = MSG_FACTS_MAX,
+     .elem_max = MSG_FACT_VALUE_MAX},
 };
 
 static const struct field welcome_fields[] = {
@@ -338,9 +349,18 @@ static const struct field pair_done_fields[] = {
 };
 
 static const struct field keys_fields[] = {
-    F_UINT(msg_keys, serial, 8, 1, UINT64_MAX),  F_FIX(msg_keys, ticket_key, MSG_KEY_LEN),
-    F_FIX(msg_keys, publisher_key, MSG_KEY_LEN), F_FIX(msg_keys, ticket_sig, MSG_SIG_LEN),
+    F_UINT(msg_keys, serial, 8, 1, UINT64_MAX),
+    F_FIX(msg_keys, ticket_key, MSG_KEY_LEN),
+    F_FIX(msg_keys, publisher_key, MSG_KEY_LEN),
+    F_FIX(msg_keys, ticket_sig, MSG_SIG_LEN),
     F_FIX(msg_keys, publisher_sig, MSG_SIG_LEN),
+    {.key = "retired",
+     .kind = K_KEYS,
+     .presence = P_OPTIONAL,
+     .off = OFF(msg_keys, retired),
+     .aux = OFF(msg_keys, n_retired),
+     .lo = 0,
+     .hi = MSG_PUBLISHER_KEYS_MAX},
 };
 
 static const struct field goaway_fields[] = {
@@ -667,7 +687,7 @@ static void store_size(uint8_t *at, size_t v) {
 static bool field_present(const struct field *f, const uint8_t *base) {
   if (f->presence == P_REQUIRED)
     return true;
-  if (f->kind == K_STR)
+  if (f->kind == K_STR || f->kind == K_FACTS || f->kind == K_KEYS)
     return load_ptr(base + f->off) != NULL;
   return load_bool(base + f->aux);
 }
@@ -753,7 +773,7 @@ static int dec_value(const struct field *f, const msgpack_object *o, uint8_t *ba
     /* Null: the zeroed struct already says so (NULL pointer, has_ false). */
     return 0;
   }
-  if (f->presence != P_REQUIRED && f->kind != K_STR)
+  if (f->presence != P_REQUIRED && f->kind != K_STR && f->kind != K_FACTS && f->kind != K_KEYS)
     store_bool(base + f->aux, true);
 
   switch (f->kind) {
@@ -878,6 +898,40 @@ static int dec_value(const struct field *f, const msgpack_object *o, uint8_t *ba
   case K_MAP: {
     struct path sub = {p->type, f->key};
     return dec_map(f->sub, o, at, false, &sub, diag);
+  }
+  case K_FACTS: {
+    if (o->type != MSGPACK_OBJECT_MAP)
+      return DIAG(diag, CORDON_E_PROTOCOL, p, f->key, "not a map");
+    size_t n = o->via.map.size;
+    rc = check_len(f, n, p, diag);
+    if (rc < 0)
+      return rc;
+    struct msg_fact *v = calloc(n ? n : 1, sizeof(*v));
+    if (!v)
+      return -ENOMEM;
+    /* Stored first so that msg_release() frees what is already copied. */
+    store_ptr(at, v);
+    struct field kf = {
+        .key = f->key, .kind = K_STR, .fmt = FMT_TOKEN, .lo = 1, .hi = MSG_FACT_KEY_MAX};
+    struct field vf = {.key = f->key, .kind = K_STR, .fmt = f->fmt, .lo = 0, .hi = f->elem_max};
+    for (size_t i = 0; i < n; i++) {
+      const msgpack_object_kv *kv = &o->via.map.ptr[i];
+      for (size_t j = 0; j < i; j++)
+        if (kv->key.type == MSGPACK_OBJECT_STR && key_is(&kv->key, v[j].key))
+          return DIAG(diag, CORDON_E_PROTOCOL, p, f->key, "duplicate key");
+      rc = dec_str(&kf, &kv->key, &v[i].key, p, diag);
+      if (rc == 0) {
+        rc = dec_str(&vf, &kv->val, &v[i].value, p, diag);
+        if (rc < 0) {
+          free(v[i].key);
+          v[i].key = NULL;
+        }
+      }
+      if (rc < 0)
+        return rc;
+      store_size(base + f->aux, i + 1);
+    }
+    return 0;
   }
   default:
     return CORDON_E_INTERNAL;
@@ -1048,6 +1102,16 @@ static void rel_fields(const struct schema *s, uint8_t *base) {
     case K_MAP:
       rel_fields(f->sub, at);
       break;
+    case K_FACTS: {
+      struct msg_fact *v = load_ptr(at);
+      size_t n = load_size(base + f->aux);
+      for (size_t j = 0; v && j < n; j++) {
+        free(v[j].key);
+        free(v[j].value);
+      }
+      free(v);
+      break;
+    }
     default:
       break;
     }
@@ -1075,6 +1139,8 @@ static int chk_fields(const struct schema *s, const uint8_t *base, const struct 
 
     if (f->kind == K_STR && f->presence == P_REQUIRED && !load_ptr(at))
       return DIAG(diag, CORDON_E_PROTOCOL, p, f->key, "missing");
+    if ((f->kind == K_FACTS || f->kind == K_KEYS) && !load_ptr(at) && load_size(base + f->aux) > 0)
+      return -EINVAL;
     if (!field_present(f, base))
       continue;
     switch (f->kind) {
@@ -1131,6 +1197,25 @@ static int chk_fields(const struct schema *s, const uint8_t *base, const struct 
     case K_MAP: {
       struct path sub = {p->type, f->key};
       rc = chk_fields(f->sub, at, &sub, diag);
+      break;
+    }
+    case K_FACTS: {
+      const struct msg_fact *v = load_ptr(at);
+      size_t n = load_size(base + f->aux);
+      rc = check_len(f, n, p, diag);
+      struct field kf = {
+          .key = f->key, .kind = K_STR, .fmt = FMT_TOKEN, .lo = 1, .hi = MSG_FACT_KEY_MAX};
+      struct field vf = {.key = f->key, .kind = K_STR, .fmt = f->fmt, .lo = 0, .hi = f->elem_max};
+      for (size_t j = 0; rc == 0 && j < n; j++) {
+        if (!v[j].key || !v[j].value)
+          return -EINVAL;
+        for (size_t k = 0; k < j; k++)
+          if (strcmp(v[k].key, v[j].key) == 0)
+            return DIAG(diag, CORDON_E_PROTOCOL, p, f->key, "duplicate key");
+        rc = check_str(&kf, v[j].key, strlen(v[j].key), p, diag);
+        if (rc == 0)
+          rc = check_str(&vf, v[j].value, strlen(v[j].value), p, diag);
+      }
       break;
     }
     default:
@@ -1229,6 +1314,16 @@ static int pk_value(msgpack_packer *pk, const struct field *f, const uint8_t *ba
   }
   case K_MAP:
     return pk_fields(pk, f->sub, at, NULL);
+  case K_FACTS: {
+    const struct msg_fact *v = load_ptr(at);
+    size_t n = load_size(base + f->aux);
+    if (msgpack_pack_map(pk, n) < 0)
+      return -1;
+    for (size_t i = 0; i < n; i++)
+      if (pk_str(pk, v[i].key) < 0 || pk_str(pk, v[i].value) < 0)
+        return -1;
+    return 0;
+  }
   default:
     return -1;
   }

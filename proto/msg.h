@@ -72,6 +72,9 @@
 #define MSG_LIVE_MAX (16u << 10)  /* data of one `output` message */
 #define MSG_TICKET_MAX 4096u      /* a version-1 ticket body is 161 bytes */
 #define MSG_PUBLISHER_KEYS_MAX 16
+#define MSG_FACTS_MAX 32       /* entries in hello.facts */
+#define MSG_FACT_KEY_MAX 32    /* a fact's name: a token */
+#define MSG_FACT_VALUE_MAX 256 /* a fact's value: a name (no control characters) */
 /* Objects per record (keys, values, containers), for the validator. */
 #define MSG_ITEMS_MAX 1024
 /* The largest encoded record. Every message that passes the field caps
@@ -141,6 +144,13 @@ struct msg_bytes {
   size_t len;
 };
 
+/* One probe result the agent reports (hello.facts): "bwrap_version" ->
+ * "bubblewrap 0.8.0". */
+struct msg_fact {
+  char *key;   /* token, 1..MSG_FACT_KEY_MAX, unique within the map */
+  char *value; /* name format, 0..MSG_FACT_VALUE_MAX */
+};
+
 struct msg_hello {
   uint16_t proto_min; /* 1..65535, <= proto_max */
   uint16_t proto_max;
@@ -159,6 +169,10 @@ struct msg_hello {
   uint32_t max_jobs;      /* 1..1024 */
   bool has_sign_key;      /* optional: the device's receipt signing key */
   uint8_t sign_key[MSG_KEY_LEN];
+  /* optional (NULL): a map of str to str on the wire, n_facts entries
+   * (0..MSG_FACTS_MAX); present exactly when facts is not NULL */
+  struct msg_fact *facts;
+  size_t n_facts;
 };
 
 struct msg_welcome {
@@ -283,6 +297,12 @@ struct msg_keys {
   uint8_t publisher_key[MSG_KEY_LEN];
   uint8_t ticket_sig[MSG_SIG_LEN];    /* by the old ticket key */
   uint8_t publisher_sig[MSG_SIG_LEN]; /* by the old publisher key */
+  /* optional (NULL): publisher keys the agent must no longer trust
+   * (`keys retire`), every one retired so far, n_retired 0..16. Not
+   * covered by the signatures: it can only take trust away, and the
+   * session is the server's (docs/protocol/messages.md 6.13). */
+  uint8_t (*retired)[MSG_KEY_LEN];
+  size_t n_retired;
 };
 
 struct msg_goaway {

@@ -179,11 +179,13 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_keys(const struct server_cli *cli, int argc, char **argv);
 /* server/cmd_backup.c */
 int server_cmd_backup(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_restore(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_verify_receipt(const struct server_cli *cli, int argc, char **argv);
-int server_cmd_keys(const struct server_cli *cli, int argc, char **argv);
+/* `keys export-public` (server/cmd_receipt.c); argv[0] is "export-public". */
+int server_cmd_keys_export_public(const struct server_cli *cli, int argc, char **argv);
 
 /* Write job's receipt file (docs/protocol/receipt.md) to path ("-" for
  * stdout), the device-key statement signed now with STATE/ticket.key.

@@ -47,12 +47,17 @@ int server_cmd_pack(const struct server_cli *cli, int argc, char **argv) {
   char *key_path = NULL;
   if (key)
     key_path = strdup(key);
-  else if (asprintf(&key_path, "%s/%s", state, SERVER_PUBLISHER_KEY_FILE) < 0)
-    key_path = NULL;
+  struct cordon_diag diag = {{0}};
+  if (!key) { /* the current publisher key (after `keys rotate`, the newest) */
+    char path[4096];
+    int kr = server_keys_publisher_path(state, path, sizeof(path), &diag);
+    if (kr < 0)
+      return server_cli_fail(kr == CORDON_E_CONFIG_INVALID ? kr : CORDON_E_USAGE, &diag);
+    key_path = strdup(path);
+  }
   if (!key_path)
     return server_cli_failf(-ENOMEM, "out of memory");
 
-  struct cordon_diag diag = {{0}};
   uint8_t *sk = NULL;
   int err = keys_load_publisher_secret(key_path, &sk, &diag);
   free(key_path);

@@ -179,7 +179,7 @@ int server_cmd_verify_receipt(const struct server_cli *cli, int argc, char **arg
   return fflush(stdout) == 0 ? 0 : 1;
 }
 
-int server_cmd_keys(const struct server_cli *cli, int argc, char **argv) {
+int server_cmd_keys_export_public(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {
       {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
   const char *state = cli->state_dir;
@@ -192,15 +192,14 @@ int server_cmd_keys(const struct server_cli *cli, int argc, char **argv) {
       state = optarg;
       break;
     case 'h':
-      server_cli_help("keys", NULL);
+      server_cli_help("keys", "export-public");
       return 0;
     default:
-      return server_cli_bad_option("keys", NULL, argv);
+      return server_cli_bad_option("keys", "export-public", argv);
     }
   }
-  if (argc - optind != 1 || strcmp(argv[optind], "export-public") != 0)
-    return server_cli_usage(
-        "keys", NULL, argc == optind ? "a keys subcommand is missing" : "unknown keys subcommand");
+  if (optind != argc)
+    return server_cli_usage("keys", "export-public", "no arguments expected");
   struct cordon_diag diag = {{0}};
   uint8_t *sk = NULL, pk[32];
   int err = load_ticket_key(state, &sk, pk, &diag);

@@ -47,8 +47,9 @@ struct daemon {
   const char *state_dir;
   struct server_lock *lock;
   struct server_db *db;
-  uint8_t *noise_priv; /* sodium_malloc */
-  uint8_t *ticket_sk;  /* sodium_malloc, crypto_sign_SECRETKEYBYTES */
+  uint8_t *noise_priv;           /* sodium_malloc */
+  struct server_keyring keyring; /* the ticket and publisher keys, the chain (server/keys.h) */
+  uint8_t *ticket_sk;            /* keyring.ticket_sk: reloaded in place on SIGHUP */
   uint8_t ticket_pk[crypto_sign_PUBLICKEYBYTES];
   uint8_t publisher_pk[crypto_sign_PUBLICKEYBYTES];
   uint8_t server_id[CORDON_ID_LEN];
@@ -94,9 +95,42 @@ static bool on_session_message(void *data, struct session *s, struct msg *m) {
   return jobs_on_message(d->jobs, s, m);
 }
 
+/* The chain of key announcements (server/keys.h), oldest first: the
+ * agent applies those newer than what it has, before any job of this
+ * session (a job's ticket may be signed by a key announced here). */
+static void send_keys(struct session *s, void *data) {
+  struct daemon *d = data;
+  for (size_t i = 0; i < d->keyring.n_chain; i++) {
+    struct msg m = {.type = MSG_KEYS};
+    m.keys = d->keyring.chain[i];
+    if (session_send(s, &m) < 0)
+      break;
+  }
+}
+
 static void on_session_online(void *data, struct session *s) {
   struct daemon *d = data;
+  send_keys(s, d);
   jobs_on_device_online(d->jobs, s);
+}
+
+/* SIGHUP: `cordon-server keys rotate` or `retire` committed new keys. */
+static void reload_keys(struct daemon *d) {
+  struct cordon_diag diag = {{0}};
+  size_t before = d->keyring.n_chain;
+  if (server_keyring_reload(d->state_dir, &d->keyring, &diag) < 0) {
+    core_log_kv(CORE_LOG_ERROR, "SIGHUP: the keys were not reloaded", "error", diag.msg, NULL);
+    return;
+  }
+  memcpy(d->ticket_pk, d->keyring.ticket_pk, sizeof(d->ticket_pk));
+  memcpy(d->publisher_pk, d->keyring.publisher_pk[0], sizeof(d->publisher_pk));
+  if (d->keyring.n_chain == before)
+    return;
+  char serial[24];
+  snprintf(serial, sizeof(serial), "%zu", d->keyring.n_chain);
+  core_log_kv(CORE_LOG_INFO, "SIGHUP: keys reloaded, announcing them to connected agents", "serial",
+              serial, NULL);
+  sessions_foreach(d->sessions, send_keys, d);
 }
 
 static void on_session_closed(void *data, struct session *s) {
@@ -362,8 +396,8 @@ static void on_signal(uv_signal_t *sig, int signum) {
 }
 
 static void on_sighup(uv_signal_t *sig, int signum) {
-  (void)sig;
   (void)signum;
+  reload_keys(sig->data);
   if (!logfile_active()) {
     core_log_kv(CORE_LOG_INFO, "SIGHUP: no log file to reopen", "log", log_target(), NULL);
     return;
@@ -382,29 +416,16 @@ static void hex8(const uint8_t *key, char out[17]) {
 
 static int load_keys(struct daemon *d, struct cordon_diag *diag) {
   char path[4096];
-  uint8_t *seed = NULL;
   snprintf(path, sizeof(path), "%s/%s", d->state_dir, SERVER_NOISE_KEY_FILE);
   int r = keys_read_file(path, KEYFILE_NOISE_SECRET, &d->noise_priv, diag);
   if (r < 0)
     return r;
-  snprintf(path, sizeof(path), "%s/%s", d->state_dir, SERVER_TICKET_KEY_FILE);
-  r = keys_read_file(path, KEYFILE_TICKET_SECRET, &seed, diag);
+  r = server_keyring_load(d->state_dir, &d->keyring, diag);
   if (r < 0)
     return r;
-  d->ticket_sk = sodium_malloc(crypto_sign_SECRETKEYBYTES);
-  if (!d->ticket_sk) {
-    sodium_free(seed);
-    return -ENOMEM;
-  }
-  crypto_sign_seed_keypair(d->ticket_pk, d->ticket_sk, seed);
-  sodium_free(seed);
-  snprintf(path, sizeof(path), "%s/%s", d->state_dir, SERVER_PUBLISHER_PUB_FILE);
-  uint8_t *pub = NULL;
-  r = keys_read_file(path, KEYFILE_PUBLISHER_PUBLIC, &pub, diag);
-  if (r < 0)
-    return r;
-  memcpy(d->publisher_pk, pub, sizeof(d->publisher_pk));
-  sodium_free(pub);
+  d->ticket_sk = d->keyring.ticket_sk;
+  memcpy(d->ticket_pk, d->keyring.ticket_pk, sizeof(d->ticket_pk));
+  memcpy(d->publisher_pk, d->keyring.publisher_pk[0], sizeof(d->publisher_pk));
   /* the server id: stable, derived from its Noise public key */
   uint8_t npub[NOISE_KEY_LEN];
   noise_public_key(d->noise_priv, npub);
@@ -452,6 +473,7 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
         .state_dir = d->state_dir,
         .ticket_sk = d->ticket_sk,
         .publisher_pk = d->publisher_pk,
+        .keyring = &d->keyring,
         .grace_s = opt->job_grace_s,
         .queue_ttl_s = opt->queue_ttl_s,
         .events = d->events,
@@ -628,7 +650,7 @@ out_free:
   notify_close(d->notify);
   server_lock_release(d->lock);
   sodium_free(d->noise_priv);
-  sodium_free(d->ticket_sk);
+  server_keyring_release(&d->keyring);
   free(d);
   return r;
 }

@@ -82,6 +82,7 @@ struct jobs {
   struct sessions *sessions;
   char queue_dir[3072]; /* short enough for QUEUE/<name> in PATH_MAX */
   const uint8_t *ticket_sk, *publisher_pk;
+  const struct server_keyring *keyring;
   unsigned grace_s, queue_ttl_s;
   struct events *events;
   uv_timer_t tick;
@@ -158,7 +159,11 @@ static int read_package(struct jobs *js, int fd, struct manifest **out_m,
   int r = cpkg_trust_new(&trust);
   if (r < 0)
     return r;
-  r = cpkg_trust_add(trust, js->publisher_pk);
+  if (js->keyring)
+    for (size_t i = 0; r == 0 && i < js->keyring->n_publisher; i++)
+      r = cpkg_trust_add(trust, js->keyring->publisher_pk[i]);
+  else
+    r = cpkg_trust_add(trust, js->publisher_pk);
   if (r == 0)
     r = cpkg_stream_new(trust, &st);
   uint8_t buf[65536];
@@ -1449,6 +1454,7 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   js->sessions = cfg->sessions;
   js->ticket_sk = cfg->ticket_sk;
   js->publisher_pk = cfg->publisher_pk;
+  js->keyring = cfg->keyring;
   js->events = cfg->events;
   js->grace_s = cfg->grace_s ? cfg->grace_s : JOBS_DEFAULT_GRACE_S;
   js->queue_ttl_s = cfg->queue_ttl_s ? cfg->queue_ttl_s : JOBS_DEFAULT_QUEUE_TTL_S;

@@ -38,6 +38,7 @@
 #include "proto/msg.h"
 #include "server/admin_sock.h"
 #include "server/db.h"
+#include "server/keys.h"
 #include "server/session.h"
 
 #define JOBS_DEFAULT_GRACE_S 120      /* deadline = timeout_s + this */
@@ -51,9 +52,12 @@ struct jobs_config {
   const char *state_dir;       /* STATE: queued packages go to STATE/queue */
   const uint8_t *ticket_sk;    /* Ed25519 secret key (64 bytes) that signs tickets */
   const uint8_t *publisher_pk; /* the key packages must be signed with (32 bytes) */
-  unsigned grace_s;            /* 0: JOBS_DEFAULT_GRACE_S */
-  unsigned queue_ttl_s;        /* 0: JOBS_DEFAULT_QUEUE_TTL_S */
-  struct events *events;       /* job state changes and output are published here */
+  /* when set, packages may be signed by any of its publisher keys (the
+   * current one and older ones not retired) instead; read at each use */
+  const struct server_keyring *keyring;
+  unsigned grace_s;      /* 0: JOBS_DEFAULT_GRACE_S */
+  unsigned queue_ttl_s;  /* 0: JOBS_DEFAULT_QUEUE_TTL_S */
+  struct events *events; /* job state changes and output are published here */
 };
 
 struct jobs;

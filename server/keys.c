@@ -4,9 +4,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "core/id.h"
+#include "proto/cpkg.h"
 
 int keys_write_file(int dirfd, const char *name, enum keyfile_kind kind,
                     const uint8_t key[KEYFILE_KEY_SIZE], mode_t mode, const char *comment,
@@ -113,4 +119,536 @@ int keys_load_publisher_secret(const char *path, uint8_t **out_secret_key,
   sodium_free(seed);
   *out_secret_key = sk;
   return 0;
+}
+
+/* ---- rotation ----------------------------------------------------------- */
+
+static void iso_now(char out[32]) {
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+static void key_id_hex(const uint8_t pk[32], char out[33]) {
+  uint8_t id[CORDON_ID_LEN];
+  cpkg_key_id(pk, id);
+  cordon_id_to_hex(id, out);
+}
+
+static json_t *hex_json(const uint8_t *b, size_t n) {
+  char h[2 * MSG_SIG_LEN + 1];
+  sodium_bin2hex(h, sizeof(h), b, n);
+  return json_string(h);
+}
+
+static int hex_get(json_t *o, const char *key, uint8_t *out, size_t n) {
+  const char *s = json_string_value(json_object_get(o, key));
+  size_t got = 0;
+  if (!s || strlen(s) != 2 * n || sodium_hex2bin(out, n, s, strlen(s), NULL, &got, NULL) != 0 ||
+      got != n)
+    return -1;
+  return 0;
+}
+
+/* A key file's seed and its crypto_sign key pair (sk sodium_malloc'ed). */
+static int seed_keypair(const char *path, enum keyfile_kind kind, uint8_t pk[32], uint8_t **out_sk,
+                        uint8_t **out_seed, struct cordon_diag *diag) {
+  uint8_t *seed = NULL;
+  int r = keys_read_file(path, kind, &seed, diag);
+  if (r < 0)
+    return r;
+  uint8_t *sk = sodium_malloc(crypto_sign_SECRETKEYBYTES);
+  if (!sk) {
+    sodium_free(seed);
+    return -ENOMEM;
+  }
+  crypto_sign_seed_keypair(pk, sk, seed);
+  if (out_seed)
+    *out_seed = seed;
+  else
+    sodium_free(seed);
+  *out_sk = sk;
+  return 0;
+}
+
+static json_t *key_entry(const char *role, const uint8_t pk[32], const char *created,
+                         const char *file) {
+  char id[33];
+  key_id_hex(pk, id);
+  return json_pack("{s:s, s:s, s:o, s:s, s:n, s:s}", "id", id, "role", role, "public",
+                   hex_json(pk, 32), "created", created, "retired", "file", file);
+}
+
+/* The registry: STATE/keys.json, or what `init` left (serial 0). */
+static int reg_load(const char *state, json_t **out, struct cordon_diag *diag) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s", state, SERVER_KEYS_FILE);
+  char *text = NULL;
+  size_t len;
+  int r =
+      core_read_file(path, 1 << 20, CORDON_E_CONFIG_INVALID, SERVER_KEYS_FILE, &text, &len, diag);
+  if (r == 0) {
+    json_error_t je;
+    json_t *j = json_loadb(text, len, 0, &je);
+    free(text);
+    if (!json_is_object(j) || !json_is_array(json_object_get(j, "keys")) ||
+        !json_is_array(json_object_get(j, "chain")) ||
+        !json_is_integer(json_object_get(j, "serial"))) {
+      json_decref(j);
+      return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: not a cordon key registry", path);
+    }
+    *out = j;
+    return 0;
+  }
+  if (r != -ENOENT)
+    return r;
+  /* no rotation yet: the keys of init */
+  uint8_t tpk[32], ppk[32], *sk = NULL;
+  snprintf(path, sizeof(path), "%s/%s", state, SERVER_TICKET_KEY_FILE);
+  if ((r = seed_keypair(path, KEYFILE_TICKET_SECRET, tpk, &sk, NULL, diag)) < 0)
+    return r;
+  sodium_free(sk);
+  snprintf(path, sizeof(path), "%s/%s", state, SERVER_PUBLISHER_PUB_FILE);
+  uint8_t *pub = NULL;
+  if ((r = keys_read_file(path, KEYFILE_PUBLISHER_PUBLIC, &pub, diag)) < 0)
+    return r;
+  memcpy(ppk, pub, 32);
+  sodium_free(pub);
+  char created[32] = "unknown";
+  struct stat st;
+  if (stat(path, &st) == 0) {
+    struct tm tm;
+    gmtime_r(&st.st_mtime, &tm);
+    strftime(created, sizeof(created), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  }
+  json_t *keys = json_array();
+  json_array_append_new(keys, key_entry("ticket", tpk, created, SERVER_TICKET_KEY_FILE));
+  json_array_append_new(keys, key_entry("publisher", ppk, created, SERVER_PUBLISHER_KEY_FILE));
+  *out = json_pack("{s:i, s:o, s:[]}", "serial", 0, "keys", keys, "chain");
+  return *out ? 0 : -ENOMEM;
+}
+
+/* The current (last) entry of a role. */
+static json_t *reg_current(json_t *reg, const char *role) {
+  json_t *keys = json_object_get(reg, "keys"), *cur = NULL, *k;
+  size_t i;
+  json_array_foreach(keys, i, k) {
+    if (strcmp(json_string_value(json_object_get(k, "role")), role) == 0)
+      cur = k;
+  }
+  return cur;
+}
+
+static int entry_path(const char *state, json_t *e, char *out, size_t len) {
+  const char *f = json_string_value(json_object_get(e, "file"));
+  int n = snprintf(out, len, "%s/%s", state, f ? f : "");
+  return !f || n < 0 || (size_t)n >= len ? CORDON_E_CONFIG_INVALID : 0;
+}
+
+static int reg_save(const char *state, json_t *reg, struct cordon_diag *diag) {
+  char *s = json_dumps(reg, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  if (!s)
+    return -ENOMEM;
+  int r = core_write_file_atomic(state, SERVER_KEYS_FILE, s, strlen(s), 0600);
+  free(s);
+  return r < 0 ? cordon_diag_set(diag, r, "%s/%s: %s", state, SERVER_KEYS_FILE, strerror(-r)) : 0;
+}
+
+/* Put a key file into dir, replacing it: 0 or -errno with diag. */
+static int put_keyfile(const char *dir, const char *name, enum keyfile_kind kind,
+                       const uint8_t key[32], unsigned mode, struct cordon_diag *diag) {
+  char text[KEYFILE_MAX_BYTES];
+  size_t len;
+  int r = keyfile_format(kind, key, "cordon-server keys rotate", text, sizeof(text), &len);
+  if (r == 0)
+    r = core_write_file_atomic(dir, name, text, len, mode);
+  sodium_memzero(text, sizeof(text));
+  return r < 0 ? cordon_diag_set(diag, r, "%s/%s: %s", dir, name, strerror(-r)) : 0;
+}
+
+/* Every key's secret under STATE/keys/: the entries init left point at
+ * STATE/ticket.key and publisher.key, which a rotation overwrites. */
+static int reg_own_files(const char *state, json_t *reg, struct cordon_diag *diag) {
+  char kdir[4096];
+  snprintf(kdir, sizeof(kdir), "%s/%s", state, SERVER_KEYS_DIR);
+  if (mkdir(kdir, 0700) < 0 && errno != EEXIST)
+    return cordon_diag_set(diag, -errno, "%s: %s", kdir, strerror(errno));
+  json_t *k;
+  size_t i;
+  json_array_foreach(json_object_get(reg, "keys"), i, k) {
+    const char *f = json_string_value(json_object_get(k, "file"));
+    if (!f || strncmp(f, SERVER_KEYS_DIR "/", sizeof(SERVER_KEYS_DIR)) == 0)
+      continue;
+    bool tkt = strcmp(json_string_value(json_object_get(k, "role")), "ticket") == 0;
+    char path[4096], name[128], rel[160];
+    int r = entry_path(state, k, path, sizeof(path));
+    uint8_t *seed = NULL;
+    if (r == 0)
+      r = keys_read_file(path, tkt ? KEYFILE_TICKET_SECRET : KEYFILE_PUBLISHER_SECRET, &seed, diag);
+    if (r < 0)
+      return r;
+    snprintf(name, sizeof(name), "%s-%s.key", tkt ? "ticket" : "publisher",
+             json_string_value(json_object_get(k, "id")));
+    r = put_keyfile(kdir, name, tkt ? KEYFILE_TICKET_SECRET : KEYFILE_PUBLISHER_SECRET, seed, 0600,
+                    diag);
+    sodium_free(seed);
+    if (r < 0)
+      return r;
+    snprintf(rel, sizeof(rel), "%s/%s", SERVER_KEYS_DIR, name);
+    json_object_set_new(k, "file", json_string(rel));
+  }
+  return 0;
+}
+
+/* A new key of a role: its seed written under STATE/keys/, its entry. */
+static int new_key(const char *state, const char *role, uint8_t pk[32], uint8_t **out_sk,
+                   json_t **out_entry, struct cordon_diag *diag) {
+  bool tkt = strcmp(role, "ticket") == 0;
+  uint8_t *seed = sodium_malloc(32), *sk = sodium_malloc(crypto_sign_SECRETKEYBYTES);
+  if (!seed || !sk) {
+    sodium_free(seed);
+    sodium_free(sk);
+    return -ENOMEM;
+  }
+  randombytes_buf(seed, 32);
+  crypto_sign_seed_keypair(pk, sk, seed);
+  char id[33], kdir[4096], name[128], rel[160], created[32];
+  key_id_hex(pk, id);
+  snprintf(kdir, sizeof(kdir), "%s/%s", state, SERVER_KEYS_DIR);
+  snprintf(name, sizeof(name), "%s-%s.key", role, id);
+  int r = put_keyfile(kdir, name, tkt ? KEYFILE_TICKET_SECRET : KEYFILE_PUBLISHER_SECRET, seed,
+                      0600, diag);
+  if (r == 0 && !tkt) {
+    char pub[128];
+    snprintf(pub, sizeof(pub), "%s-%s.pub", role, id);
+    r = put_keyfile(kdir, pub, KEYFILE_PUBLISHER_PUBLIC, pk, 0644, diag);
+  }
+  sodium_free(seed);
+  if (r < 0) {
+    sodium_free(sk);
+    return r;
+  }
+  iso_now(created);
+  snprintf(rel, sizeof(rel), "%s/%s", SERVER_KEYS_DIR, name);
+  *out_entry = key_entry(role, pk, created, rel);
+  *out_sk = sk;
+  return 0;
+}
+
+/* The secret key of an entry (sk sodium_malloc'ed) and its public half. */
+static int entry_keypair(const char *state, json_t *e, uint8_t pk[32], uint8_t **out_sk,
+                         struct cordon_diag *diag) {
+  char path[4096];
+  if (entry_path(state, e, path, sizeof(path)) < 0)
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: a key without a file",
+                           SERVER_KEYS_FILE);
+  bool tkt = strcmp(json_string_value(json_object_get(e, "role")), "ticket") == 0;
+  return seed_keypair(path, tkt ? KEYFILE_TICKET_SECRET : KEYFILE_PUBLISHER_SECRET, pk, out_sk,
+                      NULL, diag);
+}
+
+/* Append announcement serial+1 of (tpk, ppk), signed by tsk and psk, with
+ * every retired publisher key. */
+static int reg_announce(json_t *reg, const uint8_t tpk[32], const uint8_t ppk[32],
+                        const uint8_t *tsk, const uint8_t *psk, uint64_t *out_serial) {
+  json_t *chain = json_object_get(reg, "chain");
+  if (json_array_size(chain) >= SERVER_KEYS_CHAIN_MAX)
+    return CORDON_E_LIMIT;
+  struct msg_keys k = {.serial = (uint64_t)json_integer_value(json_object_get(reg, "serial")) + 1};
+  memcpy(k.ticket_key, tpk, 32);
+  memcpy(k.publisher_key, ppk, 32);
+  uint8_t data[MSG_KEYS_SIGNED_LEN];
+  msg_keys_signed_data(&k, data);
+  crypto_sign_detached(k.ticket_sig, NULL, data, sizeof(data), tsk);
+  crypto_sign_detached(k.publisher_sig, NULL, data, sizeof(data), psk);
+  json_t *retired = json_array(), *e;
+  size_t i;
+  json_array_foreach(json_object_get(reg, "keys"), i, e) {
+    if (strcmp(json_string_value(json_object_get(e, "role")), "publisher") == 0 &&
+        json_is_string(json_object_get(e, "retired")))
+      json_array_append(retired, json_object_get(e, "public"));
+  }
+  if (json_array_size(retired) > MSG_PUBLISHER_KEYS_MAX) /* the newest 16 */
+    while (json_array_size(retired) > MSG_PUBLISHER_KEYS_MAX)
+      json_array_remove(retired, 0);
+  json_array_append_new(
+      chain, json_pack("{s:I, s:o, s:o, s:o, s:o, s:o}", "serial", (json_int_t)k.serial,
+                       "ticket_key", hex_json(tpk, 32), "publisher_key", hex_json(ppk, 32),
+                       "ticket_sig", hex_json(k.ticket_sig, MSG_SIG_LEN), "publisher_sig",
+                       hex_json(k.publisher_sig, MSG_SIG_LEN), "retired", retired));
+  json_object_set_new(reg, "serial", json_integer((json_int_t)k.serial));
+  *out_serial = k.serial;
+  return 0;
+}
+
+/* STATE/ticket.key, publisher.key, publisher.pub: copies of the current
+ * keys, for `pack --key`, agents' --trust and older tools. */
+static int refresh_copies(const char *state, json_t *reg, struct cordon_diag *diag) {
+  json_t *t = reg_current(reg, "ticket"), *p = reg_current(reg, "publisher");
+  char path[4096];
+  uint8_t *seed = NULL;
+  int r = entry_path(state, t, path, sizeof(path));
+  if (r == 0 && (r = keys_read_file(path, KEYFILE_TICKET_SECRET, &seed, diag)) == 0) {
+    r = put_keyfile(state, SERVER_TICKET_KEY_FILE, KEYFILE_TICKET_SECRET, seed, 0600, diag);
+    sodium_free(seed);
+  }
+  if (r == 0)
+    r = entry_path(state, p, path, sizeof(path));
+  if (r == 0 && (r = keys_read_file(path, KEYFILE_PUBLISHER_SECRET, &seed, diag)) == 0) {
+    uint8_t pk[32], sk[crypto_sign_SECRETKEYBYTES];
+    crypto_sign_seed_keypair(pk, sk, seed);
+    sodium_memzero(sk, sizeof(sk));
+    r = put_keyfile(state, SERVER_PUBLISHER_KEY_FILE, KEYFILE_PUBLISHER_SECRET, seed, 0600, diag);
+    if (r == 0)
+      r = put_keyfile(state, SERVER_PUBLISHER_PUB_FILE, KEYFILE_PUBLISHER_PUBLIC, pk, 0644, diag);
+    sodium_free(seed);
+  }
+  return r;
+}
+
+int server_keys_rotate(const char *state_dir, bool ticket, bool publisher, uint64_t *out_serial,
+                       char new_ticket_id[33], char new_publisher_id[33],
+                       struct cordon_diag *diag) {
+  if (!ticket && !publisher)
+    return -EINVAL;
+  json_t *reg = NULL;
+  uint8_t *old_tsk = NULL, *old_psk = NULL, *tsk = NULL, *psk = NULL;
+  uint8_t old_tpk[32], old_ppk[32], tpk[32], ppk[32];
+  json_t *te = NULL, *pe = NULL;
+  int r = reg_load(state_dir, &reg, diag);
+  if (r == 0)
+    r = reg_own_files(state_dir, reg, diag);
+  if (r == 0)
+    r = entry_keypair(state_dir, reg_current(reg, "ticket"), old_tpk, &old_tsk, diag);
+  if (r == 0)
+    r = entry_keypair(state_dir, reg_current(reg, "publisher"), old_ppk, &old_psk, diag);
+  memcpy(tpk, old_tpk, 32);
+  memcpy(ppk, old_ppk, 32);
+  if (r == 0 && ticket)
+    r = new_key(state_dir, "ticket", tpk, &tsk, &te, diag);
+  if (r == 0 && publisher)
+    r = new_key(state_dir, "publisher", ppk, &psk, &pe, diag);
+  if (r == 0) {
+    json_t *keys = json_object_get(reg, "keys");
+    if (te)
+      json_array_append(keys, te);
+    if (pe)
+      json_array_append(keys, pe);
+    r = reg_announce(reg, tpk, ppk, old_tsk, old_psk, out_serial);
+    if (r < 0)
+      cordon_diag_set(diag, r, "more than %d rotations and retirements", SERVER_KEYS_CHAIN_MAX);
+  }
+  if (r == 0)
+    r = reg_save(state_dir, reg, diag);
+  if (r == 0)
+    r = refresh_copies(state_dir, reg, diag);
+  if (r == 0) {
+    new_ticket_id[0] = new_publisher_id[0] = '\0';
+    if (te)
+      snprintf(new_ticket_id, 33, "%s", json_string_value(json_object_get(te, "id")));
+    if (pe)
+      snprintf(new_publisher_id, 33, "%s", json_string_value(json_object_get(pe, "id")));
+  }
+  json_decref(te);
+  json_decref(pe);
+  json_decref(reg);
+  sodium_free(old_tsk);
+  sodium_free(old_psk);
+  sodium_free(tsk);
+  sodium_free(psk);
+  return r;
+}
+
+int server_keys_retire(const char *state_dir, const char *id_prefix, uint64_t *out_serial,
+                       char out_id[33], struct cordon_diag *diag) {
+  json_t *reg = NULL;
+  int r = reg_load(state_dir, &reg, diag);
+  if (r < 0)
+    return r;
+  size_t plen = strlen(id_prefix), i;
+  json_t *found = NULL, *e;
+  int hits = 0;
+  json_array_foreach(json_object_get(reg, "keys"), i, e) {
+    const char *id = json_string_value(json_object_get(e, "id"));
+    if (plen >= 4 && id && strncmp(id, id_prefix, plen) == 0) {
+      found = e;
+      hits++;
+    }
+  }
+  uint8_t tpk[32], ppk[32], *tsk = NULL, *psk = NULL;
+  if (hits != 1)
+    r = cordon_diag_set(diag, hits == 0 && plen >= 4 ? CORDON_E_NOT_FOUND : CORDON_E_USAGE,
+                        "%s: %s key id (`keys list` shows them)", id_prefix,
+                        hits       ? "an ambiguous"
+                        : plen < 4 ? "too short a"
+                                   : "no such");
+  else if (strcmp(json_string_value(json_object_get(found, "role")), "publisher") != 0)
+    r = cordon_diag_set(diag, CORDON_E_USAGE,
+                        "%s is a ticket key: `keys rotate --ticket` replaces it, nothing to retire",
+                        id_prefix);
+  else if (found == reg_current(reg, "publisher"))
+    r = cordon_diag_set(diag, CORDON_E_USAGE,
+                        "%s is the current publisher key: `keys rotate --publisher` first",
+                        id_prefix);
+  else if (json_is_string(json_object_get(found, "retired")))
+    r = cordon_diag_set(diag, CORDON_E_USAGE, "%s is already retired", id_prefix);
+  if (r == 0)
+    r = reg_own_files(state_dir, reg, diag);
+  if (r == 0)
+    r = entry_keypair(state_dir, reg_current(reg, "ticket"), tpk, &tsk, diag);
+  if (r == 0)
+    r = entry_keypair(state_dir, reg_current(reg, "publisher"), ppk, &psk, diag);
+  if (r == 0) {
+    char now[32];
+    iso_now(now);
+    json_object_set_new(found, "retired", json_string(now));
+    r = reg_announce(reg, tpk, ppk, tsk, psk, out_serial);
+    if (r < 0)
+      cordon_diag_set(diag, r, "more than %d rotations and retirements", SERVER_KEYS_CHAIN_MAX);
+  }
+  if (r == 0)
+    r = reg_save(state_dir, reg, diag);
+  if (r == 0)
+    snprintf(out_id, 33, "%s", json_string_value(json_object_get(found, "id")));
+  sodium_free(tsk);
+  sodium_free(psk);
+  json_decref(reg);
+  return r;
+}
+
+int server_keys_list(const char *state_dir, json_t **out_list, struct cordon_diag *diag) {
+  json_t *reg = NULL;
+  int r = reg_load(state_dir, &reg, diag);
+  if (r < 0)
+    return r;
+  json_t *t = reg_current(reg, "ticket"), *p = reg_current(reg, "publisher");
+  json_t *list = json_array(), *e;
+  size_t i;
+  json_array_foreach(json_object_get(reg, "keys"), i, e) {
+    json_array_append_new(
+        list, json_pack("{s:O, s:O, s:O, s:O, s:b}", "id", json_object_get(e, "id"), "role",
+                        json_object_get(e, "role"), "created", json_object_get(e, "created"),
+                        "retired", json_object_get(e, "retired"), "current", e == t || e == p));
+  }
+  json_decref(reg);
+  *out_list = list;
+  return 0;
+}
+
+int server_keys_publisher_path(const char *state_dir, char *out, size_t len,
+                               struct cordon_diag *diag) {
+  json_t *reg = NULL;
+  int r = reg_load(state_dir, &reg, diag);
+  if (r < 0)
+    return r;
+  r = entry_path(state_dir, reg_current(reg, "publisher"), out, len);
+  json_decref(reg);
+  return r < 0 ? cordon_diag_set(diag, r, "%s: no publisher key", SERVER_KEYS_FILE) : 0;
+}
+
+static int ring_fill(const char *state, struct server_keyring *k, uint8_t *sk_buf,
+                     struct cordon_diag *diag) {
+  json_t *reg = NULL;
+  int r = reg_load(state, &reg, diag);
+  if (r < 0)
+    return r;
+  struct server_keyring n = {0};
+  uint8_t *tsk = NULL;
+  r = entry_keypair(state, reg_current(reg, "ticket"), n.ticket_pk, &tsk, diag);
+  json_t *keys = json_object_get(reg, "keys"), *cur = reg_current(reg, "publisher");
+  if (r == 0 && (!cur || hex_get(cur, "public", n.publisher_pk[0], 32) < 0))
+    r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: no publisher key", SERVER_KEYS_FILE);
+  n.n_publisher = 1;
+  for (size_t i = json_array_size(keys);
+       r == 0 && i-- > 0 && n.n_publisher < MSG_PUBLISHER_KEYS_MAX;) {
+    json_t *e = json_array_get(keys, i);
+    if (e == cur || strcmp(json_string_value(json_object_get(e, "role")), "publisher") != 0 ||
+        json_is_string(json_object_get(e, "retired")))
+      continue;
+    if (hex_get(e, "public", n.publisher_pk[n.n_publisher], 32) < 0)
+      r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: a malformed key", SERVER_KEYS_FILE);
+    else
+      n.n_publisher++;
+  }
+  json_t *chain = json_object_get(reg, "chain");
+  size_t nc = json_array_size(chain);
+  if (r == 0 && nc) {
+    n.chain = calloc(nc, sizeof(*n.chain));
+    if (!n.chain)
+      r = -ENOMEM;
+  }
+  for (size_t i = 0; r == 0 && i < nc; i++) {
+    json_t *c = json_array_get(chain, i);
+    struct msg_keys *m = &n.chain[i];
+    json_t *ret = json_object_get(c, "retired");
+    m->serial = (uint64_t)json_integer_value(json_object_get(c, "serial"));
+    if (hex_get(c, "ticket_key", m->ticket_key, 32) < 0 ||
+        hex_get(c, "publisher_key", m->publisher_key, 32) < 0 ||
+        hex_get(c, "ticket_sig", m->ticket_sig, MSG_SIG_LEN) < 0 ||
+        hex_get(c, "publisher_sig", m->publisher_sig, MSG_SIG_LEN) < 0 ||
+        json_array_size(ret) > MSG_PUBLISHER_KEYS_MAX) {
+      r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: a malformed announcement",
+                          SERVER_KEYS_FILE);
+      break;
+    }
+    n.n_chain = i + 1;
+    size_t nr = json_array_size(ret);
+    if (nr == 0)
+      continue;
+    m->retired = calloc(nr, MSG_KEY_LEN);
+    if (!m->retired) {
+      r = -ENOMEM;
+      break;
+    }
+    for (size_t j = 0; j < nr; j++) {
+      const char *h = json_string_value(json_array_get(ret, j));
+      size_t got = 0;
+      if (!h || sodium_hex2bin(m->retired[j], 32, h, strlen(h), NULL, &got, NULL) != 0 ||
+          got != 32) {
+        r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: a malformed retired key",
+                            SERVER_KEYS_FILE);
+        break;
+      }
+      m->n_retired = j + 1;
+    }
+  }
+  json_decref(reg);
+  if (r < 0) {
+    sodium_free(tsk);
+    server_keyring_release(&n);
+    return r;
+  }
+  if (sk_buf) { /* in place */
+    memcpy(sk_buf, tsk, crypto_sign_SECRETKEYBYTES);
+    sodium_free(tsk);
+    n.ticket_sk = sk_buf;
+  } else {
+    n.ticket_sk = tsk;
+  }
+  k->ticket_sk = NULL;
+  server_keyring_release(k);
+  *k = n;
+  return 0;
+}
+
+int server_keyring_load(const char *state_dir, struct server_keyring *out,
+                        struct cordon_diag *diag) {
+  memset(out, 0, sizeof(*out));
+  return ring_fill(state_dir, out, NULL, diag);
+}
+
+int server_keyring_reload(const char *state_dir, struct server_keyring *k,
+                          struct cordon_diag *diag) {
+  return ring_fill(state_dir, k, k->ticket_sk, diag);
+}
+
+void server_keyring_release(struct server_keyring *k) {
+  if (!k)
+    return;
+  for (size_t i = 0; i < k->n_chain; i++)
+    free(k->chain[i].retired);
+  free(k->chain);
+  sodium_free(k->ticket_sk);
+  memset(k, 0, sizeof(*k));
 }

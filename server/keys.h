@@ -15,8 +15,13 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "core/error.h"
 #include "proto/keyfile.h"
+#include "proto/msg.h"
 
 #define SERVER_TICKET_KEY_FILE "ticket.key"
 #define SERVER_NOISE_KEY_FILE "noise.key"
@@ -38,5 +43,65 @@ int keys_read_file(const char *path, enum keyfile_kind kind, uint8_t **out_key,
  * (64 bytes, sodium_malloc'ed). */
 int keys_load_publisher_secret(const char *path, uint8_t **out_secret_key,
                                struct cordon_diag *diag);
+
+/* ---- rotation (docs/protocol/messages.md 6.13, docs/OPERATIONS.md) ----
+ *
+ * `keys rotate` makes new ticket and/or publisher keys and records, in
+ * STATE/keys.json (0600), every key (id: cpkg_key_id of its public half,
+ * role, created, retired) and the chain of announcements: announcement n
+ * (serial n) names the keys current after rotation n, signed by the keys
+ * current before it (serial 0: the keys of `init`). Every key's secret is
+ * STATE/keys/<role>-<id>.key (0600; a publisher key also .pub, 0644);
+ * STATE/ticket.key, publisher.key and publisher.pub are kept as copies of
+ * the current keys, which is all a state without keys.json has (the
+ * layout `init` writes). keys.json is written last: it is the commit
+ * point of a rotation. `keys retire ID` marks an older publisher key
+ * retired and adds an announcement of the same keys whose `retired` lists
+ * every retired publisher key. */
+#define SERVER_KEYS_FILE "keys.json"
+#define SERVER_KEYS_DIR "keys"
+#define SERVER_KEYS_CHAIN_MAX 256 /* rotations and retirements, in all */
+
+/* What the daemon signs and trusts with. */
+struct server_keyring {
+  uint8_t *ticket_sk; /* sodium_malloc'ed, crypto_sign secret key of the current ticket key */
+  uint8_t ticket_pk[32];
+  /* the publisher keys packages may be signed with: [0] the current one,
+   * then the older ones not retired */
+  uint8_t publisher_pk[MSG_PUBLISHER_KEYS_MAX][32];
+  size_t n_publisher;
+  struct msg_keys *chain; /* announcements, serial 1..n_chain; `retired` malloc'ed */
+  size_t n_chain;
+};
+
+/* Load the keyring of state_dir into *out (zeroed first). Errors as
+ * keys_read_file, CORDON_E_CONFIG_INVALID for a malformed keys.json. */
+int server_keyring_load(const char *state_dir, struct server_keyring *out,
+                        struct cordon_diag *diag);
+/* Load again into k, in place: k->ticket_sk keeps its address (its
+ * contents change), so borrowers of k see the new keys. On failure k is
+ * unchanged. */
+int server_keyring_reload(const char *state_dir, struct server_keyring *k,
+                          struct cordon_diag *diag);
+void server_keyring_release(struct server_keyring *k);
+
+/* The current publisher secret key file's path (STATE/keys/... or
+ * STATE/publisher.key) into out. */
+int server_keys_publisher_path(const char *state_dir, char *out, size_t len,
+                               struct cordon_diag *diag);
+
+/* Rotate the ticket and/or publisher key (at least one). *out_serial: the
+ * new announcement's serial. The ids of the new keys into new_ticket_id /
+ * new_publisher_id (33 bytes each, "" for a role not rotated). */
+int server_keys_rotate(const char *state_dir, bool ticket, bool publisher, uint64_t *out_serial,
+                       char new_ticket_id[33], char new_publisher_id[33], struct cordon_diag *diag);
+/* Retire the publisher key whose id starts with id_prefix (unique, at
+ * least 4 hex digits): CORDON_E_NOT_FOUND for no such key; CORDON_E_USAGE
+ * for the current key of either role, a ticket key, a retired key, a
+ * prefix that is ambiguous or shorter than 4. */
+int server_keys_retire(const char *state_dir, const char *id_prefix, uint64_t *out_serial,
+                       char out_id[33], struct cordon_diag *diag);
+/* Every key, oldest first: [{"id","role","created","retired","current"}]. */
+int server_keys_list(const char *state_dir, json_t **out_list, struct cordon_diag *diag);
 
 #endif

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +259,37 @@ static int fsync_parent(const char *path) {
   return err;
 }
 
+/* What every agent would refuse, refused here with the agent's code: an
+ * entry[0] that is neither absolute nor a file of the package
+ * (CORDON_E_MANIFEST_INVALID), a grant too broad on any device
+ * (CORDON_E_SCOPE_TOO_BROAD, core/manifest.h). w holds the files. */
+static int check_runnable(const struct manifest *m, const struct pack_walk *w,
+                          struct cordon_diag *diag) {
+  for (size_t i = 0; i < sizeof(m->entry) / sizeof(m->entry[0]); i++) {
+    if (m->entry[i].argc == 0)
+      continue;
+    const char *e = m->entry[i].argv[0];
+    if (e[0] == '/' || manifest_path_is_windows_absolute(e))
+      continue;
+    bool found = false;
+    for (size_t k = 0; k < w->n && !found; k++)
+      found = strcmp(w->v[k].path, e) == 0;
+    if (!found)
+      return cordon_diag_set(diag, CORDON_E_MANIFEST_INVALID,
+                             "field 'entry[0]': %s is neither an absolute path nor a file of the "
+                             "package",
+                             e);
+  }
+  for (size_t i = 0; i < m->n_grants; i++) {
+    struct cordon_diag d = {{0}};
+    int r = manifest_grant_scope_check(&m->grants[i], &d);
+    if (r < 0)
+      return cordon_diag_set(diag, r, "field 'capabilities.fs[%zu]' (%s): %s on every agent", i,
+                             m->grants[i].path, d.msg);
+  }
+  return 0;
+}
+
 int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_key,
              struct pack_summary *out_summary, struct cordon_diag *diag) {
   struct pack_walk w = {.root = src_dir};
@@ -304,7 +336,10 @@ int pack_dir(const char *src_dir, const char *out_path, const uint8_t *secret_ke
     goto out;
   if ((err = manifest_parse((const char *)manifest_json, manifest_len, &m, diag)) != 0)
     goto out;
+  err = check_runnable(m, &w, diag);
   manifest_free(m);
+  if (err)
+    goto out;
 
   files = calloc(w.n ? w.n : 1, sizeof(*files));
   buf = malloc(PACK_BUF_SIZE);

@@ -2,6 +2,7 @@
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "platform/paths.h"
@@ -37,4 +38,12 @@ const char *paths_platform_name(void) {
 
 unsigned paths_platform_bit(void) {
   return MANIFEST_PLATFORM_LINUX;
+}
+
+void paths_os_version(char *out, size_t len) {
+  struct utsname u;
+  if (uname(&u) == 0)
+    snprintf(out, len, "%s %s", u.sysname, u.release);
+  else
+    snprintf(out, len, "unknown");
 }

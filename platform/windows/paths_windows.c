@@ -36,3 +36,18 @@ const char *paths_platform_name(void) {
 unsigned paths_platform_bit(void) {
   return MANIFEST_PLATFORM_WINDOWS;
 }
+
+/* RtlGetVersion: GetVersionEx lies to programs without a compatibility
+ * manifest; ntdll's call does not. */
+void paths_os_version(char *out, size_t len) {
+  typedef LONG(WINAPI * rtl_get_version_fn)(OSVERSIONINFOW *);
+  HMODULE ntdll = GetModuleHandleW(L"ntdll.dll");
+  rtl_get_version_fn get =
+      ntdll ? (rtl_get_version_fn)(void (*)(void))GetProcAddress(ntdll, "RtlGetVersion") : NULL;
+  OSVERSIONINFOW v = {.dwOSVersionInfoSize = sizeof(v)};
+  if (get && get(&v) == 0)
+    snprintf(out, len, "Windows %lu.%lu.%lu", (unsigned long)v.dwMajorVersion,
+             (unsigned long)v.dwMinorVersion, (unsigned long)v.dwBuildNumber);
+  else
+    snprintf(out, len, "unknown");
+}

@@ -530,14 +530,16 @@ Test(agent_daemon, status_after_kill_9_says_not_running, .init = setup, .fini = 
   cr_assert(json_is_true(json_object_get(s, "paired")), "the pairing is still there");
   json_decref(s);
   o = CLI("status");
-  cr_assert(strstr(o->err, "agent: not running"), "%s", o->err);
+  cr_assert(strstr(o->out, "\nagent: not running\n"), "the summary on stdout: %s", o->out);
   free(o);
   o = CLI("metrics");
   cr_assert_eq(o->status, 1);
   cr_assert(strstr(o->err, "not running"), "%s", o->err);
   cr_assert_eq(o->out[0], '\0');
   free(o);
-  /* a new agent replaces the stale socket */
+  /* a new agent replaces the stale socket (once the killed one's
+   * connection is seen closed, so that `connected` is the new one's) */
+  cr_assert(spin(10000, disconnected));
   T.agent = START("--drain-timeout", "5");
   cr_assert(spin(10000, connected));
   s = status_json();

@@ -175,7 +175,8 @@ static inline struct sbx_run sbx_run_agent(const struct sbx_exec *x) {
     argv[n++] = x->cmd;
     if (x->with_pkg)
       argv[n++] = x->dirs->pkg;
-    if (x->json)
+    /* status and explain print JSON only when asked to */
+    if (x->json || strcmp(x->cmd, "status") == 0 || strcmp(x->cmd, "explain") == 0)
       argv[n++] = "--json";
     if (x->args) {
       argv[n++] = "--";
