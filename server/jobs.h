@@ -86,5 +86,7 @@ void jobs_on_device_online(struct jobs *j, struct session *s);
 void jobs_op_dispatch(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_cancel(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_wait(struct jobs *j, struct admin_conn *c, const json_t *req);
+/* The job's output events as they come, then its wait reply as the end. */
+void jobs_op_follow(struct jobs *j, struct admin_conn *c, const json_t *req);
 
 #endif
