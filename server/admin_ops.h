@@ -32,14 +32,16 @@
 #include "core/error.h"
 
 #define ADMIN_SOCKET_FILE "admin.sock" /* in the state directory: 0660 cordon-admin, or 0600 */
-#define ADMIN_GROUP "cordon-admin"     /* members may use the socket (besides root and the daemon's user) */
-#define ADMIN_VERSION 1                /* the protocol version this build speaks */
-#define ADMIN_REQUEST_MAX 8192         /* a request line with its newline is shorter */
-#define ADMIN_REPLY_MAX (16u << 20)    /* bytes of a reply line */
-#define ADMIN_BODY_MAX (1ull << 30)    /* raw bytes after a request ("bytes"): the package */
-#define ADMIN_STREAM_QUEUE_MAX (1u << 20) /* unsent bytes of a watch/follow before it is dropped */
-#define ADMIN_CONN_MAX 64              /* connections at once; more are closed at once */
-#define ADMIN_JOBS_MAX 1000000         /* jobs: the largest "limit" */
+#define ADMIN_GROUP                                                                                \
+  "cordon-admin"               /* members may use the socket (besides root and the daemon's user) */
+#define ADMIN_VERSION 1        /* the protocol version this build speaks */
+#define ADMIN_REQUEST_MAX 8192 /* a request line with its newline is shorter */
+#define ADMIN_REPLY_MAX (16u << 20)       /* bytes of a reply line */
+#define ADMIN_BODY_MAX (1ull << 30)       /* raw bytes after a request ("bytes"): the package */
+#define ADMIN_STREAM_QUEUE_MAX (1u << 20) /* unsent bytes of a watch/follow before it is dropped   \
+                                           */
+#define ADMIN_CONN_MAX 64                 /* connections at once; more are closed at once */
+#define ADMIN_JOBS_MAX 1000000            /* jobs: the largest "limit" */
 
 enum admin_type {
   ADMIN_STRING,
@@ -120,7 +122,7 @@ enum admin_arg {
   X(SESSIONS, "sessions", daemon_op_sessions, 0, 0, NULL)                                          \
   X(DISPATCH, "dispatch", daemon_op_dispatch, ADMIN_A(USER),                                       \
     ADMIN_A(PACKAGE) | ADMIN_A(BYTES) | ADMIN_A(DEVICE) | ADMIN_A(ARGS) | ADMIN_A(WAIT) |          \
-        ADMIN_A(WHERE) | ADMIN_A(NO_QUEUE) | ADMIN_A(QUEUE_TTL) | ADMIN_A(EXPLAIN),               \
+        ADMIN_A(WHERE) | ADMIN_A(NO_QUEUE) | ADMIN_A(QUEUE_TTL) | ADMIN_A(EXPLAIN),                \
     "dispatch needs user, package and args")                                                       \
   X(CANCEL, "cancel", daemon_op_cancel, ADMIN_A(JOB), 0, "no such job")                            \
   X(REVOKE, "revoke", daemon_op_revoke, ADMIN_A(DEVICE), 0, "revoke needs a device")               \

@@ -79,8 +79,8 @@ struct wreq {
 static void conn_pump(struct admin_conn *c);
 static void conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
-static void log_peer(enum core_log_level level, const char *msg, long uid, long pid,
-                     const char *k, const char *v) {
+static void log_peer(enum core_log_level level, const char *msg, long uid, long pid, const char *k,
+                     const char *v) {
   char u[24], p[24];
   snprintf(u, sizeof(u), "%ld", uid);
   snprintf(p, sizeof(p), "%ld", pid);

@@ -36,8 +36,8 @@ struct admin_sock_config {
 /* req is borrowed for the call; body_path names the request's "bytes"
  * (NULL when it had none), a file removed when on_request returns: open
  * it before, if it is needed later. */
-typedef void admin_request_fn(void *data, struct admin_conn *c, const json_t *req,
-                              enum admin_op op, const char *body_path);
+typedef void admin_request_fn(void *data, struct admin_conn *c, const json_t *req, enum admin_op op,
+                              const char *body_path);
 /* A stream's connection is going (the peer closed it, it fell behind, or
  * the socket closes): the last call that names c. */
 typedef void admin_gone_fn(void *ctx, struct admin_conn *c);

@@ -17,12 +17,11 @@ json_t *admin_view_device(const struct server_db_device *d, json_t *online) {
 }
 
 json_t *admin_view_job_summary(const struct server_db_job *j, json_t *online) {
-  return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:o, s:o, s:o}", "id", j->id, "user", j->user,
-                   "device", j->device_id[0] ? j->device_id : NULL, "state",
-                   server_db_job_state_name(j->state), "error", j->error[0] ? j->error : NULL,
-                   "created", server_cli_json_time(j->created), "updated",
-                   server_cli_json_time(j->updated), "device_online",
-                   online ? online : json_null());
+  return json_pack(
+      "{s:s, s:s, s:s?, s:s, s:s?, s:o, s:o, s:o}", "id", j->id, "user", j->user, "device",
+      j->device_id[0] ? j->device_id : NULL, "state", server_db_job_state_name(j->state), "error",
+      j->error[0] ? j->error : NULL, "created", server_cli_json_time(j->created), "updated",
+      server_cli_json_time(j->updated), "device_online", online ? online : json_null());
 }
 
 json_t *admin_view_job(const struct server_db_job *j, json_t *online) {

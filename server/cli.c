@@ -156,6 +156,27 @@ int server_cli_print_json(json_t *j, int ascii) {
   return 0;
 }
 
+int server_cli_ask(const char *state_dir, json_t *req, json_t **out_reply) {
+  json_t *reply = NULL;
+  struct cordon_diag diag = {{0}};
+  int r =
+      req ? admin_call_within(state_dir, req, SERVER_CLI_API_TIMEOUT_MS, &reply, &diag) : -ENOMEM;
+  json_decref(req);
+  if (r == -ENOENT || r == -ECONNREFUSED)
+    return -ESRCH;
+  if (r < 0)
+    return server_cli_fail(r, &diag);
+  if (!admin_reply_is_ok(reply)) {
+    const char *msg;
+    int err = admin_reply_err(reply, &msg);
+    int status = server_cli_failf(err, "%s", msg ? msg : cordon_err_message(err));
+    json_decref(reply);
+    return status;
+  }
+  *out_reply = reply;
+  return 0;
+}
+
 int server_cli_live_sessions(const char *state_dir, json_t **out_sessions, char *why,
                              size_t why_size) {
   json_t *req = admin_request_new(ADMIN_OP_SESSIONS), *reply = NULL;

@@ -72,6 +72,13 @@ int server_cli_print_json(json_t *j, int ascii);
 
 #define SERVER_CLI_LIVE_TIMEOUT_MS 5000
 
+/* Ask the running daemon through the admin API (req stolen; answered
+ * within SERVER_CLI_API_TIMEOUT_MS). 0 and *out_reply (an ok reply);
+ * -ESRCH when no daemon runs (nothing printed: the caller reads the
+ * database itself); else the command's exit status, the error printed. */
+#define SERVER_CLI_API_TIMEOUT_MS 30000
+int server_cli_ask(const char *state_dir, json_t *req, json_t **out_reply);
+
 /* 0 and *out_sessions (the reply's array, new reference), or -ESRCH when
  * no daemon runs, or another error when one did not answer; why (never
  * NULL) then says it for people: "daemon not running" or "the daemon did

@@ -1,9 +1,9 @@
 /* cordon-server devices [--user U] [--json]: the paired devices (docs/DESIGN.md
  * section 2). Names and platforms come from the devices: printed escaped.
  * cordon-server device label DEVICE [KEY=VALUE...] [--remove KEY]...: the
- * operator's labels of a device, which dispatch --where matches. Both work
- * on the database, whether the daemon runs or not; whether a device is
- * online is the running daemon's answer, and with no daemon it is unknown
+ * operator's labels of a device, which dispatch --where matches. Both ask
+ * the running daemon (admin ops devices and label); with no daemon they
+ * work on the database, and whether a device is online is then unknown
  * (JSON null), never the database's last word. */
 #include <errno.h>
 #include <getopt.h>
@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/admin_client.h"
+#include "server/admin_ops.h"
+#include "server/admin_view.h"
 #include "server/cli.h"
 #include "server/db.h"
 
@@ -20,35 +23,89 @@ static const char devices_usage[] =
 static const char device_usage[] = "usage: cordon-server device label DEVICE [KEY=VALUE...] "
                                    "[--remove KEY]... [--json] [--state DIR]";
 
-static const char *device_state_name(enum server_db_device_state s) {
-  return s == SERVER_DB_DEVICE_ACTIVE ? "active" : "revoked";
+static const char *str_or(const json_t *o, const char *key, const char *dflt) {
+  const char *v = json_string_value(json_object_get(o, key));
+  return v ? v : dflt;
 }
 
-static json_t *device_json(const struct server_db_device *d, const json_t *live) {
-  return json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:o, s:o, s:s, s:o}", "id", d->id, "name", d->name,
-                   "owner", d->owner, "platform", d->platform[0] ? d->platform : NULL, "best_level",
-                   d->has_level ? sandbox_level_name(d->best_level) : NULL, "online",
-                   server_cli_online_json(live, d->id), "last_seen",
-                   server_cli_json_time(d->last_seen), "state", device_state_name(d->state),
-                   "labels", server_db_labels_to_json(&d->labels));
+/* A labels object as the database formats it: "k=v,k=v". */
+static void labels_text(const json_t *labels, char *buf, size_t size) {
+  struct server_db_labels l = {0};
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)labels, k, v) {
+    struct server_db_label one;
+    snprintf(one.key, sizeof(one.key), "%s", k);
+    snprintf(one.value, sizeof(one.value), "%s", json_string_value(v) ? json_string_value(v) : "");
+    (void)server_db_labels_put(&l, &one, NULL);
+  }
+  server_db_labels_format(&l, buf, size);
 }
 
-static void print_table(const struct server_db_device_list *l, const json_t *live) {
+static const char *online_text(const json_t *v) {
+  return json_is_true(v) ? "online" : json_is_false(v) ? "offline" : "unknown";
+}
+
+/* The devices --json objects (server/admin_view.h) as a table. */
+static void print_table(const json_t *devices) {
   printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", "ID", "NAME", "OWNER", "PLATFORM",
          "LEVEL", "ONLINE", "LAST SEEN", "STATE", "LABELS");
-  for (size_t i = 0; i < l->count; i++) {
-    const struct server_db_device *d = &l->items[i];
-    char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1], seen[64];
-    server_cli_escape(d->name, name, sizeof(name));
-    server_cli_escape(d->platform[0] ? d->platform : "-", platform, sizeof(platform));
-    server_cli_format_time(d->last_seen, "never", seen, sizeof(seen));
-    const char *level = d->has_level ? sandbox_level_name(d->best_level) : "-";
+  size_t i;
+  json_t *d;
+  json_array_foreach(devices, i, d) {
+    char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1];
+    server_cli_escape(str_or(d, "name", ""), name, sizeof(name));
+    server_cli_escape(str_or(d, "platform", "-"), platform, sizeof(platform));
     char labels[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
-    server_db_labels_format(&d->labels, labels, sizeof(labels));
-    printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", d->id, name, d->owner, platform,
-           level ? level : "-", server_cli_online_text(live, d->id), seen,
-           device_state_name(d->state), labels[0] ? labels : "-");
+    labels_text(json_object_get(d, "labels"), labels, sizeof(labels));
+    printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", str_or(d, "id", "?"), name,
+           str_or(d, "owner", "?"), platform, str_or(d, "best_level", "-"),
+           online_text(json_object_get(d, "online")), str_or(d, "last_seen", "never"),
+           str_or(d, "state", "?"), labels[0] ? labels : "-");
   }
+}
+
+/* The devices from the running daemon, or (none running) from the
+ * database with online unknown: 0 and *out_list, or an exit status. */
+static int devices_get(const char *state, const char *user, json_t **out_list, char *why,
+                       size_t why_size) {
+  json_t *req = admin_request_new(ADMIN_OP_DEVICES), *reply = NULL;
+  if (req && user && admin_request_set(req, ADMIN_ARG_USER, json_string(user)) < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  int status = server_cli_ask(state, req, &reply);
+  if (status == 0) {
+    *out_list = json_incref(json_object_get(reply, ADMIN_REPLY_DEVICES));
+    json_decref(reply);
+    return *out_list ? 0 : server_cli_failf(CORDON_E_PROTOCOL, "the daemon sent no devices");
+  }
+  if (status != -ESRCH)
+    return status;
+  snprintf(why, why_size, "daemon not running");
+  struct server_db *db = NULL;
+  if ((status = server_cli_open_db(state, &db)))
+    return status;
+  struct cordon_diag diag = {{0}};
+  struct server_db_user u = {0};
+  struct server_db_device_list l = {0};
+  int err = user ? server_db_user_get_by_name(db, user, &u, &diag) : 0;
+  if (!err)
+    err = server_db_device_list(db, user ? u.id : 0, &l, &diag);
+  server_db_close(db);
+  if (err)
+    return server_cli_db_fail(err, &diag);
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < l.count; i++)
+    if (json_array_append_new(arr, admin_view_device(&l.items[i], json_null())) < 0) {
+      json_decref(arr);
+      arr = NULL;
+    }
+  server_db_device_list_release(&l);
+  if (!arr)
+    return server_cli_failf(-ENOMEM, "out of memory");
+  *out_list = arr;
+  return 0;
 }
 
 int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
@@ -80,38 +137,19 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
   }
   if (optind != argc)
     return server_cli_failf(CORDON_E_USAGE, "%s", devices_usage);
-  struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
+  json_t *list = NULL;
+  char why[600] = "";
+  int status = devices_get(state, user, &list, why, sizeof(why));
   if (status)
     return status;
-  struct cordon_diag diag = {{0}};
-  struct server_db_user u = {0};
-  struct server_db_device_list l = {0};
-  int err = user ? server_db_user_get_by_name(db, user, &u, &diag) : 0;
-  if (!err)
-    err = server_db_device_list(db, user ? u.id : 0, &l, &diag);
-  server_db_close(db);
-  if (err)
-    return server_cli_db_fail(err, &diag);
-  json_t *live = NULL;
-  char why[600];
-  if (server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
-    live = NULL;
   if (json) {
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < l.count; i++)
-      if (json_array_append_new(arr, device_json(&l.items[i], live)) < 0) {
-        json_decref(arr);
-        arr = NULL;
-      }
-    status = server_cli_print_json(arr, 0);
+    status = server_cli_print_json(list, 0);
   } else {
-    print_table(&l, live);
+    print_table(list);
+    json_decref(list);
+    if (why[0])
+      fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, why);
   }
-  if (!live && !json)
-    fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, why);
-  json_decref(live);
-  server_db_device_list_release(&l);
   return status;
 }
 
@@ -179,9 +217,44 @@ int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {
       if (strcmp(remove[k], set[i].key) == 0)
         return server_cli_failf(CORDON_E_USAGE, "label %s both set and removed", set[i].key);
   }
+  /* the running daemon changes them, or (none running) the database */
+  json_t *req = admin_request_new(ADMIN_OP_LABEL), *sets = json_array(), *rms = json_array();
+  for (size_t i = 0; sets && i < n_set; i++)
+    json_array_append_new(sets, json_string(argv[optind + 2 + i]));
+  for (size_t i = 0; rms && i < n_remove; i++)
+    json_array_append_new(rms, json_string(remove[i]));
+  int r = req ? admin_request_set(req, ADMIN_ARG_DEVICE, json_string(id)) : -ENOMEM;
+  if (r == 0)
+    r = admin_request_set(req, ADMIN_ARG_SET, sets);
+  else
+    json_decref(sets);
+  if (r == 0)
+    r = admin_request_set(req, ADMIN_ARG_REMOVE, rms);
+  else
+    json_decref(rms);
+  if (r < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  json_t *reply = NULL;
+  int status = server_cli_ask(state, req, &reply);
+  if (status == 0) {
+    json_t *labels = json_object_get(reply, ADMIN_REPLY_LABELS);
+    if (json) {
+      status = server_cli_print_json(json_incref(labels), 0);
+    } else {
+      const char *k;
+      json_t *v;
+      json_object_foreach(labels, k, v) printf("%s=%s\n", k, json_string_value(v));
+      status = fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+    }
+    json_decref(reply);
+    return status;
+  }
+  if (status != -ESRCH)
+    return status;
   struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
-  if (status)
+  if ((status = server_cli_open_db(state, &db)))
     return status;
   struct server_db_labels after;
   int err = server_db_device_label(db, id, set, n_set, remove, n_remove, &after, &diag);

@@ -1,49 +1,46 @@
-/* cordon-server jobs [--user U] [--json] and job ID [--json] [--wait]: job
- * states and results. `job ID --json` prints {"id","user","device","state",
- * "error","result","device_online"} with result the stored docs/DESIGN.md
+/* cordon-server jobs [--user U] [--json] and job ID [--json] [--wait |
+ * --follow]: job states and results, asked of the running daemon (admin
+ * ops jobs and job), or read from the database when none runs. `job ID
+ * --json` prints {"id","user","device","state","error","result",
+ * "device_online","created","updated","deadline","queue_expires","where",
+ * "args"} (server/admin_view.h) with result the stored docs/DESIGN.md
  * section 5 object or null, and device_online the running daemon's answer
  * (null when no daemon runs, or the job has no device). With --wait the
  * running daemon is asked to answer once the job is over (admin op wait);
- * then the job is printed as without it, and the exit status is the job's. */
+ * then the job is printed as without it, and the exit status is the job's.
+ * With --follow (admin op follow) what the job prints goes to stdout and
+ * stderr as it comes; the exit status is the job's. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <sodium.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/admin_client.h"
 #include "server/admin_ops.h"
+#include "server/admin_view.h"
 #include "server/cli.h"
 #include "server/db.h"
 
 static const char jobs_usage[] =
     "usage: cordon-server jobs [--user USER] [--limit N] [--json] [--state DIR]";
-static const char job_usage[] = "usage: cordon-server job ID [--json] [--wait] [--state DIR]";
+static const char job_usage[] =
+    "usage: cordon-server job ID [--json] [--wait | --follow] [--state DIR]";
 
 #define JOBS_DEFAULT_LIMIT 100
 
-static json_t *job_online_json(const struct server_db_job *j, const json_t *live) {
-  return j->device_id[0] ? server_cli_online_json(live, j->device_id) : json_null();
-}
-
-static json_t *job_summary_json(const struct server_db_job *j, const json_t *live) {
-  return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:o, s:o, s:o}", "id", j->id, "user", j->user,
-                   "device", j->device_id[0] ? j->device_id : NULL, "state",
-                   server_db_job_state_name(j->state), "error", j->error[0] ? j->error : NULL,
-                   "created", server_cli_json_time(j->created), "updated",
-                   server_cli_json_time(j->updated), "device_online", job_online_json(j, live));
-}
-
 static int parse_opts(int argc, char **argv, const char *usage, int with_filters,
-                      const char **state, const char **user, size_t *limit, int *json, int *wait) {
-  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
-                                       {"user", required_argument, NULL, 'u'},
-                                       {"limit", required_argument, NULL, 'n'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"wait", no_argument, NULL, 'w'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
+                      const char **state, const char **user, size_t *limit, int *json, int *wait,
+                      int *follow) {
+  static const struct option opts[] = {
+      {"state", required_argument, NULL, 's'}, {"user", required_argument, NULL, 'u'},
+      {"limit", required_argument, NULL, 'n'}, {"json", no_argument, NULL, 'j'},
+      {"wait", no_argument, NULL, 'w'},        {"follow", no_argument, NULL, 'f'},
+      {"help", no_argument, NULL, 'h'},        {0}};
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -72,6 +69,11 @@ static int parse_opts(int argc, char **argv, const char *usage, int with_filters
         return server_cli_failf(CORDON_E_USAGE, "%s", usage);
       *wait = 1;
       break;
+    case 'f':
+      if (with_filters)
+        return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+      *follow = 1;
+      break;
     case 'h':
       printf("%s\n", usage);
       return -1;
@@ -82,15 +84,36 @@ static int parse_opts(int argc, char **argv, const char *usage, int with_filters
   return 0;
 }
 
-int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
-  const char *state = cli->state_dir, *user = NULL;
-  size_t limit = JOBS_DEFAULT_LIMIT;
-  int json = 0, wait = 0;
-  int status = parse_opts(argc, argv, jobs_usage, 1, &state, &user, &limit, &json, &wait);
-  if (status)
-    return status < 0 ? 0 : status;
-  if (optind != argc)
-    return server_cli_failf(CORDON_E_USAGE, "%s", jobs_usage);
+static const char *str_or(const json_t *o, const char *key, const char *dflt) {
+  const char *v = json_string_value(json_object_get(o, key));
+  return v ? v : dflt;
+}
+
+static const char *online_text(const json_t *v) {
+  return json_is_true(v) ? "online" : json_is_false(v) ? "offline" : "unknown";
+}
+
+/* The jobs from the running daemon, or (none running) from the database
+ * with device_online unknown: 0 and *out_list, or an exit status. */
+static int jobs_get(const char *state, const char *user, size_t limit, json_t **out_list, char *why,
+                    size_t why_size) {
+  json_t *req = admin_request_new(ADMIN_OP_JOBS), *reply = NULL;
+  int r = req ? admin_request_set(req, ADMIN_ARG_LIMIT, json_integer((json_int_t)limit)) : -ENOMEM;
+  if (r == 0 && user)
+    r = admin_request_set(req, ADMIN_ARG_USER, json_string(user));
+  if (r < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  int status = server_cli_ask(state, req, &reply);
+  if (status == 0) {
+    *out_list = json_incref(json_object_get(reply, ADMIN_REPLY_JOBS));
+    json_decref(reply);
+    return *out_list ? 0 : server_cli_failf(CORDON_E_PROTOCOL, "the daemon sent no jobs");
+  }
+  if (status != -ESRCH)
+    return status;
+  snprintf(why, why_size, "daemon not running");
   struct server_db *db = NULL;
   if ((status = server_cli_open_db(state, &db)))
     return status;
@@ -103,44 +126,85 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
-  json_t *live = NULL;
-  char why[600];
-  if (server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
-    live = NULL;
-  if (json) {
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < l.count; i++)
-      if (json_array_append_new(arr, job_summary_json(&l.items[i], live)) < 0) {
-        json_decref(arr);
-        arr = NULL;
-      }
-    status = server_cli_print_json(arr, 0);
-  } else {
-    printf("%-32s  %-12s %-32s  %-7s  %-9s %-20s %s\n", "ID", "USER", "DEVICE", "ONLINE", "STATE",
-           "CREATED", "ERROR");
-    for (size_t i = 0; i < l.count; i++) {
-      const struct server_db_job *j = &l.items[i];
-      char created[64];
-      server_cli_format_time(j->created, "-", created, sizeof(created));
-      printf("%-32s  %-12s %-32s  %-7s  %-9s %-20s %s\n", j->id, j->user,
-             j->device_id[0] ? j->device_id : "-",
-             j->device_id[0] ? server_cli_online_text(live, j->device_id) : "-",
-             server_db_job_state_name(j->state), created, j->error[0] ? j->error : "-");
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < l.count; i++)
+    if (json_array_append_new(arr, admin_view_job_summary(&l.items[i], json_null())) < 0) {
+      json_decref(arr);
+      arr = NULL;
     }
-    if (!live)
-      fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, why);
-  }
-  json_decref(live);
   server_db_job_list_release(&l);
-  return status;
+  if (!arr)
+    return server_cli_failf(-ENOMEM, "out of memory");
+  *out_list = arr;
+  return 0;
 }
 
-/* Ask the daemon to answer once job j is over (j is released here). */
-static int wait_over(const char *state, struct server_db_job *j) {
-  char id[CORDON_ID_HEX_SIZE];
-  snprintf(id, sizeof(id), "%s", j->id);
-  const char *st = server_db_job_state_name(j->state);
-  server_db_job_release(j);
+int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
+  const char *state = cli->state_dir, *user = NULL;
+  size_t limit = JOBS_DEFAULT_LIMIT;
+  int json = 0, wait = 0, follow = 0;
+  int status = parse_opts(argc, argv, jobs_usage, 1, &state, &user, &limit, &json, &wait, &follow);
+  if (status)
+    return status < 0 ? 0 : status;
+  if (optind != argc)
+    return server_cli_failf(CORDON_E_USAGE, "%s", jobs_usage);
+  json_t *list = NULL;
+  char why[600] = "";
+  if ((status = jobs_get(state, user, limit, &list, why, sizeof(why))))
+    return status;
+  if (json)
+    return server_cli_print_json(list, 0);
+  printf("%-32s  %-12s %-32s  %-7s  %-9s %-20s %s\n", "ID", "USER", "DEVICE", "ONLINE", "STATE",
+         "CREATED", "ERROR");
+  size_t i;
+  json_t *j;
+  json_array_foreach(list, i, j) {
+    const char *dev = str_or(j, "device", NULL);
+    printf("%-32s  %-12s %-32s  %-7s  %-9s %-20s %s\n", str_or(j, "id", "?"),
+           str_or(j, "user", "?"), dev ? dev : "-",
+           dev ? online_text(json_object_get(j, "device_online")) : "-", str_or(j, "state", "?"),
+           str_or(j, "created", "-"), str_or(j, "error", "-"));
+  }
+  json_decref(list);
+  if (why[0])
+    fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, why);
+  return 0;
+}
+
+/* The job from the running daemon, or (none running) from the database:
+ * 0 and *out_job (its admin_view_job object), or an exit status; *daemon
+ * says which. */
+static int job_get(const char *state, const char *id, json_t **out_job, bool *daemon) {
+  json_t *req = admin_request_new(ADMIN_OP_JOB), *reply = NULL;
+  if (req && admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  int status = server_cli_ask(state, req, &reply);
+  *daemon = status != -ESRCH;
+  if (status == 0) {
+    *out_job = json_incref(json_object_get(reply, ADMIN_REPLY_JOB));
+    json_decref(reply);
+    return *out_job ? 0 : server_cli_failf(CORDON_E_PROTOCOL, "the daemon sent no job");
+  }
+  if (status != -ESRCH)
+    return status;
+  struct server_db *db = NULL;
+  if ((status = server_cli_open_db(state, &db)))
+    return status;
+  struct cordon_diag diag = {{0}};
+  struct server_db_job j;
+  int err = server_db_job_get(db, id, &j, &diag);
+  server_db_close(db);
+  if (err)
+    return server_cli_db_fail(err, &diag);
+  *out_job = admin_view_job(&j, json_null());
+  server_db_job_release(&j);
+  return *out_job ? 0 : server_cli_failf(-ENOMEM, "out of memory");
+}
+
+/* Ask the daemon to answer once job id (in state st) is over. */
+static int wait_over(const char *state, const char *id, const char *st) {
   json_t *req = admin_request_new(ADMIN_OP_WAIT), *reply = NULL;
   struct cordon_diag diag = {{0}};
   int err = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) : -ENOMEM;
@@ -162,95 +226,166 @@ static int wait_over(const char *state, struct server_db_job *j) {
 }
 
 /* docs/DESIGN.md section 2.1: 0 only for a job that ran and exited 0. */
-static int job_exit_status(const struct server_db_job *j) {
-  if (j->state != SERVER_DB_JOB_DONE)
-    return 1;
-  json_t *r = server_db_job_result_to_json(j);
-  json_t *ec = json_object_get(r, "exit_code");
-  int status = json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
-  json_decref(r);
+static int job_exit_status(const json_t *j) {
+  const char *st = str_or(j, "state", "");
+  json_t *ec = json_object_get(json_object_get(j, "result"), "exit_code");
+  return strcmp(st, "done") == 0 && json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
+}
+
+static bool state_is_final(const char *st) {
+  return strcmp(st, "done") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0 ||
+         strcmp(st, "expired") == 0;
+}
+
+/* Bytes of a base64 text to f. */
+static void write_base64(FILE *f, const char *b64) {
+  size_t n = b64 ? strlen(b64) : 0, len = 0;
+  uint8_t *bin = malloc(n / 4 * 3 + 3);
+  if (bin && sodium_base642bin(bin, n / 4 * 3 + 3, b64, n, NULL, &len, NULL,
+                               sodium_base64_VARIANT_ORIGINAL) == 0)
+    fwrite(bin, 1, len, f);
+  free(bin);
+}
+
+/* A result's captured output (text or _base64) to f. */
+static void write_captured(FILE *f, const json_t *res, const char *name) {
+  char key[32];
+  const char *text = json_string_value(json_object_get(res, name));
+  snprintf(key, sizeof(key), "%s_base64", name);
+  if (text)
+    fputs(text, f);
+  else
+    write_base64(f, json_string_value(json_object_get(res, key)));
+}
+
+/* --follow: the job's output as it comes, then its exit status. A job
+ * whose output never came live (over already, or an agent that does not
+ * send it) has its captured output printed at the end. */
+static int follow_job(const char *state, const char *id) {
+  json_t *req = admin_request_new(ADMIN_OP_FOLLOW), *reply = NULL;
+  struct cordon_diag diag = {{0}};
+  struct admin_stream *st = NULL;
+  int err = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) : -ENOMEM;
+  if (err == 0)
+    err = admin_stream_open(state, req, &st, &reply, &diag);
+  json_decref(req);
+  if (err == -ENOENT || err == -ECONNREFUSED)
+    return server_cli_failf(err, "the daemon is not running: `job %s --follow` needs it", id);
+  if (err)
+    return server_cli_fail(err, &diag);
+  int status = 0;
+  bool live = false;
+  while (admin_reply_is_ok(reply)) {
+    json_decref(reply);
+    reply = NULL;
+    if ((err = admin_stream_next(st, &reply, &diag)) < 0) {
+      status = server_cli_fail(err, &diag);
+      break;
+    }
+    const char *ev = str_or(reply, ADMIN_REPLY_EVENT, "");
+    if (strcmp(ev, "output") == 0) {
+      FILE *f = strcmp(str_or(reply, "stream", ""), "stderr") == 0 ? stderr : stdout;
+      write_base64(f, json_string_value(json_object_get(reply, "data")));
+      fflush(f);
+      live = true;
+    } else if (strcmp(ev, "end") == 0 && admin_reply_is_ok(reply)) {
+      json_t *job = json_object_get(reply, ADMIN_REPLY_JOB);
+      json_t *res = json_object_get(job, "result");
+      if (!live && json_is_object(res)) {
+        write_captured(stdout, res, "stdout");
+        write_captured(stderr, res, "stderr");
+      }
+      fflush(stdout);
+      if (!json_is_object(res) || json_is_object(json_object_get(res, "error")))
+        fprintf(stderr, "%s: job %s ended %s%s%s\n", SERVER_PROG, id, str_or(job, "state", "?"),
+                json_object_get(job, "error") ? ": " : "", str_or(job, "error", ""));
+      status = job_exit_status(job);
+      break;
+    }
+  }
+  if (reply && !admin_reply_is_ok(reply)) {
+    const char *msg;
+    err = admin_reply_err(reply, &msg);
+    status = server_cli_failf(err, "%s", msg ? msg : "the daemon ended the stream");
+  }
+  json_decref(reply);
+  admin_stream_close(st);
   return status;
 }
 
 int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   const char *state = cli->state_dir, *user = NULL;
   size_t limit = 0;
-  int json = 0, wait = 0;
-  int status = parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json, &wait);
+  int json = 0, wait = 0, follow = 0;
+  int status = parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json, &wait, &follow);
   if (status)
     return status < 0 ? 0 : status;
-  if (argc - optind != 1)
+  if (argc - optind != 1 || (wait && follow))
     return server_cli_failf(CORDON_E_USAGE, "%s", job_usage);
-  struct server_db *db = NULL;
-  if ((status = server_cli_open_db(state, &db)))
+  if (follow)
+    return follow_job(state, argv[optind]);
+  json_t *j = NULL;
+  bool daemon;
+  if ((status = job_get(state, argv[optind], &j, &daemon)))
     return status;
-  struct cordon_diag diag = {{0}};
-  struct server_db_job j;
-  int err = server_db_job_get(db, argv[optind], &j, &diag);
-  if (!err && wait && !server_db_job_state_is_final(j.state)) {
-    server_db_close(db);
-    db = NULL;
-    if ((status = wait_over(state, &j)))
+  if (wait && !state_is_final(str_or(j, "state", ""))) {
+    char id[CORDON_ID_HEX_SIZE], st[32];
+    snprintf(id, sizeof(id), "%s", str_or(j, "id", ""));
+    snprintf(st, sizeof(st), "%s", str_or(j, "state", "?"));
+    json_decref(j);
+    j = NULL;
+    if ((status = wait_over(state, id, st)))
       return status;
-    if ((status = server_cli_open_db(state, &db)))
+    if ((status = job_get(state, id, &j, &daemon)))
       return status;
-    err = server_db_job_get(db, argv[optind], &j, &diag);
   }
-  server_db_close(db);
-  if (err)
-    return server_cli_db_fail(err, &diag);
-  json_t *live = NULL;
-  char why[600];
-  if (j.device_id[0] && server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
-    live = NULL;
   if (json) {
-    json_t *o = server_db_job_to_json(&j);
-    if (o)
-      json_object_set_new(o, "device_online", job_online_json(&j, live));
-    status = server_cli_print_json(o, 0);
+    status = server_cli_print_json(json_incref(j), 0);
   } else {
-    char created[64], updated[64], deadline[64];
-    server_cli_format_time(j.created, "-", created, sizeof(created));
-    server_cli_format_time(j.updated, "-", updated, sizeof(updated));
-    server_cli_format_time(j.deadline, "none", deadline, sizeof(deadline));
-    json_error_t jerr;
-    json_t *args = json_loads(j.args_json, 0, &jerr);
-    char *args_text = args ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-    json_decref(args);
+    const char *dev = str_or(j, "device", NULL);
     char online[700];
-    if (!j.device_id[0])
+    if (!dev)
       snprintf(online, sizeof(online), "-");
-    else if (live)
-      snprintf(online, sizeof(online), "%s", server_cli_online_text(live, j.device_id));
+    else if (daemon || !json_is_null(json_object_get(j, "device_online")))
+      snprintf(online, sizeof(online), "%s", online_text(json_object_get(j, "device_online")));
     else
-      snprintf(online, sizeof(online), "unknown (%s)", why);
+      snprintf(online, sizeof(online), "unknown (daemon not running)");
+    json_t *args = json_object_get(j, "args");
+    char *args_text = args ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     printf("id:       %s\nuser:     %s\ndevice:   %s\nonline:   %s\nstate:    %s\nerror:    %s\n"
            "created:  %s\nupdated:  %s\ndeadline: %s\n",
-           j.id, j.user, j.device_id[0] ? j.device_id : "-", online,
-           server_db_job_state_name(j.state), j.error[0] ? j.error : "-", created, updated,
-           deadline);
-    if (j.queue_expires) { /* it waited (or waits) in the queue */
-      char until[64];
-      server_cli_format_time(j.queue_expires, "-", until, sizeof(until));
-      printf("queued:   until %s\n", until);
-    }
-    if (j.where.count) {
-      char where[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
-      server_db_labels_format(&j.where, where, sizeof(where));
-      printf("where:    %s\n", where);
+           str_or(j, "id", "?"), str_or(j, "user", "?"), dev ? dev : "-", online,
+           str_or(j, "state", "?"), str_or(j, "error", "-"), str_or(j, "created", "-"),
+           str_or(j, "updated", "-"), str_or(j, "deadline", "none"));
+    if (json_is_string(json_object_get(j, "queue_expires"))) /* it waited (or waits) */
+      printf("queued:   until %s\n", str_or(j, "queue_expires", "-"));
+    json_t *where = json_object_get(j, "where");
+    if (json_object_size(where)) {
+      char text[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1] = "";
+      size_t o = 0;
+      const char *k;
+      json_t *v;
+      json_object_foreach(where, k, v) {
+        int n = snprintf(text + o, sizeof(text) - o, "%s%s=%s", o ? "," : "", k,
+                         json_string_value(v) ? json_string_value(v) : "");
+        if (n < 0 || (size_t)n >= sizeof(text) - o)
+          break;
+        o += (size_t)n;
+      }
+      printf("where:    %s\n", text);
     }
     printf("args:     %s\nresult:   ", args_text ? args_text : "?");
     free(args_text);
-    if (j.result_json) {
+    json_t *res = json_object_get(j, "result");
+    if (json_is_object(res)) {
       fflush(stdout);
-      status = server_cli_print_json(server_db_job_result_to_json(&j), 1);
+      status = server_cli_print_json(json_incref(res), 1);
     } else {
       printf("none\n");
     }
   }
   if (wait && status == 0)
-    status = job_exit_status(&j);
-  json_decref(live);
-  server_db_job_release(&j);
+    status = job_exit_status(j);
+  json_decref(j);
   return status;
 }

@@ -225,8 +225,8 @@ static void daemon_op_hello(struct daemon *d, struct admin_conn *c, const json_t
   json_t *ops = json_array();
   for (int op = 0; ops && op < ADMIN_OP_COUNT_; op++)
     json_array_append_new(ops, json_string(admin_op_name((enum admin_op)op)));
-  admin_conn_reply(c, json_pack("{s:b, s:i, s:s, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_VERSION, best,
-                                ADMIN_REPLY_SERVER, SERVER_PROG, ADMIN_REPLY_OPS,
+  admin_conn_reply(c, json_pack("{s:b, s:i, s:s, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_VERSION,
+                                best, ADMIN_REPLY_SERVER, SERVER_PROG, ADMIN_REPLY_OPS,
                                 ops ? ops : json_array()));
 }
 
@@ -445,7 +445,8 @@ static void daemon_op_label(struct daemon *d, struct admin_conn *c, const json_t
   (void)body;
   json_t *set = admin_request_get(req, ADMIN_ARG_SET);
   json_t *remove = admin_request_get(req, ADMIN_ARG_REMOVE);
-  if (json_array_size(set) > SERVER_DB_LABELS_MAX || json_array_size(remove) > SERVER_DB_LABELS_MAX) {
+  if (json_array_size(set) > SERVER_DB_LABELS_MAX ||
+      json_array_size(remove) > SERVER_DB_LABELS_MAX) {
     admin_conn_reply(c, admin_reply_error(CORDON_E_LIMIT, "a device has at most 32 labels"));
     return;
   }

@@ -249,7 +249,8 @@ static void answer_waiters(struct jobs *js, const char *id) {
       continue;
     }
     *pp = w->next;
-    waiter_answer(js, w, r == 0 ? job_reply(&job) : admin_reply_error(CORDON_E_USAGE, "no such job"));
+    waiter_answer(js, w,
+                  r == 0 ? job_reply(&job) : admin_reply_error(CORDON_E_USAGE, "no such job"));
     if (r == 0)
       server_db_job_release(&job);
     free(w);
