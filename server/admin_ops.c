@@ -86,20 +86,20 @@ int admin_request_check(const json_t *req, enum admin_op *out_op, struct cordon_
     if (strcmp(name, ops[op].name) != 0)
       continue;
     unsigned takes = ops[op].required | ops[op].optional;
-    const char *key;
     json_t *v;
+    for (size_t a = 0; a < ADMIN_ARG_COUNT_; a++) {
+      unsigned bit = 1u << a;
+      v = json_object_get(req, args[a].key);
+      bool ok = v ? !(takes & bit) || has_type(v, args[a].type) : !(ops[op].required & bit);
+      if (!ok)
+        return cordon_diag_set(diag, CORDON_E_USAGE, "%s",
+                               ops[op].usage ? ops[op].usage : "bad arguments");
+    }
+    const char *key;
     json_object_foreach((json_t *)req, key, v) {
       long a = arg_index(key);
       if (strcmp(key, "op") != 0 && (a < 0 || !(takes & (1u << a))))
         return cordon_diag_set(diag, CORDON_E_USAGE, "unknown key '%.64s' for op %s", key, name);
-    }
-    for (size_t a = 0; a < ADMIN_ARG_COUNT_; a++) {
-      unsigned bit = 1u << a;
-      v = json_object_get(req, args[a].key);
-      bool ok = v ? has_type(v, args[a].type) : !(ops[op].required & bit);
-      if (!ok)
-        return cordon_diag_set(diag, CORDON_E_USAGE, "%s",
-                               ops[op].usage ? ops[op].usage : "bad arguments");
     }
     *out_op = (enum admin_op)op;
     return 0;

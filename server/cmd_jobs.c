@@ -2,8 +2,7 @@
  * --follow]: job states and results, asked of the running daemon (admin
  * ops jobs and job), or read from the database when none runs. `job ID
  * --json` prints {"id","user","device","state","error","result",
- * "device_online","created","updated","deadline","queue_expires","where",
- * "args"} (server/admin_view.h) with result the stored docs/DESIGN.md
+ * "device_online"} (of the API's job object, server/admin_view.h) with result the stored docs/DESIGN.md
  * section 5 object or null, and device_online the running daemon's answer
  * (null when no daemon runs, or the job has no device). With --wait the
  * running daemon is asked to answer once the job is over (admin op wait);
@@ -340,7 +339,14 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
       return status;
   }
   if (json) {
-    status = server_cli_print_json(json_incref(j), 0);
+    /* the keys `job --json` has always printed; the API's job has more */
+    json_t *o = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "id", json_object_get(j, "id"),
+                          "user", json_object_get(j, "user"), "device",
+                          json_object_get(j, "device"), "state", json_object_get(j, "state"),
+                          "error", json_object_get(j, "error"), "result",
+                          json_object_get(j, "result"), "device_online",
+                          json_object_get(j, "device_online"));
+    status = server_cli_print_json(o, 0);
   } else {
     const char *dev = str_or(j, "device", NULL);
     char online[700];
