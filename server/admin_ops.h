@@ -36,12 +36,13 @@
   "cordon-admin"               /* members may use the socket (besides root and the daemon's user) */
 #define ADMIN_VERSION 1        /* the protocol version this build speaks */
 #define ADMIN_REQUEST_MAX 8192 /* a request line with its newline is shorter */
-#define ADMIN_REPLY_MAX (16u << 20)       /* bytes of a reply line */
-#define ADMIN_BODY_MAX (1ull << 30)       /* raw bytes after a request ("bytes"): the package */
-#define ADMIN_STREAM_QUEUE_MAX (1u << 20) /* unsent bytes of a watch/follow before it is dropped   \
-                                           */
-#define ADMIN_CONN_MAX 64                 /* connections at once; more are closed at once */
-#define ADMIN_JOBS_MAX 1000000            /* jobs: the largest "limit" */
+#define ADMIN_REPLY_MAX (16u << 20) /* bytes of a reply line */
+#define ADMIN_BODY_MAX (1ull << 30) /* raw bytes after a request ("bytes"): the package */
+#define ADMIN_STREAM_QUEUE_MAX                                                                     \
+  (1u << 20)                   /* unsent bytes of a watch/follow before it is dropped              \
+                                */
+#define ADMIN_CONN_MAX 64      /* connections at once; more are closed at once */
+#define ADMIN_JOBS_MAX 1000000 /* jobs: the largest "limit" */
 
 enum admin_type {
   ADMIN_STRING,

@@ -77,6 +77,7 @@ struct wreq {
 };
 
 static void conn_pump(struct admin_conn *c);
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf);
 
 static void log_peer(enum core_log_level level, const char *msg, long uid, long pid, const char *k,
@@ -131,28 +132,29 @@ static void conn_close(struct admin_conn *c) {
   conn_close_handles(c);
 }
 
-static void on_shutdown(uv_shutdown_t *req, int status) {
-  (void)status;
-  conn_close_handles(req->data);
+static void on_shutdown_done(uv_shutdown_t *req, int status) {
+  if (status < 0) /* cancelled by the close, or the peer is gone */
+    conn_close_handles(req->data);
 }
 
 static void on_grace(uv_timer_t *t) {
   conn_close_handles(t->data);
 }
 
-/* Close once what was written is sent (at most ADMIN_DROP_GRACE_MS). */
+/* Close once what was written is sent and the peer has closed its side
+ * (what it still sends is read and dropped, so that closing does not reset
+ * the connection under our last line), at most ADMIN_DROP_GRACE_MS. */
 static void conn_finish(struct admin_conn *c) {
   if (c->mode == CONN_CLOSING)
     return;
   conn_detach(c);
-  if (c->reading)
-    uv_read_stop((uv_stream_t *)&c->pipe);
-  c->reading = false;
   c->shutdown.data = c;
-  if (c->queued == 0 || uv_shutdown(&c->shutdown, (uv_stream_t *)&c->pipe, on_shutdown) < 0) {
+  if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->pipe, on_shutdown_done) < 0 ||
+      (!c->reading && uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) < 0)) {
     conn_close_handles(c);
     return;
   }
+  c->reading = true;
   uv_timer_start(&c->timer, on_grace, ADMIN_DROP_GRACE_MS, 0);
 }
 
@@ -297,8 +299,13 @@ void admin_conn_set_version(struct admin_conn *c, int version) {
 /* ---- reading ---- */
 
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  static char dropped[4096]; /* what a stream or a closing connection reads */
   struct admin_conn *c = h->data;
   (void)suggested;
+  if (c->mode == CONN_STREAM || c->mode == CONN_CLOSING) {
+    *buf = uv_buf_init(dropped, sizeof(dropped));
+    return;
+  }
   buf->base = c->buf + c->len;
   buf->len = sizeof(c->buf) - 1 - c->len;
 }
@@ -442,8 +449,13 @@ static void conn_pump(struct admin_conn *c) {
 static void conn_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   struct admin_conn *c = st->data;
   (void)buf;
-  if (nread == 0 || c->mode == CONN_CLOSING)
+  if (nread == 0)
     return;
+  if (c->mode == CONN_CLOSING) {
+    if (nread < 0) /* the peer has closed too (or is gone): done */
+      conn_close_handles(c);
+    return;
+  }
   if (nread < 0) {
     if (c->mode == CONN_STREAM)
       conn_gone(c);

@@ -2,13 +2,12 @@
  * --follow]: job states and results, asked of the running daemon (admin
  * ops jobs and job), or read from the database when none runs. `job ID
  * --json` prints {"id","user","device","state","error","result",
- * "device_online"} (of the API's job object, server/admin_view.h) with result the stored docs/DESIGN.md
- * section 5 object or null, and device_online the running daemon's answer
- * (null when no daemon runs, or the job has no device). With --wait the
- * running daemon is asked to answer once the job is over (admin op wait);
- * then the job is printed as without it, and the exit status is the job's.
- * With --follow (admin op follow) what the job prints goes to stdout and
- * stderr as it comes; the exit status is the job's. */
+ * "device_online"} (of the API's job object, server/admin_view.h) with result the stored
+ * docs/DESIGN.md section 5 object or null, and device_online the running daemon's answer (null when
+ * no daemon runs, or the job has no device). With --wait the running daemon is asked to answer once
+ * the job is over (admin op wait); then the job is printed as without it, and the exit status is
+ * the job's. With --follow (admin op follow) what the job prints goes to stdout and stderr as it
+ * comes; the exit status is the job's. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -340,12 +339,11 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   }
   if (json) {
     /* the keys `job --json` has always printed; the API's job has more */
-    json_t *o = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "id", json_object_get(j, "id"),
-                          "user", json_object_get(j, "user"), "device",
-                          json_object_get(j, "device"), "state", json_object_get(j, "state"),
-                          "error", json_object_get(j, "error"), "result",
-                          json_object_get(j, "result"), "device_online",
-                          json_object_get(j, "device_online"));
+    json_t *o = json_pack(
+        "{s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "id", json_object_get(j, "id"), "user",
+        json_object_get(j, "user"), "device", json_object_get(j, "device"), "state",
+        json_object_get(j, "state"), "error", json_object_get(j, "error"), "result",
+        json_object_get(j, "result"), "device_online", json_object_get(j, "device_online"));
     status = server_cli_print_json(o, 0);
   } else {
     const char *dev = str_or(j, "device", NULL);
