@@ -20,6 +20,36 @@
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
 
+/* Live output (docs/protocol/messages.md, `output`): the sandbox reads the
+ * job's pipes on a pool thread and hands what it keeps to live_on_output,
+ * which queues it here; the loop sends it on the session. Bounded, never
+ * blocking the job: at most LIVE_PENDING_MAX bytes wait here per job, and
+ * nothing is sent while the session has more than LIVE_UNSENT_MAX bytes
+ * per running job unsent, or no ready session of protocol version 2. What
+ * does not fit is dropped: the next message's offset shows the gap. The
+ * result still carries the captured output in full. */
+#define LIVE_PENDING_MAX (256u << 10)
+#define LIVE_UNSENT_MAX (256u << 10)
+
+struct live_piece {
+  struct live_piece *next;
+  int stream;
+  uint64_t offset;
+  size_t len;
+  uint8_t data[];
+};
+
+struct live {
+  uv_async_t wake; /* the pool thread tells the loop */
+  uv_mutex_t lock; /* guards head, tail, pending, dropped_here */
+  struct live_piece *head, **tail;
+  size_t pending;
+  uint64_t dropped_here; /* bytes that found the queue full */
+  uint64_t dropped_sent; /* bytes not sent: no session, version 1 or too much unsent (loop only) */
+  struct agent_dispatch *d;
+  uint8_t raw_id[CORDON_ID_LEN];
+};
+
 struct agent_dispatch_job {
   struct agent_dispatch *d;
   const struct agent_config *cfg; /* a reference: the ceiling it came under */
@@ -37,7 +67,8 @@ struct agent_dispatch_job {
   char **args;
   size_t n_args;
   int cancel_pipe[2];
-  bool running; /* in the thread pool */
+  bool running;      /* in the thread pool */
+  struct live *live; /* while running: its live output, or NULL */
   uv_work_t work;
   struct agent_dispatch_job *next;
 };
@@ -139,6 +170,120 @@ static struct agent_dispatch_job *job_find(struct agent_dispatch *d,
   return NULL;
 }
 
+/* ---- live output ---- */
+
+/* Pool thread (or a platform reader thread): queue a copy, or drop it. */
+static void live_on_output(void *ctx, int stream, uint64_t offset, const uint8_t *data,
+                           size_t len) {
+  struct live *l = ctx;
+  struct live_piece *p = NULL;
+  uv_mutex_lock(&l->lock);
+  if (len <= LIVE_PENDING_MAX - l->pending)
+    p = malloc(sizeof(*p) + len);
+  if (p) {
+    *p = (struct live_piece){.stream = stream, .offset = offset, .len = len};
+    memcpy(p->data, data, len);
+    *l->tail = p;
+    l->tail = &p->next;
+    l->pending += len;
+  } else {
+    l->dropped_here += len;
+  }
+  uv_mutex_unlock(&l->lock);
+  if (p)
+    uv_async_send(&l->wake);
+}
+
+/* Loop thread: one piece as `output` messages of at most MSG_LIVE_MAX. */
+static void live_send(struct live *l, const struct live_piece *p) {
+  struct agent_dispatch *d = l->d;
+  struct agent_session *s = d->session;
+  size_t unsent_max = (size_t)LIVE_UNSENT_MAX * (d->n_running ? d->n_running : 1);
+  for (size_t at = 0; at < p->len;) {
+    size_t n = p->len - at < MSG_LIVE_MAX ? p->len - at : MSG_LIVE_MAX;
+    if (!s->ready || s->version < MSG_PROTO_VERSION_OUTPUT ||
+        agent_session_unsent(s) > unsent_max) {
+      l->dropped_sent += p->len - at;
+      return;
+    }
+    struct msg m = {.type = MSG_OUTPUT};
+    memcpy(m.output.job_id, l->raw_id, CORDON_ID_LEN);
+    m.output.stream = p->stream ? MSG_STREAM_STDERR : MSG_STREAM_STDOUT;
+    m.output.offset = p->offset + at;
+    m.output.data.data = (uint8_t *)p->data + at;
+    m.output.data.len = n;
+    if (agent_session_send(s, &m) < 0) {
+      l->dropped_sent += p->len - at;
+      return;
+    }
+    at += n;
+  }
+}
+
+/* Loop thread: send everything queued so far, in order. */
+static void live_flush(struct live *l) {
+  uv_mutex_lock(&l->lock);
+  struct live_piece *p = l->head;
+  l->head = NULL;
+  l->tail = &l->head;
+  l->pending = 0;
+  uv_mutex_unlock(&l->lock);
+  while (p) {
+    struct live_piece *next = p->next;
+    live_send(l, p);
+    free(p);
+    p = next;
+  }
+}
+
+static void live_wake(uv_async_t *a) {
+  live_flush(a->data);
+}
+
+static struct live *live_new(struct agent_dispatch *d, const uint8_t raw_id[CORDON_ID_LEN]) {
+  struct live *l = calloc(1, sizeof(*l));
+  if (!l)
+    return NULL;
+  if (uv_mutex_init(&l->lock) < 0) {
+    free(l);
+    return NULL;
+  }
+  if (uv_async_init(d->loop, &l->wake, live_wake) < 0) {
+    uv_mutex_destroy(&l->lock);
+    free(l);
+    return NULL;
+  }
+  l->wake.data = l;
+  l->tail = &l->head;
+  l->d = d;
+  memcpy(l->raw_id, raw_id, CORDON_ID_LEN);
+  return l;
+}
+
+static void live_closed(uv_handle_t *h) {
+  struct live *l = h->data;
+  for (struct live_piece *p = l->head, *n; p; p = n) {
+    n = p->next;
+    free(p);
+  }
+  uv_mutex_destroy(&l->lock);
+  free(l);
+}
+
+/* Once the job's run has returned (nothing calls live_on_output again). */
+static void live_free(struct live *l, const char *id) {
+  if (!l)
+    return;
+  if (l->dropped_here || l->dropped_sent) {
+    char here[24], sent[24];
+    snprintf(here, sizeof(here), "%llu", (unsigned long long)l->dropped_here);
+    snprintf(sent, sizeof(sent), "%llu", (unsigned long long)l->dropped_sent);
+    core_log_kv(CORE_LOG_DEBUG, "live output dropped", "job", id, "queue_full", here, "not_sent",
+                sent, NULL);
+  }
+  uv_close((uv_handle_t *)&l->wake, live_closed);
+}
+
 static void job_free(struct agent_dispatch_job *j) {
   struct agent_dispatch *d = j->d;
   for (struct agent_dispatch_job **pp = &d->jobs; *pp; pp = &(*pp)->next)
@@ -146,6 +291,7 @@ static void job_free(struct agent_dispatch_job *j) {
       *pp = j->next;
       break;
     }
+  live_free(j->live, j->id);
   agent_cpkg_stager_free(j->stager);
   if (j->stage_fd >= 0)
     close(j->stage_fd);
@@ -264,6 +410,8 @@ static void work_done(uv_work_t *w, int status) {
   (void)status;
   struct agent_dispatch_job *j = w->data;
   struct agent_dispatch *d = j->d;
+  if (j->live) /* what the job printed last goes before its result */
+    live_flush(j->live);
   d->n_running--;
   j->running = false;
   deliver(d, j, j->raw_id, &j->job.result);
@@ -310,6 +458,11 @@ static void start_job(struct agent_dispatch_job *j) {
     return;
   }
   j->job.sjob.cancel_fd = j->cancel_pipe[0];
+  j->live = live_new(d, j->raw_id); /* without it, the job runs without live output */
+  if (j->live) {
+    j->job.sjob.on_output = live_on_output;
+    j->job.sjob.output_ctx = j->live;
+  }
   memcpy(j->job.result.job_id, j->id, sizeof(j->id));
   cordon_id_to_hex(d->pairing->device_id, j->job.result.device_id);
   struct msg running = {.type = MSG_RUNNING};

@@ -5,7 +5,9 @@
  *     id not seen before, then journaled) -> .running spooled ->
  *   chunks -> the package verified as it streams into the job directory ->
  *   planned (min_sandbox and the owner's ceiling checked again) -> running
- *     message -> sandbox_run on libuv's thread pool ->
+ *     message -> sandbox_run on libuv's thread pool (what the job prints
+ *     goes out live as output messages meanwhile: bounded, dropped rather
+ *     than waited for, messages.md 6.17) ->
  *   result -> spooled, then sent (agent/spool.h; resent until acked).
  * A refusal at any step is a result too (its error code), spooled and sent
  * the same way. A job whose package was still arriving when the connection

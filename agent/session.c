@@ -45,6 +45,10 @@ int agent_session_send(struct agent_session *s, const struct msg *m) {
   return r;
 }
 
+size_t agent_session_unsent(const struct agent_session *s) {
+  return s->conn ? net_conn_queued(s->conn) : 0;
+}
+
 int64_t agent_session_server_now_ms(const struct agent_session *s) {
   return (int64_t)core_wall_ms() + s->clock_offset_ms;
 }
@@ -90,6 +94,7 @@ static void on_first_record(struct agent_session *s, struct net_conn *c, const s
     s->ready = true;
     s->backoff_ms = 0;
     memcpy(s->id, m->welcome.session_id, CORDON_ID_LEN);
+    s->version = m->welcome.version;
     s->clock_offset_ms = (int64_t)m->welcome.time_ms - (int64_t)core_wall_ms();
     s->health->connected = true;
     s->health->connected_since_ms = core_wall_ms();

@@ -47,6 +47,7 @@ struct agent_session {
   /* read-only outside session.c */
   bool ready;                /* the welcome came on this connection */
   uint8_t id[CORDON_ID_LEN]; /* the welcome's session id (tickets name it) */
+  uint16_t version;          /* the welcome's protocol version */
   /* private */
   uv_loop_t *loop;
   const struct agent_config *cfg;
@@ -80,6 +81,8 @@ void agent_session_start(struct agent_session *s);
 int agent_session_send(struct agent_session *s, const struct msg *m);
 /* Send an encoded message: as agent_session_send. */
 int agent_session_send_encoded(struct agent_session *s, const uint8_t *buf, size_t len);
+/* Bytes queued on the connection and not yet written (0 without one). */
+size_t agent_session_unsent(const struct agent_session *s);
 /* Now on the server's clock (ms since the epoch), as of the last welcome. */
 int64_t agent_session_server_now_ms(const struct agent_session *s);
 /* For good: no reconnecting; the retry timer and the connection close

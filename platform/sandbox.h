@@ -15,6 +15,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/manifest.h"
 #include "core/result.h"
@@ -30,15 +31,27 @@ struct sandbox_policy {
   const char *state_dir;  /* the agent's config dir: always forbidden */
 };
 
+/* Live output (optional): each piece of a stream as it is read, within
+ * the manifest's output cap (exactly the bytes the result keeps, in
+ * order; nothing past the cap). stream 0 is stdout, 1 stderr; offset is
+ * the bytes of that stream before data. Called on the thread that runs
+ * sandbox_run or on a reader thread of the platform, possibly at the same
+ * time for the two streams; it must not block, and data is valid during
+ * the call only. */
+typedef void (*sandbox_output_fn)(void *ctx, int stream, uint64_t offset, const uint8_t *data,
+                                  size_t len);
+
 struct sandbox_job {
   const struct manifest *manifest;
   char *const *args; /* appended to the entry */
   size_t n_args;
-  const char *job_id;       /* 32 hex chars */
-  int package_dirfd;        /* the staged package: read-only for the job */
-  const char *package_path; /* its host path (for contained mode) */
-  const char *job_dir;      /* private per-job directory of the agent (0700) */
-  int cancel_fd;            /* -1, or readable when the job must be cancelled */
+  const char *job_id;          /* 32 hex chars */
+  int package_dirfd;           /* the staged package: read-only for the job */
+  const char *package_path;    /* its host path (for contained mode) */
+  const char *job_dir;         /* private per-job directory of the agent (0700) */
+  int cancel_fd;               /* -1, or readable when the job must be cancelled */
+  sandbox_output_fn on_output; /* NULL: no live output */
+  void *output_ctx;
 };
 
 struct sandbox_probe;

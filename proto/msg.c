@@ -71,11 +71,13 @@ struct schema {
 _Static_assert(sizeof(enum msg_level) == sizeof(unsigned), "enum storage");
 _Static_assert(sizeof(enum msg_enforce) == sizeof(unsigned), "enum storage");
 _Static_assert(sizeof(enum msg_role) == sizeof(unsigned), "enum storage");
+_Static_assert(sizeof(enum msg_stream) == sizeof(unsigned), "enum storage");
 
 static const char *const level_names[] = {"none", "contained", "isolated"};
 static const char *const enforce_names[] = {"none",  "cgroup",        "rlimit", "job",
                                             "tmpfs", "pid-namespace", "pgroup"};
 static const char *const role_names[] = {"server", "agent"};
+static const char *const stream_names[] = {"stdout", "stderr"};
 static const char *const mechanism_names[] = {
     "bwrap", "seccomp", "landlock", "cgroup", "rlimit", "appcontainer", "job", "pgroup", "none"};
 
@@ -167,6 +169,13 @@ static const struct field chunk_fields[] = {
     F_ID(msg_chunk, job_id),
     F_UINT(msg_chunk, offset, 8, 0, UINT64_MAX),
     {.key = "data", .kind = K_BIN, .off = OFF(msg_chunk, data), .lo = 1, .hi = MSG_CHUNK_MAX},
+};
+
+static const struct field output_fields[] = {
+    F_ID(msg_output, job_id),
+    F_ENUM(msg_output, stream, stream_names),
+    F_UINT(msg_output, offset, 8, 0, UINT64_MAX),
+    {.key = "data", .kind = K_BIN, .off = OFF(msg_output, data), .lo = 1, .hi = MSG_LIVE_MAX},
 };
 
 static const struct field job_ref_fields[] = {
@@ -328,6 +337,7 @@ static const struct type_desc types[] = {
     [MSG_UNPAIR] = {"unpair", MSG_FROM_AGENT, {NULL, 0}},
     [MSG_GOAWAY] = {"goaway", BOTH, SCHEMA(goaway_fields)},
     [MSG_ERROR] = {"error", BOTH, SCHEMA(error_fields)},
+    [MSG_OUTPUT] = {"output", MSG_FROM_AGENT, SCHEMA(output_fields)},
 };
 
 static const struct type_desc *type_find(enum msg_type t) {
@@ -627,6 +637,10 @@ static int check_rules(const struct msg *m, struct cordon_diag *diag) {
     if (m->chunk.offset > UINT64_MAX - m->chunk.data.len)
       return cordon_diag_set(diag, CORDON_E_PROTOCOL, "msg chunk: offset + length overflows");
     break;
+  case MSG_OUTPUT:
+    if (m->output.offset > UINT64_MAX - m->output.data.len)
+      return cordon_diag_set(diag, CORDON_E_PROTOCOL, "msg output: offset + length overflows");
+    break;
   case MSG_RESULT: {
     const struct msg_result *r = &m->result;
     if (r->has_exit_code && r->has_signal)
@@ -861,7 +875,8 @@ static int dec_map(const struct schema *s, const msgpack_object *o, uint8_t *bas
 _Static_assert(COUNT(result_fields) <= 32, "too many fields for the seen mask");
 
 /* The validator's caps are the largest of any field's. */
-_Static_assert(MSG_TICKET_MAX <= MSG_OUTPUT_MAX && MSG_CHUNK_MAX <= MSG_OUTPUT_MAX,
+_Static_assert(MSG_TICKET_MAX <= MSG_OUTPUT_MAX && MSG_CHUNK_MAX <= MSG_OUTPUT_MAX &&
+                   MSG_LIVE_MAX <= MSG_OUTPUT_MAX,
                "max_bin must cover every bin field");
 _Static_assert(MSG_TEXT_MAX <= MSG_ARG_MAX && MSG_NAME_MAX <= MSG_ARG_MAX &&
                    MSG_MECHANISM_MAX <= MSG_ARG_MAX,
@@ -1282,6 +1297,10 @@ const char *msg_enforce_name(enum msg_enforce how) {
 
 const char *msg_role_name(enum msg_role role) {
   return (unsigned)role < COUNT(role_names) ? role_names[role] : NULL;
+}
+
+const char *msg_stream_name(enum msg_stream stream) {
+  return (unsigned)stream < COUNT(stream_names) ? stream_names[stream] : NULL;
 }
 
 int msg_version_choose(uint16_t peer_min, uint16_t peer_max, uint16_t our_min, uint16_t our_max,

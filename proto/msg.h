@@ -47,7 +47,9 @@
 
 /* Protocol versions this build speaks (hello/welcome negotiation). */
 #define MSG_PROTO_VERSION_MIN 1
-#define MSG_PROTO_VERSION_MAX 1
+#define MSG_PROTO_VERSION_MAX 2
+/* The first version with the `output` message (live job output). */
+#define MSG_PROTO_VERSION_OUTPUT 2
 
 /* Fixed sizes of binary fields. */
 #define MSG_KEY_LEN 32  /* Ed25519 public key */
@@ -67,6 +69,7 @@
 #define MSG_ARG_MAX 4096  /* bytes per argument */
 #define MSG_CHUNK_MAX (64u << 10)
 #define MSG_OUTPUT_MAX (1u << 20) /* stdout, stderr: each */
+#define MSG_LIVE_MAX (16u << 10)  /* data of one `output` message */
 #define MSG_TICKET_MAX 4096u      /* a version-1 ticket body is 161 bytes */
 #define MSG_PUBLISHER_KEYS_MAX 16
 /* Objects per record (keys, values, containers), for the validator. */
@@ -93,6 +96,7 @@ enum msg_type {
   MSG_UNPAIR,     /* agent -> server */
   MSG_GOAWAY,     /* either */
   MSG_ERROR,      /* either */
+  MSG_OUTPUT,     /* agent -> server (version 2) */
 };
 
 /* Who may send a type: a bit set of these. */
@@ -117,6 +121,12 @@ enum msg_enforce {
   MSG_ENFORCE_TMPFS,
   MSG_ENFORCE_PID_NAMESPACE,
   MSG_ENFORCE_PGROUP,
+};
+
+/* A job's output streams. Wire strings: "stdout", "stderr". */
+enum msg_stream {
+  MSG_STREAM_STDOUT = 0,
+  MSG_STREAM_STDERR = 1,
 };
 
 /* Pairing proof roles. Wire strings: "server", "agent". */
@@ -175,6 +185,14 @@ struct msg_chunk {
   uint8_t job_id[CORDON_ID_LEN];
   uint64_t offset;       /* offset + data.len <= UINT64_MAX */
   struct msg_bytes data; /* 1..MSG_CHUNK_MAX */
+};
+
+/* Live output of a running job: advisory, the result stays the record. */
+struct msg_output {
+  uint8_t job_id[CORDON_ID_LEN];
+  enum msg_stream stream;
+  uint64_t offset;       /* bytes of that stream before data; offset + data.len <= UINT64_MAX */
+  struct msg_bytes data; /* 1..MSG_LIVE_MAX */
 };
 
 struct msg_job_ref { /* running, ack, cancel */
@@ -280,6 +298,7 @@ struct msg {
     struct msg_keys keys;
     struct msg_goaway goaway;
     struct msg_error error;
+    struct msg_output output;
   };
 };
 
@@ -322,6 +341,7 @@ unsigned msg_type_senders(enum msg_type type);
 const char *msg_level_name(enum msg_level level);
 const char *msg_enforce_name(enum msg_enforce how);
 const char *msg_role_name(enum msg_role role);
+const char *msg_stream_name(enum msg_stream stream);
 
 /* Version negotiation. Given the peer's hello range and ours, the highest
  * version both speak: 0 and *out_version, or CORDON_E_PROTOCOL when the

@@ -59,6 +59,11 @@ struct flight {
   char user[SERVER_DB_NAME_MAX + 1];
   char package[160]; /* name@version */
   int64_t sent_ms;   /* core_mono_ms when it was sent */
+
+  /* live output: only from the device it was sent to, at most its
+   * output_kb per stream, each byte once (live_next: stdout, stderr) */
+  char device_id[CORDON_ID_HEX_SIZE];
+  uint64_t live_cap, live_next[2];
   struct flight *next;
 };
 
@@ -75,6 +80,7 @@ struct jobs {
   struct sending *sends;
   struct flight *flights;
   struct waiter *waiters;
+  uint64_t output_ignored; /* live output not relayed (for the debug log) */
 };
 
 /* At the end of the file: the events of a job's state, and the end of a
@@ -277,13 +283,15 @@ static struct flight *flight_find(struct jobs *js, const char *id) {
   return NULL;
 }
 
-static void flight_add(struct jobs *js, const char *id, const char *user,
+static void flight_add(struct jobs *js, const char *id, const char *user, const char *device_id,
                        const struct manifest *m) {
   struct flight *f = calloc(1, sizeof(*f));
   if (!f)
-    return; /* only the log loses its package name */
+    return; /* only the log loses its package name, and followers its live output */
   snprintf(f->id, sizeof(f->id), "%s", id);
   snprintf(f->user, sizeof(f->user), "%s", user);
+  snprintf(f->device_id, sizeof(f->device_id), "%s", device_id);
+  f->live_cap = (uint64_t)m->output_kb * 1024;
   snprintf(f->package, sizeof(f->package), "%s@%s", m->name, m->version);
   f->sent_ms = core_mono_ms();
   f->next = js->flights;
@@ -412,7 +420,7 @@ static int send_job(struct jobs *js, const char *job_id, const char *user, struc
   jm.job.n_args = n_args;
   session_send(s, &jm);
   uv_timer_start(&x->pump, pump, 0, 2);
-  flight_add(js, job_id, user, p->m);
+  flight_add(js, job_id, user, s->device_id, p->m);
   metrics_job_dispatched();
   char sz[24], dl[24], na[16];
   snprintf(sz, sizeof(sz), "%llu", (unsigned long long)p->size);
@@ -1044,6 +1052,51 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   drain(js); /* the device has room again */
 }
 
+/* Live output (docs/protocol/messages.md, `output`): published on the bus
+ * only from the device the job was sent to while it is in flight, only
+ * below its output cap and past what was relayed before; the rest is
+ * ignored (counted, and logged at debug on the 1st, 2nd, 4th, ... time). */
+static void on_output(struct jobs *js, struct session *s, const struct msg_output *o) {
+  char id[CORDON_ID_HEX_SIZE];
+  cordon_id_to_hex(o->job_id, id);
+  struct flight *f = flight_find(js, id);
+  int st = o->stream == MSG_STREAM_STDERR;
+  uint64_t from = o->offset, to = o->offset + o->data.len;
+  const char *why = NULL;
+  if (!f)
+    why = "not a job in flight";
+  else if (strcmp(f->device_id, s->device_id) != 0)
+    why = "another device's job";
+  if (f && !why) {
+    from = from > f->live_next[st] ? from : f->live_next[st];
+    to = to < f->live_cap ? to : f->live_cap;
+    if (from >= to)
+      why = "past the cap or relayed already";
+  }
+  if (why) {
+    uint64_t n = ++js->output_ignored;
+    if ((n & (n - 1)) == 0) {
+      char count[24];
+      snprintf(count, sizeof(count), "%llu", (unsigned long long)n);
+      core_log_kv(CORE_LOG_DEBUG, "job output ignored", "job", id, "device", s->device_id, "reason",
+                  why, "ignored", count, NULL);
+    }
+    return;
+  }
+  if (f->live_next[0] == 0 && f->live_next[1] == 0)
+    core_log_kv(CORE_LOG_DEBUG, "job output relayed", "job", id, "device", s->device_id, NULL);
+  f->live_next[st] = to;
+  struct event ev = {.kind = EVENT_JOB_OUTPUT,
+                     .job_id = id,
+                     .device_id = s->device_id,
+                     .user = f->user,
+                     .stream = st ? EVENT_STDERR : EVENT_STDOUT,
+                     .offset = from,
+                     .data = o->data.data + (from - o->offset),
+                     .len = (size_t)(to - from)};
+  events_publish(js->events, &ev);
+}
+
 bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
   char id[CORDON_ID_HEX_SIZE];
   switch (m->type) {
@@ -1073,6 +1126,9 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
   }
   case MSG_RESULT:
     on_result(js, s, &m->result);
+    return true;
+  case MSG_OUTPUT:
+    on_output(js, s, &m->output);
     return true;
   default:
     return false;

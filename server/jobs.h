@@ -73,8 +73,9 @@ void jobs_drain(struct jobs *j);
 /* After the loop has finished. NULL-safe. */
 void jobs_free(struct jobs *j);
 
-/* A message of an active session: running and result. false for any other
- * type. */
+/* A message of an active session: running, result and output (live
+ * output, published on the events as EVENT_JOB_OUTPUT: see messages.md
+ * 6.17 for what is relayed). false for any other type. */
 bool jobs_on_message(struct jobs *j, struct session *s, struct msg *m);
 /* The session is going: jobs still being sent to it stop (their deadline
  * decides them). */

@@ -520,7 +520,7 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   if (!cg.pids_dir)
     rl[nrl++] = (struct launch_rlimit){RLIMIT_NPROC, {nproc, nproc}};
 
-  r = posix_output_open(&out, res, (size_t)m->output_kb * 1024);
+  r = posix_output_open(&out, res, (size_t)m->output_kb * 1024, plan->job);
   if (r < 0) {
     cgroup_job_release(&cg);
     return job_result_fail(res, CORDON_E_SPAWN_FAILED, "pipe: %s", strerror(-r));

@@ -325,7 +325,7 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   }
 
   struct posix_output out;
-  r = posix_output_open(&out, res, (size_t)m->output_kb * 1024);
+  r = posix_output_open(&out, res, (size_t)m->output_kb * 1024, plan->job);
   if (r < 0)
     return job_result_fail(res, CORDON_E_SPAWN_FAILED, "pipe: %s", strerror(-r));
 

@@ -9,9 +9,14 @@
 #include "core/clock.h"
 #include "platform/posix/launch.h"
 
-int posix_output_open(struct posix_output *o, struct job_result *res, size_t cap) {
-  *o = (struct posix_output){
-      .rd = {-1, -1}, .wr = {-1, -1}, .buf = {&res->out, &res->err}, .cap = cap};
+int posix_output_open(struct posix_output *o, struct job_result *res, size_t cap,
+                      const struct sandbox_job *job) {
+  *o = (struct posix_output){.rd = {-1, -1},
+                             .wr = {-1, -1},
+                             .buf = {&res->out, &res->err},
+                             .cap = cap,
+                             .on_output = job ? job->on_output : NULL,
+                             .output_ctx = job ? job->output_ctx : NULL};
   for (int i = 0; i < 2; i++) {
     int p[2];
     int r = launch_cloexec_pipe(p);
@@ -35,14 +40,19 @@ void posix_output_close_writers(struct posix_output *o) {
   }
 }
 
-/* Read everything the fd has now into b (at most cap kept). False at EOF
- * or on an error, true when it would block. */
-static bool drain(int fd, struct result_buf *b, size_t cap) {
+/* Read everything stream i has now into its buffer (at most cap kept,
+ * and what is kept handed to on_output). False at EOF or on an error,
+ * true when it would block. */
+static bool drain(struct posix_output *o, int i) {
   uint8_t chunk[16384];
+  struct result_buf *b = o->buf[i];
   for (;;) {
-    ssize_t n = read(fd, chunk, sizeof(chunk));
+    ssize_t n = read(o->rd[i], chunk, sizeof(chunk));
     if (n > 0) {
-      result_buf_append(b, chunk, (size_t)n, cap);
+      size_t before = b->len;
+      result_buf_append(b, chunk, (size_t)n, o->cap);
+      if (o->on_output && b->len > before)
+        o->on_output(o->output_ctx, i, before, b->data + before, b->len - before);
       continue;
     }
     if (n < 0 && errno == EINTR)
@@ -69,7 +79,7 @@ int posix_output_poll(struct posix_output *o, struct pollfd *extra, size_t n_ext
     return -errno;
   for (int i = 0; i < 2; i++)
     if (idx[i] >= 0 && (pf[idx[i]].revents & (POLLIN | POLLHUP | POLLERR)))
-      o->open[i] = drain(o->rd[i], o->buf[i], o->cap);
+      o->open[i] = drain(o, i);
   for (size_t i = 0, at = (size_t)(idx[0] >= 0) + (size_t)(idx[1] >= 0); i < n_extra; i++)
     extra[i].revents = at + i < n ? pf[at + i].revents : 0;
   return k;

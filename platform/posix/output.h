@@ -1,6 +1,7 @@
 /* A job's two output pipes and its exit status, for the POSIX layers
  * (Linux and macOS): at most cap bytes of each stream are kept, the rest
- * is read and discarded. */
+ * is read and discarded. What is kept is also handed to the job's
+ * on_output as it is read (platform/sandbox.h). */
 #ifndef CORDON_PLATFORM_POSIX_OUTPUT_H
 #define CORDON_PLATFORM_POSIX_OUTPUT_H
 
@@ -9,6 +10,7 @@
 #include <stddef.h>
 
 #include "core/result.h"
+#include "platform/sandbox.h"
 
 struct posix_output {
   int rd[2]; /* our ends (non-blocking); stdout, stderr */
@@ -16,11 +18,14 @@ struct posix_output {
   bool open[2];
   struct result_buf *buf[2];
   size_t cap;
+  sandbox_output_fn on_output; /* NULL or the job's */
+  void *output_ctx;
 };
 
-/* Two close-on-exec pipes into res->out and res->err. 0 or a negated
- * errno (nothing open then). */
-int posix_output_open(struct posix_output *o, struct job_result *res, size_t cap);
+/* Two close-on-exec pipes into res->out and res->err; job gives the live
+ * output callback (may be NULL). 0 or a negated errno (nothing open then). */
+int posix_output_open(struct posix_output *o, struct job_result *res, size_t cap,
+                      const struct sandbox_job *job);
 /* Close the job's ends (once it has them, or failed to start). */
 void posix_output_close_writers(struct posix_output *o);
 /* Wait up to ms for output or for one of extra (the caller's fds, whose

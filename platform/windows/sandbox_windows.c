@@ -690,6 +690,9 @@ struct reader {
   HANDLE pipe;
   struct result_buf *buf;
   size_t cap;
+  int stream;                  /* 0 stdout, 1 stderr: for on_output */
+  sandbox_output_fn on_output; /* NULL or the job's */
+  void *output_ctx;
 };
 
 static DWORD WINAPI read_pipe(void *arg) {
@@ -703,6 +706,8 @@ static DWORD WINAPI read_pipe(void *arg) {
     size_t take = n < room ? n : room;
     if (take) {
       memcpy(rd->buf->data + rd->buf->len, chunk, take);
+      if (rd->on_output)
+        rd->on_output(rd->output_ctx, rd->stream, rd->buf->len, rd->buf->data + rd->buf->len, take);
       rd->buf->len += take;
     }
     if (take < n) /* the rest is read and discarded */
@@ -939,8 +944,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   CloseHandle(out_w);
   CloseHandle(err_w);
   out_w = err_w = NULL;
-  rd_out = (struct reader){out_r, &res->out, cap};
-  rd_err = (struct reader){err_r, &res->err, cap};
+  rd_out = (struct reader){out_r, &res->out, cap, 0, plan->job->on_output, plan->job->output_ctx};
+  rd_err = (struct reader){err_r, &res->err, cap, 1, plan->job->on_output, plan->job->output_ctx};
   threads[0] = CreateThread(NULL, 0, read_pipe, &rd_out, 0, NULL);
   threads[1] = CreateThread(NULL, 0, read_pipe, &rd_err, 0, NULL);
   if (!threads[0] || !threads[1]) {

@@ -62,12 +62,13 @@ static long alloc_calls __attribute__((unused)), alloc_live __attribute__((unuse
 /* ---- samples: one fully populated message of every type ---------------- */
 
 static uint8_t id_job[CORDON_ID_LEN] = {0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
-                                     0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f};
+                                        0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f};
 static uint8_t id_dev[CORDON_ID_LEN] = {0xd0, 0xd1, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7,
-                                     0xd8, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf};
+                                        0xd8, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf};
 static uint8_t ticket_bytes[40] = {0x83, 0xa1, 'x', 0x01};
 static uint8_t chunk_bytes[300];
 static uint8_t out_bytes[] = "hello, world\n";
+static uint8_t live_bytes[] = "line 1\n";
 static uint8_t err_bytes[] = {0xff, 0xfe, 0x00, 'e', 'r', 'r'}; /* not UTF-8: bin is fine */
 static char *sample_args[] = {"world", "", "caf\xc3\xa9", "--flag=a b"};
 static uint8_t sample_pubkeys[2][MSG_KEY_LEN] = {{1, 2, 3}, {4, 5, 6}};
@@ -75,7 +76,7 @@ static uint8_t sample_pubkeys[2][MSG_KEY_LEN] = {{1, 2, 3}, {4, 5, 6}};
 static const enum msg_type all_types[] = {
     MSG_HELLO,   MSG_WELCOME, MSG_PING,   MSG_PONG,   MSG_JOB,        MSG_CHUNK,
     MSG_RUNNING, MSG_RESULT,  MSG_ACK,    MSG_CANCEL, MSG_PAIR_PROOF, MSG_PAIR_DONE,
-    MSG_KEYS,    MSG_UNPAIR,  MSG_GOAWAY, MSG_ERROR,
+    MSG_KEYS,    MSG_UNPAIR,  MSG_GOAWAY, MSG_ERROR,  MSG_OUTPUT,
 };
 #define N_TYPES (sizeof(all_types) / sizeof(all_types[0]))
 
@@ -195,6 +196,13 @@ static struct msg sample(enum msg_type t) {
     m.error.message = "";
     m.error.has_job_id = true;
     memcpy(m.error.job_id, id_job, CORDON_ID_LEN);
+    break;
+  case MSG_OUTPUT:
+    memcpy(m.output.job_id, id_job, CORDON_ID_LEN);
+    m.output.stream = MSG_STREAM_STDERR;
+    m.output.offset = 4096;
+    m.output.data.data = live_bytes;
+    m.output.data.len = sizeof(live_bytes) - 1;
     break;
   }
   return m;
@@ -915,6 +923,7 @@ Test(msg, enforces_byte_caps_on_decode) {
     size_t max;
   } caps[] = {
       {MSG_CHUNK, "data", true, MSG_CHUNK_MAX},
+      {MSG_OUTPUT, "data", true, MSG_LIVE_MAX},
       {MSG_RESULT, "stdout", true, MSG_OUTPUT_MAX},
       {MSG_RESULT, "stderr", true, MSG_OUTPUT_MAX},
       {MSG_JOB, "ticket", true, MSG_TICKET_MAX},
@@ -942,6 +951,7 @@ Test(msg, enforces_byte_caps_on_decode) {
   cr_expect_eq(decode_mut_raw(MSG_GOAWAY, "code", MUT_SET, raw, len), CORDON_E_LIMIT);
   free(raw);
   cr_expect_eq(decode_mut(MSG_CHUNK, "data", MUT_SET, "c4 00"), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_mut(MSG_OUTPUT, "data", MUT_SET, "c4 00"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_JOB, "ticket", MUT_SET, "c4 00"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_RESULT, "stdout", MUT_SET, "c4 00"), 0);
 }
@@ -1189,6 +1199,75 @@ Test(msg, names_and_senders) {
   cr_expect_null(msg_enforce_name((enum msg_enforce)7));
   cr_expect_str_eq(msg_role_name(MSG_ROLE_SERVER), "server");
   cr_expect_null(msg_role_name((enum msg_role)2));
+  cr_expect_str_eq(msg_type_name(MSG_OUTPUT), "output");
+  cr_expect_eq(msg_type_senders(MSG_OUTPUT), MSG_FROM_AGENT);
+  cr_expect_str_eq(msg_stream_name(MSG_STREAM_STDOUT), "stdout");
+  cr_expect_str_eq(msg_stream_name(MSG_STREAM_STDERR), "stderr");
+  cr_expect_null(msg_stream_name((enum msg_stream)2));
+}
+
+/* ---- output (live job output) ------------------------------------------- */
+
+Test(msg, output_round_trips_with_its_fields) {
+  struct msg m = sample(MSG_OUTPUT), d;
+  uint8_t *b;
+  size_t n;
+  encode_ok(&m, &b, &n);
+  cr_assert_eq(msg_decode(b, n, &d, NULL), 0);
+  cr_expect_eq(d.type, MSG_OUTPUT);
+  cr_expect(memcmp(d.output.job_id, id_job, CORDON_ID_LEN) == 0);
+  cr_expect_eq(d.output.stream, MSG_STREAM_STDERR);
+  cr_expect_eq(d.output.offset, 4096);
+  cr_expect_eq(d.output.data.len, sizeof(live_bytes) - 1);
+  cr_expect(memcmp(d.output.data.data, live_bytes, d.output.data.len) == 0);
+  msg_release(&d);
+  free(b);
+}
+
+Test(msg, output_refuses_bad_streams_sizes_and_offsets) {
+  /* the stream is one of two names */
+  cr_expect_eq(decode_mut(MSG_OUTPUT, "stream", MUT_SET, "a6 73 74 64 6f 75 74"), 0);
+  cr_expect_eq(decode_mut(MSG_OUTPUT, "stream", MUT_SET, "a5 73 74 64 69 6e"), /* "stdin" */
+               CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_mut(MSG_OUTPUT, "stream", MUT_SET, "01"), CORDON_E_PROTOCOL);
+  /* an unknown key, a missing one */
+  cr_expect_eq(decode_mut(MSG_OUTPUT, "exit", MUT_ADD, "01"), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_mut(MSG_OUTPUT, "offset", MUT_DEL, NULL), CORDON_E_PROTOCOL);
+  cr_expect_eq(decode_mut(MSG_OUTPUT, "offset", MUT_SET, "ff"), CORDON_E_PROTOCOL);
+  /* offset + length must not overflow: 7 bytes at 2^64 - 1 */
+  cr_expect_eq(decode_mut(MSG_OUTPUT, "offset", MUT_SET, "cf ff ff ff ff ff ff ff f8"), 0);
+  cr_expect_eq(decode_mut(MSG_OUTPUT, "offset", MUT_SET, "cf ff ff ff ff ff ff ff f9"),
+               CORDON_E_PROTOCOL);
+  /* the encoder refuses the same */
+  struct msg m = sample(MSG_OUTPUT);
+  uint8_t big[MSG_LIVE_MAX + 1] = {0};
+  uint8_t *b = NULL;
+  size_t n;
+  m.output.data.data = big;
+  m.output.data.len = MSG_LIVE_MAX;
+  cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), 0);
+  free(b);
+  m.output.data.len = MSG_LIVE_MAX + 1;
+  cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_LIMIT);
+  m.output.data.len = 0;
+  cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_PROTOCOL);
+  m = sample(MSG_OUTPUT);
+  m.output.offset = UINT64_MAX;
+  cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_PROTOCOL);
+  m = sample(MSG_OUTPUT);
+  m.output.stream = (enum msg_stream)2;
+  cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_PROTOCOL);
+}
+
+Test(msg, output_is_the_version_2_addition) {
+  cr_expect_eq(MSG_PROTO_VERSION_OUTPUT, 2);
+  cr_expect_geq(MSG_PROTO_VERSION_MAX, MSG_PROTO_VERSION_OUTPUT);
+  /* an agent of 1..2 and a server of 1..1 settle on 1: no output then */
+  uint16_t v = 0;
+  cr_expect_eq(msg_version_choose(MSG_PROTO_VERSION_MIN, MSG_PROTO_VERSION_MAX, 1, 1, &v), 0);
+  cr_expect_eq(v, 1);
+  cr_expect_eq(msg_version_choose(1, 1, MSG_PROTO_VERSION_MIN, MSG_PROTO_VERSION_MAX, &v), 0);
+  cr_expect_eq(v, 1);
 }
 
 Test(msg, version_negotiation_picks_the_highest_common) {
