@@ -272,8 +272,8 @@ static int follow_job(const char *state, const char *id) {
   if (err)
     return server_cli_fail(err, &diag);
   int status = 0;
-  bool live = false;
-  while (admin_reply_is_ok(reply)) {
+  bool live = false, over = !admin_reply_is_ok(reply); /* refused: reply says why */
+  while (!over) {
     json_decref(reply);
     reply = NULL;
     if ((err = admin_stream_next(st, &reply, &diag)) < 0) {
@@ -286,7 +286,10 @@ static int follow_job(const char *state, const char *id) {
       write_base64(f, json_string_value(json_object_get(reply, "data")));
       fflush(f);
       live = true;
-    } else if (strcmp(ev, "end") == 0 && admin_reply_is_ok(reply)) {
+      continue;
+    }
+    over = true; /* the end, or an error line */
+    if (strcmp(ev, "end") == 0 && admin_reply_is_ok(reply)) {
       json_t *job = json_object_get(reply, ADMIN_REPLY_JOB);
       json_t *res = json_object_get(job, "result");
       if (!live && json_is_object(res)) {
@@ -298,10 +301,11 @@ static int follow_job(const char *state, const char *id) {
         fprintf(stderr, "%s: job %s ended %s%s%s\n", SERVER_PROG, id, str_or(job, "state", "?"),
                 json_object_get(job, "error") ? ": " : "", str_or(job, "error", ""));
       status = job_exit_status(job);
-      break;
+      json_decref(reply);
+      reply = NULL;
     }
   }
-  if (reply && !admin_reply_is_ok(reply)) {
+  if (reply) { /* an error: the refusal, or the stream's error line */
     const char *msg;
     err = admin_reply_err(reply, &msg);
     status = server_cli_failf(err, "%s", msg ? msg : "the daemon ended the stream");

@@ -171,6 +171,22 @@ class AdminClientTest(unittest.TestCase):
         self.assertEqual(items[0]["state"], "done")
         self.assertEqual(items[0]["result"]["stdout"], "hi again\n")
 
+    def test_follow_shows_the_first_line_before_the_job_ends(self):
+        pkg = self.pack("twice", "sleep 1; echo first; sleep 2; echo second >&2\n")
+        r = self.c.dispatch("alice", pkg)
+        stream = self.c.follow(r["job_id"], timeout=30)
+        first = next(stream)
+        self.assertIsInstance(first, Output)
+        self.assertEqual((first.stream, first.offset, first.data), ("stdout", 0, b"first\n"))
+        self.assertEqual(self.c.job(r["job_id"])["state"], "running")
+        rest = list(stream)
+        self.assertEqual(rest[0], Output("stderr", 0, b"second\n"))
+        job = rest[-1]
+        self.assertEqual(len(rest), 2)
+        self.assertEqual(job["state"], "done")
+        self.assertEqual(job["result"]["stdout"], "first\n")
+        self.assertEqual(job["result"]["stderr"], "second\n")
+
 
 if __name__ == "__main__":
     unittest.main()

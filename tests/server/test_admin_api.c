@@ -470,3 +470,55 @@ Test(admin_group, a_watch_that_does_not_read_is_dropped_with_an_error_line) {
   conn_close(c);
   free(pkg);
 }
+
+/* `job ID --follow` with its stdout on a pipe: the first line comes while
+ * the job still runs (it sleeps 2 s before its second). */
+Test(admin_api, job_follow_prints_the_first_line_before_the_job_ends) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL); /* offline: the job waits */
+  char *pkg = pack("twice", hello_manifest, "echo first; sleep 2; echo second >&2; echo third\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  int po[2], pe[2];
+  cr_assert(pipe(po) == 0 && pipe(pe) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(po[1], 1);
+    dup2(pe[1], 2);
+    execl(SERVER, SERVER, "job", id, "--follow", "--state", e2e_state, (char *)NULL);
+    _exit(127);
+  }
+  close(po[1]);
+  close(pe[1]);
+  msleep(300); /* following before the job is sent */
+  start_agent(a);
+  char buf[256] = "";
+  size_t n = 0;
+  while (!strchr(buf, '\n')) {
+    ssize_t k = read(po[0], buf + n, sizeof(buf) - 1 - n);
+    cr_assert_gt(k, 0, "the follower's stdout ended early: '%s'", buf);
+    n += (size_t)k;
+    buf[n] = '\0';
+  }
+  cr_assert_str_eq(buf, "first\n");
+  cr_assert_str_eq(job_state(id, NULL), "running", "the first line came while it runs");
+  ssize_t k;
+  while ((k = read(po[0], buf + n, sizeof(buf) - 1 - n)) > 0)
+    n += (size_t)k;
+  buf[n] = '\0';
+  cr_assert_str_eq(buf, "first\nthird\n");
+  char err[256];
+  n = 0;
+  while ((k = read(pe[0], err + n, sizeof(err) - 1 - n)) > 0)
+    n += (size_t)k;
+  err[n] = '\0';
+  cr_assert_str_eq(err, "second\n");
+  int st;
+  waitpid(pid, &st, 0);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the job's exit status: %d", st);
+  close(po[0]);
+  close(pe[0]);
+  cr_assert_str_eq(job_state(id, NULL), "done");
+  free(pkg);
+}
