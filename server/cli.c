@@ -177,6 +177,28 @@ int server_cli_ask(const char *state_dir, json_t *req, json_t **out_reply) {
   return 0;
 }
 
+int server_cli_ask_for(const char *state_dir, json_t *req, const char *key, json_t **out_value) {
+  json_t *reply = NULL;
+  int status = server_cli_ask(state_dir, req, &reply);
+  if (status)
+    return status;
+  json_t *v = json_incref(json_object_get(reply, key));
+  json_decref(reply);
+  if (!v)
+    return server_cli_failf(CORDON_E_PROTOCOL, "the daemon's reply has no %s", key);
+  *out_value = v;
+  return 0;
+}
+
+const char *server_cli_str(const json_t *o, const char *key, const char *dflt) {
+  const char *v = json_string_value(json_object_get(o, key));
+  return v ? v : dflt;
+}
+
+const char *server_cli_online_word(const json_t *online) {
+  return json_is_true(online) ? "online" : json_is_false(online) ? "offline" : "unknown";
+}
+
 int server_cli_live_sessions(const char *state_dir, json_t **out_sessions, char *why,
                              size_t why_size) {
   json_t *req = admin_request_new(ADMIN_OP_SESSIONS), *reply = NULL;

@@ -23,11 +23,6 @@ static const char devices_usage[] =
 static const char device_usage[] = "usage: cordon-server device label DEVICE [KEY=VALUE...] "
                                    "[--remove KEY]... [--json] [--state DIR]";
 
-static const char *str_or(const json_t *o, const char *key, const char *dflt) {
-  const char *v = json_string_value(json_object_get(o, key));
-  return v ? v : dflt;
-}
-
 /* A labels object as the database formats it: "k=v,k=v". */
 static void labels_text(const json_t *labels, char *buf, size_t size) {
   struct server_db_labels l = {0};
@@ -42,10 +37,6 @@ static void labels_text(const json_t *labels, char *buf, size_t size) {
   server_db_labels_format(&l, buf, size);
 }
 
-static const char *online_text(const json_t *v) {
-  return json_is_true(v) ? "online" : json_is_false(v) ? "offline" : "unknown";
-}
-
 /* The devices --json objects (server/admin_view.h) as a table. */
 static void print_table(const json_t *devices) {
   printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", "ID", "NAME", "OWNER", "PLATFORM",
@@ -54,14 +45,15 @@ static void print_table(const json_t *devices) {
   json_t *d;
   json_array_foreach(devices, i, d) {
     char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1];
-    server_cli_escape(str_or(d, "name", ""), name, sizeof(name));
-    server_cli_escape(str_or(d, "platform", "-"), platform, sizeof(platform));
+    server_cli_escape(server_cli_str(d, "name", ""), name, sizeof(name));
+    server_cli_escape(server_cli_str(d, "platform", "-"), platform, sizeof(platform));
     char labels[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
     labels_text(json_object_get(d, "labels"), labels, sizeof(labels));
-    printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", str_or(d, "id", "?"), name,
-           str_or(d, "owner", "?"), platform, str_or(d, "best_level", "-"),
-           online_text(json_object_get(d, "online")), str_or(d, "last_seen", "never"),
-           str_or(d, "state", "?"), labels[0] ? labels : "-");
+    printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", server_cli_str(d, "id", "?"), name,
+           server_cli_str(d, "owner", "?"), platform, server_cli_str(d, "best_level", "-"),
+           server_cli_online_word(json_object_get(d, "online")),
+           server_cli_str(d, "last_seen", "never"), server_cli_str(d, "state", "?"),
+           labels[0] ? labels : "-");
   }
 }
 
@@ -69,17 +61,12 @@ static void print_table(const json_t *devices) {
  * database with online unknown: 0 and *out_list, or an exit status. */
 static int devices_get(const char *state, const char *user, json_t **out_list, char *why,
                        size_t why_size) {
-  json_t *req = admin_request_new(ADMIN_OP_DEVICES), *reply = NULL;
+  json_t *req = admin_request_new(ADMIN_OP_DEVICES);
   if (req && user && admin_request_set(req, ADMIN_ARG_USER, json_string(user)) < 0) {
     json_decref(req);
     req = NULL;
   }
-  int status = server_cli_ask(state, req, &reply);
-  if (status == 0) {
-    *out_list = json_incref(json_object_get(reply, ADMIN_REPLY_DEVICES));
-    json_decref(reply);
-    return *out_list ? 0 : server_cli_failf(CORDON_E_PROTOCOL, "the daemon sent no devices");
-  }
+  int status = server_cli_ask_for(state, req, ADMIN_REPLY_DEVICES, out_list);
   if (status != -ESRCH)
     return status;
   snprintf(why, why_size, "daemon not running");

@@ -82,20 +82,11 @@ static int parse_opts(int argc, char **argv, const char *usage, int with_filters
   return 0;
 }
 
-static const char *str_or(const json_t *o, const char *key, const char *dflt) {
-  const char *v = json_string_value(json_object_get(o, key));
-  return v ? v : dflt;
-}
-
-static const char *online_text(const json_t *v) {
-  return json_is_true(v) ? "online" : json_is_false(v) ? "offline" : "unknown";
-}
-
 /* The jobs from the running daemon, or (none running) from the database
  * with device_online unknown: 0 and *out_list, or an exit status. */
 static int jobs_get(const char *state, const char *user, size_t limit, json_t **out_list, char *why,
                     size_t why_size) {
-  json_t *req = admin_request_new(ADMIN_OP_JOBS), *reply = NULL;
+  json_t *req = admin_request_new(ADMIN_OP_JOBS);
   int r = req ? admin_request_set(req, ADMIN_ARG_LIMIT, json_integer((json_int_t)limit)) : -ENOMEM;
   if (r == 0 && user)
     r = admin_request_set(req, ADMIN_ARG_USER, json_string(user));
@@ -103,12 +94,7 @@ static int jobs_get(const char *state, const char *user, size_t limit, json_t **
     json_decref(req);
     req = NULL;
   }
-  int status = server_cli_ask(state, req, &reply);
-  if (status == 0) {
-    *out_list = json_incref(json_object_get(reply, ADMIN_REPLY_JOBS));
-    json_decref(reply);
-    return *out_list ? 0 : server_cli_failf(CORDON_E_PROTOCOL, "the daemon sent no jobs");
-  }
+  int status = server_cli_ask_for(state, req, ADMIN_REPLY_JOBS, out_list);
   if (status != -ESRCH)
     return status;
   snprintf(why, why_size, "daemon not running");
@@ -157,11 +143,12 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
   size_t i;
   json_t *j;
   json_array_foreach(list, i, j) {
-    const char *dev = str_or(j, "device", NULL);
-    printf("%-32s  %-12s %-32s  %-7s  %-9s %-20s %s\n", str_or(j, "id", "?"),
-           str_or(j, "user", "?"), dev ? dev : "-",
-           dev ? online_text(json_object_get(j, "device_online")) : "-", str_or(j, "state", "?"),
-           str_or(j, "created", "-"), str_or(j, "error", "-"));
+    const char *dev = server_cli_str(j, "device", NULL);
+    printf("%-32s  %-12s %-32s  %-7s  %-9s %-20s %s\n", server_cli_str(j, "id", "?"),
+           server_cli_str(j, "user", "?"), dev ? dev : "-",
+           dev ? server_cli_online_word(json_object_get(j, "device_online")) : "-",
+           server_cli_str(j, "state", "?"), server_cli_str(j, "created", "-"),
+           server_cli_str(j, "error", "-"));
   }
   json_decref(list);
   if (why[0])
@@ -173,18 +160,13 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
  * 0 and *out_job (its admin_view_job object), or an exit status; *daemon
  * says which. */
 static int job_get(const char *state, const char *id, json_t **out_job, bool *daemon) {
-  json_t *req = admin_request_new(ADMIN_OP_JOB), *reply = NULL;
+  json_t *req = admin_request_new(ADMIN_OP_JOB);
   if (req && admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) < 0) {
     json_decref(req);
     req = NULL;
   }
-  int status = server_cli_ask(state, req, &reply);
+  int status = server_cli_ask_for(state, req, ADMIN_REPLY_JOB, out_job);
   *daemon = status != -ESRCH;
-  if (status == 0) {
-    *out_job = json_incref(json_object_get(reply, ADMIN_REPLY_JOB));
-    json_decref(reply);
-    return *out_job ? 0 : server_cli_failf(CORDON_E_PROTOCOL, "the daemon sent no job");
-  }
   if (status != -ESRCH)
     return status;
   struct server_db *db = NULL;
@@ -225,7 +207,7 @@ static int wait_over(const char *state, const char *id, const char *st) {
 
 /* docs/DESIGN.md section 2.1: 0 only for a job that ran and exited 0. */
 static int job_exit_status(const json_t *j) {
-  const char *st = str_or(j, "state", "");
+  const char *st = server_cli_str(j, "state", "");
   json_t *ec = json_object_get(json_object_get(j, "result"), "exit_code");
   return strcmp(st, "done") == 0 && json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
 }
@@ -280,9 +262,9 @@ static int follow_job(const char *state, const char *id) {
       status = server_cli_fail(err, &diag);
       break;
     }
-    const char *ev = str_or(reply, ADMIN_REPLY_EVENT, "");
+    const char *ev = server_cli_str(reply, ADMIN_REPLY_EVENT, "");
     if (strcmp(ev, "output") == 0) {
-      FILE *f = strcmp(str_or(reply, "stream", ""), "stderr") == 0 ? stderr : stdout;
+      FILE *f = strcmp(server_cli_str(reply, "stream", ""), "stderr") == 0 ? stderr : stdout;
       write_base64(f, json_string_value(json_object_get(reply, "data")));
       fflush(f);
       live = true;
@@ -298,8 +280,9 @@ static int follow_job(const char *state, const char *id) {
       }
       fflush(stdout);
       if (!json_is_object(res) || json_is_object(json_object_get(res, "error")))
-        fprintf(stderr, "%s: job %s ended %s%s%s\n", SERVER_PROG, id, str_or(job, "state", "?"),
-                json_object_get(job, "error") ? ": " : "", str_or(job, "error", ""));
+        fprintf(stderr, "%s: job %s ended %s%s%s\n", SERVER_PROG, id,
+                server_cli_str(job, "state", "?"), json_object_get(job, "error") ? ": " : "",
+                server_cli_str(job, "error", ""));
       status = job_exit_status(job);
       json_decref(reply);
       reply = NULL;
@@ -330,10 +313,10 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   bool daemon;
   if ((status = job_get(state, argv[optind], &j, &daemon)))
     return status;
-  if (wait && !state_is_final(str_or(j, "state", ""))) {
+  if (wait && !state_is_final(server_cli_str(j, "state", ""))) {
     char id[CORDON_ID_HEX_SIZE], st[32];
-    snprintf(id, sizeof(id), "%s", str_or(j, "id", ""));
-    snprintf(st, sizeof(st), "%s", str_or(j, "state", "?"));
+    snprintf(id, sizeof(id), "%s", server_cli_str(j, "id", ""));
+    snprintf(st, sizeof(st), "%s", server_cli_str(j, "state", "?"));
     json_decref(j);
     j = NULL;
     if ((status = wait_over(state, id, st)))
@@ -350,23 +333,25 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
         json_object_get(j, "result"), "device_online", json_object_get(j, "device_online"));
     status = server_cli_print_json(o, 0);
   } else {
-    const char *dev = str_or(j, "device", NULL);
+    const char *dev = server_cli_str(j, "device", NULL);
     char online[700];
     if (!dev)
       snprintf(online, sizeof(online), "-");
     else if (daemon || !json_is_null(json_object_get(j, "device_online")))
-      snprintf(online, sizeof(online), "%s", online_text(json_object_get(j, "device_online")));
+      snprintf(online, sizeof(online), "%s",
+               server_cli_online_word(json_object_get(j, "device_online")));
     else
       snprintf(online, sizeof(online), "unknown (daemon not running)");
     json_t *args = json_object_get(j, "args");
     char *args_text = args ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     printf("id:       %s\nuser:     %s\ndevice:   %s\nonline:   %s\nstate:    %s\nerror:    %s\n"
            "created:  %s\nupdated:  %s\ndeadline: %s\n",
-           str_or(j, "id", "?"), str_or(j, "user", "?"), dev ? dev : "-", online,
-           str_or(j, "state", "?"), str_or(j, "error", "-"), str_or(j, "created", "-"),
-           str_or(j, "updated", "-"), str_or(j, "deadline", "none"));
+           server_cli_str(j, "id", "?"), server_cli_str(j, "user", "?"), dev ? dev : "-", online,
+           server_cli_str(j, "state", "?"), server_cli_str(j, "error", "-"),
+           server_cli_str(j, "created", "-"), server_cli_str(j, "updated", "-"),
+           server_cli_str(j, "deadline", "none"));
     if (json_is_string(json_object_get(j, "queue_expires"))) /* it waited (or waits) */
-      printf("queued:   until %s\n", str_or(j, "queue_expires", "-"));
+      printf("queued:   until %s\n", server_cli_str(j, "queue_expires", "-"));
     json_t *where = json_object_get(j, "where");
     if (json_object_size(where)) {
       char text[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1] = "";
