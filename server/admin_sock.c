@@ -1,6 +1,7 @@
 /* The admin socket, daemon side (server/admin_sock.h). */
 #include "server/admin_sock.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -586,6 +587,20 @@ static void sock_permissions(struct admin_sock *a, const char *path, const char 
                 "dir", dir, "group", group, NULL);
 }
 
+/* Bodies left by a daemon that died while it read them. */
+static void sweep_uploads(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  struct dirent *de;
+  char path[PATH_MAX];
+  while ((de = readdir(d)))
+    if (strncmp(de->d_name, "upload-", 7) == 0 &&
+        snprintf(path, sizeof(path), "%.4000s/%s", dir, de->d_name) < (int)sizeof(path))
+      unlink(path);
+  closedir(d);
+}
+
 int admin_sock_open(uv_loop_t *loop, const struct admin_sock_config *cfg,
                     admin_request_fn *on_request, void *data, struct admin_sock **out_sock) {
   struct admin_sock *a = calloc(1, sizeof(*a));
@@ -596,6 +611,7 @@ int admin_sock_open(uv_loop_t *loop, const struct admin_sock_config *cfg,
   a->uid = geteuid();
   a->stream_max = cfg->stream_queue_max ? cfg->stream_queue_max : ADMIN_STREAM_QUEUE_MAX;
   snprintf(a->spool_dir, sizeof(a->spool_dir), "%s", cfg->spool_dir ? cfg->spool_dir : ".");
+  sweep_uploads(a->spool_dir);
   unlink(cfg->path);
   uv_pipe_init(loop, &a->pipe, 0);
   a->pipe.data = a;

@@ -28,7 +28,8 @@ struct admin_conn; /* one connection: alive until the peer closes it, or the soc
 
 struct admin_sock_config {
   const char *path;        /* the socket; a stale file there is removed first */
-  const char *spool_dir;   /* request bodies go to spool_dir/upload-XXXXXX */
+  const char *spool_dir;   /* request bodies go to spool_dir/upload-XXXXXX (old ones are
+                              removed at open: the caller holds the state's lock) */
   const char *group;       /* ADMIN_GROUP, or NULL: owner and root only */
   size_t stream_queue_max; /* 0: ADMIN_STREAM_QUEUE_MAX */
 };

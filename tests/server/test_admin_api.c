@@ -523,3 +523,16 @@ Test(admin_api, job_follow_prints_the_first_line_before_the_job_ends) {
   cr_assert_str_eq(job_state(id, NULL), "done");
   free(pkg);
 }
+
+Test(admin_api, an_upload_left_by_a_dead_daemon_is_removed_at_the_next_start) {
+  e2e_stop(&e2e_server_pid, SIGKILL);
+  char path[400];
+  snprintf(path, sizeof(path), "%s/upload-AbC123", e2e_state);
+  FILE *f = fopen(path, "w");
+  cr_assert_not_null(f);
+  fputs("half a package", f);
+  fclose(f);
+  cr_assert_eq(uploads(), 1);
+  start_server();
+  cr_assert_eq(uploads(), 0);
+}
