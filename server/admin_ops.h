@@ -115,8 +115,9 @@ enum admin_arg {
  *             (base64)} lines, and last {"event": "end", "ok", "job"} (the
  *             `wait` reply with "event": "end") once the job is over
  * A stream that cannot keep up (ADMIN_STREAM_QUEUE_MAX unsent bytes) ends
- * with {"event": "error", "ok": false, "code": "limit_exceeded", ...} and
- * the connection is closed. */
+ * with {"event": "error", "ok": false, "code": "limit_exceeded", ...}, one
+ * the daemon stops under with code io_error; then the connection is
+ * closed. */
 #define ADMIN_OPS(X)                                                                               \
   X(HELLO, "hello", daemon_op_hello, ADMIN_A(VERSIONS), 0, "hello needs versions")                 \
   X(PING, "ping", daemon_op_ping, 0, 0, NULL)                                                      \
