@@ -536,3 +536,34 @@ Test(admin_api, an_upload_left_by_a_dead_daemon_is_removed_at_the_next_start) {
   start_server();
   cr_assert_eq(uploads(), 0);
 }
+
+Test(admin_api, streams_end_with_an_error_line_when_the_daemon_stops) {
+  pair_agent(0, "laptop", NULL); /* offline: the job waits in the queue */
+  char *pkg = pack("hello", hello_manifest, "echo hi\n");
+  struct conn *c = conn_open();
+  json_t *r = dispatch_bytes(c, pkg, NULL);
+  cr_assert_str_eq(str(r, "state"), "queued");
+  char line[200];
+  snprintf(line, sizeof(line), "{\"op\":\"follow\",\"job\":\"%s\"}", str(r, "job_id"));
+  json_decref(r);
+  assert_ok(ask(c, line));
+  struct conn *w = conn_open();
+  assert_ok(ask(w, "{\"op\":\"watch\"}"));
+  cr_assert_eq(kill(e2e_server_pid, SIGTERM), 0);
+  struct conn *both[] = {c, w};
+  for (int i = 0; i < 2; i++) {
+    json_t *ev = read_line(both[i]);
+    cr_assert_not_null(ev);
+    cr_assert_str_eq(str(ev, "event"), "error");
+    cr_assert_str_eq(str(ev, "code"), "io_error");
+    cr_assert_str_eq(str(ev, "message"), "the server is stopping");
+    json_decref(ev);
+    cr_assert_null(read_line(both[i]));
+    conn_close(both[i]);
+  }
+  int st;
+  cr_assert_eq(waitpid(e2e_server_pid, &st, 0), e2e_server_pid);
+  e2e_server_pid = -1;
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+  free(pkg);
+}
