@@ -256,6 +256,9 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   int pkg_fd = open(argv[optind], O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (pkg_fd < 0) {
     json_decref(where);
+    int known = offline_check(state, user, device);
+    if (known)
+      return known;
     return server_cli_failf(CORDON_E_USAGE, "%s: cannot read the package", argv[optind]);
   }
   json_t *args = json_array();
@@ -286,8 +289,13 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     r = admin_call_with_file(state, req, pkg_fd, &reply, &diag);
   close(pkg_fd);
   json_decref(req);
-  if ((r == -ENOENT || r == -ECONNREFUSED) && (r = offline_check(state, user, device)))
-    return r; /* no daemon: the database names an unknown user or device */
+  /* not asked (no daemon, or not a package file): an unknown user or
+   * device is still the database's answer, first */
+  int known = r == -ENOENT || r == -ECONNREFUSED || r == CORDON_E_USAGE
+                  ? offline_check(state, user, device)
+                  : 0;
+  if (known)
+    return known;
   if (r < 0)
     return server_cli_admin_fail(r, &diag);
   if (!admin_reply_is_ok(reply)) {
@@ -381,8 +389,9 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
   if (r == 0)
     r = admin_call(state, req, &reply, &diag);
   json_decref(req);
-  if ((r == -ENOENT || r == -ECONNREFUSED) && (r = offline_job_check(state, argv[optind])))
-    return r;
+  int known = r == -ENOENT || r == -ECONNREFUSED ? offline_job_check(state, argv[optind]) : 0;
+  if (known)
+    return known;
   if (r < 0)
     return server_cli_admin_fail(r, &diag);
   int rc = admin_reply_is_ok(reply) ? 0 : reply_error(reply);
