@@ -302,10 +302,6 @@ void server_cli_labels_text(const json_t *labels, char *buf, size_t size) {
   server_db_labels_format(&l, buf, size);
 }
 
-const char *server_cli_time_text(const json_t *o, const char *key, const char *dflt) {
-  return server_cli_str(o, key, dflt);
-}
-
 static bool is_online(const json_t *sessions, const char *device_id) {
   size_t i;
   json_t *s;

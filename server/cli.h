@@ -181,8 +181,6 @@ const char *server_cli_online_text(const json_t *sessions, const char *device_id
 void server_cli_job_error_text(const json_t *job, char *buf, size_t size);
 /* A labels object {KEY: VALUE} as "k=v,k=v" ("" when none). */
 void server_cli_labels_text(const json_t *labels, char *buf, size_t size);
-/* The time string of o's key, or dflt when it is null. */
-const char *server_cli_time_text(const json_t *o, const char *key, const char *dflt);
 
 int server_cmd_init(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_pack(const struct server_cli *cli, int argc, char **argv);

@@ -37,7 +37,7 @@ static void print_table(const json_t *devices) {
     printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", server_cli_str(d, "id", "?"), name,
            server_cli_str(d, "owner", "?"), platform, server_cli_str(d, "best_level", "-"),
            server_cli_online_word(json_object_get(d, "online")),
-           server_cli_time_text(d, "last_seen", "never"), server_cli_str(d, "state", "?"),
+           server_cli_str(d, "last_seen", "never"), server_cli_str(d, "state", "?"),
            labels[0] ? labels : "-");
   }
 }
@@ -274,8 +274,7 @@ static void print_jobs(const char *title, const json_t *jobs) {
     server_cli_job_error_text(j, error, sizeof(error));
     server_cli_escape(server_cli_str(j, "package", "-"), pkg_text, sizeof(pkg_text));
     printf("  %-32s  %-9s %-24s %-20s %s\n", server_cli_str(j, "id", "?"),
-           server_cli_str(j, "state", "?"), pkg_text, server_cli_time_text(j, "created", "-"),
-           error);
+           server_cli_str(j, "state", "?"), pkg_text, server_cli_str(j, "created", "-"), error);
   }
 }
 
@@ -321,7 +320,7 @@ static int device_show(const char *state, const char *user, char **args, size_t 
          server_cli_str(o, "state", "?"), online, platform, server_cli_str(o, "best_level", "-"),
          why ? " (downgraded: " : "", why ? why : "", why ? ")" : "",
          (long long)json_integer_value(json_object_get(o, "max_jobs")), labels[0] ? labels : "-",
-         server_cli_time_text(o, "paired", "-"), server_cli_time_text(o, "last_seen", "never"),
+         server_cli_str(o, "paired", "-"), server_cli_str(o, "last_seen", "never"),
          server_cli_str(o, "address", "-"), json_object_size(facts) ? "" : " none");
   const char *k;
   json_t *v;

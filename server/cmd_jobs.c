@@ -221,8 +221,7 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
     printf("%-32s  %-12s %-20s %-7s  %-9s %-24s %-20s %s\n", server_cli_str(j, "id", "?"),
            server_cli_str(j, "user", "?"), name,
            device ? server_cli_online_word(json_object_get(j, "device_online")) : "-",
-           server_cli_str(j, "state", "?"), pkg_text, server_cli_time_text(j, "created", "-"),
-           error);
+           server_cli_str(j, "state", "?"), pkg_text, server_cli_str(j, "created", "-"), error);
   }
   json_decref(list);
   if (!live)
@@ -454,8 +453,8 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   printf("id:       %s\nuser:     %s\ndevice:   %s\nonline:   %s\nstate:    %s\nerror:    %s\n"
          "package:  %s (index %s)\ncreated:  %s\nupdated:  %s\ndeadline: %s\n",
          server_cli_str(j, "id", "?"), server_cli_str(j, "user", "?"), dev_text, online, st_name,
-         error, pkg_text, server_cli_str(p, "hash", "?"), server_cli_time_text(j, "created", "-"),
-         server_cli_time_text(j, "updated", "-"), server_cli_time_text(j, "deadline", "none"));
+         error, pkg_text, server_cli_str(p, "hash", "?"), server_cli_str(j, "created", "-"),
+         server_cli_str(j, "updated", "-"), server_cli_str(j, "deadline", "none"));
   if (strcmp(st_name, "expired") == 0 && json_is_object(res))
     printf("late:     yes (the result came after the job expired)\n");
   if (server_cli_str(j, "queued_until", NULL)) /* it waited (or waits) in the queue */

@@ -73,9 +73,9 @@ static int code_list(const char *state, const char *user, int json) {
     printf("%-10s  %-12s %-8s %-8lld %-20s %-20s %s%s%s\n", server_cli_str(c, "id", "?"),
            server_cli_str(c, "user", "?"), server_cli_str(c, "state", "?"),
            (long long)json_integer_value(json_object_get(c, "attempts_left")),
-           server_cli_time_text(c, "created", "-"), server_cli_time_text(c, "expires", "-"),
+           server_cli_str(c, "created", "-"), server_cli_str(c, "expires", "-"),
            failure ? failure : "-", failure ? " at " : "",
-           failure ? server_cli_time_text(c, "last_failure_at", "-") : "");
+           failure ? server_cli_str(c, "last_failure_at", "-") : "");
   }
   json_decref(list);
   return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
