@@ -23,15 +23,9 @@ json_t *admin_view_device(const struct server_db_device *d, json_t *online) {
                    server_db_labels_to_json(&d->labels));
 }
 
-static json_t *summaries(const struct server_db_job_list *l, const json_t *online) {
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l->count; i++)
-    if (json_array_append_new(
-            arr, admin_view_job_summary(&l->items[i], json_incref((json_t *)online))) < 0) {
-      json_decref(arr);
-      arr = NULL;
-    }
-  return arr;
+static json_t *same_online(void *ctx, const char *device_id) {
+  (void)device_id;
+  return json_incref(ctx);
 }
 
 int admin_view_device_show(struct server_db *db, const struct server_db_device *d, json_t *online,
@@ -62,8 +56,10 @@ int admin_view_device_show(struct server_db *db, const struct server_db_device *
        json_object_set_new(o, "paired", server_cli_json_time(d->created)) ||
        json_object_set_new(o, "address", d->address[0] ? json_string(d->address) : json_null()) ||
        json_object_set_new(o, "facts", json_incref(facts)) ||
-       json_object_set_new(o, "running_jobs", summaries(&running, online)) ||
-       json_object_set_new(o, "recent_jobs", summaries(&recent, online)))) {
+       json_object_set_new(o, "running_jobs",
+                           admin_view_job_summaries(&running, same_online, online)) ||
+       json_object_set_new(o, "recent_jobs",
+                           admin_view_job_summaries(&recent, same_online, online)))) {
     json_decref(o);
     o = NULL;
   }
@@ -154,4 +150,42 @@ json_t *admin_view_code(const struct server_db_code_info *c) {
                    server_cli_json_time(c->created), "expires", server_cli_json_time(c->expires),
                    "last_failure", c->last_failure[0] ? c->last_failure : NULL, "last_failure_at",
                    server_cli_json_time(c->last_failure_at));
+}
+
+/* Append o (stolen) to arr; on failure arr is released: NULL. */
+static json_t *append(json_t *arr, json_t *o) {
+  if (arr && json_array_append_new(arr, o) == 0)
+    return arr;
+  if (!arr)
+    json_decref(o);
+  json_decref(arr);
+  return NULL;
+}
+
+static json_t *online_of(admin_view_online_fn *online, void *ctx, const char *device_id) {
+  return online ? online(ctx, device_id) : json_null();
+}
+
+json_t *admin_view_devices(const struct server_db_device_list *l, admin_view_online_fn *online,
+                           void *ctx) {
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < l->count; i++)
+    arr = append(arr, admin_view_device(&l->items[i], online_of(online, ctx, l->items[i].id)));
+  return arr;
+}
+
+json_t *admin_view_job_summaries(const struct server_db_job_list *l, admin_view_online_fn *online,
+                                 void *ctx) {
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < l->count; i++)
+    arr = append(
+        arr, admin_view_job_summary(&l->items[i], online_of(online, ctx, l->items[i].device_id)));
+  return arr;
+}
+
+json_t *admin_view_codes(const struct server_db_code_list *l) {
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < l->count; i++)
+    arr = append(arr, admin_view_code(&l->items[i]));
+  return arr;
 }

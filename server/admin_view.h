@@ -42,6 +42,18 @@ json_t *admin_view_job_summary(const struct server_db_job *j, json_t *online);
  * "updated", "deadline", "queued_until", "where", "args". */
 json_t *admin_view_job(const struct server_db_job *j, json_t *online);
 
+/* Whether device_id is connected (a new reference: json_true(),
+ * json_false() or json_null()); for the lists below. */
+typedef json_t *admin_view_online_fn(void *ctx, const char *device_id);
+
+/* The arrays of the objects above, one per item of l; online NULL: every
+ * online is null (unknown). */
+json_t *admin_view_devices(const struct server_db_device_list *l, admin_view_online_fn *online,
+                           void *ctx);
+json_t *admin_view_job_summaries(const struct server_db_job_list *l, admin_view_online_fn *online,
+                                 void *ctx);
+json_t *admin_view_codes(const struct server_db_code_list *l);
+
 /* One `pair-code list --json` row: {"id", "user", "state" ("live", "used",
  * "burned" or "expired"), "attempts_left", "created", "expires",
  * "last_failure", "last_failure_at"}; never the secret. */

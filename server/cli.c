@@ -230,6 +230,14 @@ int server_cli_ask_for(const char *state_dir, json_t *req, const char *key, json
   return 0;
 }
 
+int server_cli_ask_or_open(const char *state_dir, json_t *req, const char *key, json_t **out_value,
+                           struct server_db **out_db) {
+  *out_value = NULL;
+  *out_db = NULL;
+  int status = server_cli_ask_for(state_dir, req, key, out_value);
+  return status == -ESRCH ? server_cli_open_db(state_dir, out_db) : status;
+}
+
 const char *server_cli_str(const json_t *o, const char *key, const char *dflt) {
   const char *v = json_string_value(json_object_get(o, key));
   return v ? v : dflt;

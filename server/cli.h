@@ -155,6 +155,11 @@ int server_cli_ask(const char *state_dir, json_t *req, json_t **out_reply);
 /* The same, and the ok reply's value of key (new reference; a reply
  * without it is protocol_error) in *out_value. */
 int server_cli_ask_for(const char *state_dir, json_t *req, const char *key, json_t **out_value);
+/* The same, or with no daemon running the database opened for the caller
+ * to answer itself: 0 with *out_value (the daemon answered; *out_db NULL),
+ * or 0 with *out_db (no daemon; *out_value NULL); else the exit status. */
+int server_cli_ask_or_open(const char *state_dir, json_t *req, const char *key, json_t **out_value,
+                           struct server_db **out_db);
 /* The string of o's key, or dflt. */
 const char *server_cli_str(const json_t *o, const char *key, const char *dflt);
 /* A JSON online flag for a table: "online", "offline" or "unknown" (null). */

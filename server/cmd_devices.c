@@ -63,12 +63,10 @@ static int devices_get(const char *state, const char *user, json_t **out_list, b
     json_decref(req);
     req = NULL;
   }
-  int status = server_cli_ask_for(state, req, ADMIN_REPLY_DEVICES, out_list);
-  *out_live = status == 0;
-  if (status != -ESRCH)
-    return status;
   struct server_db *db = NULL;
-  if ((status = server_cli_open_db(state, &db)))
+  int status = server_cli_ask_or_open(state, req, ADMIN_REPLY_DEVICES, out_list, &db);
+  *out_live = !db;
+  if (status || !db)
     return status;
   struct cordon_diag diag = {{0}};
   struct server_db_user u = {0};
@@ -79,12 +77,7 @@ static int devices_get(const char *state, const char *user, json_t **out_list, b
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l.count; i++)
-    if (json_array_append_new(arr, admin_view_device(&l.items[i], json_null())) < 0) {
-      json_decref(arr);
-      arr = NULL;
-    }
+  json_t *arr = admin_view_devices(&l, NULL, NULL);
   server_db_device_list_release(&l);
   if (!arr)
     return server_cli_failf(-ENOMEM, "out of memory");

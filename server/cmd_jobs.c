@@ -153,12 +153,10 @@ static json_t *jobs_request(const struct jobs_opts *o) {
  * from the database with device_online null: 0 and *out_list, or the exit
  * status. */
 static int jobs_get(const struct jobs_opts *o, json_t **out_list, bool *out_live) {
-  int status = server_cli_ask_for(o->state, jobs_request(o), ADMIN_REPLY_JOBS, out_list);
-  *out_live = status == 0;
-  if (status != -ESRCH)
-    return status;
   struct server_db *db = NULL;
-  if ((status = server_cli_open_db(o->state, &db)))
+  int status = server_cli_ask_or_open(o->state, jobs_request(o), ADMIN_REPLY_JOBS, out_list, &db);
+  *out_live = !db;
+  if (status || !db)
     return status;
   struct cordon_diag diag = {{0}};
   struct server_db_user u = {0};
@@ -181,12 +179,7 @@ static int jobs_get(const struct jobs_opts *o, json_t **out_list, bool *out_live
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l.count; i++)
-    if (json_array_append_new(arr, admin_view_job_summary(&l.items[i], json_null())) < 0) {
-      json_decref(arr);
-      arr = NULL;
-    }
+  json_t *arr = admin_view_job_summaries(&l, NULL, NULL);
   server_db_job_list_release(&l);
   if (!arr)
     return server_cli_failf(-ENOMEM, "out of memory");
@@ -237,12 +230,10 @@ static int job_get(const char *state, const char *id, json_t **out_job, bool *ou
     json_decref(req);
     req = NULL;
   }
-  int status = server_cli_ask_for(state, req, ADMIN_REPLY_JOB, out_job);
-  *out_live = status == 0;
-  if (status != -ESRCH)
-    return status;
   struct server_db *db = NULL;
-  if ((status = server_cli_open_db(state, &db)))
+  int status = server_cli_ask_or_open(state, req, ADMIN_REPLY_JOB, out_job, &db);
+  *out_live = !db;
+  if (status || !db)
     return status;
   struct cordon_diag diag = {{0}};
   struct server_db_job j;

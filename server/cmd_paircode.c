@@ -29,11 +29,9 @@ static int codes_get(const char *state, const char *user, json_t **out_list) {
     json_decref(req);
     req = NULL;
   }
-  int status = server_cli_ask_for(state, req, ADMIN_REPLY_CODES, out_list);
-  if (status != -ESRCH)
-    return status;
   struct server_db *db = NULL;
-  if ((status = server_cli_open_db(state, &db)))
+  int status = server_cli_ask_or_open(state, req, ADMIN_REPLY_CODES, out_list, &db);
+  if (status || !db)
     return status;
   struct cordon_diag diag = {{0}};
   struct server_db_user u = {0};
@@ -44,12 +42,7 @@ static int codes_get(const char *state, const char *user, json_t **out_list) {
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l.count; i++)
-    if (json_array_append_new(arr, admin_view_code(&l.items[i])) < 0) {
-      json_decref(arr);
-      arr = NULL;
-    }
+  json_t *arr = admin_view_codes(&l);
   server_db_code_list_release(&l);
   if (!arr)
     return server_cli_failf(-ENOMEM, "out of memory");

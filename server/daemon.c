@@ -443,6 +443,16 @@ static json_t *online_of(struct daemon *d, const char *device_id) {
                                    : json_null();
 }
 
+static json_t *session_online(void *ctx, const char *device_id) {
+  return online_of(ctx, device_id);
+}
+
+/* {"ok": true, key: value} (value stolen; NULL: out of memory). */
+static void reply_value(struct admin_conn *c, const char *key, json_t *value) {
+  json_t *reply = value ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, key, value) : NULL;
+  admin_conn_reply(c, reply ? reply : admin_reply_error(-ENOMEM, "out of memory"));
+}
+
 static void log_device_change(struct admin_conn *c, const char *what,
                               const struct server_db_device *dev, bool disconnected) {
   long uid, pid;
@@ -512,8 +522,7 @@ static void daemon_op_job(struct daemon *d, struct admin_conn *c, const json_t *
     return;
   json_t *o = admin_view_job(&j, online_of(d, j.device_id));
   server_db_job_release(&j);
-  admin_conn_reply(c, o ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB, o)
-                        : admin_reply_error(-ENOMEM, "out of memory"));
+  reply_value(c, ADMIN_REPLY_JOB, o);
 }
 
 static void daemon_op_jobs(struct daemon *d, struct admin_conn *c, const json_t *req,
@@ -554,16 +563,9 @@ static void daemon_op_jobs(struct daemon *d, struct admin_conn *c, const json_t 
     reply_db_error(c, r, &diag);
     return;
   }
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l.count; i++)
-    if (json_array_append_new(
-            arr, admin_view_job_summary(&l.items[i], online_of(d, l.items[i].device_id))) < 0) {
-      json_decref(arr);
-      arr = NULL;
-    }
+  json_t *arr = admin_view_job_summaries(&l, session_online, d);
   server_db_job_list_release(&l);
-  admin_conn_reply(c, arr ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOBS, arr)
-                          : admin_reply_error(-ENOMEM, "out of memory"));
+  reply_value(c, ADMIN_REPLY_JOBS, arr);
 }
 
 static void daemon_op_devices(struct daemon *d, struct admin_conn *c, const json_t *req,
@@ -579,16 +581,9 @@ static void daemon_op_devices(struct daemon *d, struct admin_conn *c, const json
     reply_db_error(c, r, &diag);
     return;
   }
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l.count; i++)
-    if (json_array_append_new(arr, admin_view_device(&l.items[i], online_of(d, l.items[i].id))) <
-        0) {
-      json_decref(arr);
-      arr = NULL;
-    }
+  json_t *arr = admin_view_devices(&l, session_online, d);
   server_db_device_list_release(&l);
-  admin_conn_reply(c, arr ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DEVICES, arr)
-                          : admin_reply_error(-ENOMEM, "out of memory"));
+  reply_value(c, ADMIN_REPLY_DEVICES, arr);
 }
 
 static void daemon_op_device(struct daemon *d, struct admin_conn *c, const json_t *req,
@@ -605,7 +600,7 @@ static void daemon_op_device(struct daemon *d, struct admin_conn *c, const json_
     reply_db_error(c, r, &diag);
     return;
   }
-  admin_conn_reply(c, json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DEVICE, o));
+  reply_value(c, ADMIN_REPLY_DEVICE, o);
 }
 
 static void daemon_op_label(struct daemon *d, struct admin_conn *c, const json_t *req,
@@ -732,15 +727,9 @@ static void daemon_op_pair_codes(struct daemon *d, struct admin_conn *c, const j
     reply_db_error(c, r, &diag);
     return;
   }
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l.count; i++)
-    if (json_array_append_new(arr, admin_view_code(&l.items[i])) < 0) {
-      json_decref(arr);
-      arr = NULL;
-    }
+  json_t *arr = admin_view_codes(&l);
   server_db_code_list_release(&l);
-  admin_conn_reply(c, arr ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_CODES, arr)
-                          : admin_reply_error(-ENOMEM, "out of memory"));
+  reply_value(c, ADMIN_REPLY_CODES, arr);
 }
 
 static void daemon_op_pair_code_revoke(struct daemon *d, struct admin_conn *c, const json_t *req,
