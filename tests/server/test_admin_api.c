@@ -793,13 +793,47 @@ Test(admin_group, a_member_runs_the_admin_commands_through_the_api) {
   json_decref(codes);
   free(o);
 
+  /* enrolment approval and names, for a pending device of alice's */
+  o = RUN(SERVER, "user", "set", "alice", "--require-approval", "yes", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  free(o);
+  struct e2e_agent *t = pair_agent(1, "tablet", NULL);
+  struct e2e_agent *p = pair_agent(2, "phone", NULL);
+  o = RUN_AS("cordon-test", SERVER, "device", "approve", "tablet", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "approve: %s", o->err);
+  cr_assert(strstr(o->err, "approved"), "%s", o->err);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "reject", "phone", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "reject: %s", o->err);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "reject", "tablet", "--state", e2e_state);
+  cr_assert_eq(o->status, 2, "an active device is revoked, not rejected: %s", o->err);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "rename", "tablet", "slate", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "rename: %s", o->err);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "show", "slate", "--json", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "show: %s", o->err);
+  json_t *shown = json_loads(o->out, 0, NULL);
+  cr_assert_str_eq(str(shown, "id"), t->id);
+  cr_assert_str_eq(str(shown, "state"), "active");
+  json_decref(shown);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "show", p->id, "--json", "--state", e2e_state);
+  shown = json_loads(o->out, 0, NULL);
+  cr_assert_str_eq(str(shown, "state"), "revoked", "%s", o->out);
+  json_decref(shown);
+  free(o);
+
   o = RUN_AS("cordon-test", SERVER, "revoke", "laptop", "--state", e2e_state);
   cr_assert_eq(o->status, 0, "revoke: %s", o->err);
   cr_assert(strstr(o->err, "revoked device"), "%s", o->err);
   free(o);
-  json_t *d = devices_json();
-  cr_assert_str_eq(str(json_array_get(d, 0), "state"), "revoked");
+  o = RUN(SERVER, "device", "show", a->id, "--json", "--state", e2e_state);
+  json_t *d = json_loads(o->out, 0, NULL);
+  cr_assert_str_eq(str(d, "state"), "revoked", "%s", o->out);
   json_decref(d);
+  free(o);
   cr_assert(wait_in(e2e_server_log, "msg=\"device revoked\"", 2000), "logged with the uid");
   free(pkg);
 }
