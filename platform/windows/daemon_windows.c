@@ -10,7 +10,6 @@
 #include <windows.h>
 
 #include <aclapi.h>
-#include <sddl.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -104,38 +103,12 @@ int daemon_ctl_prepare(const char *path) {
   return 0;
 }
 
-/* The account's, SYSTEM's and the Administrators' only, not inherited
- * (what mode 0600 means here; LocalFree it). */
-static PSECURITY_DESCRIPTOR owner_only_sd(void) {
-  HANDLE tok;
-  if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
-    return NULL;
-  union {
-    TOKEN_USER tu;
-    BYTE buf[256];
-  } u;
-  DWORD len;
-  BOOL ok = GetTokenInformation(tok, TokenUser, &u, sizeof(u), &len);
-  CloseHandle(tok);
-  LPWSTR me = NULL;
-  if (!ok || !ConvertSidToStringSidW(u.tu.User.Sid, &me))
-    return NULL;
-  wchar_t sddl[256];
-  _snwprintf(sddl, 256, L"D:P(A;;GA;;;SY)(A;;GA;;;BA)(A;;GA;;;%ls)", me);
-  sddl[255] = 0;
-  LocalFree(me);
-  PSECURITY_DESCRIPTOR sd = NULL;
-  if (!ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl, SDDL_REVISION_1, &sd, NULL))
-    return NULL;
-  return sd;
-}
-
 int daemon_ctl_restrict(const char *path, intptr_t os_handle) {
   (void)path;
   HANDLE h = (HANDLE)os_handle;
   if (h == INVALID_HANDLE_VALUE || !h)
     return -EBADF;
-  PSECURITY_DESCRIPTOR sd = owner_only_sd();
+  PSECURITY_DESCRIPTOR sd = win_owner_only_sd(); /* what 0600 is here */
   if (!sd)
     return win_last_err();
   BOOL present = FALSE, defaulted = FALSE;
