@@ -18,21 +18,6 @@
 
 #define AGENT CORDON_BINARY_DIR "/cordon-agent"
 
-static pid_t agent = -1;
-static char tmp_dir[64];
-
-static void teardown(void) {
-  if (agent > 0) {
-    kill(agent, SIGKILL);
-    waitpid(agent, NULL, 0);
-  }
-  if (tmp_dir[0]) {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_dir);
-    (void)!system(cmd);
-  }
-}
-
 /* A loopback port nothing listens on: bound, then closed. */
 static int closed_port(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -63,18 +48,8 @@ static void pair(const char *cfg) {
   sodium_free(priv);
 }
 
-static void slurp(const char *path, char *buf, size_t size) {
-  buf[0] = '\0';
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return;
-  size_t n = fread(buf, 1, size - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
-
 Test(agent_journal, under_systemd_the_agent_writes_to_the_journal_with_fields_and_priorities,
-     .timeout = 60, .fini = teardown) {
+     .timeout = 60, .fini = journal_sock_teardown) {
   if (!journal_available())
     cr_skip_test("built without libsystemd");
   const char *why = "";
@@ -82,16 +57,16 @@ Test(agent_journal, under_systemd_the_agent_writes_to_the_journal_with_fields_an
   if (js < 0)
     cr_skip_test("%s", why);
   cr_assert(sodium_init() >= 0);
-  snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/cordon-test-ajournal-XXXXXX");
-  cr_assert_not_null(mkdtemp(tmp_dir));
-  chmod(tmp_dir, 0755); /* the job user stages under it */
+  snprintf(journal_sock_tmp, sizeof(journal_sock_tmp), "/tmp/cordon-test-ajournal-XXXXXX");
+  cr_assert_not_null(mkdtemp(journal_sock_tmp));
+  chmod(journal_sock_tmp, 0755); /* the job user stages under it */
   char cfg[200], errlog[200];
-  snprintf(cfg, sizeof(cfg), "%s/agent", tmp_dir);
-  snprintf(errlog, sizeof(errlog), "%s/stderr", tmp_dir);
+  snprintf(cfg, sizeof(cfg), "%s/agent", journal_sock_tmp);
+  snprintf(errlog, sizeof(errlog), "%s/stderr", journal_sock_tmp);
   pair(cfg);
-  agent = fork();
-  cr_assert(agent >= 0);
-  if (agent == 0) {
+  journal_sock_daemon = fork();
+  cr_assert(journal_sock_daemon >= 0);
+  if (journal_sock_daemon == 0) {
     if (journal_sock_child_stderr(errlog) < 0)
       _exit(127);
     execl(AGENT, AGENT, "--config", cfg, "run", (char *)NULL);
@@ -114,7 +89,7 @@ Test(agent_journal, under_systemd_the_agent_writes_to_the_journal_with_fields_an
       cr_assert_str_eq(journal_sock_field(d, (size_t)n, "CORDON_CONFIG", v, sizeof(v)), cfg);
       cr_assert_str_eq(journal_sock_field(d, (size_t)n, "CORDON_LOG", v, sizeof(v)), "journal");
       cr_assert_not_null(journal_sock_field(d, (size_t)n, "CORDON_PID", v, sizeof(v)));
-      cr_assert_eq(atol(v), (long)agent);
+      cr_assert_eq(atol(v), (long)journal_sock_daemon);
     } else if (strcmp(v, "connection failed") == 0) {
       failed = true;
       cr_assert_str_eq(journal_sock_field(d, (size_t)n, "PRIORITY", v, sizeof(v)), "4");
@@ -124,15 +99,15 @@ Test(agent_journal, under_systemd_the_agent_writes_to_the_journal_with_fields_an
     }
   }
   static char text[65536];
-  slurp(errlog, text, sizeof(text));
+  journal_sock_slurp(errlog, text, sizeof(text));
   cr_assert(started && failed, "started %d, connection failed %d; stderr: %s", started, failed,
             text);
   cr_assert_null(strstr(text, "agent started"), "not on stderr as well: %s", text);
   cr_assert_null(strstr(text, "connection failed"), "not on stderr as well: %s", text);
-  kill(agent, SIGTERM);
+  kill(journal_sock_daemon, SIGTERM);
   int st;
-  waitpid(agent, &st, 0);
-  agent = -1;
+  waitpid(journal_sock_daemon, &st, 0);
+  journal_sock_daemon = -1;
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
   close(js);
 }

@@ -24,33 +24,8 @@
 #define SERVER_BIN CORDON_BINARY_DIR "/cordon-server"
 #define JOURNAL_SOCKET JOURNAL_SOCK_PATH
 
-static pid_t server = -1;
-static char tmp_dir[64];
-
-static void teardown(void) {
-  if (server > 0) {
-    kill(server, SIGKILL);
-    waitpid(server, NULL, 0);
-  }
-  if (tmp_dir[0]) {
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_dir);
-    (void)!system(cmd);
-  }
-}
-
-static void slurp(const char *path, char *buf, size_t size) {
-  buf[0] = '\0';
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return;
-  size_t n = fread(buf, 1, size - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
-
 Test(journal, under_systemd_the_daemon_writes_to_the_journal_with_fields, .timeout = 60,
-     .fini = teardown) {
+     .fini = journal_sock_teardown) {
   if (!journal_available())
     cr_skip_test("built without libsystemd");
   const char *why = "";
@@ -58,15 +33,15 @@ Test(journal, under_systemd_the_daemon_writes_to_the_journal_with_fields, .timeo
   if (js < 0)
     cr_skip_test("%s", why);
 
-  snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/cordon-test-journal-XXXXXX");
-  cr_assert_not_null(mkdtemp(tmp_dir));
-  const char *dir = tmp_dir;
+  snprintf(journal_sock_tmp, sizeof(journal_sock_tmp), "/tmp/cordon-test-journal-XXXXXX");
+  cr_assert_not_null(mkdtemp(journal_sock_tmp));
+  const char *dir = journal_sock_tmp;
   char cmd[400], state[300], errlog[300];
   snprintf(state, sizeof(state), "%s/state", dir);
   snprintf(errlog, sizeof(errlog), "%s/stderr", dir);
   snprintf(cmd, sizeof(cmd), "%s init --state %s 2>/dev/null", SERVER_BIN, state);
   cr_assert_eq(system(cmd), 0);
-  pid_t pid = server = fork();
+  pid_t pid = journal_sock_daemon = fork();
   if (pid == 0) {
     if (journal_sock_child_stderr(errlog) < 0)
       _exit(127);
@@ -94,7 +69,7 @@ Test(journal, under_systemd_the_daemon_writes_to_the_journal_with_fields, .timeo
   }
   cr_assert(listening, "the listening line reached the journal");
   static char text[65536];
-  slurp(errlog, text, sizeof(text));
+  journal_sock_slurp(errlog, text, sizeof(text));
   cr_assert_null(strstr(text, "msg=listening"), "not on stderr as well: %s", text);
   /* the journal refuses lines: they are not lost, they go to stderr */
   close(js);
@@ -105,7 +80,7 @@ Test(journal, under_systemd_the_daemon_writes_to_the_journal_with_fields, .timeo
   for (int i = 0; i < 100 && !strstr(text, "SIGHUP"); i++) {
     struct timespec ts = {0, 20000000};
     nanosleep(&ts, NULL);
-    slurp(errlog, text, sizeof(text));
+    journal_sock_slurp(errlog, text, sizeof(text));
   }
   cr_assert(strstr(text, "level=info prog=cordon-server msg=\"SIGHUP: no log file to reopen\" "
                          "log=journal"),
@@ -113,6 +88,6 @@ Test(journal, under_systemd_the_daemon_writes_to_the_journal_with_fields, .timeo
   kill(pid, SIGTERM);
   int st;
   waitpid(pid, &st, 0);
-  server = -1;
+  journal_sock_daemon = -1;
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }

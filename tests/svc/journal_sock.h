@@ -3,14 +3,15 @@
  * /run/systemd/journal/socket, so the test enters a mount namespace of its
  * own, puts a tmpfs over /run/systemd there and binds that path. Also the
  * native protocol's parser and the child's side (stderr into a file that
- * JOURNAL_STREAM names, as systemd sets it). Header-only: each test
- * program includes it once. */
+ * JOURNAL_STREAM names, as systemd sets it), and the test's teardown.
+ * Header-only: each test program includes it once. */
 #ifndef CORDON_TESTS_JOURNAL_SOCK_H
 #define CORDON_TESTS_JOURNAL_SOCK_H
 
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define JOURNAL_SOCK_PATH "/run/systemd/journal/socket"
@@ -96,6 +98,35 @@ static inline char *journal_sock_field(const char *d, size_t n, const char *key,
     }
   }
   return NULL;
+}
+
+/* The daemon under test and its temporary directory, for the test's fini
+ * (journal_sock_teardown: kill -9 it, remove the directory). */
+static pid_t journal_sock_daemon = -1;
+static char journal_sock_tmp[64];
+
+static inline void journal_sock_teardown(void) {
+  if (journal_sock_daemon > 0) {
+    kill(journal_sock_daemon, SIGKILL);
+    waitpid(journal_sock_daemon, NULL, 0);
+  }
+  if (journal_sock_tmp[0]) {
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", journal_sock_tmp);
+    (void)!system(cmd);
+  }
+}
+
+/* The file at path into buf (NUL-terminated, at most size - 1 bytes; ""
+ * when it cannot be read). */
+static inline void journal_sock_slurp(const char *path, char *buf, size_t size) {
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return;
+  size_t n = fread(buf, 1, size - 1, f);
+  buf[n] = '\0';
+  fclose(f);
 }
 
 #endif
