@@ -1,6 +1,6 @@
 /* cordon-agent run under systemd writes to the journal natively, as the
  * server does (svc/journal.c): the real agent binary, paired to a server
- * address nobody listens on, with stderr named by JOURNAL_STREAM and a
+ * address that refuses connections, with stderr named by JOURNAL_STREAM and a
  * journal socket this test binds in a mount namespace of its own
  * (tests/svc/journal_sock.h). Its start line arrives with priority 6 and
  * CORDON_* fields, the failed connection with priority 4, and neither is
@@ -18,15 +18,15 @@
 
 #define AGENT CORDON_BINARY_DIR "/cordon-agent"
 
-/* A loopback port nothing listens on: bound, then closed. */
+/* A loopback port nothing listens on: bound and kept, never listening, so
+ * that connections are refused and no other test's server can take it. */
 static int closed_port(void) {
-  int s = socket(AF_INET, SOCK_STREAM, 0);
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof(a);
   cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof(a)), 0);
   cr_assert_eq(getsockname(s, (struct sockaddr *)&a, &len), 0);
-  close(s);
-  return ntohs(a.sin_port);
+  return ntohs(a.sin_port); /* s stays open until the test ends */
 }
 
 static void pair(const char *cfg) {
