@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "compat/posix.h"
+#include "platform/daemon.h"
 
 struct agent_ctl_client {
   uv_pipe_t pipe;
@@ -154,13 +155,15 @@ int agent_ctl_server_start(struct agent_ctl_server *s, uv_loop_t *loop, const ch
     return r;
   s->open = true;
   s->pipe.data = s;
-  if (unlink(path) < 0 && errno != ENOENT) /* a socket left by a killed agent */
-    r = -errno;
+  r = daemon_ctl_prepare(path); /* what a killed agent left */
   if (r == 0)
     r = uv_pipe_bind(&s->pipe, path);
-  /* no one can connect before it is 0600: it does not listen yet */
-  if (r == 0 && chmod(path, 0600) < 0)
-    r = -errno;
+  /* no one else can connect once restricted: it does not listen yet */
+  uv_os_fd_t fd;
+  if (r == 0)
+    r = uv_fileno((uv_handle_t *)&s->pipe, &fd);
+  if (r == 0)
+    r = daemon_ctl_restrict(path, (intptr_t)fd);
   if (r == 0)
     r = uv_listen((uv_stream_t *)&s->pipe, AGENT_CTL_MAX_CLIENTS, on_connection);
   if (r < 0)
@@ -175,5 +178,5 @@ void agent_ctl_server_close(struct agent_ctl_server *s) {
   while (s->clients)
     client_close(s->clients);
   uv_close((uv_handle_t *)&s->pipe, NULL);
-  unlink(s->path);
+  daemon_ctl_remove(s->path);
 }

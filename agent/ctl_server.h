@@ -1,8 +1,10 @@
 /* The listening side of the control protocol (agent/ctl.h) in the loop of
- * `cordon-agent run`: CONFIG/agent.sock, a UNIX stream socket, bound only
- * by the holder of CONFIG/agent.lock (so a socket left by a killed agent
- * is replaced, never shared), made 0600 before it listens, removed when
- * closed. At most AGENT_CTL_MAX_CLIENTS at once (more are closed at
+ * `cordon-agent run`: the endpoint daemon_ctl_path names for
+ * CONFIG/agent.sock (a UNIX stream socket; a named pipe on Windows), bound
+ * only by the holder of CONFIG/agent.lock (so a socket left by a killed
+ * agent is replaced, never shared), restricted to the agent's account
+ * before it listens (daemon_ctl_restrict: 0600, or the pipe's DACL),
+ * removed when closed. At most AGENT_CTL_MAX_CLIENTS at once (more are closed at
  * accept); a client gets AGENT_CTL_CLIENT_MS to finish each request; a
  * request that breaks the rules gets an error reply and the connection
  * closes. The reply comes from the answer callback.
@@ -37,7 +39,7 @@ struct agent_ctl_server {
   unsigned n_clients;
 };
 
-/* Replace whatever is at path (the lock is held), bind, chmod 0600 and
+/* Replace whatever is at path (the lock is held), bind, restrict and
  * listen. 0, or a libuv / -errno code (the server is then closed: the
  * loop still has to run for its handle to go). */
 int agent_ctl_server_start(struct agent_ctl_server *s, uv_loop_t *loop, const char *path,

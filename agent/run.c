@@ -48,6 +48,7 @@
 #include "core/log.h"
 #include "platform/daemon.h"
 #include "proto/msg.h"
+#include "svc/journal.h"
 
 #define AGENT_LOCK_FILE "agent.lock"
 
@@ -456,7 +457,8 @@ static void log_start(const struct runner *rn) {
   core_log_kv(CORE_LOG_INFO, "agent started", "version", AGENT_VERSION, "pid", pid, "config",
               rn->cfg->dir, "server", rn->health.server, "best_level",
               sandbox_level_name(rn->facts.best), "max_jobs", max_jobs, "drain_timeout_s", drain_s,
-              "log_level", core_log_level_name(log_level()), NULL);
+              "log_level", core_log_level_name(log_level()), "log",
+              journal_active() ? "journal" : "stderr", NULL);
 }
 
 /* What a crash left, finished or removed before the first connection
@@ -484,6 +486,8 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
   int rc = take_lock(cfg, &lock);
   if (rc != 0)
     goto out_cfg;
+  /* as the server's open_log without --log-file: the journal when stderr is it */
+  (void)journal_install_if_stderr();
   int r = agent_pairing_load(cfg->dir, &rn.pairing, &diag);
   if (r == -ENOENT) {
     agent_say_error(r, diag.msg);

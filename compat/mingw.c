@@ -5,7 +5,6 @@
 
 #include <aclapi.h>
 #include <malloc.h>
-#include <sddl.h>
 #include <stdarg.h>
 #include <stdint.h>
 
@@ -22,32 +21,6 @@ struct compat_dir {
 static int fail(int neg_errno) {
   errno = -neg_errno;
   return -1;
-}
-
-/* A security descriptor that lets only the current account, SYSTEM and
- * the Administrators in (what mode 0600/0700 means here); LocalFree it. */
-static PSECURITY_DESCRIPTOR owner_only_sd(void) {
-  HANDLE tok;
-  if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
-    return NULL;
-  union {
-    TOKEN_USER tu;
-    BYTE buf[256];
-  } u;
-  DWORD len;
-  BOOL ok = GetTokenInformation(tok, TokenUser, &u, sizeof(u), &len);
-  CloseHandle(tok);
-  LPWSTR me = NULL;
-  if (!ok || !ConvertSidToStringSidW(u.tu.User.Sid, &me))
-    return NULL;
-  wchar_t sddl[256];
-  _snwprintf(sddl, 256, L"D:P(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)(A;OICI;FA;;;%ls)", me);
-  sddl[255] = 0;
-  LocalFree(me);
-  PSECURITY_DESCRIPTOR sd = NULL;
-  if (!ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl, SDDL_REVISION_1, &sd, NULL))
-    return NULL;
-  return sd;
 }
 
 /* Open a UTF-16 path per POSIX flags; returns a CRT fd or -1 with errno.
@@ -86,7 +59,7 @@ static int open_wide(const wchar_t *wpath, int flags, unsigned mode) {
     fl |= FILE_FLAG_OPEN_REPARSE_POINT;
   SECURITY_ATTRIBUTES sa = {sizeof(sa), NULL, FALSE};
   if ((flags & _O_CREAT) && (mode & 077) == 0) {
-    sa.lpSecurityDescriptor = owner_only_sd();
+    sa.lpSecurityDescriptor = win_owner_only_sd();
     if (!sa.lpSecurityDescriptor)
       return fail(-EACCES);
   }
@@ -192,7 +165,7 @@ int compat_mkdirat(int dirfd, const char *name, unsigned mode) {
     return -1;
   /* no group/other bits: owner-only, as open() does; else inherited */
   SECURITY_ATTRIBUTES sa = {sizeof(sa), NULL, FALSE};
-  if ((mode & 077) == 0 && !(sa.lpSecurityDescriptor = owner_only_sd())) {
+  if ((mode & 077) == 0 && !(sa.lpSecurityDescriptor = win_owner_only_sd())) {
     free(w);
     return fail(-EACCES);
   }

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <wchar.h>
 
+#include <sddl.h>
+
 wchar_t *win_wide(const char *utf8) {
   int n = MultiByteToWideChar(CP_UTF8, MB_ERR_INVALID_CHARS, utf8, -1, NULL, 0);
   if (n <= 0)
@@ -184,4 +186,29 @@ bool win_token_is_system(HANDLE token) {
   if (!GetTokenInformation(token, TokenUser, &u, sizeof(u), &len))
     return false;
   return IsWellKnownSid(u.tu.User.Sid, WinLocalSystemSid) != FALSE;
+}
+
+/* (compat/win32.h) */
+PSECURITY_DESCRIPTOR win_owner_only_sd(void) {
+  HANDLE tok;
+  if (!OpenProcessToken(GetCurrentProcess(), TOKEN_QUERY, &tok))
+    return NULL;
+  union {
+    TOKEN_USER tu;
+    BYTE buf[256];
+  } u;
+  DWORD len;
+  BOOL ok = GetTokenInformation(tok, TokenUser, &u, sizeof(u), &len);
+  CloseHandle(tok);
+  LPWSTR me = NULL;
+  if (!ok || !ConvertSidToStringSidW(u.tu.User.Sid, &me))
+    return NULL;
+  wchar_t sddl[256];
+  _snwprintf(sddl, 256, L"D:P(A;OICI;FA;;;SY)(A;OICI;FA;;;BA)(A;OICI;FA;;;%ls)", me);
+  sddl[255] = 0;
+  LocalFree(me);
+  PSECURITY_DESCRIPTOR sd = NULL;
+  if (!ConvertStringSecurityDescriptorToSecurityDescriptorW(sddl, SDDL_REVISION_1, &sd, NULL))
+    return NULL;
+  return sd;
 }

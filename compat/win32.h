@@ -36,6 +36,12 @@ void win_backslashes(char *s);
  * drive. NULL on no memory. */
 char *win_system_path(const char *posix_abs);
 
+/* A protected security descriptor that lets only the current account,
+ * SYSTEM and the Administrators in, full access (what mode 0600/0700 means
+ * here; inherited by what a directory holds); LocalFree it. NULL on
+ * failure (GetLastError). */
+PSECURITY_DESCRIPTOR win_owner_only_sd(void);
+
 /* Is the process token elevated (an administrator's full token or SYSTEM)? */
 bool win_token_is_elevated(HANDLE token);
 /* Is the token's user LocalSystem (S-1-5-18)? */

@@ -6,9 +6,10 @@
  *   POSIX    platform/posix/daemon_posix.c: flock(2), a UNIX stream socket,
  *            sd_notify datagrams to $NOTIFY_SOCKET, a probe child that
  *            takes the job user's identity
- *   Windows  platform/windows/daemon_windows.c: LockFileEx; no control
- *            endpoint (-ENOTSUP) and no notifications (the SCM is
- *            answered by platform/service.h)
+ *   Windows  platform/windows/daemon_windows.c: LockFileEx, a named pipe
+ *            whose DACL admits the account, SYSTEM and Administrators only,
+ *            and no notifications (the SCM is answered by
+ *            platform/service.h)
  *
  * Nothing here prints or logs. Failures are negated errno values; the
  * staging check fills diag with a one-line reason. */
@@ -43,17 +44,28 @@ void daemon_lock_release(struct daemon_lock *lock);
 /* ---- the control endpoint ---- */
 
 /* The endpoint for DIR/NAME, for the server (libuv's uv_pipe_bind) and
- * daemon_ctl_request: on POSIX the path of a UNIX stream socket. 0;
+ * daemon_ctl_request: on POSIX the path of a UNIX stream socket; on
+ * Windows a named pipe, \\.\pipe\cordon-<a hash of DIR>-NAME. 0;
  * -ENAMETOOLONG when it does not fit a socket address (libuv would cut
- * it); -ENOTSUP where the platform has none (Windows). */
+ * it) or out. */
 int daemon_ctl_path(const char *dir, const char *name, char *out, size_t len);
+/* Before binding path (the caller holds the instance lock): remove what a
+ * killed holder left (POSIX: the socket file; Windows: nothing, a pipe
+ * goes with its process). 0 or -errno. */
+int daemon_ctl_prepare(const char *path);
+/* After binding path, before listening: let only this account in. POSIX:
+ * mode 0600. Windows: os_handle is the pipe's server handle (libuv's
+ * uv_fileno), which gets a protected DACL admitting the account, SYSTEM
+ * and Administrators. 0 or -errno. */
+int daemon_ctl_restrict(const char *path, intptr_t os_handle);
+/* After closing the server: remove what binding made (POSIX: unlink). */
+void daemon_ctl_remove(const char *path);
 /* Send request (one line, '\n' included by the caller) to the endpoint at
  * path and read one reply line. 0 and *out_reply (malloc'd, NUL-terminated,
  * the '\n' removed; *out_len its length); -ECONNREFUSED or -ENOENT when
  * nothing listens there; -ETIMEDOUT after timeout_ms in all; -EMSGSIZE
  * when the reply passes max_reply bytes before its newline (nothing more
- * is read); -EPROTO when the peer closed before a newline; -ENOTSUP
- * (Windows). */
+ * is read); -EPROTO when the peer closed before a newline. */
 int daemon_ctl_request(const char *path, const char *request, size_t max_reply, int timeout_ms,
                        char **out_reply, size_t *out_len);
 

@@ -7,11 +7,13 @@
 #   core/      -> compat/ core/
 #   proto/     -> compat/ core/ proto/
 #   net/       -> compat/ core/ proto/ net/
+#   svc/       -> compat/ core/ svc/ (daemon services: the journal writer;
+#                 nothing of the sandbox or the wire)
 #   platform/  -> core/ compat/ platform/ (a platform/<os>/ file: only its
 #                 own OS folder, platform/posix/ for linux and macos, and
 #                 the OS-neutral platform/*.h; an OS-neutral file: no OS folder)
-#   server/    -> compat/ core/ proto/ net/ server/
-#   agent/     -> core/ proto/ net/ compat/ agent/ and the public platform/*.h
+#   server/    -> compat/ core/ proto/ net/ svc/ server/
+#   agent/     -> core/ proto/ net/ svc/ compat/ agent/ and the public platform/*.h
 #
 # Usage: scripts/check-layers.sh [BUILD_DIR]
 set -uo pipefail
@@ -28,6 +30,7 @@ allowed_for() { # the include prefixes a file may use, by its path
   proto/*) echo "compat/ core/ proto/" ;;
   net/*) echo "compat/ core/ proto/ net/" ;;
   compat/*) echo "compat/" ;;
+  svc/*) echo "compat/ core/ svc/" ;;
   platform/linux/* | platform/macos/*)
     local os=${1#platform/}
     os=${os%%/*}
@@ -36,8 +39,8 @@ allowed_for() { # the include prefixes a file may use, by its path
   platform/windows/*) echo "core/ compat/ platform/windows/ platform/TOP" ;;
   platform/posix/*) echo "core/ compat/ platform/posix/ platform/TOP" ;;
   platform/*) echo "core/ compat/ platform/TOP" ;;
-  server/*) echo "compat/ core/ proto/ net/ server/" ;;
-  agent/*) echo "core/ proto/ net/ compat/ agent/ platform/TOP" ;;
+  server/*) echo "compat/ core/ proto/ net/ svc/ server/" ;;
+  agent/*) echo "core/ proto/ net/ svc/ compat/ agent/ platform/TOP" ;;
   esac
 }
 
@@ -55,16 +58,16 @@ while IFS= read -r f; do
       fi
     done
     # anything not in a cordon folder is a system or library header
-    case "$inc" in core/* | proto/* | net/* | compat/* | platform/* | server/* | agent/*) ;; *) ok=1 ;; esac
+    case "$inc" in core/* | proto/* | net/* | compat/* | svc/* | platform/* | server/* | agent/*) ;; *) ok=1 ;; esac
     [ $ok = 1 ] || bad "$f includes \"$inc\", outside its layer (allowed: ${allowed//platform\/TOP/platform\/*.h})"
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
-done < <(git ls-files 'core/*' 'proto/*' 'net/*' 'compat/*' 'platform/*' 'server/*' 'agent/*' |
+done < <(git ls-files 'core/*' 'proto/*' 'net/*' 'compat/*' 'svc/*' 'platform/*' 'server/*' 'agent/*' |
   grep -E '\.(c|h)$')
 
 # Shared code never tests the OS: feature macros come from the build.
 while IFS= read -r hit; do
   bad "OS test in shared code: $hit"
-done < <(git ls-files 'core/*' 'proto/*' 'net/*' 'server/*' 'agent/*' 'platform/*.c' 'platform/*.h' |
+done < <(git ls-files 'core/*' 'proto/*' 'net/*' 'svc/*' 'server/*' 'agent/*' 'platform/*.c' 'platform/*.h' |
   grep -E '\.(c|h)$' | grep -v -E '^platform/(linux|macos|windows|posix)/' |
   xargs grep -n -E '^[[:space:]]*#[[:space:]]*(if|ifdef|ifndef|elif).*(_WIN32|_WIN64|__linux__|__APPLE__|__MACH__|_MSC_VER|__MINGW32__|__MINGW64__|__CYGWIN__)' 2>/dev/null)
 

@@ -4,7 +4,8 @@
 # of a small package, and — when the Linux build's cordon-server exists
 # (build/cordon-server, or CORDON_SERVER_BIN) — `exec` of a signed .cpkg,
 # the refusal of a tampered one, and the Windows agent pairing with that
-# server on loopback and running a dispatched job, then the same agent as
+# server on loopback and running a dispatched job (and `status --json` of
+# that running agent, asked over its named pipe), then the same agent as
 # the Windows service (Wine's services.exe): `service install`, `status
 # --json`, `start`, a dispatched job, `stop`, `uninstall`; without the
 # server, install/status/uninstall only. Fails on any failure.
@@ -216,6 +217,13 @@ for d in json.load(sys.stdin):
       got=$(printf '%s' "$out" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["exit_code"], d["device_id"] == sys.argv[1], d["sandbox"]["level"], d["stdout"].strip())' "$dev" || echo bad)
       [ "$rc" = 0 ] && [ "$got" = "0 True contained hello from a signed package" ] && e2e_ok=1
       [ "$e2e_ok" = 1 ] || echo "dispatch exited $rc: '$got' $(cat "$e2e/dispatch.err")" >&2
+      # status asks the running agent over its named pipe (platform/windows/daemon_windows.c)
+      st=$(runw "$exe" --config "Z:$e2e/agent" status --json 2>"$e2e/status.err" | tr -d '\r')
+      got=$(printf '%s' "$st" | jget "d['running'], d['connected']")
+      if [ "$got" != "True True" ]; then
+        echo "status of the running agent: '$got', expected 'True True': $st $(cat "$e2e/status.err")" >&2
+        e2e_ok=0
+      fi
     else
       echo "the Windows agent never came online" >&2
     fi

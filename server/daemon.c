@@ -27,7 +27,6 @@
 #include "server/events.h"
 #include "server/http.h"
 #include "server/jobs.h"
-#include "server/journal.h"
 #include "server/keys.h"
 #include "server/lock.h"
 #include "server/logfile.h"
@@ -35,6 +34,7 @@
 #include "server/notify.h"
 #include "server/pair.h"
 #include "server/session.h"
+#include "svc/journal.h"
 
 #define DRAIN_POLL_MS 100
 #define DAEMON_ADMIN_JOBS_LIMIT 100 /* jobs without a limit: the newest 100 */
@@ -1022,8 +1022,7 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
 static int open_log(const struct daemon_options *opt, struct cordon_diag *diag) {
   if (opt->log_file)
     return logfile_open(opt->log_file, diag);
-  if (journal_stream_is_stderr() && journal_available())
-    (void)journal_install(); /* no journal socket after all: stderr */
+  (void)journal_install_if_stderr(); /* no journal socket after all: stderr */
   return 0;
 }
 

@@ -20,6 +20,7 @@
 #include "core/id.h"
 #include "core/log.h"
 #include "core/manifest.h"
+#include "core/ratelimit.h"
 #include "proto/cpkg.h"
 #include "proto/receipt.h"
 #include "proto/result_msg.h"
@@ -92,7 +93,6 @@ struct jobs {
   struct sending *sends;
   struct flight *flights;
   struct waiter *waiters;
-  uint64_t output_ignored; /* live output not relayed (for the debug log) */
   struct held *held;
 };
 
@@ -1043,8 +1043,11 @@ static void refuse_result_with(struct session *s, const uint8_t job_id[CORDON_ID
                                const char *id, enum metrics_result_refusal why_code,
                                const char *label, int code, const char *why) {
   metrics_result_refused(why_code);
-  core_log_kv(CORE_LOG_WARN, "result refused", "job", id, "device", s->device_id, "code", label,
-              "detail", why, NULL);
+  uint64_t n;
+  char sup[24];
+  if (core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
+    core_log_kv(CORE_LOG_WARN, "result refused", "job", id, "device", s->device_id, "code", label,
+                "detail", why, "suppressed", core_ratelimit_fmt(n, sup), NULL);
   struct msg e = {.type = MSG_ERROR};
   e.error.code = (char *)cordon_err_name(code);
   e.error.message = (char *)why;
@@ -1164,10 +1167,13 @@ static void log_result(struct jobs *js, struct session *s, const char *id,
 #undef REFUSAL_NAME_
   };
   metrics_result_refused(why);
-  core_log_kv(lvl, why == METRICS_REFUSAL_LATE ? "late result" : "result refused", "job", id,
-              "user", user, "device", s->device_id, "package", pkg, "code", codes[why], "detail",
-              what, "exit_code", code, "signal", sig, "level", level ? level : "-", "duration_s",
-              secs, NULL);
+  uint64_t n;
+  char sup[24];
+  if (core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
+    core_log_kv(lvl, why == METRICS_REFUSAL_LATE ? "late result" : "result refused", "job", id,
+                "user", user, "device", s->device_id, "package", pkg, "code", codes[why], "detail",
+                what, "exit_code", code, "signal", sig, "level", level ? level : "-", "duration_s",
+                secs, "suppressed", core_ratelimit_fmt(n, sup), NULL);
 }
 
 static void on_result(struct jobs *js, struct session *s, struct msg_result *mr) {
@@ -1189,8 +1195,11 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     return;
   }
   if (vr < 0) { /* the database: not recorded, not acked; it comes again */
-    core_log_kv(CORE_LOG_ERROR, "cannot check a result's receipt", "job", id, "device",
-                s->device_id, "detail", why.msg, NULL);
+    uint64_t n;
+    char sup[24];
+    if (core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
+      core_log_kv(CORE_LOG_ERROR, "cannot check a result's receipt", "job", id, "device",
+                  s->device_id, "detail", why.msg, "suppressed", core_ratelimit_fmt(n, sup), NULL);
     return;
   }
   struct job_result r;
@@ -1245,7 +1254,7 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
 /* Live output (docs/protocol/messages.md, `output`): published on the bus
  * only from the device the job was sent to while it is in flight, only
  * below its output cap and past what was relayed before; the rest is
- * ignored (counted, and logged at debug on the 1st, 2nd, 4th, ... time). */
+ * ignored (logged at debug, as often as core/ratelimit.h lets a session). */
 static void on_output(struct jobs *js, struct session *s, const struct msg_output *o) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(o->job_id, id);
@@ -1264,13 +1273,11 @@ static void on_output(struct jobs *js, struct session *s, const struct msg_outpu
       why = "past the cap or relayed already";
   }
   if (why) {
-    uint64_t n = ++js->output_ignored;
-    if ((n & (n - 1)) == 0) {
-      char count[24];
-      snprintf(count, sizeof(count), "%llu", (unsigned long long)n);
+    uint64_t n;
+    char sup[24];
+    if (core_ratelimit_hit(&s->log_output, core_mono_ms(), &n))
       core_log_kv(CORE_LOG_DEBUG, "job output ignored", "job", id, "device", s->device_id, "reason",
-                  why, "ignored", count, NULL);
-    }
+                  why, "suppressed", core_ratelimit_fmt(n, sup), NULL);
     return;
   }
   if (f->live_next[0] == 0 && f->live_next[1] == 0)
@@ -1308,9 +1315,13 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
         metrics_dispatch_latency((uint64_t)(lat > 0 ? lat : 0));
         snprintf(ms, sizeof(ms), "%.3f", (double)lat / 1000.0);
       }
-      core_log_kv(r == 0 ? CORE_LOG_INFO : CORE_LOG_DEBUG, "job running", "job", id, "user",
-                  f ? f->user : "-", "device", s->device_id, "package", f ? f->package : "-",
-                  "latency_s", ms, "recorded", r == 0 ? "yes" : "no", NULL);
+      uint64_t n = 0; /* a stray `running` is the peer's to repeat: limited */
+      char sup[24];
+      if (r == 0 || core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
+        core_log_kv(r == 0 ? CORE_LOG_INFO : CORE_LOG_DEBUG, "job running", "job", id, "user",
+                    f ? f->user : "-", "device", s->device_id, "package", f ? f->package : "-",
+                    "latency_s", ms, "recorded", r == 0 ? "yes" : "no", "suppressed",
+                    core_ratelimit_fmt(n, sup), NULL);
     }
     return true;
   }

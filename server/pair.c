@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "core/ratelimit.h"
 #include "proto/pairing.h"
 #include "server/metrics.h"
 
@@ -26,6 +27,8 @@ struct pair_ctx {
   const uint8_t *ticket_pk, *publisher_pk;
   struct pair_rate rates[PAIR_RATE_SLOTS];
   bool require_approval;
+  /* failed pairings' log lines, by source address (metrics count them all) */
+  struct core_ratelimit_table log_by_addr;
 };
 
 /* One session's attempt, from its hello to its close. */
@@ -51,6 +54,7 @@ int pair_new(struct server_db *db, const uint8_t *ticket_pk, const uint8_t *publ
   p->db = db;
   p->ticket_pk = ticket_pk;
   p->publisher_pk = publisher_pk;
+  core_ratelimit_table_init(&p->log_by_addr, CORE_RATELIMIT_ADDR_WINDOW_MS);
   *out_ctx = p;
   return 0;
 }
@@ -235,9 +239,13 @@ void pair_on_closed(struct pair_ctx *p, struct session *s) {
     metrics_pairing_failed(why);
     if (a->code_log[0]) /* the code's row keeps the reason (pair-code list) */
       (void)server_db_code_note_failure(p->db, a->code_log, names[why], NULL);
-    core_log_kv(CORE_LOG_WARN, "pairing failed", "addr", s->addr, "reason", names[why], "code",
-                a->code_log[0] ? a->code_log : "-", "attempts_left", left >= 0 ? attempts : "-",
-                "name", a->name ? a->name : "-", NULL);
+    char host[CORE_RATELIMIT_KEY_MAX], sup[24];
+    uint64_t n;
+    core_ratelimit_addr_host(s->addr, host, sizeof(host));
+    if (core_ratelimit_table_hit(&p->log_by_addr, host, core_mono_ms(), &n))
+      core_log_kv(CORE_LOG_WARN, "pairing failed", "addr", s->addr, "reason", names[why], "code",
+                  a->code_log[0] ? a->code_log : "-", "attempts_left", left >= 0 ? attempts : "-",
+                  "name", a->name ? a->name : "-", "suppressed", core_ratelimit_fmt(n, sup), NULL);
   }
   free(a->name);
   free(a->platform);

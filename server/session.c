@@ -16,7 +16,20 @@ struct sessions {
   const uint8_t *server_id;
   struct session_hooks hooks;
   struct session *list;
+  /* failures before a session is up, by source address (core/ratelimit.h) */
+  struct core_ratelimit_table log_by_addr;
 };
+
+/* Whether to log a pre-authentication failure from addr ("host:port"). */
+static bool log_addr_hit(struct sessions *t, const char *addr, char suppressed[24]) {
+  char host[CORE_RATELIMIT_KEY_MAX];
+  uint64_t n = 0;
+  core_ratelimit_addr_host(addr, host, sizeof(host));
+  if (!core_ratelimit_table_hit(&t->log_by_addr, host, core_mono_ms(), &n))
+    return false;
+  core_ratelimit_fmt(n, suppressed);
+  return true;
+}
 
 int sessions_new(struct server_db *db, const uint8_t *server_id, const struct session_hooks *hooks,
                  struct sessions **out_sessions) {
@@ -26,6 +39,7 @@ int sessions_new(struct server_db *db, const uint8_t *server_id, const struct se
   t->db = db;
   t->server_id = server_id;
   t->hooks = *hooks;
+  core_ratelimit_table_init(&t->log_by_addr, CORE_RATELIMIT_ADDR_WINDOW_MS);
   *out_sessions = t;
   return 0;
 }
@@ -101,8 +115,10 @@ void sessions_foreach(struct sessions *t, void (*fn)(struct session *s, void *da
 
 static void refuse(struct session *s, const char *code, const char *message, const char *why,
                    const char *device) {
-  core_log_kv(CORE_LOG_WARN, "session refused", "addr", s->addr, "device", device, "reason", why,
-              NULL);
+  char sup[24];
+  if (log_addr_hit(s->owner, s->addr, sup))
+    core_log_kv(CORE_LOG_WARN, "session refused", "addr", s->addr, "device", device, "reason", why,
+                "suppressed", sup, NULL);
   session_goaway(s, code, message);
 }
 
@@ -195,8 +211,10 @@ static void on_hello(struct session *s, const struct msg_hello *h) {
     snprintf(why, sizeof(why), "server speaks protocol versions %d..%d", MSG_PROTO_VERSION_MIN,
              MSG_PROTO_VERSION_MAX);
     snprintf(theirs, sizeof(theirs), "%u..%u", h->proto_min, h->proto_max);
-    core_log_kv(CORE_LOG_WARN, "session refused", "addr", s->addr, "reason", "version_unsupported",
-                "versions", theirs, NULL);
+    char sup[24];
+    if (log_addr_hit(s->owner, s->addr, sup))
+      core_log_kv(CORE_LOG_WARN, "session refused", "addr", s->addr, "reason",
+                  "version_unsupported", "versions", theirs, "suppressed", sup, NULL);
     session_goaway(s, MSG_GOAWAY_VERSION_UNSUPPORTED, why);
     return;
   }
@@ -281,9 +299,11 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
   struct cordon_diag diag = {{0}};
   int r = msg_decode(data, len, &m, &diag);
   if (r < 0) {
-    core_log_kv(CORE_LOG_WARN, "malformed message", "addr", s->addr, "device",
-                s->state == SESSION_ACTIVE ? s->device_id : "-", "error",
-                diag.msg[0] ? diag.msg : cordon_err_message(r), NULL);
+    char sup[24];
+    if (log_addr_hit(s->owner, s->addr, sup))
+      core_log_kv(CORE_LOG_WARN, "malformed message", "addr", s->addr, "device",
+                  s->state == SESSION_ACTIVE ? s->device_id : "-", "error",
+                  diag.msg[0] ? diag.msg : cordon_err_message(r), "suppressed", sup, NULL);
     session_goaway(s, MSG_GOAWAY_PROTOCOL, "malformed message");
     return;
   }
@@ -345,8 +365,11 @@ static const char *close_reason(const struct session *s, int err) {
 static void on_close(struct net_conn *c, int err) {
   struct session *s = net_conn_data(c);
   if (!s) { /* the handshake never finished */
-    core_log_kv(CORE_LOG_INFO, "handshake failed", "addr", net_conn_peer(c), "reason",
-                close_reason(NULL, err), "error", err ? cordon_err_message(err) : "-", NULL);
+    char sup[24];
+    if (log_addr_hit(net_server_data(net_conn_server(c)), net_conn_peer(c), sup))
+      core_log_kv(CORE_LOG_INFO, "handshake failed", "addr", net_conn_peer(c), "reason",
+                  close_reason(NULL, err), "error", err ? cordon_err_message(err) : "-",
+                  "suppressed", sup, NULL);
     return;
   }
   struct sessions *t = s->owner;

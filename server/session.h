@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "core/id.h"
+#include "core/ratelimit.h"
 #include "net/conn.h"
 #include "proto/msg.h"
 #include "server/db.h"
@@ -54,6 +55,9 @@ struct session {
   uint32_t max_jobs;
   /* pairing: server/pair.c's, which frees it in its closed hook */
   struct pair_attempt *pair;
+  /* the log lines a peer's messages cause (refused results, ignored
+   * output, stray messages): core/ratelimit.h, per session */
+  struct core_ratelimit log_refused, log_output;
   struct sessions *owner;
   struct session *next;
 };

@@ -126,6 +126,21 @@ int daemon_ctl_path(const char *dir, const char *name, char *out, size_t len) {
   return 0;
 }
 
+int daemon_ctl_prepare(const char *path) {
+  if (unlink(path) < 0 && errno != ENOENT) /* a socket left by a killed agent */
+    return -errno;
+  return 0;
+}
+
+int daemon_ctl_restrict(const char *path, intptr_t os_handle) {
+  (void)os_handle;
+  return chmod(path, 0600) < 0 ? -errno : 0;
+}
+
+void daemon_ctl_remove(const char *path) {
+  (void)unlink(path);
+}
+
 static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -1,10 +1,15 @@
 /* platform/daemon.h on Win32: the instance lock is LockFileEx on a byte
  * far past the end of the lock file (so the pid in its first bytes stays
- * readable: Windows locks are mandatory). There is no control endpoint
- * (a named pipe would need its own DACL; docs/WINDOWS.md), no sd_notify
- * (the SCM is answered by platform/service.h), and jobs reach their
- * staging through the AppContainer's ACLs, so the reach check passes. */
+ * readable: Windows locks are mandatory). The control endpoint is a named
+ * pipe that libuv creates (uv_pipe_bind) and daemon_ctl_restrict gives a
+ * protected DACL of the account, SYSTEM and Administrators before it
+ * listens (docs/WINDOWS.md); the client side is overlapped I/O with one
+ * deadline. No sd_notify (the SCM is answered by platform/service.h), and
+ * jobs reach their staging through the AppContainer's ACLs, so the reach
+ * check passes. */
 #include <windows.h>
+
+#include <aclapi.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -79,15 +84,153 @@ void daemon_lock_release(struct daemon_lock *lock) {
   free(lock);
 }
 
+/* ---- the control endpoint ---- */
+
 int daemon_ctl_path(const char *dir, const char *name, char *out, size_t len) {
-  (void)dir, (void)name, (void)out, (void)len;
-  return -ENOTSUP;
+  uint64_t h = 1469598103934665603ull; /* FNV-1a of the directory as given */
+  for (const unsigned char *p = (const unsigned char *)dir; *p; p++) {
+    unsigned char c = *p == '\\' ? '/' : *p;
+    if (c >= 'A' && c <= 'Z') /* Windows paths ignore case */
+      c = (unsigned char)(c - 'A' + 'a');
+    h = (h ^ c) * 1099511628211ull;
+  }
+  int n = snprintf(out, len, "\\\\.\\pipe\\cordon-%016llx-%s", (unsigned long long)h, name);
+  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int daemon_ctl_prepare(const char *path) {
+  (void)path; /* a pipe goes with the process that made it */
+  return 0;
+}
+
+int daemon_ctl_restrict(const char *path, intptr_t os_handle) {
+  (void)path;
+  HANDLE h = (HANDLE)os_handle;
+  if (h == INVALID_HANDLE_VALUE || !h)
+    return -EBADF;
+  PSECURITY_DESCRIPTOR sd = win_owner_only_sd(); /* what 0600 is here */
+  if (!sd)
+    return win_last_err();
+  BOOL present = FALSE, defaulted = FALSE;
+  PACL dacl = NULL;
+  DWORD e = ERROR_INVALID_SECURITY_DESCR;
+  if (GetSecurityDescriptorDacl(sd, &present, &dacl, &defaulted) && present)
+    /* the DACL is the named pipe's, every instance's: set through the
+     * first one, which libuv opened with WRITE_DAC for uv_pipe_chmod */
+    e = SetSecurityInfo(h, SE_KERNEL_OBJECT,
+                        DACL_SECURITY_INFORMATION | PROTECTED_DACL_SECURITY_INFORMATION, NULL, NULL,
+                        dacl, NULL);
+  LocalFree(sd);
+  return e == ERROR_SUCCESS ? 0 : win_errno(e);
+}
+
+void daemon_ctl_remove(const char *path) {
+  (void)path;
+}
+
+/* Wait for an overlapped operation on h until deadline (GetTickCount64
+ * ms): 0 and *n its bytes, or -errno; cancelled on a timeout. */
+static int overlapped_wait(HANDLE h, OVERLAPPED *ov, BOOL started, ULONGLONG deadline, DWORD *n) {
+  if (!started && GetLastError() != ERROR_IO_PENDING)
+    return win_last_err();
+  ULONGLONG now = GetTickCount64();
+  DWORD left = now >= deadline ? 0 : (DWORD)(deadline - now);
+  if (WaitForSingleObject(ov->hEvent, left) != WAIT_OBJECT_0) {
+    CancelIo(h);
+    GetOverlappedResult(h, ov, n, TRUE);
+    return -ETIMEDOUT;
+  }
+  if (!GetOverlappedResult(h, ov, n, FALSE)) {
+    DWORD e = GetLastError();
+    return e == ERROR_BROKEN_PIPE || e == ERROR_PIPE_NOT_CONNECTED ? -EPROTO : win_errno(e);
+  }
+  return 0;
 }
 
 int daemon_ctl_request(const char *path, const char *request, size_t max_reply, int timeout_ms,
                        char **out_reply, size_t *out_len) {
-  (void)path, (void)request, (void)max_reply, (void)timeout_ms, (void)out_reply, (void)out_len;
-  return -ENOTSUP;
+  ULONGLONG deadline = GetTickCount64() + (ULONGLONG)(timeout_ms > 0 ? timeout_ms : 0);
+  wchar_t *w = win_wide(path);
+  if (!w)
+    return -ENOMEM;
+  HANDLE h;
+  for (;;) {
+    h = CreateFileW(w, GENERIC_READ | GENERIC_WRITE, 0, NULL, OPEN_EXISTING,
+                    FILE_FLAG_OVERLAPPED | SECURITY_SQOS_PRESENT | SECURITY_IDENTIFICATION, NULL);
+    if (h != INVALID_HANDLE_VALUE)
+      break;
+    DWORD e = GetLastError();
+    ULONGLONG now = GetTickCount64();
+    if (e != ERROR_PIPE_BUSY || now >= deadline) { /* every instance taken: wait */
+      free(w);
+      if (e == ERROR_FILE_NOT_FOUND || e == ERROR_PATH_NOT_FOUND)
+        return -ENOENT;
+      return e == ERROR_PIPE_BUSY ? -ETIMEDOUT : win_errno(e);
+    }
+    (void)WaitNamedPipeW(w, (DWORD)(deadline - now));
+  }
+  free(w);
+  OVERLAPPED ov = {0};
+  ov.hEvent = CreateEventW(NULL, TRUE, FALSE, NULL);
+  if (!ov.hEvent) {
+    CloseHandle(h);
+    return win_last_err();
+  }
+  int r = 0;
+  size_t sent = 0, want = strlen(request);
+  while (r == 0 && sent < want) {
+    DWORD n = 0;
+    ResetEvent(ov.hEvent);
+    BOOL ok = WriteFile(h, request + sent, (DWORD)(want - sent), NULL, &ov);
+    r = overlapped_wait(h, &ov, ok, deadline, &n);
+    sent += n;
+  }
+  char *buf = NULL;
+  size_t have = 0, cap = 0;
+  while (r == 0) {
+    if (have == cap) { /* grow by doubling, never past max_reply + 1 */
+      if (cap > max_reply) {
+        r = -EMSGSIZE;
+        break;
+      }
+      size_t ncap = cap ? cap * 2 : 1024;
+      if (ncap > max_reply + 1)
+        ncap = max_reply + 1;
+      char *nb = realloc(buf, ncap + 1);
+      if (!nb) {
+        r = -ENOMEM;
+        break;
+      }
+      buf = nb;
+      cap = ncap;
+    }
+    DWORD n = 0;
+    ResetEvent(ov.hEvent);
+    BOOL ok = ReadFile(h, buf + have, (DWORD)(cap - have), NULL, &ov);
+    r = overlapped_wait(h, &ov, ok, deadline, &n);
+    if (r == 0 && n == 0)
+      r = -EPROTO;
+    if (r < 0)
+      break;
+    char *nl = memchr(buf + have, '\n', n);
+    have += n;
+    if (nl) {
+      have = (size_t)(nl - buf);
+      break;
+    }
+    if (have > max_reply)
+      r = -EMSGSIZE;
+  }
+  CloseHandle(ov.hEvent);
+  CloseHandle(h);
+  if (r < 0) {
+    free(buf);
+    return r;
+  }
+  buf[have] = '\0';
+  *out_reply = buf;
+  *out_len = have;
+  return 0;
 }
 
 uint64_t daemon_notify_init(void) {

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "prom.h"
+
 #define SERVER CORDON_BINARY_DIR "/cordon-server"
 #define AGENT CORDON_BINARY_DIR "/cordon-agent"
 
@@ -1069,63 +1071,6 @@ Test(daemon, the_notify_socket_gets_ready_status_watchdog_and_stopping) {
   server_pid = -1;
   cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
   close(fd);
-}
-
-/* GET path from the metrics listener: the status, the body in body. */
-static int http_get(int port, const char *path, char *body, size_t size) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-  char req[300];
-  int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
-  cr_assert_eq(write(fd, req, (size_t)n), n);
-  static char resp[1 << 17];
-  size_t len = 0;
-  ssize_t k;
-  while ((k = read(fd, resp + len, sizeof(resp) - 1 - len)) > 0)
-    len += (size_t)k;
-  close(fd);
-  resp[len] = '\0';
-  int status = 0;
-  cr_assert_eq(sscanf(resp, "HTTP/1.1 %d ", &status), 1, "%s", resp);
-  char *b = strstr(resp, "\r\n\r\n");
-  cr_assert(b);
-  snprintf(body, size, "%s", b + 4);
-  return status;
-}
-
-/* Every line of a Prometheus text exposition: a # HELP or # TYPE comment,
- * or NAME[{LABELS}] VALUE. Returns the value of `series` (exact name and
- * labels), or -1 when it is absent. */
-static double prom_value(const char *text, const char *series) {
-  double found = -1;
-  char *copy = strdup(text);
-  for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n")) {
-    if (line[0] == '#') {
-      cr_assert(strncmp(line, "# HELP cordon_", 14) == 0 ||
-                    strncmp(line, "# TYPE cordon_", 14) == 0,
-                "%s", line);
-      continue;
-    }
-    char *sp = strrchr(line, ' ');
-    cr_assert(sp, "%s", line);
-    *sp = '\0';
-    char *end;
-    double v = strtod(sp + 1, &end);
-    cr_assert(*end == '\0' && sp[1], "a number: %s", sp + 1);
-    const char *name = line;
-    cr_assert(strncmp(name, "cordon_", 7) == 0, "%s", name);
-    for (const char *q = name; *q && *q != '{'; q++)
-      cr_assert((*q >= 'a' && *q <= 'z') || *q == '_', "metric name %s", name);
-    char *brace = strchr(line, '{');
-    if (brace)
-      cr_assert(line[strlen(line) - 1] == '}' && strstr(brace, "=\""), "labels %s", line);
-    if (strcmp(line, series) == 0)
-      found = v;
-  }
-  free(copy);
-  return found;
 }
 
 Test(daemon, metrics_parse_as_prometheus_text_and_their_job_counts_match_jobs) {

@@ -1,16 +1,17 @@
-/* Logging to the systemd journal natively (server/journal.h). */
-#include "server/journal.h"
+/* Logging to the systemd journal natively (svc/journal.h). */
+#include "svc/journal.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
-
 #include <unistd.h>
 
+#include "compat/posix.h"
+
 #if CORDON_WITH_SYSTEMD
+#include <sys/uio.h>
 /* CODE_FILE, CODE_LINE and CODE_FUNC would name this file, not the event */
 #define SD_JOURNAL_SUPPRESS_LOCATION
 #include <systemd/sd-journal.h>
@@ -42,6 +43,10 @@ bool journal_available(void) {
 
 bool journal_active(void) {
   return installed;
+}
+
+bool journal_install_if_stderr(void) {
+  return journal_stream_is_stderr() && journal_available() && journal_install() == 0;
 }
 
 int journal_priority(enum core_log_level level) {

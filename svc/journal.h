@@ -9,10 +9,10 @@
  * the journal) and the build has libsystemd (CORDON_WITH_SYSTEMD=1);
  * otherwise lines stay on stderr. A line the journal refuses is written to
  * stderr instead (one that libsystemd drops because the socket went away
- * is lost: under systemd the socket belongs to PID 1 and does not go). Uses no other part of the
- * server: the agent could use it as it is. */
-#ifndef CORDON_SERVER_JOURNAL_H
-#define CORDON_SERVER_JOURNAL_H
+ * is lost: under systemd the socket belongs to PID 1 and does not go).
+ * Both daemons install it the same way (svc_journal_open_if_stderr). */
+#ifndef CORDON_SVC_JOURNAL_H
+#define CORDON_SVC_JOURNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,6 +29,10 @@ bool journal_available(void);
 int journal_install(void);
 /* Whether the writer is installed. */
 bool journal_active(void);
+/* What both daemons do when they log to stderr: install the writer when
+ * stderr is the journal and this build can write to it (no journal
+ * socket after all: the lines stay on stderr). Whether it was installed. */
+bool journal_install_if_stderr(void);
 
 /* Pure, for the writer and its tests: the journal's syslog priority of a
  * level, and the field name of a logfmt key: "CORDON_" then the key upper
