@@ -178,6 +178,9 @@ int agent_trust_apply_keys(const char *dir, struct agent_pairing *p, const struc
   int r = read_serial_file(dir, &serial, tk, &have, diag);
   if (r < 0)
     return r;
+  if (k->serial > (uint64_t)INT64_MAX) /* server-keys.json could not hold it */
+    return cordon_diag_set(diag, CORDON_E_PROTOCOL, "keys %llu: a serial past 2^63 - 1",
+                           (unsigned long long)k->serial);
   if (k->serial <= serial)
     return 0;
   struct server_pubs *pubs = malloc(sizeof(*pubs));

@@ -127,3 +127,19 @@ Test(agent_trust, a_chain_of_announcements, .init = setup, .fini = teardown) {
   cr_assert(!exists("trusted/server-publisher-1.pub"));
   cr_assert(!exists("trusted/server-publisher-5.pub"));
 }
+
+/* json keeps a signed 64-bit integer: a serial past INT64_MAX (no signature
+ * needed when it names the keys already trusted) must not be written as a
+ * negative number that the next start refuses as a broken config. */
+Test(agent_trust, a_serial_past_int64_is_refused_and_the_config_stays_readable, .init = setup,
+     .fini = teardown) {
+  struct agent_pairing p = {0};
+  memcpy(p.ticket_key, t0.pk, 32);
+  struct cordon_diag d = {{0}};
+  struct msg_keys huge = announce((uint64_t)INT64_MAX + 1, &t0, &p0, &t0, &p0);
+  cr_assert_lt(agent_trust_apply_keys(dir, &p, &huge, &d), 0, "a serial json cannot hold");
+  struct agent_pairing again = {0};
+  cr_assert_eq(agent_trust_server_keys_load(dir, &again, &d), 0, "%s", d.msg);
+  struct msg_keys k1 = announce(1, &t1, &p1, &t0, &p0);
+  cr_assert_eq(agent_trust_apply_keys(dir, &p, &k1, &d), 1, "the chain still moves: %s", d.msg);
+}
