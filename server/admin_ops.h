@@ -54,7 +54,7 @@ enum admin_type {
 /* Every argument an op may take: id, JSON key, type. */
 #define ADMIN_ARGS(X)                                                                              \
   X(USER, "user", ADMIN_STRING)        /* a user's name */                                         \
-  X(DEVICE, "device", ADMIN_STRING)    /* a device id */                                           \
+  X(DEVICE, "device", ADMIN_STRING)    /* a device: its id, name or a unique id prefix */          \
   X(PACKAGE, "package", ADMIN_STRING)  /* an absolute path to a .cpkg (daemon's user, root) */     \
   X(ARGS, "args", ADMIN_ARRAY)         /* the job's arguments, strings */                          \
   X(WAIT, "wait", ADMIN_BOOL)          /* reply only once the job is over */                       \
@@ -65,10 +65,14 @@ enum admin_type {
   X(EXPLAIN, "explain", ADMIN_BOOL)    /* say which device and why, send nothing */                \
   X(KEY, "key", ADMIN_STRING)  /* idempotency: the user's job with this key, or a new one */       \
   X(BYTES, "bytes", ADMIN_INT) /* raw bytes that follow the line: the package */                   \
-  X(VERSIONS, "versions", ADMIN_ARRAY) /* hello: the versions the client speaks, integers */       \
-  X(LIMIT, "limit", ADMIN_INT)         /* jobs: at most this many, newest first (0: all) */        \
-  X(SET, "set", ADMIN_ARRAY)           /* label: "KEY=VALUE" labels to set */                      \
-  X(REMOVE, "remove", ADMIN_ARRAY)     /* label: keys to remove */
+  X(VERSIONS, "versions", ADMIN_ARRAY)    /* hello: the versions the client speaks, integers */    \
+  X(LIMIT, "limit", ADMIN_INT)            /* jobs: at most this many, newest first (0: all) */     \
+  X(SET, "set", ADMIN_ARRAY)              /* label: "KEY=VALUE" labels to set */                   \
+  X(REMOVE, "remove", ADMIN_ARRAY)        /* label: keys to remove */                              \
+  X(JOB_STATE, "job_state", ADMIN_STRING) /* jobs: only those in this state */                     \
+  X(SINCE, "since", ADMIN_INT)            /* jobs: created at or after (Unix seconds) */           \
+  X(NAME, "name", ADMIN_STRING)           /* rename: the device's new name */                      \
+  X(CODE, "code", ADMIN_STRING)           /* pair_code_revoke: a pairing code's id */
 
 enum admin_arg {
 #define ADMIN_ARG_ENUM_(id, key, type) ADMIN_ARG_##id,
@@ -104,16 +108,27 @@ enum admin_arg {
  *             (its "job_id", "device", "state", "existing": true, also
  *             while the daemon drains) and no second one is made; the same
  *             key with another package is code usage
- *   cancel    "state": "cancelled"
- *   revoke    "disconnected": whether a live session was closed
+ *   cancel    "state": "cancelled"; a job over already: code not_running
+ *   revoke    "device" (the devices object after), "already" (it was
+ *             revoked before), "disconnected": whether a live session was
+ *             closed
  *   wait      "job" (the `job --json` object) once the job is over: at once
  *             for a finished job; a job cancelled on its device is over
  *             when its result arrives or its deadline passes
  *   job       "job": the `job --json` object
- *   jobs      "jobs": [the `jobs --json` objects], newest first
+ *   jobs      "jobs": [the `jobs --json` objects], newest first, filtered
  *   devices   "devices": [the `devices --json` objects]
- *   device    "device": one `devices --json` object
+ *   device    "device": the `device show --json` object
  *   label     "labels": {KEY: VALUE} the device's labels after the change
+ *   rename    "device" (the devices object after), "old_name"
+ *   approve   "device", "already" (it was active before)
+ *   reject    "device", "disconnected"
+ *   pair_codes  "codes": [the `pair-code list --json` objects]
+ *   pair_code_revoke  "id" (the code's id), "already" (it was not live)
+ * Every device arg is resolved as the command line does (id, name, or a
+ * unique id prefix; among user's devices when user is given): none is
+ * code not_found, several are code usage naming them. An unknown user,
+ * job or code is code not_found.
  *   watch     then {"event": "job_state" | "device_online" |
  *             "device_offline", ...} lines until the client closes
  *   follow    then {"event": "output", "stream", "offset", "data"
@@ -132,14 +147,25 @@ enum admin_arg {
         ADMIN_A(WHERE) | ADMIN_A(NO_QUEUE) | ADMIN_A(QUEUE_TTL) | ADMIN_A(EXPLAIN) | ADMIN_A(KEY), \
     "dispatch needs user, package and args")                                                       \
   X(CANCEL, "cancel", daemon_op_cancel, ADMIN_A(JOB), 0, "no such job")                            \
-  X(REVOKE, "revoke", daemon_op_revoke, ADMIN_A(DEVICE), 0, "revoke needs a device")               \
+  X(REVOKE, "revoke", daemon_op_revoke, ADMIN_A(DEVICE), ADMIN_A(USER), "revoke needs a device")   \
   X(WAIT, "wait", daemon_op_wait, ADMIN_A(JOB), 0, "wait needs a job")                             \
   X(JOB, "job", daemon_op_job, ADMIN_A(JOB), 0, "job needs a job")                                 \
-  X(JOBS, "jobs", daemon_op_jobs, 0, ADMIN_A(USER) | ADMIN_A(LIMIT), "jobs takes user and limit")  \
+  X(JOBS, "jobs", daemon_op_jobs, 0,                                                               \
+    ADMIN_A(USER) | ADMIN_A(DEVICE) | ADMIN_A(JOB_STATE) | ADMIN_A(SINCE) | ADMIN_A(LIMIT),        \
+    "jobs takes user, device, job_state, since and limit")                                         \
   X(DEVICES, "devices", daemon_op_devices, 0, ADMIN_A(USER), "devices takes a user")               \
-  X(DEVICE, "device", daemon_op_device, ADMIN_A(DEVICE), 0, "device needs a device")               \
-  X(LABEL, "label", daemon_op_label, ADMIN_A(DEVICE), ADMIN_A(SET) | ADMIN_A(REMOVE),              \
+  X(DEVICE, "device", daemon_op_device, ADMIN_A(DEVICE), ADMIN_A(USER), "device needs a device")   \
+  X(LABEL, "label", daemon_op_label, ADMIN_A(DEVICE),                                              \
+    ADMIN_A(USER) | ADMIN_A(SET) | ADMIN_A(REMOVE),                                                \
     "label needs a device, and set and remove are arrays")                                         \
+  X(RENAME, "rename", daemon_op_rename, ADMIN_A(DEVICE) | ADMIN_A(NAME), ADMIN_A(USER),            \
+    "rename needs a device and a name")                                                            \
+  X(APPROVE, "approve", daemon_op_approve, ADMIN_A(DEVICE), ADMIN_A(USER),                         \
+    "approve needs a device")                                                                      \
+  X(REJECT, "reject", daemon_op_reject, ADMIN_A(DEVICE), ADMIN_A(USER), "reject needs a device")   \
+  X(PAIR_CODES, "pair_codes", daemon_op_pair_codes, 0, ADMIN_A(USER), "pair_codes takes a user")   \
+  X(PAIR_CODE_REVOKE, "pair_code_revoke", daemon_op_pair_code_revoke, ADMIN_A(CODE), 0,            \
+    "pair_code_revoke needs a code")                                                               \
   X(WATCH, "watch", daemon_op_watch, 0, 0, NULL)                                                   \
   X(FOLLOW, "follow", daemon_op_follow, ADMIN_A(JOB), 0, "follow needs a job")
 
@@ -172,6 +198,10 @@ enum admin_op {
 #define ADMIN_REPLY_DEVICES "devices"
 #define ADMIN_REPLY_LABELS "labels"
 #define ADMIN_REPLY_EVENT "event"
+#define ADMIN_REPLY_ALREADY "already"
+#define ADMIN_REPLY_OLD_NAME "old_name"
+#define ADMIN_REPLY_CODES "codes"
+#define ADMIN_REPLY_CODE_ID "id"
 
 /* The wire name of op and the JSON key of arg; NULL when out of range. */
 const char *admin_op_name(enum admin_op op);

@@ -72,6 +72,14 @@ int server_cli_device_resolve(struct server_db *db, const char *text, const char
   return err ? server_cli_db_fail(err, &diag) : 0;
 }
 
+void server_cli_code_id(const char *text, char out[SERVER_DB_CODE_ID_SIZE]) {
+  size_t n = 0;
+  for (const char *p = text ? text : ""; *p && n < SERVER_DB_CODE_ID_CHARS; p++)
+    if (*p != '-' && *p != ' ')
+      out[n++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
+  out[n] = '\0';
+}
+
 int server_cli_admin_fail(int err, const struct cordon_diag *diag) {
   if (err == -ENOENT || err == -ECONNREFUSED)
     return diag && diag->msg[0]
@@ -222,6 +230,14 @@ int server_cli_ask_for(const char *state_dir, json_t *req, const char *key, json
   return 0;
 }
 
+int server_cli_ask_or_open(const char *state_dir, json_t *req, const char *key, json_t **out_value,
+                           struct server_db **out_db) {
+  *out_value = NULL;
+  *out_db = NULL;
+  int status = server_cli_ask_for(state_dir, req, key, out_value);
+  return status == -ESRCH ? server_cli_open_db(state_dir, out_db) : status;
+}
+
 const char *server_cli_str(const json_t *o, const char *key, const char *dflt) {
   const char *v = json_string_value(json_object_get(o, key));
   return v ? v : dflt;
@@ -259,6 +275,39 @@ int server_cli_live_sessions(const char *state_dir, json_t **out_sessions, char 
   *out_sessions = json_incref(list);
   json_decref(reply);
   return 0;
+}
+
+void server_cli_job_error_text(const json_t *job, char *buf, size_t size) {
+  json_t *res = json_object_get(job, "result");
+  const char *code = json_string_value(json_object_get(job, "error"));
+  if (!code)
+    code = json_string_value(json_object_get(json_object_get(res, "error"), "code"));
+  json_t *ec = json_object_get(job, "exit_code"), *sig = json_object_get(job, "signal");
+  if (!json_is_integer(ec))
+    ec = json_object_get(res, "exit_code");
+  if (!json_is_integer(sig))
+    sig = json_object_get(res, "signal");
+  if (code)
+    snprintf(buf, size, "%s", code);
+  else if (json_is_integer(sig))
+    snprintf(buf, size, "signal %lld", (long long)json_integer_value(sig));
+  else if (json_is_integer(ec) && json_integer_value(ec) != 0)
+    snprintf(buf, size, "exit %lld", (long long)json_integer_value(ec));
+  else
+    snprintf(buf, size, "-");
+}
+
+void server_cli_labels_text(const json_t *labels, char *buf, size_t size) {
+  struct server_db_labels l = {0};
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)labels, k, v) {
+    struct server_db_label one;
+    snprintf(one.key, sizeof(one.key), "%s", k);
+    snprintf(one.value, sizeof(one.value), "%s", json_string_value(v) ? json_string_value(v) : "");
+    (void)server_db_labels_put(&l, &one, NULL);
+  }
+  server_db_labels_format(&l, buf, size);
 }
 
 static bool is_online(const json_t *sessions, const char *device_id) {

@@ -115,6 +115,10 @@ int server_cli_device_resolve(struct server_db *db, const char *text, const char
  * close its live session (nothing to do when none runs). 0 or the exit
  * status of the printed error (server/cmd_revoke.c). */
 int server_cli_close_session(const char *state, const char *id);
+/* A pairing code's id as an operator typed it (any case, with dashes or
+ * spaces; a whole code names its id too): its first
+ * SERVER_DB_CODE_ID_CHARS letters and digits, lower case. */
+void server_cli_code_id(const char *text, char out[SERVER_DB_CODE_ID_SIZE]);
 /* Print an admin_call error: no daemon listening is not_running (1). */
 int server_cli_admin_fail(int err, const struct cordon_diag *diag);
 
@@ -151,6 +155,11 @@ int server_cli_ask(const char *state_dir, json_t *req, json_t **out_reply);
 /* The same, and the ok reply's value of key (new reference; a reply
  * without it is protocol_error) in *out_value. */
 int server_cli_ask_for(const char *state_dir, json_t *req, const char *key, json_t **out_value);
+/* The same, or with no daemon running the database opened for the caller
+ * to answer itself: 0 with *out_value (the daemon answered; *out_db NULL),
+ * or 0 with *out_db (no daemon; *out_value NULL); else the exit status. */
+int server_cli_ask_or_open(const char *state_dir, json_t *req, const char *key, json_t **out_value,
+                           struct server_db **out_db);
 /* The string of o's key, or dflt. */
 const char *server_cli_str(const json_t *o, const char *key, const char *dflt);
 /* A JSON online flag for a table: "online", "offline" or "unknown" (null). */
@@ -168,16 +177,15 @@ json_t *server_cli_online_json(const json_t *sessions, const char *device_id);
 /* The same for a table: "online", "offline" or "unknown". */
 const char *server_cli_online_text(const json_t *sessions, const char *device_id);
 
-/* --- jobs as the tables show them (server/cmd_jobs.c) ------------------- */
+/* --- the API's objects as the tables show them ------------------------
+ * (server/admin_view.h builds them; the text views read only them). */
 
-/* The ERROR column: the job's stable code, else its result's, else
- * "exit N" or "signal N" for a job that ran and failed, else "-". */
-void server_cli_job_error(const struct server_db_job *j, char *buf, size_t size);
-/* "name@version", or "-" for a job dispatched before they were kept. */
-void server_cli_job_package(const struct server_db_job *j, char *buf, size_t size);
-/* One row of `jobs --json`: {"id", "user", "device", "device_name", "state",
- * "package", "error", "created", "updated", "device_online"}. */
-json_t *server_cli_job_summary_json(const struct server_db_job *j, const json_t *live);
+/* The ERROR column of a job object (`jobs --json` row or `job --json`):
+ * its stable code (the job's, else its result's), else "exit N" or
+ * "signal N" for a job that ran and failed, else "-". */
+void server_cli_job_error_text(const json_t *job, char *buf, size_t size);
+/* A labels object {KEY: VALUE} as "k=v,k=v" ("" when none). */
+void server_cli_labels_text(const json_t *labels, char *buf, size_t size);
 
 int server_cmd_init(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_pack(const struct server_cli *cli, int argc, char **argv);

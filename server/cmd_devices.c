@@ -1,10 +1,13 @@
 /* cordon-server devices [--user U] [--json]: the paired devices (docs/DESIGN.md
- * section 2). Names and platforms come from the devices: printed escaped.
- * cordon-server device label DEVICE [KEY=VALUE...] [--remove KEY]...: the
- * operator's labels of a device, which dispatch --where matches. Both work
- * on the database, whether the daemon runs or not; whether a device is
- * online is the running daemon's answer, and with no daemon it is unknown
- * (JSON null), never the database's last word. */
+ * section 2). cordon-server device show|label|rename|approve|reject DEVICE
+ * ...: one device (DEVICE: its id, name or a unique id prefix, with --user
+ * when names clash). Each asks the running daemon (admin ops devices,
+ * device, label, rename, approve, reject), which resolves DEVICE; with no
+ * daemon it works on the database with the same objects
+ * (server/admin_view.h), and whether a device is online is then unknown
+ * (JSON null), never the database's last word. The text views are
+ * rendered from those objects; names and platforms come from the devices:
+ * printed escaped. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -13,40 +16,73 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/admin_ops.h"
+#include "server/admin_view.h"
 #include "server/cli.h"
 #include "server/db.h"
 
-static const char *device_state_name(enum server_db_device_state s) {
-  return s == SERVER_DB_DEVICE_ACTIVE    ? "active"
-         : s == SERVER_DB_DEVICE_PENDING ? "pending"
-                                         : "revoked";
-}
+#define NOT_RUNNING_WHY "daemon not running"
 
-static json_t *device_json(const struct server_db_device *d, const json_t *live) {
-  return json_pack("{s:s, s:s, s:s, s:s?, s:s?, s:o, s:o, s:s, s:o}", "id", d->id, "name", d->name,
-                   "owner", d->owner, "platform", d->platform[0] ? d->platform : NULL, "best_level",
-                   d->has_level ? sandbox_level_name(d->best_level) : NULL, "online",
-                   server_cli_online_json(live, d->id), "last_seen",
-                   server_cli_json_time(d->last_seen), "state", device_state_name(d->state),
-                   "labels", server_db_labels_to_json(&d->labels));
-}
-
-static void print_table(const struct server_db_device_list *l, const json_t *live) {
+static void print_table(const json_t *devices) {
   printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", "ID", "NAME", "OWNER", "PLATFORM",
          "LEVEL", "ONLINE", "LAST SEEN", "STATE", "LABELS");
-  for (size_t i = 0; i < l->count; i++) {
-    const struct server_db_device *d = &l->items[i];
-    char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1], seen[64];
-    server_cli_escape(d->name, name, sizeof(name));
-    server_cli_escape(d->platform[0] ? d->platform : "-", platform, sizeof(platform));
-    server_cli_format_time(d->last_seen, "never", seen, sizeof(seen));
-    const char *level = d->has_level ? sandbox_level_name(d->best_level) : "-";
+  size_t i;
+  json_t *d;
+  json_array_foreach(devices, i, d) {
+    char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1];
     char labels[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
-    server_db_labels_format(&d->labels, labels, sizeof(labels));
-    printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", d->id, name, d->owner, platform,
-           level ? level : "-", server_cli_online_text(live, d->id), seen,
-           device_state_name(d->state), labels[0] ? labels : "-");
+    server_cli_escape(server_cli_str(d, "name", ""), name, sizeof(name));
+    server_cli_escape(server_cli_str(d, "platform", "-"), platform, sizeof(platform));
+    server_cli_labels_text(json_object_get(d, "labels"), labels, sizeof(labels));
+    printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", server_cli_str(d, "id", "?"), name,
+           server_cli_str(d, "owner", "?"), platform, server_cli_str(d, "best_level", "-"),
+           server_cli_online_word(json_object_get(d, "online")),
+           server_cli_str(d, "last_seen", "never"), server_cli_str(d, "state", "?"),
+           labels[0] ? labels : "-");
   }
+}
+
+/* A request of op on DEVICE (and user); NULL when out of memory. */
+static json_t *device_request(enum admin_op op, const char *device, const char *user) {
+  json_t *req = admin_request_new(op);
+  int r = req ? admin_request_set(req, ADMIN_ARG_DEVICE, json_string(device)) : -ENOMEM;
+  if (r == 0 && user)
+    r = admin_request_set(req, ADMIN_ARG_USER, json_string(user));
+  if (r < 0) {
+    json_decref(req);
+    return NULL;
+  }
+  return req;
+}
+
+/* The devices from the running daemon (*out_live true), or (none running)
+ * from the database with online null: 0 and *out_list, or the exit status. */
+static int devices_get(const char *state, const char *user, json_t **out_list, bool *out_live) {
+  json_t *req = admin_request_new(ADMIN_OP_DEVICES);
+  if (req && user && admin_request_set(req, ADMIN_ARG_USER, json_string(user)) < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  struct server_db *db = NULL;
+  int status = server_cli_ask_or_open(state, req, ADMIN_REPLY_DEVICES, out_list, &db);
+  *out_live = !db;
+  if (status || !db)
+    return status;
+  struct cordon_diag diag = {{0}};
+  struct server_db_user u = {0};
+  struct server_db_device_list l = {0};
+  int err = user ? server_db_user_get_by_name(db, user, &u, &diag) : 0;
+  if (!err)
+    err = server_db_device_list(db, user ? u.id : 0, &l, &diag);
+  server_db_close(db);
+  if (err)
+    return server_cli_db_fail(err, &diag);
+  json_t *arr = admin_view_devices(&l, NULL, NULL);
+  server_db_device_list_release(&l);
+  if (!arr)
+    return server_cli_failf(-ENOMEM, "out of memory");
+  *out_list = arr;
+  return 0;
 }
 
 int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
@@ -77,52 +113,32 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
   }
   if (optind != argc)
     return server_cli_usage("devices", NULL, "unexpected argument '%s'", argv[optind]);
-  struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
+  json_t *list = NULL;
+  bool live = false;
+  int status = devices_get(state, user, &list, &live);
   if (status)
     return status;
-  struct cordon_diag diag = {{0}};
-  struct server_db_user u = {0};
-  struct server_db_device_list l = {0};
-  int err = user ? server_db_user_get_by_name(db, user, &u, &diag) : 0;
-  if (!err)
-    err = server_db_device_list(db, user ? u.id : 0, &l, &diag);
-  server_db_close(db);
-  if (err)
-    return server_cli_db_fail(err, &diag);
-  json_t *live = NULL;
-  char why[600];
-  if (server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
-    live = NULL;
-  if (json) {
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < l.count; i++)
-      if (json_array_append_new(arr, device_json(&l.items[i], live)) < 0) {
-        json_decref(arr);
-        arr = NULL;
-      }
-    status = server_cli_print_json(arr, 0);
-  } else {
-    print_table(&l, live);
-  }
-  if (!live && !json)
-    fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, why);
-  json_decref(live);
-  server_db_device_list_release(&l);
-  return status;
-}
-
-static int print_labels(const struct server_db_labels *l, int json) {
   if (json)
-    return server_cli_print_json(server_db_labels_to_json(l), 0);
-  for (size_t i = 0; i < l->count; i++)
-    printf("%s=%s\n", l->items[i].key, l->items[i].value);
+    return server_cli_print_json(list, 0);
+  print_table(list);
+  json_decref(list);
+  if (!live)
+    fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, NOT_RUNNING_WHY);
   return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
 }
 
-/* Open the database and find the DEVICE an operator named (cli.h). On
- * failure the error is printed, nothing is left open, and the exit status
- * returned. */
+static int print_labels(const json_t *labels, int json) {
+  if (json)
+    return server_cli_print_json(json_incref((json_t *)labels), 0);
+  const char *k;
+  json_t *v;
+  json_object_foreach((json_t *)labels, k, v) printf("%s=%s\n", k, json_string_value(v));
+  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+}
+
+/* Open the database and find the DEVICE an operator named (cli.h), when
+ * no daemon runs. On failure the error is printed, nothing is left open,
+ * and the exit status returned. */
 static int open_device(const char *state, const char *text, const char *user,
                        struct server_db **out_db, struct server_db_device *out_dev) {
   struct server_db *db = NULL;
@@ -158,10 +174,34 @@ static int device_label(const char *state, const char *user, char **args, size_t
       if (strcmp(remove[k], set[i].key) == 0)
         return server_cli_failf(CORDON_E_USAGE, "label %s both set and removed", set[i].key);
   }
+  /* the running daemon changes them, or (none running) the database */
+  json_t *req = device_request(ADMIN_OP_LABEL, args[0], user);
+  json_t *sets = json_array(), *rms = json_array();
+  for (size_t i = 0; sets && i < n_set; i++)
+    json_array_append_new(sets, json_string(args[1 + i]));
+  for (size_t i = 0; rms && i < n_remove; i++)
+    json_array_append_new(rms, json_string(remove[i]));
+  int r = req ? admin_request_set(req, ADMIN_ARG_SET, sets) : (json_decref(sets), -ENOMEM);
+  if (r == 0)
+    r = admin_request_set(req, ADMIN_ARG_REMOVE, rms);
+  else
+    json_decref(rms);
+  if (r < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  json_t *labels = NULL;
+  int status = server_cli_ask_for(state, req, ADMIN_REPLY_LABELS, &labels);
+  if (status == 0) {
+    status = print_labels(labels, json);
+    json_decref(labels);
+    return status;
+  }
+  if (status != -ESRCH)
+    return status;
   struct server_db *db = NULL;
   struct server_db_device d;
-  int status = open_device(state, args[0], user, &db, &d);
-  if (status)
+  if ((status = open_device(state, args[0], user, &db, &d)))
     return status;
   struct server_db_labels after;
   int err = server_db_device_label(db, d.id, set, n_set, remove, n_remove, &after, &diag);
@@ -169,7 +209,10 @@ static int device_label(const char *state, const char *user, char **args, size_t
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
-  return print_labels(&after, json);
+  labels = server_db_labels_to_json(&after);
+  status = print_labels(labels, json);
+  json_decref(labels);
+  return status;
 }
 
 /* device rename DEVICE NAME */
@@ -177,51 +220,54 @@ static int device_rename(const char *state, const char *user, char **args, size_
   if (nargs != 2)
     return server_cli_usage("device", "rename",
                             nargs < 2 ? "DEVICE and NAME are needed" : "one NAME expected");
-  struct server_db *db = NULL;
-  struct server_db_device d;
-  int status = open_device(state, args[0], user, &db, &d);
-  if (status)
-    return status;
-  struct cordon_diag diag = {{0}};
-  int err = server_db_device_rename(db, d.id, args[1], &diag);
-  server_db_close(db);
-  if (err) {
-    server_db_device_release(&d);
-    return err == -EPERM ? server_cli_fail(CORDON_E_USAGE, &diag) : server_cli_db_fail(err, &diag);
-  }
   char old[4 * SERVER_DB_NAME_MAX + 1], name[4 * SERVER_DB_NAME_MAX + 1];
-  server_cli_escape(d.name, old, sizeof(old));
+  char id[CORDON_ID_HEX_SIZE], owner[SERVER_DB_NAME_MAX + 1];
+  json_t *req = device_request(ADMIN_OP_RENAME, args[0], user), *reply = NULL;
+  if (req && admin_request_set(req, ADMIN_ARG_NAME, json_string(args[1])) < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  int status = server_cli_ask(state, req, &reply);
+  if (status == 0) {
+    json_t *dev = json_object_get(reply, ADMIN_REPLY_DEVICE);
+    server_cli_escape(server_cli_str(reply, ADMIN_REPLY_OLD_NAME, ""), old, sizeof(old));
+    snprintf(id, sizeof(id), "%s", server_cli_str(dev, "id", "?"));
+    snprintf(owner, sizeof(owner), "%s", server_cli_str(dev, "owner", "?"));
+    json_decref(reply);
+  } else if (status != -ESRCH) {
+    return status;
+  } else {
+    struct server_db *db = NULL;
+    struct server_db_device d;
+    if ((status = open_device(state, args[0], user, &db, &d)))
+      return status;
+    struct cordon_diag diag = {{0}};
+    int err = server_db_device_rename(db, d.id, args[1], &diag);
+    server_db_close(db);
+    server_cli_escape(d.name, old, sizeof(old));
+    snprintf(id, sizeof(id), "%s", d.id);
+    snprintf(owner, sizeof(owner), "%s", d.owner);
+    server_db_device_release(&d);
+    if (err)
+      return err == -EPERM ? server_cli_fail(CORDON_E_USAGE, &diag)
+                           : server_cli_db_fail(err, &diag);
+  }
   server_cli_escape(args[1], name, sizeof(name));
-  fprintf(stderr, "%s: device %s (owner %s) renamed from %s to %s\n", SERVER_PROG, d.id, d.owner,
-          old, name);
-  server_db_device_release(&d);
+  fprintf(stderr, "%s: device %s (owner %s) renamed from %s to %s\n", SERVER_PROG, id, owner, old,
+          name);
   return 0;
 }
 
-#define DEVICE_SHOW_RECENT 10
-
-static json_t *jobs_json(const struct server_db_job_list *l, const json_t *live) {
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l->count; i++)
-    if (json_array_append_new(arr, server_cli_job_summary_json(&l->items[i], live)) < 0) {
-      json_decref(arr);
-      arr = NULL;
-    }
-  return arr;
-}
-
-static void print_jobs(const char *title, const struct server_db_job_list *l) {
-  printf("%s:%s\n", title, l->count ? "" : " none");
-  for (size_t i = 0; i < l->count; i++) {
-    const struct server_db_job *j = &l->items[i];
-    char created[64], error[SERVER_DB_CODE_MAX + 32], pkg[2 * SERVER_DB_NAME_MAX + 2];
-    char pkg_text[4 * sizeof(pkg)];
-    server_cli_format_time(j->created, "-", created, sizeof(created));
-    server_cli_job_error(j, error, sizeof(error));
-    server_cli_job_package(j, pkg, sizeof(pkg));
-    server_cli_escape(pkg, pkg_text, sizeof(pkg_text));
-    printf("  %-32s  %-9s %-24s %-20s %s\n", j->id, server_db_job_state_name(j->state), pkg_text,
-           created, error);
+static void print_jobs(const char *title, const json_t *jobs) {
+  printf("%s:%s\n", title, json_array_size(jobs) ? "" : " none");
+  size_t i;
+  json_t *j;
+  json_array_foreach(jobs, i, j) {
+    char error[SERVER_DB_CODE_MAX + 32], pkg_text[8 * SERVER_DB_NAME_MAX + 8];
+    server_cli_job_error_text(j, error, sizeof(error));
+    server_cli_escape(server_cli_str(j, "package", "-"), pkg_text, sizeof(pkg_text));
+    printf("  %-32s  %-9s %-24s %-20s %s\n", server_cli_str(j, "id", "?"),
+           server_cli_str(j, "state", "?"), pkg_text, server_cli_str(j, "created", "-"), error);
   }
 }
 
@@ -229,98 +275,65 @@ static void print_jobs(const char *title, const struct server_db_job_list *l) {
 static int device_show(const char *state, const char *user, char **args, size_t nargs, int json) {
   if (nargs != 1)
     return server_cli_usage("device", "show", nargs ? "one DEVICE expected" : "DEVICE is missing");
-  struct server_db *db = NULL;
-  struct server_db_device d;
-  int status = open_device(state, args[0], user, &db, &d);
-  if (status)
-    return status;
-  struct cordon_diag diag = {{0}};
-  struct server_db_job_list running = {0}, recent = {0};
-  struct server_db_job_filter f = {.device_id = d.id, .limit = DEVICE_SHOW_RECENT};
-  int err = server_db_job_list_active_on_device(db, d.id, &running, &diag);
-  if (!err)
-    err = server_db_job_list_filtered(db, &f, &recent, &diag);
-  server_db_close(db);
-  if (err) {
+  json_t *o = NULL;
+  int status = server_cli_ask_for(state, device_request(ADMIN_OP_DEVICE, args[0], user),
+                                  ADMIN_REPLY_DEVICE, &o);
+  bool live = status == 0;
+  if (status == -ESRCH) {
+    struct server_db *db = NULL;
+    struct server_db_device d;
+    if ((status = open_device(state, args[0], user, &db, &d)))
+      return status;
+    struct cordon_diag diag = {{0}};
+    int err = admin_view_device_show(db, &d, json_null(), &o, &diag);
     server_db_device_release(&d);
-    server_db_job_list_release(&running);
-    return server_cli_db_fail(err, &diag);
+    server_db_close(db);
+    if (err)
+      return server_cli_db_fail(err, &diag);
+  } else if (status) {
+    return status;
   }
-  json_t *live = NULL;
-  char why[600];
-  if (server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
-    live = NULL;
-  json_t *facts = d.facts_json ? json_loads(d.facts_json, 0, NULL) : NULL;
-  if (!json_is_object(facts)) {
-    json_decref(facts);
-    facts = json_object();
+  if (json)
+    return server_cli_print_json(o, 0);
+  char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1], online[64];
+  char labels[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
+  server_cli_escape(server_cli_str(o, "name", ""), name, sizeof(name));
+  server_cli_escape(server_cli_str(o, "platform", "-"), platform, sizeof(platform));
+  server_cli_labels_text(json_object_get(o, "labels"), labels, sizeof(labels));
+  if (live)
+    snprintf(online, sizeof(online), "%s", server_cli_online_word(json_object_get(o, "online")));
+  else
+    snprintf(online, sizeof(online), "unknown (%s)", NOT_RUNNING_WHY);
+  const char *why = server_cli_str(o, "downgrade_reason", NULL);
+  json_t *facts = json_object_get(o, "facts");
+  printf("id:         %s\nname:       %s\nowner:      %s\nstate:      %s\nonline:     %s\n"
+         "platform:   %s\nlevel:      %s%s%s%s\nmax jobs:   %lld\nlabels:     %s\n"
+         "paired:     %s\nlast seen:  %s\naddress:    %s\nfacts:%s\n",
+         server_cli_str(o, "id", "?"), name, server_cli_str(o, "owner", "?"),
+         server_cli_str(o, "state", "?"), online, platform, server_cli_str(o, "best_level", "-"),
+         why ? " (downgraded: " : "", why ? why : "", why ? ")" : "",
+         (long long)json_integer_value(json_object_get(o, "max_jobs")), labels[0] ? labels : "-",
+         server_cli_str(o, "paired", "-"), server_cli_str(o, "last_seen", "never"),
+         server_cli_str(o, "address", "-"), json_object_size(facts) ? "" : " none");
+  const char *k;
+  json_t *v;
+  json_object_foreach(facts, k, v) {
+    char key[256], val[1024];
+    server_cli_escape(k, key, sizeof(key));
+    server_cli_escape(json_is_string(v) ? json_string_value(v) : "?", val, sizeof(val));
+    printf("  %-20s %s\n", key, val);
   }
-  if (json) {
-    json_t *o = device_json(&d, live);
-    if (o &&
-        (json_object_set_new(o, "downgrade_reason",
-                             d.downgrade_reason[0] ? json_string(d.downgrade_reason)
-                                                   : json_null()) ||
-         json_object_set_new(o, "max_jobs", json_integer(d.max_jobs)) ||
-         json_object_set_new(o, "paired", server_cli_json_time(d.created)) ||
-         json_object_set_new(o, "address", d.address[0] ? json_string(d.address) : json_null()) ||
-         json_object_set_new(o, "facts", json_incref(facts)) ||
-         json_object_set_new(o, "running_jobs", jobs_json(&running, live)) ||
-         json_object_set_new(o, "recent_jobs", jobs_json(&recent, live)))) {
-      json_decref(o);
-      o = NULL;
-    }
-    status = server_cli_print_json(o, 0);
-  } else {
-    char name[4 * SERVER_DB_NAME_MAX + 1], platform[4 * SERVER_DB_PLATFORM_MAX + 1];
-    char seen[64], paired[64], online[700];
-    char labels[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
-    server_cli_escape(d.name, name, sizeof(name));
-    server_cli_escape(d.platform[0] ? d.platform : "-", platform, sizeof(platform));
-    server_cli_format_time(d.last_seen, "never", seen, sizeof(seen));
-    server_cli_format_time(d.created, "-", paired, sizeof(paired));
-    server_db_labels_format(&d.labels, labels, sizeof(labels));
-    if (live)
-      snprintf(online, sizeof(online), "%s", server_cli_online_text(live, d.id));
-    else
-      snprintf(online, sizeof(online), "unknown (%s)", why);
-    const char *level = d.has_level ? sandbox_level_name(d.best_level) : NULL;
-    printf("id:         %s\nname:       %s\nowner:      %s\nstate:      %s\nonline:     %s\n"
-           "platform:   %s\nlevel:      %s%s%s%s\nmax jobs:   %d\nlabels:     %s\n"
-           "paired:     %s\nlast seen:  %s\naddress:    %s\nfacts:%s\n",
-           d.id, name, d.owner, device_state_name(d.state), online, platform, level ? level : "-",
-           d.downgrade_reason[0] ? " (downgraded: " : "", d.downgrade_reason,
-           d.downgrade_reason[0] ? ")" : "", d.max_jobs, labels[0] ? labels : "-", paired, seen,
-           d.address[0] ? d.address : "-", json_object_size(facts) ? "" : " none");
-    const char *k;
-    json_t *v;
-    json_object_foreach(facts, k, v) {
-      char key[256], val[1024];
-      server_cli_escape(k, key, sizeof(key));
-      server_cli_escape(json_is_string(v) ? json_string_value(v) : "?", val, sizeof(val));
-      printf("  %-20s %s\n", key, val);
-    }
-    print_jobs("running jobs", &running);
-    print_jobs("recent jobs", &recent);
-    status = fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
-  }
-  json_decref(facts);
-  json_decref(live);
-  server_db_job_list_release(&running);
-  server_db_job_list_release(&recent);
-  server_db_device_release(&d);
-  return status;
+  print_jobs("running jobs", json_object_get(o, "running_jobs"));
+  print_jobs("recent jobs", json_object_get(o, "recent_jobs"));
+  json_decref(o);
+  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
 }
 
-/* device approve DEVICE | device reject DEVICE */
-static int device_decide(const char *state, const char *user, const char *sub, char **args,
-                         size_t nargs) {
-  if (nargs != 1)
-    return server_cli_usage("device", sub, nargs ? "one DEVICE expected" : "DEVICE is missing");
-  bool approve = strcmp(sub, "approve") == 0;
+/* device approve|reject DEVICE with no daemon: on the database. */
+static int decide_db(const char *state, const char *user, bool approve, const char *text) {
   struct server_db *db = NULL;
   struct server_db_device d;
-  int status = open_device(state, args[0], user, &db, &d);
+  int status = open_device(state, text, user, &db, &d);
   if (status)
     return status;
   struct cordon_diag diag = {{0}};
@@ -342,16 +355,42 @@ static int device_decide(const char *state, const char *user, const char *sub, c
   else
     err = server_db_device_revoke(db, d.id, &diag);
   server_db_close(db);
-  char name[4 * SERVER_DB_NAME_MAX + 1], id[CORDON_ID_HEX_SIZE];
+  char name[4 * SERVER_DB_NAME_MAX + 1];
   server_cli_escape(d.name, name, sizeof(name));
-  snprintf(id, sizeof(id), "%s", d.id);
   if (!err)
     fprintf(stderr, "%s: device %s (%s, owner %s) %s\n", SERVER_PROG, d.id, name, d.owner,
             approve ? "approved: it gets jobs from now on" : "rejected: revoked for good");
   server_db_device_release(&d);
-  if (err)
-    return server_cli_db_fail(err, &diag);
-  return approve ? 0 : server_cli_close_session(state, id);
+  return err ? server_cli_db_fail(err, &diag) : 0;
+}
+
+/* device approve DEVICE | device reject DEVICE */
+static int device_decide(const char *state, const char *user, const char *sub, char **args,
+                         size_t nargs) {
+  if (nargs != 1)
+    return server_cli_usage("device", sub, nargs ? "one DEVICE expected" : "DEVICE is missing");
+  bool approve = strcmp(sub, "approve") == 0;
+  json_t *reply = NULL;
+  int status = server_cli_ask(
+      state, device_request(approve ? ADMIN_OP_APPROVE : ADMIN_OP_REJECT, args[0], user), &reply);
+  if (status == -ESRCH)
+    return decide_db(state, user, approve, args[0]);
+  if (status)
+    return status;
+  json_t *d = json_object_get(reply, ADMIN_REPLY_DEVICE);
+  char name[4 * SERVER_DB_NAME_MAX + 1];
+  server_cli_escape(server_cli_str(d, "name", ""), name, sizeof(name));
+  if (json_is_true(json_object_get(reply, ADMIN_REPLY_ALREADY)))
+    fprintf(stderr, "%s: device %s was already approved\n", SERVER_PROG,
+            server_cli_str(d, "id", "?"));
+  else
+    fprintf(stderr, "%s: device %s (%s, owner %s) %s\n", SERVER_PROG, server_cli_str(d, "id", "?"),
+            name, server_cli_str(d, "owner", "?"),
+            approve ? "approved: it gets jobs from now on" : "rejected: revoked for good");
+  if (json_is_true(json_object_get(reply, ADMIN_REPLY_DISCONNECTED)))
+    fprintf(stderr, "%s: its live session was closed\n", SERVER_PROG);
+  json_decref(reply);
+  return 0;
 }
 
 int server_cmd_device(const struct server_cli *cli, int argc, char **argv) {

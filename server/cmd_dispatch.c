@@ -142,6 +142,26 @@ static int wait_job(const char *state, const char *id, json_t **out_reply) {
   return 0;
 }
 
+/* With no daemon to ask: an unknown user or device is the database's
+ * answer (its exit status), as the daemon's would be; else 0 (the caller
+ * says the daemon is not running). The daemon does these checks itself. */
+static int offline_check(const char *state, const char *user, const char *device) {
+  struct server_db *db = NULL;
+  if (server_db_open(state, 0, &db, NULL) < 0)
+    return 0;
+  struct server_db_user u;
+  struct server_db_device named = {0};
+  struct cordon_diag ud = {{0}};
+  int status = 0, uerr = server_db_user_get_by_name(db, user, &u, &ud);
+  if (uerr)
+    status = server_cli_db_fail(uerr, &ud);
+  else if (device && !cordon_id_hex_valid(device) &&
+           (status = server_cli_device_resolve(db, device, user, &named)) == 0)
+    server_db_device_release(&named);
+  server_db_close(db);
+  return status;
+}
+
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"user", required_argument, NULL, 'u'},
                                        {"device", required_argument, NULL, 'd'},
@@ -232,41 +252,13 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
                             : no_queue && ttl ? "--no-queue and --queue-ttl exclude each other"
                                               : "--explain sends nothing: no --wait or --detach");
   }
-  /* an unknown user is the database's answer, as for every other command */
-  struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
-  if (status) {
-    json_decref(where);
-    return status;
-  }
-  struct server_db_user u;
-  struct cordon_diag ud = {{0}};
-  int uerr = server_db_user_get_by_name(db, user, &u, &ud);
-  /* --device by id, name or id prefix, among the user's devices */
-  struct server_db_device named = {0};
-  char device_id[CORDON_ID_HEX_SIZE] = "";
-  if (!uerr && device) {
-    /* a whole id is taken as it is (the daemon says why another user's
-     * device is not eligible); a name or prefix among the user's devices */
-    if ((status = server_cli_device_resolve(db, device, cordon_id_hex_valid(device) ? NULL : user,
-                                            &named))) {
-      server_db_close(db);
-      json_decref(where);
-      return status;
-    }
-    snprintf(device_id, sizeof(device_id), "%s", named.id);
-    server_db_device_release(&named);
-    device = device_id;
-  }
-  server_db_close(db);
-  if (uerr) {
-    json_decref(where);
-    return server_cli_db_fail(uerr, &ud);
-  }
   /* the package's bytes go over the socket: the daemon need not read our files */
   int pkg_fd = open(argv[optind], O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (pkg_fd < 0) {
     json_decref(where);
+    int known = offline_check(state, user, device);
+    if (known)
+      return known;
     return server_cli_failf(CORDON_E_USAGE, "%s: cannot read the package", argv[optind]);
   }
   json_t *args = json_array();
@@ -297,6 +289,13 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     r = admin_call_with_file(state, req, pkg_fd, &reply, &diag);
   close(pkg_fd);
   json_decref(req);
+  /* not asked (no daemon, or not a package file): an unknown user or
+   * device is still the database's answer, first */
+  int known = r == -ENOENT || r == -ECONNREFUSED || r == CORDON_E_USAGE
+                  ? offline_check(state, user, device)
+                  : 0;
+  if (known)
+    return known;
   if (r < 0)
     return server_cli_admin_fail(r, &diag);
   if (!admin_reply_is_ok(reply)) {
@@ -351,6 +350,25 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   return rc;
 }
 
+/* The same for cancel: an unknown job (not_found) or one over already
+ * (not_running) is the database's answer when no daemon runs. */
+static int offline_job_check(const char *state, const char *id) {
+  struct server_db *db = NULL;
+  if (server_db_open(state, 0, &db, NULL) < 0)
+    return 0;
+  struct server_db_job job;
+  struct cordon_diag jd = {{0}};
+  int status = 0, err = server_db_job_get(db, id, &job, &jd);
+  server_db_close(db);
+  if (err)
+    return server_cli_db_fail(err, &jd);
+  if (server_db_job_state_is_final(job.state))
+    status = server_cli_failf(CORDON_E_NOT_RUNNING, "job %s already ended: %s", id,
+                              server_db_job_state_name(job.state));
+  server_db_job_release(&job);
+  return status;
+}
+
 int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"state", required_argument, NULL, 's'}, {0}};
   const char *state = cli->state_dir;
@@ -364,23 +382,6 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
   }
   if (optind + 1 != argc)
     return server_cli_usage("cancel", NULL, optind == argc ? "JOB is missing" : "one JOB expected");
-  /* an unknown or finished job is the database's answer, daemon or not */
-  struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
-  if (status)
-    return status;
-  struct server_db_job job;
-  struct cordon_diag jd = {{0}};
-  int err = server_db_job_get(db, argv[optind], &job, &jd);
-  server_db_close(db);
-  if (err)
-    return server_cli_db_fail(err, &jd);
-  bool final = server_db_job_state_is_final(job.state);
-  const char *job_state = server_db_job_state_name(job.state);
-  server_db_job_release(&job);
-  if (final)
-    return server_cli_failf(CORDON_E_NOT_RUNNING, "job %s already ended: %s", argv[optind],
-                            job_state);
   json_t *req = admin_request_new(ADMIN_OP_CANCEL);
   int r = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(argv[optind])) : -ENOMEM;
   json_t *reply = NULL;
@@ -388,6 +389,9 @@ int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv) {
   if (r == 0)
     r = admin_call(state, req, &reply, &diag);
   json_decref(req);
+  int known = r == -ENOENT || r == -ECONNREFUSED ? offline_job_check(state, argv[optind]) : 0;
+  if (known)
+    return known;
   if (r < 0)
     return server_cli_admin_fail(r, &diag);
   int rc = admin_reply_is_ok(reply) ? 0 : reply_error(reply);

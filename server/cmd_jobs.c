@@ -1,12 +1,13 @@
-/* cordon-server jobs [--user U] [--device D] [--state S] [--since T]
- * [--limit N] [--json] and job ID [--json] [--wait]: job states and
- * results. `job ID --json` carries what the text view shows: the stored
- * job (server_db_job_to_json) and its package, device name, times, queue
- * deadline, constraints, arguments and device_online (the running daemon's
- * answer; null when no daemon runs, or the job has no device). With --wait
- * the running daemon is asked to answer once the job is over (admin op
- * wait); then the job is printed as without it, and the exit status is the
- * job's. */
+/* cordon-server jobs [--user U] [--device D] [--job-state S] [--since T]
+ * [--limit N] [--json] and job ID [--json] [--wait] [--follow]: job states
+ * and results. Both ask the running daemon (admin ops jobs and job, whose
+ * objects server/admin_view.h builds); with no daemon they read the
+ * database and build the same objects, with device_online null (unknown).
+ * The text views are rendered from those objects; `job --json` carries
+ * what the text view shows. With --wait the daemon is asked to answer once
+ * the job is over (admin op wait); then the job is printed as without it,
+ * and the exit status is the job's. --receipt reads the database (the
+ * receipt file is signed with the state's ticket key). */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -21,53 +22,11 @@
 #include "core/id.h"
 #include "server/admin_client.h"
 #include "server/admin_ops.h"
+#include "server/admin_view.h"
 #include "server/cli.h"
 #include "server/db.h"
 
 #define JOBS_DEFAULT_LIMIT 100
-
-static json_t *job_online_json(const struct server_db_job *j, const json_t *live) {
-  return j->device_id[0] ? server_cli_online_json(live, j->device_id) : json_null();
-}
-
-void server_cli_job_error(const struct server_db_job *j, char *buf, size_t size) {
-  snprintf(buf, size, "%s", j->error[0] ? j->error : "-");
-  if (j->error[0] || !j->result_json)
-    return;
-  json_t *r = server_db_job_result_to_json(j);
-  const char *code = json_string_value(json_object_get(json_object_get(r, "error"), "code"));
-  json_t *ec = json_object_get(r, "exit_code"), *sig = json_object_get(r, "signal");
-  if (code)
-    snprintf(buf, size, "%s", code);
-  else if (json_is_integer(sig))
-    snprintf(buf, size, "signal %lld", (long long)json_integer_value(sig));
-  else if (json_is_integer(ec) && json_integer_value(ec) != 0)
-    snprintf(buf, size, "exit %lld", (long long)json_integer_value(ec));
-  json_decref(r);
-}
-
-void server_cli_job_package(const struct server_db_job *j, char *buf, size_t size) {
-  if (j->package_name[0])
-    snprintf(buf, size, "%s@%s", j->package_name, j->package_version);
-  else
-    snprintf(buf, size, "-");
-}
-
-json_t *server_cli_job_summary_json(const struct server_db_job *j, const json_t *live) {
-  char error[SERVER_DB_CODE_MAX + 32], pkg[2 * SERVER_DB_NAME_MAX + 2];
-  server_cli_job_error(j, error, sizeof(error));
-  server_cli_job_package(j, pkg, sizeof(pkg));
-  /* "error": the stable code (the job's, else its result's), null when none */
-  const char *code = j->error[0]                                 ? j->error
-                     : strchr(error, ' ') || !strcmp(error, "-") ? NULL
-                                                                 : error;
-  return json_pack("{s:s, s:s, s:s?, s:s?, s:s, s:s?, s:s?, s:o, s:o, s:o}", "id", j->id, "user",
-                   j->user, "device", j->device_id[0] ? j->device_id : NULL, "device_name",
-                   j->device_name[0] ? j->device_name : NULL, "state",
-                   server_db_job_state_name(j->state), "package", j->package_name[0] ? pkg : NULL,
-                   "error", code, "created", server_cli_json_time(j->created), "updated",
-                   server_cli_json_time(j->updated), "device_online", job_online_json(j, live));
-}
 
 struct jobs_opts {
   const char *state, *user, *device;
@@ -169,6 +128,65 @@ static int parse_opts(int argc, char **argv, const char *cmd, int with_filters,
   return 0;
 }
 
+/* The jobs request of the filters given (NULL when out of memory). */
+static json_t *jobs_request(const struct jobs_opts *o) {
+  json_t *req = admin_request_new(ADMIN_OP_JOBS);
+  int r =
+      req ? admin_request_set(req, ADMIN_ARG_LIMIT, json_integer((json_int_t)o->limit)) : -ENOMEM;
+  if (r == 0 && o->user)
+    r = admin_request_set(req, ADMIN_ARG_USER, json_string(o->user));
+  if (r == 0 && o->device)
+    r = admin_request_set(req, ADMIN_ARG_DEVICE, json_string(o->device));
+  if (r == 0 && o->has_job_state)
+    r = admin_request_set(req, ADMIN_ARG_JOB_STATE,
+                          json_string(server_db_job_state_name(o->job_state)));
+  if (r == 0 && o->since)
+    r = admin_request_set(req, ADMIN_ARG_SINCE, json_integer((json_int_t)o->since));
+  if (r < 0) {
+    json_decref(req);
+    return NULL;
+  }
+  return req;
+}
+
+/* The jobs from the running daemon (*out_live true), or (none running)
+ * from the database with device_online null: 0 and *out_list, or the exit
+ * status. */
+static int jobs_get(const struct jobs_opts *o, json_t **out_list, bool *out_live) {
+  struct server_db *db = NULL;
+  int status = server_cli_ask_or_open(o->state, jobs_request(o), ADMIN_REPLY_JOBS, out_list, &db);
+  *out_live = !db;
+  if (status || !db)
+    return status;
+  struct cordon_diag diag = {{0}};
+  struct server_db_user u = {0};
+  struct server_db_device dev = {0};
+  struct server_db_job_list l = {0};
+  int err = o->user ? server_db_user_get_by_name(db, o->user, &u, &diag) : 0;
+  if (!err && o->device && (status = server_cli_device_resolve(db, o->device, o->user, &dev))) {
+    server_db_close(db);
+    return status;
+  }
+  struct server_db_job_filter f = {.user_id = o->user ? u.id : 0,
+                                   .device_id = o->device ? dev.id : NULL,
+                                   .has_state = o->has_job_state,
+                                   .state = o->job_state,
+                                   .since = o->since,
+                                   .limit = o->limit};
+  if (!err)
+    err = server_db_job_list_filtered(db, &f, &l, &diag);
+  server_db_device_release(&dev);
+  server_db_close(db);
+  if (err)
+    return server_cli_db_fail(err, &diag);
+  json_t *arr = admin_view_job_summaries(&l, NULL, NULL);
+  server_db_job_list_release(&l);
+  if (!arr)
+    return server_cli_failf(-ENOMEM, "out of memory");
+  *out_list = arr;
+  return 0;
+}
+
 int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
   struct jobs_opts o = {.state = cli->state_dir, .limit = JOBS_DEFAULT_LIMIT};
   int status = parse_opts(argc, argv, "jobs", 1, &o);
@@ -176,106 +194,63 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
     return status < 0 ? 0 : status;
   if (optind != argc)
     return server_cli_usage("jobs", NULL, "unexpected argument '%s'", argv[optind]);
+  json_t *list = NULL;
+  bool live = false;
+  if ((status = jobs_get(&o, &list, &live)))
+    return status;
+  if (o.json)
+    return server_cli_print_json(list, 0);
+  printf("%-32s  %-12s %-20s %-7s  %-9s %-24s %-20s %s\n", "ID", "USER", "DEVICE", "ONLINE",
+         "STATE", "PACKAGE", "CREATED", "ERROR");
+  size_t i;
+  json_t *j;
+  json_array_foreach(list, i, j) {
+    char error[SERVER_DB_CODE_MAX + 32], name[4 * SERVER_DB_NAME_MAX + 1];
+    char pkg_text[8 * SERVER_DB_NAME_MAX + 8];
+    const char *device = server_cli_str(j, "device", NULL);
+    server_cli_job_error_text(j, error, sizeof(error));
+    server_cli_escape(server_cli_str(j, "package", "-"), pkg_text, sizeof(pkg_text));
+    server_cli_escape(server_cli_str(j, "device_name", device ? device : "-"), name, sizeof(name));
+    printf("%-32s  %-12s %-20s %-7s  %-9s %-24s %-20s %s\n", server_cli_str(j, "id", "?"),
+           server_cli_str(j, "user", "?"), name,
+           device ? server_cli_online_word(json_object_get(j, "device_online")) : "-",
+           server_cli_str(j, "state", "?"), pkg_text, server_cli_str(j, "created", "-"), error);
+  }
+  json_decref(list);
+  if (!live)
+    fprintf(stderr, "%s: online: unknown (daemon not running)\n", SERVER_PROG);
+  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+}
+
+/* The job object from the running daemon (*out_live true), or (none
+ * running) from the database: 0 and *out_job, or the exit status. */
+static int job_get(const char *state, const char *id, json_t **out_job, bool *out_live) {
+  json_t *req = admin_request_new(ADMIN_OP_JOB);
+  if (req && admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) < 0) {
+    json_decref(req);
+    req = NULL;
+  }
   struct server_db *db = NULL;
-  if ((status = server_cli_open_db(o.state, &db)))
+  int status = server_cli_ask_or_open(state, req, ADMIN_REPLY_JOB, out_job, &db);
+  *out_live = !db;
+  if (status || !db)
     return status;
   struct cordon_diag diag = {{0}};
-  struct server_db_user u = {0};
-  struct server_db_device dev = {0};
-  struct server_db_job_list l = {0};
-  int err = o.user ? server_db_user_get_by_name(db, o.user, &u, &diag) : 0;
-  if (!err && o.device && (status = server_cli_device_resolve(db, o.device, o.user, &dev))) {
-    server_db_close(db);
-    return status;
-  }
-  struct server_db_job_filter f = {.user_id = o.user ? u.id : 0,
-                                   .device_id = o.device ? dev.id : NULL,
-                                   .has_state = o.has_job_state,
-                                   .state = o.job_state,
-                                   .since = o.since,
-                                   .limit = o.limit};
-  if (!err)
-    err = server_db_job_list_filtered(db, &f, &l, &diag);
-  server_db_device_release(&dev);
+  struct server_db_job j;
+  int err = server_db_job_get(db, id, &j, &diag);
   server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
-  json_t *live = NULL;
-  char why[600];
-  if (server_cli_live_sessions(o.state, &live, why, sizeof(why)) < 0)
-    live = NULL;
-  if (o.json) {
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < l.count; i++)
-      if (json_array_append_new(arr, server_cli_job_summary_json(&l.items[i], live)) < 0) {
-        json_decref(arr);
-        arr = NULL;
-      }
-    status = server_cli_print_json(arr, 0);
-  } else {
-    printf("%-32s  %-12s %-20s %-7s  %-9s %-24s %-20s %s\n", "ID", "USER", "DEVICE", "ONLINE",
-           "STATE", "PACKAGE", "CREATED", "ERROR");
-    for (size_t i = 0; i < l.count; i++) {
-      const struct server_db_job *j = &l.items[i];
-      char created[64], error[SERVER_DB_CODE_MAX + 32], pkg[2 * SERVER_DB_NAME_MAX + 2];
-      char name[4 * SERVER_DB_NAME_MAX + 1], pkg_text[4 * sizeof(pkg)];
-      server_cli_format_time(j->created, "-", created, sizeof(created));
-      server_cli_job_error(j, error, sizeof(error));
-      server_cli_job_package(j, pkg, sizeof(pkg));
-      server_cli_escape(pkg, pkg_text, sizeof(pkg_text));
-      server_cli_escape(j->device_name[0] ? j->device_name
-                        : j->device_id[0] ? j->device_id
-                                          : "-",
-                        name, sizeof(name));
-      printf("%-32s  %-12s %-20s %-7s  %-9s %-24s %-20s %s\n", j->id, j->user, name,
-             j->device_id[0] ? server_cli_online_text(live, j->device_id) : "-",
-             server_db_job_state_name(j->state), pkg_text, created, error);
-    }
-    if (!live)
-      fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, why);
-  }
-  json_decref(live);
-  server_db_job_list_release(&l);
-  return status;
-}
-
-/* job --json: the stored job (server_db_job_to_json: id, user, device,
- * state, error, result) and everything else the text view shows. */
-static json_t *job_full_json(const struct server_db_job *j, const json_t *live) {
-  json_t *o = server_db_job_to_json(j);
+  json_t *o = admin_view_job(&j, json_null());
+  server_db_job_release(&j);
   if (!o)
-    return NULL;
-  char hash[2 * SERVER_DB_HASH_SIZE + 1];
-  sodium_bin2hex(hash, sizeof(hash), j->package_hash, sizeof(j->package_hash));
-  json_t *args = json_loads(j->args_json, 0, NULL);
-  int bad =
-      json_object_set_new(o, "device_name",
-                          j->device_name[0] ? json_string(j->device_name) : json_null()) ||
-      json_object_set_new(o, "device_online", job_online_json(j, live)) ||
-      json_object_set_new(o, "package",
-                          j->package_name[0]
-                              ? json_pack("{s:s, s:s, s:s}", "name", j->package_name, "version",
-                                          j->package_version, "hash", hash)
-                              : json_pack("{s:n, s:n, s:s}", "name", "version", "hash", hash)) ||
-      json_object_set_new(o, "created", server_cli_json_time(j->created)) ||
-      json_object_set_new(o, "updated", server_cli_json_time(j->updated)) ||
-      json_object_set_new(o, "deadline", server_cli_json_time(j->deadline)) ||
-      json_object_set_new(o, "queued_until", server_cli_json_time(j->queue_expires)) ||
-      json_object_set_new(o, "where", server_db_labels_to_json(&j->where)) ||
-      json_object_set_new(o, "args", args ? args : json_array());
-  if (bad) {
-    json_decref(o);
-    return NULL;
-  }
-  return o;
+    return server_cli_failf(-ENOMEM, "out of memory");
+  *out_job = o;
+  return 0;
 }
 
-/* Ask the daemon to answer once job j is over (j is released here). */
-static int wait_over(const char *state, struct server_db_job *j) {
-  char id[CORDON_ID_HEX_SIZE];
-  snprintf(id, sizeof(id), "%s", j->id);
-  const char *st = server_db_job_state_name(j->state);
-  server_db_job_release(j);
+/* Ask the daemon to answer once job id (in state st) is over. */
+static int wait_over(const char *state, const char *id, const char *st) {
   json_t *req = admin_request_new(ADMIN_OP_WAIT), *reply = NULL;
   struct cordon_diag diag = {{0}};
   int err = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) : -ENOMEM;
@@ -294,17 +269,6 @@ static int wait_over(const char *state, struct server_db_job *j) {
     status = server_cli_failf(err, "%s", msg ? msg : "the daemon did not wait");
   }
   json_decref(reply);
-  return status;
-}
-
-/* docs/DESIGN.md section 2.1: 0 only for a job that ran and exited 0. */
-static int job_exit_status(const struct server_db_job *j) {
-  if (j->state != SERVER_DB_JOB_DONE)
-    return 1;
-  json_t *r = server_db_job_result_to_json(j);
-  json_t *ec = json_object_get(r, "exit_code");
-  int status = json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
-  json_decref(r);
   return status;
 }
 
@@ -412,92 +376,94 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
                             "--follow goes alone (not with --wait, --json or --receipt)");
   if (o.follow)
     return follow_job(state, argv[optind]);
-  struct server_db *db = NULL;
-  if ((status = server_cli_open_db(state, &db)))
-    return status;
-  struct cordon_diag diag = {{0}};
-  struct server_db_job j;
-  int err = server_db_job_get(db, argv[optind], &j, &diag);
-  if (!err && wait && !server_db_job_state_is_final(j.state)) {
-    server_db_close(db);
-    db = NULL;
-    if ((status = wait_over(state, &j)))
-      return status;
+  const char *id = argv[optind];
+  if (receipt) { /* the file only: signed with the state's ticket key */
+    struct server_db *db = NULL;
     if ((status = server_cli_open_db(state, &db)))
       return status;
-    err = server_db_job_get(db, argv[optind], &j, &diag);
-  }
-  if (!err && receipt) { /* the file only */
-    status = server_cli_write_receipt(state, db, &j, receipt);
-    server_db_job_release(&j);
+    struct cordon_diag diag = {{0}};
+    struct server_db_job j;
+    int err = server_db_job_get(db, id, &j, &diag);
+    if (err) {
+      status = server_cli_db_fail(err, &diag);
+    } else {
+      status = server_cli_write_receipt(state, db, &j, receipt);
+      server_db_job_release(&j);
+    }
     server_db_close(db);
     return status;
   }
-  server_db_close(db);
-  if (err)
-    return server_cli_db_fail(err, &diag);
-  json_t *live = NULL;
-  char why[600];
-  if (j.device_id[0] && server_cli_live_sessions(state, &live, why, sizeof(why)) < 0)
-    live = NULL;
-  if (json) {
-    status = server_cli_print_json(job_full_json(&j, live), 0);
-  } else {
-    char created[64], updated[64], deadline[64];
-    server_cli_format_time(j.created, "-", created, sizeof(created));
-    server_cli_format_time(j.updated, "-", updated, sizeof(updated));
-    server_cli_format_time(j.deadline, "none", deadline, sizeof(deadline));
-    json_error_t jerr;
-    json_t *args = json_loads(j.args_json, 0, &jerr);
-    char *args_text = args ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-    json_decref(args);
-    char online[700];
-    if (!j.device_id[0])
-      snprintf(online, sizeof(online), "-");
-    else if (live)
-      snprintf(online, sizeof(online), "%s", server_cli_online_text(live, j.device_id));
-    else
-      snprintf(online, sizeof(online), "unknown (%s)", why);
-    char device[4 * SERVER_DB_NAME_MAX + CORDON_ID_HEX_SIZE + 8], name[4 * SERVER_DB_NAME_MAX + 1];
-    char error[SERVER_DB_CODE_MAX + 32], pkg[2 * SERVER_DB_NAME_MAX + 2], pkg_text[4 * sizeof(pkg)];
-    server_cli_escape(j.device_name, name, sizeof(name));
-    if (!j.device_id[0])
-      snprintf(device, sizeof(device), "-");
-    else
-      snprintf(device, sizeof(device), "%s (%s)", name[0] ? name : "?", j.device_id);
-    server_cli_job_error(&j, error, sizeof(error));
-    server_cli_job_package(&j, pkg, sizeof(pkg));
-    server_cli_escape(pkg, pkg_text, sizeof(pkg_text));
-    char hash[2 * SERVER_DB_HASH_SIZE + 1];
-    sodium_bin2hex(hash, sizeof(hash), j.package_hash, sizeof(j.package_hash));
-    printf("id:       %s\nuser:     %s\ndevice:   %s\nonline:   %s\nstate:    %s\nerror:    %s\n"
-           "package:  %s (index %s)\ncreated:  %s\nupdated:  %s\ndeadline: %s\n",
-           j.id, j.user, device, online, server_db_job_state_name(j.state), error, pkg_text, hash,
-           created, updated, deadline);
-    if (j.state == SERVER_DB_JOB_EXPIRED && j.result_json)
-      printf("late:     yes (the result came after the job expired)\n");
-    if (j.queue_expires) { /* it waited (or waits) in the queue */
-      char until[64];
-      server_cli_format_time(j.queue_expires, "-", until, sizeof(until));
-      printf("queued:   until %s\n", until);
-    }
-    if (j.where.count) {
-      char where[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
-      server_db_labels_format(&j.where, where, sizeof(where));
-      printf("where:    %s\n", where);
-    }
-    printf("args:     %s\nresult:   ", args_text ? args_text : "?");
-    free(args_text);
-    if (j.result_json) {
-      fflush(stdout);
-      status = server_cli_print_json(server_db_job_result_to_json(&j), 1);
-    } else {
-      printf("none\n");
-    }
+  json_t *j = NULL;
+  bool live = false;
+  if ((status = job_get(state, id, &j, &live)))
+    return status;
+  enum server_db_job_state st;
+  if (wait && server_db_job_state_parse(server_cli_str(j, "state", "?"), &st) == 0 &&
+      !server_db_job_state_is_final(st)) {
+    char idc[CORDON_ID_HEX_SIZE], stc[32];
+    snprintf(idc, sizeof(idc), "%s", server_cli_str(j, "id", id));
+    snprintf(stc, sizeof(stc), "%s", server_cli_str(j, "state", "?"));
+    json_decref(j);
+    j = NULL;
+    if ((status = wait_over(state, idc, stc)))
+      return status;
+    if ((status = job_get(state, idc, &j, &live)))
+      return status;
   }
-  if (wait && status == 0)
-    status = job_exit_status(&j);
-  json_decref(live);
-  server_db_job_release(&j);
-  return status;
+  int over = wait ? job_json_exit_status(j) : 0;
+  if (json) {
+    status = server_cli_print_json(j, 0);
+    return status ? status : over;
+  }
+  const char *st_name = server_cli_str(j, "state", "?");
+  const char *device = server_cli_str(j, "device", NULL);
+  char online[64], dev_text[4 * SERVER_DB_NAME_MAX + CORDON_ID_HEX_SIZE + 8];
+  char name[4 * SERVER_DB_NAME_MAX + 1], error[SERVER_DB_CODE_MAX + 32];
+  char pkg[2 * SERVER_DB_NAME_MAX + 2], pkg_text[4 * sizeof(pkg)];
+  if (!device)
+    snprintf(online, sizeof(online), "-");
+  else if (live)
+    snprintf(online, sizeof(online), "%s",
+             server_cli_online_word(json_object_get(j, "device_online")));
+  else
+    snprintf(online, sizeof(online), "unknown (daemon not running)");
+  server_cli_escape(server_cli_str(j, "device_name", ""), name, sizeof(name));
+  if (!device)
+    snprintf(dev_text, sizeof(dev_text), "-");
+  else
+    snprintf(dev_text, sizeof(dev_text), "%s (%s)", name[0] ? name : "?", device);
+  server_cli_job_error_text(j, error, sizeof(error));
+  json_t *p = json_object_get(j, "package");
+  if (server_cli_str(p, "name", NULL))
+    snprintf(pkg, sizeof(pkg), "%s@%s", server_cli_str(p, "name", ""),
+             server_cli_str(p, "version", ""));
+  else
+    snprintf(pkg, sizeof(pkg), "-");
+  server_cli_escape(pkg, pkg_text, sizeof(pkg_text));
+  json_t *res = json_object_get(j, "result");
+  printf("id:       %s\nuser:     %s\ndevice:   %s\nonline:   %s\nstate:    %s\nerror:    %s\n"
+         "package:  %s (index %s)\ncreated:  %s\nupdated:  %s\ndeadline: %s\n",
+         server_cli_str(j, "id", "?"), server_cli_str(j, "user", "?"), dev_text, online, st_name,
+         error, pkg_text, server_cli_str(p, "hash", "?"), server_cli_str(j, "created", "-"),
+         server_cli_str(j, "updated", "-"), server_cli_str(j, "deadline", "none"));
+  if (strcmp(st_name, "expired") == 0 && json_is_object(res))
+    printf("late:     yes (the result came after the job expired)\n");
+  if (server_cli_str(j, "queued_until", NULL)) /* it waited (or waits) in the queue */
+    printf("queued:   until %s\n", server_cli_str(j, "queued_until", "-"));
+  char where[SERVER_DB_LABELS_MAX * (2 * SERVER_DB_LABEL_MAX + 2) + 1];
+  server_cli_labels_text(json_object_get(j, "where"), where, sizeof(where));
+  if (where[0])
+    printf("where:    %s\n", where);
+  char *args_text = json_dumps(json_object_get(j, "args"), JSON_COMPACT | JSON_ENSURE_ASCII);
+  printf("args:     %s\nresult:   ", args_text ? args_text : "?");
+  free(args_text);
+  if (json_is_object(res)) {
+    fflush(stdout);
+    status = server_cli_print_json(json_incref(res), 1);
+  } else {
+    printf("none\n");
+    status = fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+  }
+  json_decref(j);
+  return status ? status : over;
 }

@@ -3,87 +3,107 @@
  * is never logged and exists nowhere else once this command exits.
  * pair-code list [--user U] [--json]: the codes (their public ids, never
  * their secrets), with state and why their last attempt failed.
- * pair-code revoke ID: a live code is burned. A user called `list` or
+ * pair-code revoke ID: a live code is burned. list and revoke ask the
+ * running daemon (admin ops pair_codes, pair_code_revoke), or with none
+ * running work on the database; minting always works on the database
+ * (the code's secret never crosses the admin socket). A user called `list` or
  * `revoke` mints with `pair-code --user NAME`. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <sodium.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "server/admin_ops.h"
+#include "server/admin_view.h"
 #include "server/cli.h"
 #include "server/db.h"
 
-static const char *code_state_text(const struct server_db_code_info *c) {
-  if (c->state == SERVER_DB_CODE_USED)
-    return "used";
-  if (c->state == SERVER_DB_CODE_BURNED || c->attempts_left <= 0)
-    return "burned";
-  return c->expired ? "expired" : "live";
-}
-
-static int code_list(struct server_db *db, const char *user, int json) {
+/* The codes from the running daemon (admin op pair_codes), or (none
+ * running) from the database: 0 and *out_list, or the exit status. */
+static int codes_get(const char *state, const char *user, json_t **out_list) {
+  json_t *req = admin_request_new(ADMIN_OP_PAIR_CODES);
+  if (req && user && admin_request_set(req, ADMIN_ARG_USER, json_string(user)) < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  struct server_db *db = NULL;
+  int status = server_cli_ask_or_open(state, req, ADMIN_REPLY_CODES, out_list, &db);
+  if (status || !db)
+    return status;
   struct cordon_diag diag = {{0}};
   struct server_db_user u = {0};
   struct server_db_code_list l = {0};
   int err = user ? server_db_user_get_by_name(db, user, &u, &diag) : 0;
   if (!err)
     err = server_db_code_list(db, user ? u.id : 0, &l, &diag);
+  server_db_close(db);
   if (err)
     return server_cli_db_fail(err, &diag);
-  int status = 0;
-  if (json) {
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < l.count; i++) {
-      const struct server_db_code_info *c = &l.items[i];
-      json_t *o =
-          json_pack("{s:s, s:s, s:s, s:i, s:o, s:o, s:s?, s:o}", "id", c->id, "user", c->user,
-                    "state", code_state_text(c), "attempts_left", c->attempts_left, "created",
-                    server_cli_json_time(c->created), "expires", server_cli_json_time(c->expires),
-                    "last_failure", c->last_failure[0] ? c->last_failure : NULL, "last_failure_at",
-                    server_cli_json_time(c->last_failure_at));
-      if (json_array_append_new(arr, o) < 0) {
-        json_decref(arr);
-        arr = NULL;
-      }
-    }
-    status = server_cli_print_json(arr, 0);
-  } else {
-    printf("%-10s  %-12s %-8s %-8s %-20s %-20s %s\n", "ID", "USER", "STATE", "ATTEMPTS", "CREATED",
-           "EXPIRES", "LAST FAILURE");
-    for (size_t i = 0; i < l.count; i++) {
-      const struct server_db_code_info *c = &l.items[i];
-      char created[64], expires[64], failed[64];
-      server_cli_format_time(c->created, "-", created, sizeof(created));
-      server_cli_format_time(c->expires, "-", expires, sizeof(expires));
-      server_cli_format_time(c->last_failure_at, "-", failed, sizeof(failed));
-      printf("%-10s  %-12s %-8s %-8d %-20s %-20s %s%s%s\n", c->id, c->user, code_state_text(c),
-             c->attempts_left, created, expires, c->last_failure[0] ? c->last_failure : "-",
-             c->last_failure[0] ? " at " : "", c->last_failure[0] ? failed : "");
-    }
-  }
+  json_t *arr = admin_view_codes(&l);
   server_db_code_list_release(&l);
-  return status;
+  if (!arr)
+    return server_cli_failf(-ENOMEM, "out of memory");
+  *out_list = arr;
+  return 0;
 }
 
-static int code_revoke(struct server_db *db, const char *id) {
-  struct cordon_diag diag = {{0}};
-  char norm[SERVER_DB_CODE_ID_SIZE];
-  size_t n = 0;
-  /* as typed: any case, with dashes; a whole code names its id too */
-  for (const char *p = id; *p && n < SERVER_DB_CODE_ID_CHARS; p++)
-    if (*p != '-' && *p != ' ')
-      norm[n++] = (char)(*p >= 'A' && *p <= 'Z' ? *p - 'A' + 'a' : *p);
-  norm[n] = '\0';
-  int err = server_db_code_revoke(db, norm, &diag);
-  if (err == -EALREADY) {
-    fprintf(stderr, "%s: pairing code %s was not live (nothing to revoke)\n", SERVER_PROG, norm);
-    return 0;
+static int code_list(const char *state, const char *user, int json) {
+  json_t *list = NULL;
+  int status = codes_get(state, user, &list);
+  if (status)
+    return status;
+  if (json)
+    return server_cli_print_json(list, 0);
+  printf("%-10s  %-12s %-8s %-8s %-20s %-20s %s\n", "ID", "USER", "STATE", "ATTEMPTS", "CREATED",
+         "EXPIRES", "LAST FAILURE");
+  size_t i;
+  json_t *c;
+  json_array_foreach(list, i, c) {
+    const char *failure = server_cli_str(c, "last_failure", NULL);
+    printf("%-10s  %-12s %-8s %-8lld %-20s %-20s %s%s%s\n", server_cli_str(c, "id", "?"),
+           server_cli_str(c, "user", "?"), server_cli_str(c, "state", "?"),
+           (long long)json_integer_value(json_object_get(c, "attempts_left")),
+           server_cli_str(c, "created", "-"), server_cli_str(c, "expires", "-"),
+           failure ? failure : "-", failure ? " at " : "",
+           failure ? server_cli_str(c, "last_failure_at", "-") : "");
   }
-  if (err)
-    return server_cli_db_fail(err, &diag);
-  fprintf(stderr, "%s: pairing code %s revoked\n", SERVER_PROG, norm);
+  json_decref(list);
+  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+}
+
+static int code_revoke(const char *state, const char *text) {
+  char id[SERVER_DB_CODE_ID_SIZE];
+  server_cli_code_id(text, id);
+  json_t *req = admin_request_new(ADMIN_OP_PAIR_CODE_REVOKE), *reply = NULL;
+  if (req && admin_request_set(req, ADMIN_ARG_CODE, json_string(id)) < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  int status = server_cli_ask(state, req, &reply);
+  bool already = false;
+  if (status == 0) {
+    already = json_is_true(json_object_get(reply, ADMIN_REPLY_ALREADY));
+    json_decref(reply);
+  } else if (status != -ESRCH) {
+    return status;
+  } else {
+    struct server_db *db = NULL;
+    if ((status = server_cli_open_db(state, &db)))
+      return status;
+    struct cordon_diag diag = {{0}};
+    int err = server_db_code_revoke(db, id, &diag);
+    server_db_close(db);
+    if (err && err != -EALREADY)
+      return server_cli_db_fail(err, &diag);
+    already = err == -EALREADY;
+  }
+  if (already)
+    fprintf(stderr, "%s: pairing code %s was not live (nothing to revoke)\n", SERVER_PROG, id);
+  else
+    fprintf(stderr, "%s: pairing code %s revoked\n", SERVER_PROG, id);
   return 0;
 }
 
@@ -129,22 +149,10 @@ int server_cmd_paircode(const struct server_cli *cli, int argc, char **argv) {
                  : server_cli_usage("pair-code", sub, "unexpected argument '%s'", argv[argc - 1]);
     if (ttl_given)
       return server_cli_usage("pair-code", sub, "--ttl is for minting a code");
-    struct server_db *db = NULL;
-    int status = server_cli_open_db(state, &db);
-    if (status)
-      return status;
-    status = want == 1 ? code_list(db, user, json) : code_revoke(db, argv[optind + 1]);
-    server_db_close(db);
-    return status;
+    return want == 1 ? code_list(state, user, json) : code_revoke(state, argv[optind + 1]);
   }
   if (user && sub && strcmp(sub, "list") == 0 && argc - optind == 1) { /* list --user U */
-    struct server_db *db = NULL;
-    int status = server_cli_open_db(state, &db);
-    if (status)
-      return status;
-    status = code_list(db, user, json);
-    server_db_close(db);
-    return status;
+    return code_list(state, user, json);
   }
   if (argc - optind != (user ? 0 : 1))
     return server_cli_usage("pair-code", NULL,

@@ -1,8 +1,8 @@
-/* cordon-server revoke DEVICE: terminal. The revocation is committed to the
- * database first (the daemon refuses the key at every handshake from then
- * on), then a running daemon is told over its admin socket to close the
- * device's live session. With no daemon running the database part is all
- * there is to do. */
+/* cordon-server revoke DEVICE [--user U]: terminal. A running daemon is
+ * asked (admin op revoke): it resolves DEVICE, commits the revocation to
+ * the database (it refuses the key at every handshake from then on), then
+ * closes the device's live session. With no daemon running the command
+ * does the database part itself, which is all there is to do. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -67,9 +67,34 @@ int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
   if (argc - optind != 1)
     return server_cli_usage("revoke", NULL,
                             argc == optind ? "DEVICE is missing" : "one DEVICE expected");
+  json_t *req = admin_request_new(ADMIN_OP_REVOKE), *reply = NULL;
+  int r = req ? admin_request_set(req, ADMIN_ARG_DEVICE, json_string(argv[optind])) : -ENOMEM;
+  if (r == 0 && user)
+    r = admin_request_set(req, ADMIN_ARG_USER, json_string(user));
+  if (r < 0) {
+    json_decref(req);
+    req = NULL;
+  }
+  int status = server_cli_ask(state, req, &reply);
+  if (status == 0) {
+    json_t *dev = json_object_get(reply, ADMIN_REPLY_DEVICE);
+    char name[4 * SERVER_DB_NAME_MAX + 1];
+    server_cli_escape(server_cli_str(dev, "name", ""), name, sizeof(name));
+    if (json_is_true(json_object_get(reply, ADMIN_REPLY_ALREADY)))
+      fprintf(stderr, "%s: device %s was already revoked\n", SERVER_PROG,
+              server_cli_str(dev, "id", "?"));
+    else
+      fprintf(stderr, "%s: revoked device %s (%s, owner %s)\n", SERVER_PROG,
+              server_cli_str(dev, "id", "?"), name, server_cli_str(dev, "owner", "?"));
+    if (json_is_true(json_object_get(reply, ADMIN_REPLY_DISCONNECTED)))
+      fprintf(stderr, "%s: its live session was closed\n", SERVER_PROG);
+    json_decref(reply);
+    return 0;
+  }
+  if (status != -ESRCH)
+    return status;
   struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
-  if (status)
+  if ((status = server_cli_open_db(state, &db)))
     return status;
   struct cordon_diag diag = {{0}};
   struct server_db_device d;
@@ -77,9 +102,7 @@ int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
     server_db_close(db);
     return status;
   }
-  char id[CORDON_ID_HEX_SIZE];
-  snprintf(id, sizeof(id), "%s", d.id);
-  int err = server_db_device_revoke(db, id, &diag);
+  int err = server_db_device_revoke(db, d.id, &diag);
   if (err == -EALREADY) {
     fprintf(stderr, "%s: device %s was already revoked\n", SERVER_PROG, d.id);
     err = 0;
@@ -90,7 +113,5 @@ int server_cmd_revoke(const struct server_cli *cli, int argc, char **argv) {
   }
   server_db_device_release(&d);
   server_db_close(db);
-  if (err)
-    return server_cli_db_fail(err, &diag);
-  return server_cli_close_session(state, id);
+  return err ? server_cli_db_fail(err, &diag) : 0;
 }

@@ -213,7 +213,7 @@ static void log_admin(struct admin_conn *c, enum admin_op op, const json_t *req)
   snprintf(p, sizeof(p), "%ld", pid);
   bool reads = op == ADMIN_OP_PING || op == ADMIN_OP_SESSIONS || op == ADMIN_OP_HELLO ||
                op == ADMIN_OP_JOB || op == ADMIN_OP_JOBS || op == ADMIN_OP_DEVICES ||
-               op == ADMIN_OP_DEVICE;
+               op == ADMIN_OP_DEVICE || op == ADMIN_OP_PAIR_CODES;
   const char *user = admin_request_string(req, ADMIN_ARG_USER);
   const char *device = admin_request_string(req, ADMIN_ARG_DEVICE);
   const char *package = admin_request_string(req, ADMIN_ARG_PACKAGE);
@@ -289,6 +289,59 @@ static void daemon_op_sessions(struct daemon *d, struct admin_conn *c, const jso
                                 ADMIN_REPLY_DRAINING, d->phase != DAEMON_RUNNING));
 }
 
+/* A database error as a reply, with the command line's codes (-ENOENT
+ * not_found, -EINVAL and -ENOTUNIQ usage, -EEXIST already_exists). */
+static void reply_db_error(struct admin_conn *c, int err, const struct cordon_diag *diag) {
+  err = server_cli_db_code(err);
+  admin_conn_reply(c, admin_reply_error(err, diag->msg[0] ? diag->msg : cordon_err_message(err)));
+}
+
+/* The id of the request's user (0: none asked). false: answered. */
+static bool request_user(struct daemon *d, struct admin_conn *c, const json_t *req,
+                         int64_t *out_id) {
+  const char *name = admin_request_string(req, ADMIN_ARG_USER);
+  struct server_db_user u;
+  *out_id = 0;
+  if (!name)
+    return true;
+  if (server_db_user_get_by_name(d->db, name, &u, NULL) < 0) {
+    char msg[SERVER_DB_NAME_MAX + 80];
+    snprintf(msg, sizeof(msg), "no user '%.*s'", SERVER_DB_NAME_MAX, name);
+    admin_conn_reply(c, admin_reply_error(CORDON_E_NOT_FOUND, msg));
+    return false;
+  }
+  *out_id = u.id;
+  return true;
+}
+
+/* The request's device, resolved as the command line does (id, name or a
+ * unique id prefix, among the user's devices when user is given). false:
+ * answered (not_found, or usage naming the devices it could be). */
+static bool request_device(struct daemon *d, struct admin_conn *c, const json_t *req,
+                           struct server_db_device *out_dev) {
+  int64_t uid;
+  if (!request_user(d, c, req, &uid))
+    return false;
+  struct cordon_diag diag = {{0}};
+  int r = server_db_device_resolve(d->db, admin_request_string(req, ADMIN_ARG_DEVICE), uid, out_dev,
+                                   &diag);
+  if (r < 0) {
+    reply_db_error(c, r, &diag);
+    return false;
+  }
+  return true;
+}
+
+/* The request's job, or not_found answered (false). */
+static bool request_job(struct daemon *d, struct admin_conn *c, const json_t *req,
+                        struct server_db_job *out_job) {
+  if (server_db_job_get(d->db, admin_request_string(req, ADMIN_ARG_JOB), out_job, NULL) < 0) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_NOT_FOUND, "no such job"));
+    return false;
+  }
+  return true;
+}
+
 static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const json_t *req,
                                const char *body) {
   if (d->phase != DAEMON_RUNNING) {
@@ -312,14 +365,34 @@ static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const jso
                                           "send the package's bytes"));
     return;
   }
-  if (has_path) {
+  int64_t uid;
+  if (!request_user(d, c, req, &uid))
+    return;
+  /* the job's device by id, name or id prefix among the user's devices; a
+   * whole id is taken as it is (the choice says why another user's device
+   * is not eligible) */
+  const char *device = admin_request_string(req, ADMIN_ARG_DEVICE);
+  char device_id[CORDON_ID_HEX_SIZE] = "";
+  if (device && !cordon_id_hex_valid(device)) {
+    struct server_db_device dev;
+    if (!request_device(d, c, req, &dev))
+      return;
+    snprintf(device_id, sizeof(device_id), "%s", dev.id);
+    server_db_device_release(&dev);
+  }
+  if (has_path && !device_id[0]) {
     jobs_op_dispatch(d->jobs, c, req);
     return;
   }
   /* the bytes are in a file of ours for the call: the job reads it there */
   json_t *copy = json_deep_copy(req);
-  if (!copy || json_object_del(copy, admin_arg_key(ADMIN_ARG_BYTES)) < 0 ||
-      admin_request_set(copy, ADMIN_ARG_PACKAGE, json_string(body ? body : "")) < 0) {
+  bool bad = !copy;
+  if (!bad && has_bytes)
+    bad = json_object_del(copy, admin_arg_key(ADMIN_ARG_BYTES)) < 0 ||
+          admin_request_set(copy, ADMIN_ARG_PACKAGE, json_string(body ? body : "")) < 0;
+  if (!bad && device_id[0])
+    bad = admin_request_set(copy, ADMIN_ARG_DEVICE, json_string(device_id)) < 0;
+  if (bad) {
     json_decref(copy);
     admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
     return;
@@ -331,37 +404,38 @@ static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const jso
 static void daemon_op_cancel(struct daemon *d, struct admin_conn *c, const json_t *req,
                              const char *body) {
   (void)body;
+  struct server_db_job j;
+  if (!request_job(d, c, req, &j))
+    return;
+  bool final = server_db_job_state_is_final(j.state);
+  char msg[CORDON_ID_HEX_SIZE + 64];
+  snprintf(msg, sizeof(msg), "job %s already ended: %s", j.id, server_db_job_state_name(j.state));
+  server_db_job_release(&j);
+  if (final) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_NOT_RUNNING, msg));
+    return;
+  }
   jobs_op_cancel(d->jobs, c, req);
 }
 
 static void daemon_op_wait(struct daemon *d, struct admin_conn *c, const json_t *req,
                            const char *body) {
   (void)body;
+  struct server_db_job j;
+  if (!request_job(d, c, req, &j))
+    return;
+  server_db_job_release(&j);
   jobs_op_wait(d->jobs, c, req);
 }
 
 static void daemon_op_follow(struct daemon *d, struct admin_conn *c, const json_t *req,
                              const char *body) {
   (void)body;
+  struct server_db_job j;
+  if (!request_job(d, c, req, &j))
+    return;
+  server_db_job_release(&j);
   jobs_op_follow(d->jobs, c, req);
-}
-
-/* The database part of a revoke is the command's; the live session is ours. */
-static void daemon_op_revoke(struct daemon *d, struct admin_conn *c, const json_t *req,
-                             const char *body) {
-  (void)body;
-  const char *id = admin_request_string(req, ADMIN_ARG_DEVICE);
-  struct session *s = sessions_find(d->sessions, id);
-  long uid, pid;
-  admin_conn_peer(c, &uid, &pid);
-  char u[24];
-  snprintf(u, sizeof(u), "%ld", uid);
-  core_log_kv(CORE_LOG_INFO, "device revoked", "device", id, "user", s ? s->user : "-", "addr",
-              s ? s->addr : "-", "uid", u, "disconnected", s ? "yes" : "no", NULL);
-  if (s)
-    session_goaway(s, MSG_GOAWAY_REVOKED, "this device was revoked");
-  admin_conn_reply(c,
-                   json_pack("{s:b, s:b}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DISCONNECTED, s != NULL));
 }
 
 static json_t *online_of(struct daemon *d, const char *device_id) {
@@ -369,73 +443,129 @@ static json_t *online_of(struct daemon *d, const char *device_id) {
                                    : json_null();
 }
 
-/* A database error as a reply: -EINVAL and -ENOENT are the caller's. */
-static void reply_db_error(struct admin_conn *c, int err, const struct cordon_diag *diag) {
-  if (err == -EINVAL || err == -ENOENT)
-    err = CORDON_E_USAGE;
-  admin_conn_reply(c, admin_reply_error(err, diag->msg[0] ? diag->msg : cordon_err_message(err)));
+static json_t *session_online(void *ctx, const char *device_id) {
+  return online_of(ctx, device_id);
 }
 
-/* The id of the request's user (0: none asked). false: answered. */
-static bool request_user(struct daemon *d, struct admin_conn *c, const json_t *req,
-                         int64_t *out_id) {
-  const char *name = admin_request_string(req, ADMIN_ARG_USER);
-  struct server_db_user u;
-  *out_id = 0;
-  if (!name)
-    return true;
-  if (server_db_user_get_by_name(d->db, name, &u, NULL) < 0) {
-    char msg[SERVER_DB_NAME_MAX + 80];
-    snprintf(msg, sizeof(msg), "no user '%.*s'", SERVER_DB_NAME_MAX, name);
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, msg));
-    return false;
+/* {"ok": true, key: value} (value stolen; NULL: out of memory). */
+static void reply_value(struct admin_conn *c, const char *key, json_t *value) {
+  json_t *reply = value ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, key, value) : NULL;
+  admin_conn_reply(c, reply ? reply : admin_reply_error(-ENOMEM, "out of memory"));
+}
+
+static void log_device_change(struct admin_conn *c, const char *what,
+                              const struct server_db_device *dev, bool disconnected) {
+  long uid, pid;
+  admin_conn_peer(c, &uid, &pid);
+  char u[24];
+  snprintf(u, sizeof(u), "%ld", uid);
+  core_log_kv(CORE_LOG_INFO, what, "device", dev->id, "user", dev->owner, "uid", u, "disconnected",
+              disconnected ? "yes" : "no", NULL);
+}
+
+/* Close the device's live session, if it has one: whether it had. */
+static bool close_session(struct daemon *d, const char *id, const char *why) {
+  struct session *s = sessions_find(d->sessions, id);
+  if (s)
+    session_goaway(s, MSG_GOAWAY_REVOKED, why);
+  return s != NULL;
+}
+
+/* {"ok": true, "device": the devices object of id as it is now, ...} */
+static json_t *device_reply(struct daemon *d, const char *id) {
+  struct server_db_device dev;
+  if (server_db_device_get(d->db, id, &dev, NULL) < 0)
+    return json_pack("{s:b, s:n}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DEVICE);
+  json_t *o = admin_view_device(&dev, online_of(d, dev.id));
+  server_db_device_release(&dev);
+  return o ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DEVICE, o) : NULL;
+}
+
+static void reply_with(struct admin_conn *c, json_t *reply, const char *key, json_t *value) {
+  if (!reply || json_object_set_new(reply, key, value) < 0) {
+    json_decref(reply);
+    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
+    return;
   }
-  *out_id = u.id;
-  return true;
+  admin_conn_reply(c, reply);
+}
+
+/* The revocation is committed first (the key is refused at every
+ * handshake from then on), then the live session is closed. */
+static void daemon_op_revoke(struct daemon *d, struct admin_conn *c, const json_t *req,
+                             const char *body) {
+  (void)body;
+  struct server_db_device dev;
+  if (!request_device(d, c, req, &dev))
+    return;
+  struct cordon_diag diag = {{0}};
+  int r = server_db_device_revoke(d->db, dev.id, &diag);
+  if (r < 0 && r != -EALREADY) {
+    server_db_device_release(&dev);
+    reply_db_error(c, r, &diag);
+    return;
+  }
+  bool gone = close_session(d, dev.id, "this device was revoked");
+  log_device_change(c, "device revoked", &dev, gone);
+  json_t *reply = device_reply(d, dev.id);
+  server_db_device_release(&dev);
+  if (reply)
+    json_object_set_new(reply, ADMIN_REPLY_ALREADY, json_boolean(r == -EALREADY));
+  reply_with(c, reply, ADMIN_REPLY_DISCONNECTED, json_boolean(gone));
 }
 
 static void daemon_op_job(struct daemon *d, struct admin_conn *c, const json_t *req,
                           const char *body) {
   (void)body;
   struct server_db_job j;
-  if (server_db_job_get(d->db, admin_request_string(req, ADMIN_ARG_JOB), &j, NULL) < 0) {
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such job"));
+  if (!request_job(d, c, req, &j))
     return;
-  }
   json_t *o = admin_view_job(&j, online_of(d, j.device_id));
   server_db_job_release(&j);
-  admin_conn_reply(c, o ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB, o)
-                        : admin_reply_error(-ENOMEM, "out of memory"));
+  reply_value(c, ADMIN_REPLY_JOB, o);
 }
 
 static void daemon_op_jobs(struct daemon *d, struct admin_conn *c, const json_t *req,
                            const char *body) {
   (void)body;
   long long limit = admin_request_int(req, ADMIN_ARG_LIMIT, DAEMON_ADMIN_JOBS_LIMIT);
+  long long since = admin_request_int(req, ADMIN_ARG_SINCE, 0);
+  const char *state = admin_request_string(req, ADMIN_ARG_JOB_STATE);
+  struct server_db_job_filter f = {.since = since, .limit = (size_t)limit};
   if (limit < 0 || limit > ADMIN_JOBS_MAX) {
     admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "limit: 0 to 1000000 (0: all)"));
     return;
   }
-  int64_t uid;
-  if (!request_user(d, c, req, &uid))
+  if (since < 0) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "since: Unix seconds, 0 or more"));
     return;
+  }
+  if (state && server_db_job_state_parse(state, &f.state) < 0) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE,
+                                          "job_state: queued, sent, running, done, failed, "
+                                          "expired or cancelled"));
+    return;
+  }
+  f.has_state = state != NULL;
+  if (!request_user(d, c, req, &f.user_id))
+    return;
+  struct server_db_device dev = {0};
+  if (admin_request_get(req, ADMIN_ARG_DEVICE)) {
+    if (!request_device(d, c, req, &dev))
+      return;
+    f.device_id = dev.id;
+  }
   struct server_db_job_list l;
   struct cordon_diag diag = {{0}};
-  int r = server_db_job_list(d->db, uid, (size_t)limit, &l, &diag);
+  int r = server_db_job_list_filtered(d->db, &f, &l, &diag);
+  server_db_device_release(&dev);
   if (r < 0) {
     reply_db_error(c, r, &diag);
     return;
   }
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l.count; i++)
-    if (json_array_append_new(
-            arr, admin_view_job_summary(&l.items[i], online_of(d, l.items[i].device_id))) < 0) {
-      json_decref(arr);
-      arr = NULL;
-    }
+  json_t *arr = admin_view_job_summaries(&l, session_online, d);
   server_db_job_list_release(&l);
-  admin_conn_reply(c, arr ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOBS, arr)
-                          : admin_reply_error(-ENOMEM, "out of memory"));
+  reply_value(c, ADMIN_REPLY_JOBS, arr);
 }
 
 static void daemon_op_devices(struct daemon *d, struct admin_conn *c, const json_t *req,
@@ -451,30 +581,26 @@ static void daemon_op_devices(struct daemon *d, struct admin_conn *c, const json
     reply_db_error(c, r, &diag);
     return;
   }
-  json_t *arr = json_array();
-  for (size_t i = 0; arr && i < l.count; i++)
-    if (json_array_append_new(arr, admin_view_device(&l.items[i], online_of(d, l.items[i].id))) <
-        0) {
-      json_decref(arr);
-      arr = NULL;
-    }
+  json_t *arr = admin_view_devices(&l, session_online, d);
   server_db_device_list_release(&l);
-  admin_conn_reply(c, arr ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DEVICES, arr)
-                          : admin_reply_error(-ENOMEM, "out of memory"));
+  reply_value(c, ADMIN_REPLY_DEVICES, arr);
 }
 
 static void daemon_op_device(struct daemon *d, struct admin_conn *c, const json_t *req,
                              const char *body) {
   (void)body;
   struct server_db_device dev;
-  if (server_db_device_get(d->db, admin_request_string(req, ADMIN_ARG_DEVICE), &dev, NULL) < 0) {
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such device"));
+  if (!request_device(d, c, req, &dev))
+    return;
+  json_t *o = NULL;
+  struct cordon_diag diag = {{0}};
+  int r = admin_view_device_show(d->db, &dev, online_of(d, dev.id), &o, &diag);
+  server_db_device_release(&dev);
+  if (r < 0) {
+    reply_db_error(c, r, &diag);
     return;
   }
-  json_t *o = admin_view_device(&dev, online_of(d, dev.id));
-  server_db_device_release(&dev);
-  admin_conn_reply(c, o ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DEVICE, o)
-                        : admin_reply_error(-ENOMEM, "out of memory"));
+  reply_value(c, ADMIN_REPLY_DEVICE, o);
 }
 
 static void daemon_op_label(struct daemon *d, struct admin_conn *c, const json_t *req,
@@ -507,15 +633,124 @@ static void daemon_op_label(struct daemon *d, struct admin_conn *c, const json_t
       return;
     }
   }
+  struct server_db_device dev;
+  if (!request_device(d, c, req, &dev))
+    return;
   struct server_db_labels after;
-  int r = server_db_device_label(d->db, admin_request_string(req, ADMIN_ARG_DEVICE), labels, n_set,
-                                 keys, n_remove, &after, &diag);
+  int r = server_db_device_label(d->db, dev.id, labels, n_set, keys, n_remove, &after, &diag);
+  server_db_device_release(&dev);
   if (r < 0) {
     reply_db_error(c, r, &diag);
     return;
   }
   admin_conn_reply(c, json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_LABELS,
                                 server_db_labels_to_json(&after)));
+}
+
+static void daemon_op_rename(struct daemon *d, struct admin_conn *c, const json_t *req,
+                             const char *body) {
+  (void)body;
+  struct server_db_device dev;
+  if (!request_device(d, c, req, &dev))
+    return;
+  struct cordon_diag diag = {{0}};
+  int r = server_db_device_rename(d->db, dev.id, admin_request_string(req, ADMIN_ARG_NAME), &diag);
+  if (r < 0) {
+    server_db_device_release(&dev);
+    reply_db_error(c, r == -EPERM ? -EINVAL : r, &diag);
+    return;
+  }
+  log_device_change(c, "device renamed", &dev, false);
+  json_t *reply = device_reply(d, dev.id);
+  reply_with(c, reply, ADMIN_REPLY_OLD_NAME, json_string(dev.name));
+  server_db_device_release(&dev);
+}
+
+/* approve and reject: of a pending device only (approve of an active one
+ * is answered "already", as revoke is). */
+static void decide(struct daemon *d, struct admin_conn *c, const json_t *req, bool approve) {
+  struct server_db_device dev;
+  if (!request_device(d, c, req, &dev))
+    return;
+  struct cordon_diag diag = {{0}};
+  int r = 0;
+  bool already = approve && dev.state == SERVER_DB_DEVICE_ACTIVE;
+  if (already)
+    r = 0;
+  else if (dev.state == SERVER_DB_DEVICE_ACTIVE)
+    r = cordon_diag_set(&diag, -EINVAL, "device %s is active, not pending: revoke it", dev.id);
+  else if (dev.state != SERVER_DB_DEVICE_PENDING)
+    r = cordon_diag_set(&diag, -ENOENT, "device %s (%s) is revoked, not pending", dev.id,
+                        dev.owner);
+  else if (approve)
+    r = server_db_device_approve(d->db, dev.id, &diag);
+  else
+    r = server_db_device_revoke(d->db, dev.id, &diag);
+  if (r < 0) {
+    server_db_device_release(&dev);
+    reply_db_error(c, r, &diag);
+    return;
+  }
+  bool gone = !approve && close_session(d, dev.id, "this device was rejected");
+  if (!already)
+    log_device_change(c, approve ? "device approved" : "device rejected", &dev, gone);
+  json_t *reply = device_reply(d, dev.id);
+  server_db_device_release(&dev);
+  if (approve)
+    reply_with(c, reply, ADMIN_REPLY_ALREADY, json_boolean(already));
+  else
+    reply_with(c, reply, ADMIN_REPLY_DISCONNECTED, json_boolean(gone));
+}
+
+static void daemon_op_approve(struct daemon *d, struct admin_conn *c, const json_t *req,
+                              const char *body) {
+  (void)body;
+  decide(d, c, req, true);
+}
+
+static void daemon_op_reject(struct daemon *d, struct admin_conn *c, const json_t *req,
+                             const char *body) {
+  (void)body;
+  decide(d, c, req, false);
+}
+
+static void daemon_op_pair_codes(struct daemon *d, struct admin_conn *c, const json_t *req,
+                                 const char *body) {
+  (void)body;
+  int64_t uid;
+  if (!request_user(d, c, req, &uid))
+    return;
+  struct server_db_code_list l = {0};
+  struct cordon_diag diag = {{0}};
+  int r = server_db_code_list(d->db, uid, &l, &diag);
+  if (r < 0) {
+    reply_db_error(c, r, &diag);
+    return;
+  }
+  json_t *arr = admin_view_codes(&l);
+  server_db_code_list_release(&l);
+  reply_value(c, ADMIN_REPLY_CODES, arr);
+}
+
+static void daemon_op_pair_code_revoke(struct daemon *d, struct admin_conn *c, const json_t *req,
+                                       const char *body) {
+  (void)body;
+  char id[SERVER_DB_CODE_ID_SIZE];
+  server_cli_code_id(admin_request_string(req, ADMIN_ARG_CODE), id);
+  struct cordon_diag diag = {{0}};
+  int r = server_db_code_revoke(d->db, id, &diag);
+  if (r < 0 && r != -EALREADY) {
+    reply_db_error(c, r, &diag);
+    return;
+  }
+  long uid, pid;
+  admin_conn_peer(c, &uid, &pid);
+  char u[24];
+  snprintf(u, sizeof(u), "%ld", uid);
+  if (r == 0)
+    core_log_kv(CORE_LOG_INFO, "pairing code revoked", "code", id, "uid", u, NULL);
+  admin_conn_reply(c, json_pack("{s:b, s:s, s:b}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_CODE_ID, id,
+                                ADMIN_REPLY_ALREADY, r == -EALREADY));
 }
 
 /* A watch: every event but output, as lines, until the client goes. */

@@ -243,25 +243,58 @@ class Client:
     def job(self, job_id):
         return self.request("job", job=job_id)["job"]
 
-    def jobs(self, user=None, limit=None):
-        return self.request("jobs", user=user, limit=limit)["jobs"]
+    def jobs(self, user=None, device=None, job_state=None, since=None, limit=None):
+        """The jobs, newest first: of user, of device (id, name or id
+        prefix), in job_state ("queued", "running", ...), created at or
+        after since (Unix seconds), at most limit (0: all; default 100)."""
+        return self.request("jobs", user=user, device=device, job_state=job_state,
+                            since=None if since is None else int(since), limit=limit)["jobs"]
 
     def devices(self, user=None):
         return self.request("devices", user=user)["devices"]
 
-    def device(self, device_id):
-        return self.request("device", device=device_id)["device"]
+    def device(self, device, user=None):
+        """One device (id, name or a unique id prefix; among user's when
+        given) as `device show --json` prints it: facts, labels, running
+        and recent jobs."""
+        return self.request("device", device=device, user=user)["device"]
 
-    def label(self, device_id, set=None, remove=None):
+    def label(self, device, set=None, remove=None, user=None):
         """Set ({key: value} or ["k=v"]) and remove (keys) labels: the labels after."""
         if isinstance(set, dict):
             set = ["%s=%s" % kv for kv in sorted(set.items())]
-        return self.request("label", device=device_id, set=list(set or []),
+        return self.request("label", device=device, user=user, set=list(set or []),
                             remove=list(remove or []))["labels"]
 
+    def rename(self, device, name, user=None):
+        """Rename a device: the device after."""
+        return self.request("rename", device=device, name=name, user=user)["device"]
+
+    def approve(self, device, user=None):
+        """Approve a pending device: {"device", "already"}."""
+        return self.request("approve", device=device, user=user)
+
+    def reject(self, device, user=None):
+        """Reject (revoke) a pending device: {"device", "disconnected"}."""
+        return self.request("reject", device=device, user=user)
+
+    def revoke(self, device, user=None):
+        """Revoke a device and close its live session: {"device",
+        "already", "disconnected"}."""
+        return self.request("revoke", device=device, user=user)
+
     def revoke_session(self, device_id):
-        """Close a revoked device's live session (the database part is `cordon-server revoke`)."""
-        return self.request("revoke", device=device_id)["disconnected"]
+        """Revoke a device; whether a live session was closed (kept for
+        callers of version 1's first release: revoke() says more)."""
+        return self.revoke(device_id)["disconnected"]
+
+    def pair_codes(self, user=None):
+        """The pairing codes (ids and states, never the secrets)."""
+        return self.request("pair_codes", user=user)["codes"]
+
+    def pair_code_revoke(self, code_id):
+        """Burn a live pairing code: {"id", "already"}."""
+        return self.request("pair_code_revoke", code=code_id)
 
     def follow(self, job_id, timeout=None):
         """A Stream of Output(stream, offset, data) while the job runs, then

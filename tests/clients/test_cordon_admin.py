@@ -113,10 +113,13 @@ class AdminClientTest(unittest.TestCase):
     def test_errors_carry_the_stable_code(self):
         with self.assertRaises(AdminError) as e:
             self.c.job("0" * 32)
-        self.assertEqual(e.exception.code, "usage")
+        self.assertEqual(e.exception.code, "not_found")
         with self.assertRaises(AdminError) as e:
             self.c.dispatch("nobody", b"not a package")
-        self.assertEqual(e.exception.code, "usage")
+        self.assertEqual(e.exception.code, "not_found")
+        with self.assertRaises(AdminError) as e:
+            self.c.device("kitchen")
+        self.assertEqual(e.exception.code, "not_found")
         with self.assertRaises(AdminError) as e:
             self.c.dispatch("alice", b"not a package")
         self.assertEqual(e.exception.code, "package_corrupt")
@@ -155,13 +158,36 @@ class AdminClientTest(unittest.TestCase):
         self.assertEqual(job["state"], "cancelled")
         with self.assertRaises(AdminError) as e:
             self.c.cancel(r["job_id"])
-        self.assertEqual(e.exception.code, "usage")
+        self.assertEqual(e.exception.code, "not_running")
 
     def test_labels_and_devices(self):
         self.assertEqual(self.c.label(self.device, set={"site": "home"}), {"site": "home"})
         dev = [d for d in self.c.devices(user="alice") if d["id"] == self.device][0]
         self.assertEqual(dev["labels"], {"site": "home"})
         self.assertEqual(self.c.label(self.device, remove=["site"]), {})
+
+    def test_devices_by_name_filters_rename_and_pair_codes(self):
+        name = self.c.device(self.device)["name"]
+        dev = self.c.device(name, user="alice")
+        self.assertEqual(dev["id"], self.device)
+        self.assertTrue(dev["online"])
+        self.assertIn("facts", dev)
+        self.assertEqual(self.c.device(self.device[:8])["id"], self.device)
+        self.assertEqual(self.c.rename(name, "den")["name"], "den")
+        self.assertEqual(self.c.device("den")["id"], self.device)
+        self.assertEqual(self.c.rename("den", name)["name"], name)
+        self.assertEqual(self.c.approve(name)["already"], True)
+        pkg = self.pack("hello", 'echo "hi $1"\n')
+        job = self.c.dispatch("alice", pkg, ["f"], wait=True)
+        self.assertEqual([j["id"] for j in self.c.jobs(device=name, limit=1)], [job["id"]])
+        self.assertEqual(self.c.jobs(device=name, since=4000000000), [])
+        done = self.c.jobs(job_state="done")
+        self.assertIn(job["id"], [j["id"] for j in done])
+        self.assertTrue(all(j["state"] == "done" for j in done))
+        codes = self.c.pair_codes(user="alice")
+        self.assertTrue(codes)
+        self.assertTrue(all(c["user"] == "alice" and "secret" not in c for c in codes))
+        self.assertEqual(self.c.pair_code_revoke(codes[0]["id"])["already"], True)
 
     def test_follow_of_a_finished_job_is_its_result(self):
         pkg = self.pack("hello", 'echo "hi $1"\n')

@@ -201,12 +201,12 @@ Test(admin_api, unknown_keys_and_ops_are_refused_and_the_connection_goes_on) {
                "unknown key 'verbose' for op ping");
   assert_error(ask(c, "{\"op\":\"jobs\",\"job\":\"x\"}"), "usage", "unknown key 'job' for op jobs");
   assert_error(ask(c, "{\"op\":\"frobnicate\"}"), "usage", "unknown op");
-  assert_error(ask(c, "{\"op\":\"job\",\"job\":\"0123456789abcdef0123456789abcdef\"}"), "usage",
+  assert_error(ask(c, "{\"op\":\"job\",\"job\":\"0123456789abcdef0123456789abcdef\"}"), "not_found",
                "no such job");
-  assert_error(ask(c, "{\"op\":\"jobs\",\"user\":\"nobody\"}"), "usage", "no user 'nobody'");
+  assert_error(ask(c, "{\"op\":\"jobs\",\"user\":\"nobody\"}"), "not_found", "no user 'nobody'");
   assert_error(ask(c, "{\"op\":\"jobs\",\"limit\":-1}"), "usage", NULL);
   assert_error(ask(c, "{\"op\":\"device\",\"device\":\"0123456789abcdef0123456789abcdef\"}"),
-               "usage", "no such device");
+               "not_found", "no device '0123456789abcdef0123456789abcdef'");
   assert_error(ask(c, "{\"op\":\"dispatch\",\"user\":\"alice\"}"), "usage",
                "dispatch needs user, package and args");
   assert_ok(ask(c, "{\"op\":\"ping\"}"));
@@ -341,8 +341,8 @@ Test(admin_api, follow_of_a_finished_job_is_its_end_at_once) {
   cr_assert_str_eq(str(json_object_get(json_object_get(r, "job"), "result"), "stdout"), "over\n");
   json_decref(r);
   assert_ok(ask(c, "{\"op\":\"ping\"}")); /* after the end, requests again */
-  assert_error(ask(c, "{\"op\":\"follow\",\"job\":\"0123456789abcdef0123456789abcdef\"}"), "usage",
-               "no such job");
+  assert_error(ask(c, "{\"op\":\"follow\",\"job\":\"0123456789abcdef0123456789abcdef\"}"),
+               "not_found", "no such job");
   conn_close(c);
   free(pkg);
 }
@@ -565,5 +565,275 @@ Test(admin_api, streams_end_with_an_error_line_when_the_daemon_stops) {
   cr_assert_eq(waitpid(e2e_server_pid, &st, 0), e2e_server_pid);
   e2e_server_pid = -1;
   cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+  free(pkg);
+}
+
+/* jobs takes the command line's filters; unknown users, jobs and devices
+ * are not_found; a device is named by its name (and user) or an id
+ * prefix, resolved by the daemon, and device answers `device show`'s
+ * object. */
+Test(admin_api, jobs_filters_not_found_and_devices_by_name) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL); /* offline: dispatches queue */
+  struct e2e_agent *b = pair_agent(1, "desktop", NULL);
+  char *pkg = pack("hello", hello_manifest, "echo hi\n");
+  struct conn *c = conn_open();
+  json_t *r = dispatch_bytes(c, pkg, ",\"device\":\"laptop\"");
+  cr_assert_str_eq(str(r, "state"), "queued", "%s", json_dumps(r, 0));
+  cr_assert_str_eq(str(r, "device"), a->id, "the daemon resolved the name");
+  char on_laptop[33];
+  snprintf(on_laptop, sizeof(on_laptop), "%s", str(r, "job_id"));
+  json_decref(r);
+  char prefix[200];
+  snprintf(prefix, sizeof(prefix), ",\"device\":\"%.8s\"", b->id);
+  r = dispatch_bytes(c, pkg, prefix);
+  cr_assert_str_eq(str(r, "device"), b->id, "an id prefix names it too");
+  char on_desktop[33];
+  snprintf(on_desktop, sizeof(on_desktop), "%s", str(r, "job_id"));
+  json_decref(r);
+  char line[300];
+  snprintf(line, sizeof(line), "{\"op\":\"cancel\",\"job\":\"%s\"}", on_desktop);
+  assert_ok(ask(c, line));
+
+  /* the filters */
+  r = ask(c, "{\"op\":\"jobs\",\"user\":\"alice\",\"device\":\"laptop\"}");
+  json_t *jobs = json_object_get(r, "jobs");
+  cr_assert_eq(json_array_size(jobs), 1, "%s", json_dumps(r, 0));
+  json_t *row = json_array_get(jobs, 0);
+  cr_assert_str_eq(str(row, "id"), on_laptop);
+  cr_assert_str_eq(str(row, "device_name"), "laptop");
+  cr_assert_str_eq(str(row, "package"), "hello@1");
+  cr_assert(json_is_false(json_object_get(row, "device_online")));
+  json_decref(r);
+  r = ask(c, "{\"op\":\"jobs\",\"job_state\":\"cancelled\"}");
+  jobs = json_object_get(r, "jobs");
+  cr_assert_eq(json_array_size(jobs), 1, "%s", json_dumps(r, 0));
+  cr_assert_str_eq(str(json_array_get(jobs, 0), "id"), on_desktop);
+  cr_assert_str_eq(str(json_array_get(jobs, 0), "error"), "cancelled");
+  json_decref(r);
+  r = ask(c, "{\"op\":\"jobs\",\"since\":4000000000}");
+  cr_assert_eq(json_array_size(json_object_get(r, "jobs")), 0, "none created after 2096");
+  json_decref(r);
+  r = ask(c, "{\"op\":\"jobs\",\"limit\":1}");
+  cr_assert_eq(json_array_size(json_object_get(r, "jobs")), 1);
+  json_decref(r);
+  assert_error(ask(c, "{\"op\":\"jobs\",\"job_state\":\"sleeping\"}"), "usage", NULL);
+
+  /* the same objects as the command line prints with --json */
+  r = ask(c, "{\"op\":\"device\",\"device\":\"laptop\",\"user\":\"alice\"}");
+  json_t *dev = json_object_get(r, "device");
+  cr_assert_str_eq(str(dev, "id"), a->id, "%s", json_dumps(r, 0));
+  cr_assert(json_is_object(json_object_get(dev, "facts")));
+  cr_assert_eq(json_array_size(json_object_get(dev, "running_jobs")), 1);
+  cr_assert_eq(json_array_size(json_object_get(dev, "recent_jobs")), 1);
+  cr_assert(json_is_false(json_object_get(dev, "online")));
+  struct out *o = RUN(SERVER, "device", "show", "laptop", "--json", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  json_t *cli = json_loads(o->out, 0, NULL);
+  cr_assert(json_equal(cli, dev), "device show --json is the API's object:\n%s\n%s", o->out,
+            json_dumps(dev, 0));
+  json_decref(cli);
+  free(o);
+  json_decref(r);
+  r = ask(c, "{\"op\":\"job\",\"job\":\"0123456789abcdef0123456789abcdef\"}");
+  assert_error(r, "not_found", "no such job");
+  snprintf(line, sizeof(line), "{\"op\":\"job\",\"job\":\"%s\"}", on_laptop);
+  r = ask(c, line);
+  o = RUN(SERVER, "job", on_laptop, "--json", "--state", e2e_state);
+  cli = json_loads(o->out, 0, NULL);
+  cr_assert(json_equal(cli, json_object_get(r, "job")), "job --json is the API's object");
+  json_decref(cli);
+  free(o);
+  json_decref(r);
+
+  /* not_found and ambiguity, with the command line's codes */
+  assert_error(ask(c, "{\"op\":\"jobs\",\"user\":\"nobody\"}"), "not_found", "no user 'nobody'");
+  assert_error(ask(c, "{\"op\":\"device\",\"device\":\"kitchen\"}"), "not_found", NULL);
+  assert_error(ask(c, "{\"op\":\"devices\",\"user\":\"nobody\"}"), "not_found", NULL);
+  assert_error(ask(c, "{\"op\":\"label\",\"device\":\"kitchen\",\"set\":[\"a=b\"]}"), "not_found",
+               NULL);
+  assert_error(ask(c, "{\"op\":\"revoke\",\"device\":\"kitchen\"}"), "not_found", NULL);
+  r = dispatch_bytes(c, pkg, ",\"device\":\"kitchen\"");
+  assert_error(r, "not_found", NULL);
+  snprintf(line, sizeof(line), "{\"op\":\"cancel\",\"job\":\"%s\"}", on_desktop);
+  assert_error(ask(c, line), "not_running", NULL);
+  /* bob's laptop: then the bare name is ambiguous, with user it is not */
+  struct out *o2 = RUN(SERVER, "user", "add", "bob", "--state", e2e_state);
+  cr_assert_eq(o2->status, 0, "%s", o2->err);
+  free(o2);
+  char *code = mint_code("bob"), bob_dir[400];
+  snprintf(bob_dir, sizeof(bob_dir), "%s/agent-bob", e2e_dir);
+  o2 = RUN(AGENT, "--config", bob_dir, "pair", "--server", e2e_addr, "--code", code, "--name",
+           "laptop");
+  cr_assert_eq(o2->status, 0, "pair bob's laptop: %s", o2->err);
+  free(o2);
+  free(code);
+  r = ask(c, "{\"op\":\"device\",\"device\":\"laptop\"}");
+  cr_assert_str_eq(str(r, "code"), "usage", "%s", json_dumps(r, 0));
+  cr_assert(strstr(str(r, "message"), "names several devices"), "%s", str(r, "message"));
+  json_decref(r);
+  r = ask(c, "{\"op\":\"device\",\"device\":\"laptop\",\"user\":\"bob\"}");
+  cr_assert(json_is_true(json_object_get(r, "ok")), "%s", json_dumps(r, 0));
+  cr_assert_str_eq(str(json_object_get(r, "device"), "owner"), "bob");
+  json_decref(r);
+  conn_close(c);
+  free(pkg);
+}
+
+/* Run a command as account (its own group only) to its end. */
+static struct out *run_as(const char *account, const char *const *argv) {
+  struct passwd *pw = getpwnam(account);
+  cr_assert_not_null(pw, "the %s account (scripts/test-setup.sh)", account);
+  struct out *o = calloc(1, sizeof(*o));
+  char outp[400], errp[400];
+  snprintf(outp, sizeof(outp), "%s/as.out", e2e_dir);
+  snprintf(errp, sizeof(errp), "%s/as.err", e2e_dir);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fo = open(outp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0)
+      _exit(126);
+    if (setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
+      _exit(125);
+    execv(argv[0], (char **)argv);
+    _exit(127);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  o->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  FILE *f = fopen(outp, "r");
+  size_t n = f ? fread(o->out, 1, sizeof(o->out) - 1, f) : 0;
+  o->out[n] = '\0';
+  if (f)
+    fclose(f);
+  f = fopen(errp, "r");
+  n = f ? fread(o->err, 1, sizeof(o->err) - 1, f) : 0;
+  o->err[n] = '\0';
+  if (f)
+    fclose(f);
+  return o;
+}
+
+#define RUN_AS(account, ...) run_as(account, (const char *const[]){__VA_ARGS__, NULL})
+
+/* A member of the admin group, who cannot read the state directory's
+ * files (the database among them), runs the admin commands: each goes
+ * through the API. */
+Test(admin_group, a_member_runs_the_admin_commands_through_the_api) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL); /* offline: the job queues */
+  char *pkg = pack("hello", hello_manifest, "echo hi\n");
+  cr_assert_eq(chmod(pkg, 0644), 0);
+  struct group *g = getgrnam("cordon-test");
+  cr_assert_not_null(g);
+  cr_assert_eq(chown(e2e_state, 0, g->gr_gid), 0);
+  cr_assert_eq(chmod(e2e_state, 0710), 0);
+  char db[400];
+  snprintf(db, sizeof(db), "%s/cordon.db", e2e_state);
+  struct out *o = RUN_AS("cordon-test", "/bin/cat", db);
+  cr_assert_neq(o->status, 0, "the member cannot read the database");
+  free(o);
+
+  o = RUN_AS("cordon-test", SERVER, "dispatch", "--user", "alice", "--device", "laptop", pkg,
+             "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  cr_assert(strstr(o->err, "queued"), "%s", o->err);
+  free(o);
+
+  o = RUN_AS("cordon-test", SERVER, "jobs", "--device", "laptop", "--json", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "jobs: %s", o->err);
+  json_t *jobs = json_loads(o->out, 0, NULL);
+  cr_assert_eq(json_array_size(jobs), 1, "%s", o->out);
+  cr_assert_str_eq(str(json_array_get(jobs, 0), "id"), id);
+  cr_assert(json_is_false(json_object_get(json_array_get(jobs, 0), "device_online")),
+            "the daemon's answer: offline, not unknown");
+  json_decref(jobs);
+  free(o);
+
+  o = RUN_AS("cordon-test", SERVER, "job", id, "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "job: %s", o->err);
+  cr_assert(strstr(o->out, "state:    queued"), "%s", o->out);
+  cr_assert(strstr(o->out, "online:   offline"), "%s", o->out);
+  char want[100];
+  snprintf(want, sizeof(want), "device:   laptop (%s)", a->id);
+  cr_assert(strstr(o->out, want), "%s", o->out);
+  free(o);
+
+  o = RUN_AS("cordon-test", SERVER, "devices", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "devices: %s", o->err);
+  cr_assert(strstr(o->out, a->id) && strstr(o->out, "laptop"), "%s", o->out);
+  cr_assert(!strstr(o->err, "unknown"), "online is known: %s", o->err);
+  free(o);
+
+  o = RUN_AS("cordon-test", SERVER, "device", "label", "laptop", "room=3", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "device label: %s", o->err);
+  cr_assert_str_eq(o->out, "room=3\n");
+  free(o);
+
+  o = RUN_AS("cordon-test", SERVER, "job", "0123456789abcdef0123456789abcdef", "--state",
+             e2e_state);
+  cr_assert_eq(o->status, 1);
+  cr_assert(strstr(o->err, "not_found"), "%s", o->err);
+  free(o);
+
+  o = RUN_AS("cordon-test", SERVER, "cancel", id, "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "cancel: %s", o->err);
+  free(o);
+  cr_assert_str_eq(job_state(id, NULL), "cancelled");
+  o = RUN_AS("cordon-test", SERVER, "cancel", id, "--state", e2e_state);
+  cr_assert_eq(o->status, 1);
+  cr_assert(strstr(o->err, "not_running"), "the daemon's check: %s", o->err);
+  free(o);
+
+  o = RUN_AS("cordon-test", SERVER, "pair-code", "list", "--json", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "pair-code list: %s", o->err);
+  json_t *codes = json_loads(o->out, 0, NULL);
+  cr_assert_eq(json_array_size(codes), 1, "the code that paired the laptop: %s", o->out);
+  cr_assert_str_eq(str(json_array_get(codes, 0), "state"), "used");
+  json_decref(codes);
+  free(o);
+
+  /* enrolment approval and names, for a pending device of alice's */
+  o = RUN(SERVER, "user", "set", "alice", "--require-approval", "yes", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  free(o);
+  struct e2e_agent *t = pair_agent(1, "tablet", NULL);
+  struct e2e_agent *p = pair_agent(2, "phone", NULL);
+  o = RUN_AS("cordon-test", SERVER, "device", "approve", "tablet", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "approve: %s", o->err);
+  cr_assert(strstr(o->err, "approved"), "%s", o->err);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "reject", "phone", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "reject: %s", o->err);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "reject", "tablet", "--state", e2e_state);
+  cr_assert_eq(o->status, 2, "an active device is revoked, not rejected: %s", o->err);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "rename", "tablet", "slate", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "rename: %s", o->err);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "show", "slate", "--json", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "show: %s", o->err);
+  json_t *shown = json_loads(o->out, 0, NULL);
+  cr_assert_str_eq(str(shown, "id"), t->id);
+  cr_assert_str_eq(str(shown, "state"), "active");
+  json_decref(shown);
+  free(o);
+  o = RUN_AS("cordon-test", SERVER, "device", "show", p->id, "--json", "--state", e2e_state);
+  shown = json_loads(o->out, 0, NULL);
+  cr_assert_str_eq(str(shown, "state"), "revoked", "%s", o->out);
+  json_decref(shown);
+  free(o);
+
+  o = RUN_AS("cordon-test", SERVER, "revoke", "laptop", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "revoke: %s", o->err);
+  cr_assert(strstr(o->err, "revoked device"), "%s", o->err);
+  free(o);
+  o = RUN(SERVER, "device", "show", a->id, "--json", "--state", e2e_state);
+  json_t *d = json_loads(o->out, 0, NULL);
+  cr_assert_str_eq(str(d, "state"), "revoked", "%s", o->out);
+  json_decref(d);
+  free(o);
+  cr_assert(wait_in(e2e_server_log, "msg=\"device revoked\"", 2000), "logged with the uid");
   free(pkg);
 }
