@@ -145,8 +145,11 @@ void agent_cli_print_version(bool json) {
 }
 
 void agent_say_error(int err, const char *detail) {
-  fprintf(stderr, AGENT_PROG ": %s: %s\n", cordon_err_name(err),
-          detail && detail[0] ? detail : cordon_err_message(err));
+  /* a detail may quote a peer (a pairing server's goaway): never raw */
+  char text[1024];
+  snprintf(text, sizeof(text), "%s", detail && detail[0] ? detail : cordon_err_message(err));
+  cordon_escape_controls(text, sizeof(text));
+  fprintf(stderr, AGENT_PROG ": %s: %s\n", cordon_err_name(err), text);
 }
 
 int agent_fail(int err, const char *message) {

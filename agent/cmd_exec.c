@@ -19,6 +19,7 @@
 #include "agent/commands.h"
 #include "agent/job.h"
 #include "compat/posix.h"
+#include "core/error.h"
 #include "core/manifest.h"
 #include "platform/paths.h"
 #include "platform/sandbox.h"
@@ -85,8 +86,13 @@ static void say_paths(FILE *f, const char *what, const char *const *v, size_t n)
   fprintf(f, "%s", what);
   if (n == 0)
     fprintf(f, " none");
-  for (size_t i = 0; i < n; i++)
-    fprintf(f, "%s %s", i ? "," : "", v[i]);
+  for (size_t i = 0; i < n; i++) {
+    /* a package's manifest chose these: never raw to a terminal */
+    char text[1024];
+    snprintf(text, sizeof(text), "%s", v[i]);
+    cordon_escape_controls(text, sizeof(text));
+    fprintf(f, "%s %s", i ? "," : "", text);
+  }
   fputc('\n', f);
 }
 

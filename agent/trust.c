@@ -139,8 +139,8 @@ static bool is_server_publisher_file(const char *name) {
 
 /* The server's publisher keys this agent holds (trusted/server-publisher*.pub). */
 struct server_pubs {
-  uint8_t key[64][32];
-  char name[64][96];
+  uint8_t key[CPKG_MAX_TRUSTED_KEYS][32]; /* the server's chain has up to 256: all of them */
+  char name[CPKG_MAX_TRUSTED_KEYS][96];
   size_t n;
 };
 
@@ -152,7 +152,7 @@ static void load_server_pubs(const char *dir, struct server_pubs *out) {
   if (!d)
     return;
   struct dirent *de;
-  while ((de = readdir(d)) != NULL && out->n < 64) {
+  while ((de = readdir(d)) != NULL && out->n < CPKG_MAX_TRUSTED_KEYS) {
     if (!is_server_publisher_file(de->d_name) || strlen(de->d_name) >= sizeof(out->name[0]))
       continue;
     char path[4200];
@@ -178,6 +178,9 @@ int agent_trust_apply_keys(const char *dir, struct agent_pairing *p, const struc
   int r = read_serial_file(dir, &serial, tk, &have, diag);
   if (r < 0)
     return r;
+  if (k->serial > (uint64_t)INT64_MAX) /* server-keys.json could not hold it */
+    return cordon_diag_set(diag, CORDON_E_PROTOCOL, "keys %llu: a serial past 2^63 - 1",
+                           (unsigned long long)k->serial);
   if (k->serial <= serial)
     return 0;
   struct server_pubs *pubs = malloc(sizeof(*pubs));

@@ -47,13 +47,19 @@ int cordon_err_from_name(const char *name) {
   return 0;
 }
 
+/* A C1 control (U+0080..U+009F, UTF-8 c2 80..c2 9f) starts at buf[i]. */
+static bool c1_at(const char *buf, size_t i, size_t len) {
+  return (unsigned char)buf[i] == 0xc2 && i + 1 < len && (unsigned char)buf[i + 1] >= 0x80 &&
+         (unsigned char)buf[i + 1] <= 0x9f;
+}
+
 void cordon_escape_controls(char *buf, size_t size) {
   if (size == 0)
     return;
   size_t len = strnlen(buf, size - 1), ctl = 0;
   buf[len] = '\0';
   for (size_t i = 0; i < len; i++)
-    ctl += (unsigned char)buf[i] < 0x20 || buf[i] == 0x7f;
+    ctl += (unsigned char)buf[i] < 0x20 || buf[i] == 0x7f || c1_at(buf, i, len);
   if (ctl == 0)
     return;
   /* from the end: each control byte becomes \xNN; what does not fit in
@@ -70,7 +76,10 @@ void cordon_escape_controls(char *buf, size_t size) {
   size_t o = 0;
   for (size_t i = 0; i < len; i++) {
     unsigned char c = (unsigned char)buf[i];
-    bool esc = c < 0x20 || c == 0x7f;
+    bool c1 = c1_at(buf, i, len);
+    if (c1) /* the two bytes of U+0080..U+009F become \x80..\x9f */
+      c = (unsigned char)buf[++i];
+    bool esc = c < 0x20 || c == 0x7f || c1;
     size_t need = esc ? 4 : 1;
     if (o + need > size - 1)
       break;

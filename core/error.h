@@ -67,7 +67,8 @@ struct cordon_diag {
 };
 
 /* Rewrite, in place, every control byte (below 0x20, and 0x7f) of the
- * NUL-terminated string in buf as the four characters \xNN, cutting the
+ * NUL-terminated string in buf as the four characters \xNN (a C1 control,
+ * UTF-8 c2 80..c2 9f, as \x80..\x9f), cutting the
  * tail when the result would not fit in size bytes. Messages cordon prints
  * name bytes that packages and peers chose; a terminal must not act on them. */
 void cordon_escape_controls(char *buf, size_t size);

@@ -65,7 +65,8 @@ static bool needs_quotes(const char *v) {
   if (!*v)
     return true;
   for (const unsigned char *p = (const unsigned char *)v; *p; p++)
-    if (*p <= ' ' || *p == '=' || *p == '"' || *p == 0x7f)
+    if (*p <= ' ' || *p == '=' || *p == '"' || *p == 0x7f ||
+        (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f))
       return true;
   return false;
 }
@@ -79,11 +80,15 @@ static void put_value(struct out *w, const char *v) {
     if (*p == '"' || *p == '\\') {
       put_c(w, '\\');
       put_c(w, (char)*p);
-    } else if (*p < 0x20 || *p == 0x7f) {
-      put_c(w, '\\');
-      put_c(w, 'x');
-      put_c(w, hex[*p >> 4]);
-      put_c(w, hex[*p & 15]);
+    } else if (*p < 0x20 || *p == 0x7f || (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)) {
+      /* C0, DEL, and the C1 controls U+0080..U+009F (both bytes) */
+      for (int b = 0; b < (*p == 0xc2 ? 2 : 1); b++) {
+        put_c(w, '\\');
+        put_c(w, 'x');
+        put_c(w, hex[p[b] >> 4]);
+        put_c(w, hex[p[b] & 15]);
+      }
+      p += *p == 0xc2;
     } else {
       put_c(w, (char)*p);
     }

@@ -480,8 +480,9 @@ static bool in_group(uid_t uid, gid_t gid, gid_t want) {
     return false;
   int n = 64;
   gid_t *groups = malloc(sizeof(gid_t) * (size_t)n);
-  if (groups && getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0 && n <= ADMIN_GROUPS_MAX) {
-    gid_t *more = realloc(groups, sizeof(gid_t) * (size_t)n);
+  if (groups && getgrouplist(pw.pw_name, pw.pw_gid, groups, &n) < 0) {
+    /* n is now the count, which the 64 entries do not hold: never read past them */
+    gid_t *more = n <= ADMIN_GROUPS_MAX ? realloc(groups, sizeof(gid_t) * (size_t)n) : NULL;
     if (more && getgrouplist(pw.pw_name, pw.pw_gid, more, &n) >= 0)
       groups = more;
     else {

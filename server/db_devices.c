@@ -287,11 +287,17 @@ int server_db_device_resolve(struct server_db *db, const char *text, int64_t use
   int kind = per[ACTIVE_NAME] ? ACTIVE_NAME : per[REVOKED_NAME] ? REVOKED_NAME : PREFIX;
   if (per[kind] == 0)
     return cordon_diag_set(diag, -ENOENT, "no device '%s'%s", text, user_id ? " of that user" : "");
-  if (per[kind] > 1) {
+  /* a name (a device chose it at pairing) never hides another device
+   * whose id starts with the same text: both are candidates */
+  bool shadow = false;
+  for (size_t i = 0; i < n && kind != PREFIX; i++)
+    for (size_t j = 0; kinds[i] == PREFIX && j < n; j++)
+      shadow |= kinds[j] == kind && strcmp(ids[i], ids[j]) != 0;
+  if (per[kind] > 1 || shadow) {
     char list[400] = "";
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-      if (kinds[i] != kind)
+      if (kinds[i] != kind && !(shadow && kinds[i] == PREFIX))
         continue;
       int w = snprintf(list + o, sizeof(list) - o, "%s%s (%s)", o ? ", " : "", ids[i], owners[i]);
       if (w < 0 || (size_t)w >= sizeof(list) - o)
@@ -300,7 +306,9 @@ int server_db_device_resolve(struct server_db *db, const char *text, int64_t use
     }
     return cordon_diag_set(diag, -ENOTUNIQ, "'%s' names %s devices: %s; %s", text,
                            per[kind] > 8 ? "many" : "several", list,
-                           kind == PREFIX ? "give more of the id" : "add --user or give an id");
+                           kind == PREFIX ? "give more of the id"
+                           : shadow       ? "a name and the start of an id: give the whole id"
+                                          : "add --user or give an id");
   }
   for (size_t i = 0; i < n; i++)
     if (kinds[i] == kind)

@@ -4,6 +4,7 @@
  * and a non-cordon peer reported as protocol_error. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -232,4 +233,21 @@ Test(agent_cli, a_non_cordon_peer_is_a_protocol_error, .init = setup, .fini = te
   cr_assert(strncmp(o->err, "cordon-agent: protocol_error: ", 30) == 0, "%s", o->err);
   cr_assert(strstr(o->err, "does not speak the cordon protocol"), "%s", o->err);
   cr_assert_eq(lines(o->err), 1, "%s", o->err);
+}
+
+/* A peer's words (a pairing server's goaway message is any UTF-8) reach
+ * the terminal through agent_say_error: control bytes, ESC and the C1
+ * controls come out as \xNN, never raw. */
+Test(cli, an_error_detail_never_carries_control_bytes_to_the_terminal) {
+  cr_redirect_stderr();
+  agent_say_error(CORDON_E_CRYPTO, "the server refused: x: \x1b]0;owned\x07\x1b[2J\xc2\x9b"
+                                   "31m\r\xc2\xa0ok");
+  fflush(stderr);
+  char buf[512] = {0};
+  FILE *f = cr_get_redirected_stderr();
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  buf[n] = '\0';
+  cr_assert(strstr(buf, "x: \\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\x0d\xc2\xa0ok\n"), "%s", buf);
+  for (size_t i = 0; i + 1 < n; i++)
+    cr_assert(buf[i] >= 0x20 || buf[i] < 0, "a control byte at %zu", i);
 }

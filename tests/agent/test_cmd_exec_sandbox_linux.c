@@ -231,3 +231,28 @@ Test(cmd_exec, status_and_explain_print_a_summary_without_json, .init = setup, .
   cr_assert_lt(strlen(o->out), 2000, "a summary, not the plan: %s", o->out);
   cr_assert_null(strstr(o->out, "--unshare-user"), "no bwrap argv without --json");
 }
+
+/* A package's manifest names its grants: a path with ESC and C1 bytes in it
+ * (a directory of that name exists under a grant root) is printed by
+ * explain's summary escaped, never raw to the owner's terminal. */
+Test(cmd_exec, explain_prints_a_packages_grant_paths_escaped, .init = setup, .fini = teardown) {
+  sh("mkdir -m 0755 '%s/d'\"$(printf '\\033]0;x\\007\\302\\233')\"'end' %s/pkg", var, tmp);
+  char path[256];
+  snprintf(path, sizeof(path), "%s/pkg/manifest.json", tmp);
+  FILE *f = fopen(path, "w");
+  cr_assert(f);
+  fprintf(f,
+          "{\"name\": \"evil\", \"version\": \"1\", \"entry\": [\"/bin/true\"], \"platforms\": "
+          "[\"linux\"], \"min_sandbox\": \"isolated\", \"capabilities\": {\"net\": false, \"fs\": "
+          "[{\"path\": \"%s/d\\u001b]0;x\\u0007\\u009bend\", \"access\": \"ro\"}]}}",
+          var);
+  fclose(f);
+  char pkg[128];
+  snprintf(pkg, sizeof(pkg), "%s/pkg", tmp);
+  struct out *o = RUN("explain", pkg);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  char want[256];
+  snprintf(want, sizeof(want), "\nread-only grants: %s/d\\x1b]0;x\\x07\\x9bend\n", var);
+  cr_assert(strstr(o->out, want), "%s", o->out);
+  cr_assert_null(strchr(o->out, '\x1b'), "a raw ESC: %s", o->out);
+}

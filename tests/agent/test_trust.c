@@ -127,3 +127,50 @@ Test(agent_trust, a_chain_of_announcements, .init = setup, .fini = teardown) {
   cr_assert(!exists("trusted/server-publisher-1.pub"));
   cr_assert(!exists("trusted/server-publisher-5.pub"));
 }
+
+/* json keeps a signed 64-bit integer: a serial past INT64_MAX (no signature
+ * needed when it names the keys already trusted) must not be written as a
+ * negative number that the next start refuses as a broken config. */
+Test(agent_trust, a_serial_past_int64_is_refused_and_the_config_stays_readable, .init = setup,
+     .fini = teardown) {
+  struct agent_pairing p = {0};
+  memcpy(p.ticket_key, t0.pk, 32);
+  struct cordon_diag d = {{0}};
+  struct msg_keys huge = announce((uint64_t)INT64_MAX + 1, &t0, &p0, &t0, &p0);
+  cr_assert_lt(agent_trust_apply_keys(dir, &p, &huge, &d), 0, "a serial json cannot hold");
+  struct agent_pairing again = {0};
+  cr_assert_eq(agent_trust_server_keys_load(dir, &again, &d), 0, "%s", d.msg);
+  struct msg_keys k1 = announce(1, &t1, &p1, &t0, &p0);
+  cr_assert_eq(agent_trust_apply_keys(dir, &p, &k1, &d), 1, "the chain still moves: %s", d.msg);
+}
+
+/* The server's chain holds up to 256 rotations: an agent that took more
+ * than 64 publisher keys still verifies with, and retires, every one. */
+Test(agent_trust, more_than_64_rotated_publisher_keys_are_all_seen, .init = setup,
+     .fini = teardown) {
+  enum { N = 80 };
+  static struct kp pub[N + 1];
+  pub[0] = p0;
+  struct agent_pairing p = {0};
+  memcpy(p.ticket_key, t0.pk, 32);
+  struct cordon_diag d = {{0}};
+  uint64_t serial = 0;
+  for (size_t i = 1; i <= N; i++) {
+    crypto_sign_keypair(pub[i].pk, pub[i].sk);
+    struct msg_keys k = announce(++serial, &t0, &pub[i], &t0, &pub[i - 1]);
+    cr_assert_eq(agent_trust_apply_keys(dir, &p, &k, &d), 1, "rotation %zu: %s", i, d.msg);
+  }
+  cr_assert_eq(trusted_keys(), N + 1);
+  /* retire all but the newest, 16 at a time (the message's cap) */
+  for (size_t from = 0; from < N; from += 16) {
+    uint8_t retired[16][32];
+    size_t n = 0;
+    for (size_t i = from; i < N && n < 16; i++)
+      memcpy(retired[n++], pub[i].pk, 32);
+    struct msg_keys k = announce(++serial, &t0, &pub[N], &t0, &pub[N]);
+    k.retired = retired;
+    k.n_retired = n;
+    cr_assert_eq(agent_trust_apply_keys(dir, &p, &k, &d), 1, "%s", d.msg);
+  }
+  cr_assert_eq(trusted_keys(), 1, "every retired key is gone");
+}

@@ -179,3 +179,19 @@ Test(error, a_long_message_of_control_bytes_stays_terminated) {
   cr_assert_eq(n % 4, 0, "a cut escape: %zu bytes", n);
   cr_assert(strchr(d.msg, '\x1b') == NULL);
 }
+
+/* The C1 controls U+0080..U+009F (UTF-8 c2 80..c2 9f; c2 9b is CSI) are
+ * escapes to a terminal as ESC is; U+00A0 and on are text. */
+Test(error, c1_controls_are_escaped_too) {
+  struct cordon_diag d = {{0}};
+  cordon_diag_set(&d, CORDON_E_PROTOCOL, "x %s",
+                  "a\xc2\x9b"
+                  "31m\xc2\x85z\xc2\xa0\xc3\xa9");
+  cr_assert_str_eq(d.msg, "x a\\x9b31m\\x85z\xc2\xa0\xc3\xa9");
+  char cut[8] = "ab\xc2\x9b";
+  cordon_escape_controls(cut, 7);
+  cr_assert_str_eq(cut, "ab\\x9b");
+  char tail[8] = "abc\xc2";
+  cordon_escape_controls(tail, sizeof(tail));
+  cr_assert_str_eq(tail, "abc\xc2", "a lone lead byte is left as it is");
+}

@@ -34,6 +34,17 @@ Test(log, values_that_would_break_the_line_are_quoted_and_escaped) {
   cr_assert(strchr(line, '\n') == NULL);
 }
 
+/* C1 controls (U+0080..U+009F, UTF-8 c2 80..c2 9f: CSI is c2 9b) act on a
+ * terminal as ESC sequences do: a peer's text must not carry them into a log. */
+Test(log, c1_controls_are_escaped_like_c0) {
+  char line[256];
+  const char *kv[] = {"reason", "a\xc2\x9b"
+                                "31mred\xc2\x85z \xc2\xa0ok"};
+  core_log_format(line, sizeof(line), 0, CORE_LOG_WARN, "p", "x", kv, 1);
+  cr_assert(strstr(line, " reason=\"a\\xc2\\x9b31mred\\xc2\\x85z \xc2\xa0ok\""), "%s", line);
+  cr_assert(strstr(line, "\xc2\x9b") == NULL);
+}
+
 Test(log, a_cut_line_stays_terminated) {
   char line[40];
   size_t n =

@@ -1472,3 +1472,43 @@ Test(db, a_key_makes_one_job_per_user_and_finds_it_again) {
   cr_assert_eq(server_db_job_add(db, &j, a2, NULL), 0);
   server_db_close(db);
 }
+
+/* A name that is also the start of another device's id: an operator who
+ * gives the prefix (revoke, approve, label) must not get the device that
+ * chose that name at pairing; it is ambiguous, and the full id decides. */
+Test(db, a_name_that_is_another_devices_id_prefix_is_ambiguous) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice"), mallory = add_user(db, "mallory");
+  char victim[CORDON_ID_HEX_SIZE], decoy[CORDON_ID_HEX_SIZE], self[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 0x61, victim);
+  char prefix[9];
+  snprintf(prefix, sizeof(prefix), "%.8s", victim);
+  struct server_db_device_info named = laptop;
+  named.name = prefix;
+  uint8_t pk[32];
+  memset(pk, 0x62, sizeof(pk));
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_device_add(db, mallory, pk, &named, decoy, &d), 0, "%s", d.msg);
+  struct server_db_device got;
+  cr_assert_eq(server_db_device_resolve(db, prefix, 0, &got, &d), -ENOTUNIQ,
+               "the prefix resolved to one device: %s", d.msg);
+  cr_assert(strstr(d.msg, victim) && strstr(d.msg, decoy), "both named: %s", d.msg);
+  cr_assert_eq(server_db_device_resolve(db, victim, 0, &got, &d), 0, "%s", d.msg);
+  cr_assert_str_eq(got.id, victim);
+  server_db_device_release(&got);
+  /* the user's own scope: mallory's name, alice's id is not hers */
+  cr_assert_eq(server_db_device_resolve(db, prefix, mallory, &got, &d), 0, "%s", d.msg);
+  cr_assert_str_eq(got.id, decoy);
+  server_db_device_release(&got);
+  /* a device named after its own id prefix is still that one device */
+  memset(pk, 0x63, sizeof(pk));
+  named.name = "self";
+  cr_assert_eq(server_db_device_add(db, alice, pk, &named, self, &d), 0, "%s", d.msg);
+  char own[9];
+  snprintf(own, sizeof(own), "%.8s", self);
+  cr_assert_eq(server_db_device_rename(db, self, own, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_device_resolve(db, own, 0, &got, &d), 0, "%s", d.msg);
+  cr_assert_str_eq(got.id, self);
+  server_db_device_release(&got);
+  server_db_close(db);
+}
