@@ -26,6 +26,7 @@
 #include "server/admin_ops.h"
 #include "server/events.h"
 #include "server/metrics.h"
+#include "server/pkgcache.h"
 
 #define JOB_CHUNK (60u << 10)
 #define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
@@ -92,6 +93,7 @@ struct jobs {
   struct waiter *waiters;
   uint64_t output_ignored; /* live output not relayed (for the debug log) */
   struct held *held;
+  struct pkgcache *pkgs; /* verified package indexes (server/pkgcache.h); NULL: none */
 };
 
 /* ---- results held by a connected agent ---- */
@@ -151,7 +153,8 @@ static void pkg_release(struct pkg *p) {
 }
 
 /* Read the package's signed index with the server's own publisher key. */
-static int read_package(struct jobs *js, int fd, struct manifest **out_m,
+static int read_package(struct jobs *js, int fd, const struct stat *fst,
+                        const uint8_t trust_digest[PKGCACHE_TRUST_SIZE], struct manifest **out_m,
                         uint8_t hash[CPKG_HASH_SIZE], uint64_t *out_size,
                         struct cordon_diag *diag) {
   struct cpkg_trust *trust;
@@ -194,6 +197,10 @@ static int read_package(struct jobs *js, int fd, struct manifest **out_m,
     if (r == 0) {
       cpkg_stream_index_hash(st, hash);
       *out_size = cpkg_stream_package_size(st);
+      /* not cached (out of memory): verified again next time */
+      if (js->pkgs && S_ISREG(fst->st_mode))
+        (void)pkgcache_put(js->pkgs, fst, trust_digest, hash, *out_size,
+                           (const char *)ix->manifest_json, ix->manifest_len);
     }
   }
   cpkg_stream_free(st);
@@ -207,7 +214,30 @@ static int pkg_open(struct jobs *js, const char *path, struct pkg *out, struct c
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0)
     return cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", path, strerror(errno));
-  int r = read_package(js, fd, &out->m, out->hash, &out->size, diag);
+  /* verified before, and neither the file nor the trusted keys changed
+   * since: the same index, without reading and verifying it again */
+  struct stat fst;
+  if (fstat(fd, &fst) < 0) {
+    int r = cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", path, strerror(errno));
+    close(fd);
+    return r;
+  }
+  uint8_t trust[PKGCACHE_TRUST_SIZE];
+  if (js->keyring)
+    pkgcache_trust_digest((const uint8_t(*)[32])js->keyring->publisher_pk, js->keyring->n_publisher,
+                          trust);
+  else
+    pkgcache_trust_digest((const uint8_t(*)[32])js->publisher_pk, 1, trust);
+  struct pkgcache_hit hit;
+  int r = -ENOENT;
+  if (js->pkgs && S_ISREG(fst.st_mode) && pkgcache_get(js->pkgs, &fst, trust, &hit) == 0) {
+    r = manifest_parse(hit.manifest_json, hit.manifest_len, &out->m, diag);
+    memcpy(out->hash, hit.hash, CPKG_HASH_SIZE);
+    out->size = hit.size;
+    free(hit.manifest_json);
+  } else {
+    r = read_package(js, fd, &fst, trust, &out->m, out->hash, &out->size, diag);
+  }
   if (r < 0) {
     close(fd);
     return r;
@@ -1460,6 +1490,8 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   js->queue_ttl_s = cfg->queue_ttl_s ? cfg->queue_ttl_s : JOBS_DEFAULT_QUEUE_TTL_S;
   snprintf(js->queue_dir, sizeof(js->queue_dir), "%s/%s", cfg->state_dir ? cfg->state_dir : ".",
            JOBS_QUEUE_DIR);
+  /* without it (out of memory) every dispatch verifies its package */
+  (void)pkgcache_new(PKGCACHE_MAX, &js->pkgs);
   *out_jobs = js;
   return 0;
 }
@@ -1508,5 +1540,7 @@ void jobs_drain(struct jobs *js) {
 }
 
 void jobs_free(struct jobs *js) {
+  if (js)
+    pkgcache_free(js->pkgs);
   free(js);
 }
