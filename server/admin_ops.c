@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 struct admin_arg_desc {
@@ -70,6 +71,13 @@ static bool has_type(const json_t *v, enum admin_type type) {
   return false;
 }
 
+static long arg_index(const char *key) {
+  for (size_t a = 0; a < ADMIN_ARG_COUNT_; a++)
+    if (strcmp(key, args[a].key) == 0)
+      return (long)a;
+  return -1;
+}
+
 int admin_request_check(const json_t *req, enum admin_op *out_op, struct cordon_diag *diag) {
   const char *name = json_string_value(json_object_get(req, "op"));
   if (!name)
@@ -77,19 +85,59 @@ int admin_request_check(const json_t *req, enum admin_op *out_op, struct cordon_
   for (size_t op = 0; op < ADMIN_OP_COUNT_; op++) {
     if (strcmp(name, ops[op].name) != 0)
       continue;
+    unsigned takes = ops[op].required | ops[op].optional;
+    json_t *v;
     for (size_t a = 0; a < ADMIN_ARG_COUNT_; a++) {
       unsigned bit = 1u << a;
-      json_t *v = json_object_get(req, args[a].key);
-      bool ok = v ? (ops[op].required | ops[op].optional) & bit ? has_type(v, args[a].type) : true
-                  : !(ops[op].required & bit);
+      v = json_object_get(req, args[a].key);
+      bool ok = v ? !(takes & bit) || has_type(v, args[a].type) : !(ops[op].required & bit);
       if (!ok)
         return cordon_diag_set(diag, CORDON_E_USAGE, "%s",
                                ops[op].usage ? ops[op].usage : "bad arguments");
+    }
+    const char *key;
+    json_object_foreach((json_t *)req, key, v) {
+      long a = arg_index(key);
+      if (strcmp(key, "op") != 0 && (a < 0 || !(takes & (1u << a))))
+        return cordon_diag_set(diag, CORDON_E_USAGE, "unknown key '%.64s' for op %s", key, name);
     }
     *out_op = (enum admin_op)op;
     return 0;
   }
   return cordon_diag_set(diag, CORDON_E_USAGE, "unknown op");
+}
+
+int admin_request_parse(const char *line, size_t len, json_t **out_req, enum admin_op *out_op,
+                        unsigned long long *out_bytes, struct cordon_diag *diag) {
+  json_error_t je;
+  json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+  if (!req || !json_is_object(req)) {
+    json_decref(req);
+    return cordon_diag_set(diag, CORDON_E_USAGE, "request is not a JSON object");
+  }
+  /* the size first: a body too large is refused whatever else is wrong */
+  json_t *b = json_object_get(req, admin_arg_key(ADMIN_ARG_BYTES));
+  unsigned long long bytes = 0;
+  if (json_is_integer(b)) {
+    json_int_t n = json_integer_value(b);
+    if (n < 0 || (unsigned long long)n > ADMIN_BODY_MAX) {
+      json_decref(req);
+      return cordon_diag_set(diag, CORDON_E_PACKAGE_TOO_LARGE,
+                             "bytes: 0 to %llu (the package is too large)", ADMIN_BODY_MAX);
+    }
+    bytes = (unsigned long long)n;
+  }
+  enum admin_op op;
+  int r = admin_request_check(req, &op, diag);
+  if (r < 0) {
+    json_decref(req);
+    *out_bytes = bytes; /* still to be read past */
+    return r;
+  }
+  *out_req = req;
+  *out_op = op;
+  *out_bytes = bytes;
+  return 0;
 }
 
 json_t *admin_request_get(const json_t *req, enum admin_arg arg) {

@@ -188,6 +188,49 @@ int server_cli_print_json(json_t *j, int ascii) {
   return 0;
 }
 
+int server_cli_ask(const char *state_dir, json_t *req, json_t **out_reply) {
+  json_t *reply = NULL;
+  struct cordon_diag diag = {{0}};
+  int r =
+      req ? admin_call_within(state_dir, req, SERVER_CLI_API_TIMEOUT_MS, &reply, &diag) : -ENOMEM;
+  json_decref(req);
+  if (r == -ENOENT || r == -ECONNREFUSED)
+    return -ESRCH;
+  if (r < 0)
+    return server_cli_fail(r, &diag);
+  if (!admin_reply_is_ok(reply)) {
+    const char *msg;
+    int err = admin_reply_err(reply, &msg);
+    int status = server_cli_failf(err, "%s", msg ? msg : cordon_err_message(err));
+    json_decref(reply);
+    return status;
+  }
+  *out_reply = reply;
+  return 0;
+}
+
+int server_cli_ask_for(const char *state_dir, json_t *req, const char *key, json_t **out_value) {
+  json_t *reply = NULL;
+  int status = server_cli_ask(state_dir, req, &reply);
+  if (status)
+    return status;
+  json_t *v = json_incref(json_object_get(reply, key));
+  json_decref(reply);
+  if (!v)
+    return server_cli_failf(CORDON_E_PROTOCOL, "the daemon's reply has no %s", key);
+  *out_value = v;
+  return 0;
+}
+
+const char *server_cli_str(const json_t *o, const char *key, const char *dflt) {
+  const char *v = json_string_value(json_object_get(o, key));
+  return v ? v : dflt;
+}
+
+const char *server_cli_online_word(const json_t *online) {
+  return json_is_true(online) ? "online" : json_is_false(online) ? "offline" : "unknown";
+}
+
 int server_cli_live_sessions(const char *state_dir, json_t **out_sessions, char *why,
                              size_t why_size) {
   json_t *req = admin_request_new(ADMIN_OP_SESSIONS), *reply = NULL;
@@ -293,7 +336,7 @@ const struct server_cli_command server_cli_commands[] = {
             "list the newest jobs, filtered"})},
     {"job", server_cmd_job, "one job and its result",
      FORMS(
-         {NULL, "JOB [--json] [--wait] [--receipt FILE]",
+         {NULL, "JOB [--json] [--wait | --follow] [--receipt FILE]",
           "show one job and its result; --receipt writes its signed receipt file (- for stdout)"})},
     {"verify-receipt", server_cmd_verify_receipt, "check a job receipt offline",
      FORMS({NULL, "FILE --trust SERVER.pub",

@@ -142,6 +142,20 @@ int server_cli_print_json(json_t *j, int ascii);
 
 #define SERVER_CLI_LIVE_TIMEOUT_MS 5000
 
+/* Ask the running daemon through the admin API (req stolen; answered
+ * within SERVER_CLI_API_TIMEOUT_MS). 0 and *out_reply (an ok reply);
+ * -ESRCH when no daemon runs (nothing printed: the caller reads the
+ * database itself); else the command's exit status, the error printed. */
+#define SERVER_CLI_API_TIMEOUT_MS 30000
+int server_cli_ask(const char *state_dir, json_t *req, json_t **out_reply);
+/* The same, and the ok reply's value of key (new reference; a reply
+ * without it is protocol_error) in *out_value. */
+int server_cli_ask_for(const char *state_dir, json_t *req, const char *key, json_t **out_value);
+/* The string of o's key, or dflt. */
+const char *server_cli_str(const json_t *o, const char *key, const char *dflt);
+/* A JSON online flag for a table: "online", "offline" or "unknown" (null). */
+const char *server_cli_online_word(const json_t *online);
+
 /* 0 and *out_sessions (the reply's array, new reference), or -ESRCH when
  * no daemon runs, or another error when one did not answer; why (never
  * NULL) then says it for people: "daemon not running" or "the daemon did

@@ -1,14 +1,17 @@
-/* cordon-server dispatch / cancel: requests to the running daemon. A
+/* cordon-server dispatch / cancel: requests to the running daemon (the
+ * package's bytes travel over the admin socket). A
  * dispatch --wait is two requests: the dispatch (its reply names the job at
  * once, printed on stderr so that it can be cancelled), then a wait for that
  * job. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/id.h"
 #include "server/admin_client.h"
@@ -260,8 +263,9 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     json_decref(where);
     return server_cli_db_fail(uerr, &ud);
   }
-  char pkg[PATH_MAX];
-  if (!realpath(argv[optind], pkg)) {
+  /* the package's bytes go over the socket: the daemon need not read our files */
+  int pkg_fd = open(argv[optind], O_RDONLY | O_CLOEXEC | O_NOCTTY);
+  if (pkg_fd < 0) {
     json_decref(where);
     return server_cli_failf(CORDON_E_USAGE, "%s: cannot read the package", argv[optind]);
   }
@@ -276,8 +280,6 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     r = admin_request_set(req, ADMIN_ARG_USER, json_string(user));
   if (r == 0 && device)
     r = admin_request_set(req, ADMIN_ARG_DEVICE, json_string(device));
-  if (r == 0)
-    r = admin_request_set(req, ADMIN_ARG_PACKAGE, json_string(pkg));
   if (r == 0 && json_array_size(where))
     r = admin_request_set(req, ADMIN_ARG_WHERE, json_incref(where));
   if (r == 0 && no_queue)
@@ -292,7 +294,8 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   json_t *reply = NULL;
   struct cordon_diag diag = {{0}};
   if (r == 0)
-    r = admin_call(state, req, &reply, &diag);
+    r = admin_call_with_file(state, req, pkg_fd, &reply, &diag);
+  close(pkg_fd);
   json_decref(req);
   if (r < 0)
     return server_cli_admin_fail(r, &diag);

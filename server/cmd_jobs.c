@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <sodium.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,7 @@ struct jobs_opts {
   enum server_db_job_state job_state;
   int64_t since;
   size_t limit;
-  int json, wait;
+  int json, wait, follow;
   const char *receipt; /* job --receipt FILE */
 };
 
@@ -95,17 +96,13 @@ static int parse_since(const char *s, int64_t *out) {
 
 static int parse_opts(int argc, char **argv, const char *cmd, int with_filters,
                       struct jobs_opts *o) {
-  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
-                                       {"user", required_argument, NULL, 'u'},
-                                       {"device", required_argument, NULL, 'd'},
-                                       {"job-state", required_argument, NULL, 'S'},
-                                       {"since", required_argument, NULL, 'i'},
-                                       {"limit", required_argument, NULL, 'n'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"wait", no_argument, NULL, 'w'},
-                                       {"receipt", required_argument, NULL, 'r'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
+  static const struct option opts[] = {
+      {"state", required_argument, NULL, 's'},  {"user", required_argument, NULL, 'u'},
+      {"device", required_argument, NULL, 'd'}, {"job-state", required_argument, NULL, 'S'},
+      {"since", required_argument, NULL, 'i'},  {"limit", required_argument, NULL, 'n'},
+      {"json", no_argument, NULL, 'j'},         {"wait", no_argument, NULL, 'w'},
+      {"follow", no_argument, NULL, 'f'},       {"receipt", required_argument, NULL, 'r'},
+      {"help", no_argument, NULL, 'h'},         {0}};
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -151,6 +148,11 @@ static int parse_opts(int argc, char **argv, const char *cmd, int with_filters,
       if (with_filters)
         return server_cli_usage(cmd, NULL, "--wait is an option of job");
       o->wait = 1;
+      break;
+    case 'f':
+      if (with_filters)
+        return server_cli_usage(cmd, NULL, "--follow is an option of job");
+      o->follow = 1;
       break;
     case 'r':
       if (with_filters)
@@ -306,6 +308,95 @@ static int job_exit_status(const struct server_db_job *j) {
   return status;
 }
 
+/* docs/DESIGN.md section 2.1, for a job object of the admin API: 0 only
+ * for a job that ran and exited 0. */
+static int job_json_exit_status(const json_t *j) {
+  const char *st = server_cli_str(j, "state", "");
+  json_t *ec = json_object_get(json_object_get(j, "result"), "exit_code");
+  return strcmp(st, "done") == 0 && json_is_integer(ec) && json_integer_value(ec) == 0 ? 0 : 1;
+}
+
+/* Bytes of a base64 text to f. */
+static void write_base64(FILE *f, const char *b64) {
+  size_t n = b64 ? strlen(b64) : 0, len = 0;
+  uint8_t *bin = malloc(n / 4 * 3 + 3);
+  if (bin && sodium_base642bin(bin, n / 4 * 3 + 3, b64, n, NULL, &len, NULL,
+                               sodium_base64_VARIANT_ORIGINAL) == 0)
+    fwrite(bin, 1, len, f);
+  free(bin);
+}
+
+/* A result's captured output (text or _base64) to f. */
+static void write_captured(FILE *f, const json_t *res, const char *name) {
+  char key[32];
+  const char *text = json_string_value(json_object_get(res, name));
+  snprintf(key, sizeof(key), "%s_base64", name);
+  if (text)
+    fputs(text, f);
+  else
+    write_base64(f, json_string_value(json_object_get(res, key)));
+}
+
+/* --follow: the job's output as it comes, then its exit status. A job
+ * whose output never came live (over already, or an agent that does not
+ * send it) has its captured output printed at the end. */
+static int follow_job(const char *state, const char *id) {
+  json_t *req = admin_request_new(ADMIN_OP_FOLLOW), *reply = NULL;
+  struct cordon_diag diag = {{0}};
+  struct admin_stream *st = NULL;
+  int err = req ? admin_request_set(req, ADMIN_ARG_JOB, json_string(id)) : -ENOMEM;
+  if (err == 0)
+    err = admin_stream_open(state, req, &st, &reply, &diag);
+  json_decref(req);
+  if (err == -ENOENT || err == -ECONNREFUSED)
+    return server_cli_failf(err, "the daemon is not running: `job %s --follow` needs it", id);
+  if (err)
+    return server_cli_fail(err, &diag);
+  int status = 0;
+  bool live = false, over = !admin_reply_is_ok(reply); /* refused: reply says why */
+  while (!over) {
+    json_decref(reply);
+    reply = NULL;
+    if ((err = admin_stream_next(st, &reply, &diag)) < 0) {
+      status = server_cli_fail(err, &diag);
+      break;
+    }
+    const char *ev = server_cli_str(reply, ADMIN_REPLY_EVENT, "");
+    if (strcmp(ev, "output") == 0) {
+      FILE *f = strcmp(server_cli_str(reply, "stream", ""), "stderr") == 0 ? stderr : stdout;
+      write_base64(f, json_string_value(json_object_get(reply, "data")));
+      fflush(f);
+      live = true;
+      continue;
+    }
+    over = true; /* the end, or an error line */
+    if (strcmp(ev, "end") == 0 && admin_reply_is_ok(reply)) {
+      json_t *job = json_object_get(reply, ADMIN_REPLY_JOB);
+      json_t *res = json_object_get(job, "result");
+      if (!live && json_is_object(res)) {
+        write_captured(stdout, res, "stdout");
+        write_captured(stderr, res, "stderr");
+      }
+      fflush(stdout);
+      if (!json_is_object(res) || json_is_object(json_object_get(res, "error")))
+        fprintf(stderr, "%s: job %s ended %s%s%s\n", SERVER_PROG, id,
+                server_cli_str(job, "state", "?"), json_object_get(job, "error") ? ": " : "",
+                server_cli_str(job, "error", ""));
+      status = job_json_exit_status(job);
+      json_decref(reply);
+      reply = NULL;
+    }
+  }
+  if (reply) { /* an error: the refusal, or the stream's error line */
+    const char *msg;
+    err = admin_reply_err(reply, &msg);
+    status = server_cli_failf(err, "%s", msg ? msg : "the daemon ended the stream");
+  }
+  json_decref(reply);
+  admin_stream_close(st);
+  return status;
+}
+
 int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   struct jobs_opts o = {.state = cli->state_dir};
   int status = parse_opts(argc, argv, "job", 0, &o);
@@ -316,6 +407,11 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
     return status < 0 ? 0 : status;
   if (argc - optind != 1)
     return server_cli_usage("job", NULL, argc == optind ? "JOB is missing" : "one JOB expected");
+  if (o.follow && (wait || receipt || json))
+    return server_cli_usage("job", NULL,
+                            "--follow goes alone (not with --wait, --json or --receipt)");
+  if (o.follow)
+    return follow_job(state, argv[optind]);
   struct server_db *db = NULL;
   if ((status = server_cli_open_db(state, &db)))
     return status;

@@ -21,6 +21,8 @@
 #include "proto/msg.h"
 #include "server/admin_ops.h"
 #include "server/admin_sock.h"
+#include "server/admin_view.h"
+#include "server/cli.h"
 #include "server/db.h"
 #include "server/events.h"
 #include "server/http.h"
@@ -35,6 +37,7 @@
 #include "server/session.h"
 
 #define DRAIN_POLL_MS 100
+#define DAEMON_ADMIN_JOBS_LIMIT 100 /* jobs without a limit: the newest 100 */
 
 enum daemon_phase {
   DAEMON_RUNNING,
@@ -111,6 +114,8 @@ static void send_keys(struct session *s, void *data) {
 static void on_session_online(void *data, struct session *s) {
   struct daemon *d = data;
   send_keys(s, d);
+  const struct event ev = {.kind = EVENT_DEVICE_ONLINE, .device_id = s->device_id, .user = s->user};
+  events_publish(d->events, &ev);
   jobs_on_device_online(d->jobs, s);
 }
 
@@ -135,6 +140,11 @@ static void reload_keys(struct daemon *d) {
 
 static void on_session_closed(void *data, struct session *s) {
   struct daemon *d = data;
+  if (s->since) { /* it was online */
+    const struct event ev = {
+        .kind = EVENT_DEVICE_OFFLINE, .device_id = s->device_id, .user = s->user};
+    events_publish(d->events, &ev);
+  }
   jobs_on_session_closed(d->jobs, s);
   pair_on_closed(d->pair, s);
 }
@@ -198,22 +208,68 @@ static void on_watchdog_tick(uv_timer_t *t) {
 static void log_admin(struct admin_conn *c, enum admin_op op, const json_t *req) {
   long uid, pid;
   admin_conn_peer(c, &uid, &pid);
-  char u[24], p[24];
+  char u[24], p[24], n[24] = "-";
   snprintf(u, sizeof(u), "%ld", uid);
   snprintf(p, sizeof(p), "%ld", pid);
-  bool reads = op == ADMIN_OP_PING || op == ADMIN_OP_SESSIONS;
+  bool reads = op == ADMIN_OP_PING || op == ADMIN_OP_SESSIONS || op == ADMIN_OP_HELLO ||
+               op == ADMIN_OP_JOB || op == ADMIN_OP_JOBS || op == ADMIN_OP_DEVICES ||
+               op == ADMIN_OP_DEVICE;
   const char *user = admin_request_string(req, ADMIN_ARG_USER);
   const char *device = admin_request_string(req, ADMIN_ARG_DEVICE);
   const char *package = admin_request_string(req, ADMIN_ARG_PACKAGE);
   const char *job = admin_request_string(req, ADMIN_ARG_JOB);
+  if (admin_request_get(req, ADMIN_ARG_BYTES))
+    snprintf(n, sizeof(n), "%lld", admin_request_int(req, ADMIN_ARG_BYTES, 0));
   core_log_kv(reads ? CORE_LOG_DEBUG : CORE_LOG_INFO, "admin request", "op", admin_op_name(op),
               "uid", u, "pid", p, "user", user ? user : "-", "device", device ? device : "-",
-              "package", package ? package : "-", "job", job ? job : "-", NULL);
+              "package", package ? package : "-", "bytes", n, "job", job ? job : "-", NULL);
 }
 
-static void daemon_op_ping(struct daemon *d, struct admin_conn *c, const json_t *req) {
+static void reply_usage(struct admin_conn *c, const char *what, const char *arg) {
+  char msg[700];
+  snprintf(msg, sizeof(msg), "%s%.600s", what, arg);
+  admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, msg));
+}
+
+static void daemon_op_hello(struct daemon *d, struct admin_conn *c, const json_t *req,
+                            const char *body) {
+  (void)d;
+  (void)body;
+  if (admin_conn_requests(c) != 1) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "hello must be the first request"));
+    return;
+  }
+  int best = 0;
+  size_t i;
+  json_t *v;
+  json_array_foreach(admin_request_get(req, ADMIN_ARG_VERSIONS), i, v) {
+    if (!json_is_integer(v)) {
+      admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "versions: integers"));
+      return;
+    }
+    json_int_t n = json_integer_value(v);
+    if (n >= 1 && n <= ADMIN_VERSION && n > best)
+      best = (int)n;
+  }
+  if (!best) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no common version: this server speaks "
+                                                          "version 1"));
+    return;
+  }
+  admin_conn_set_version(c, best);
+  json_t *ops = json_array();
+  for (int op = 0; ops && op < ADMIN_OP_COUNT_; op++)
+    json_array_append_new(ops, json_string(admin_op_name((enum admin_op)op)));
+  admin_conn_reply(c, json_pack("{s:b, s:i, s:s, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_VERSION,
+                                best, ADMIN_REPLY_SERVER, SERVER_PROG, ADMIN_REPLY_OPS,
+                                ops ? ops : json_array()));
+}
+
+static void daemon_op_ping(struct daemon *d, struct admin_conn *c, const json_t *req,
+                           const char *body) {
   (void)d;
   (void)req;
+  (void)body;
   admin_conn_reply(c, admin_reply_ok());
 }
 
@@ -223,15 +279,18 @@ static void add_session(struct session *s, void *data) {
                                   "address", s->addr, "since", (json_int_t)s->since));
 }
 
-static void daemon_op_sessions(struct daemon *d, struct admin_conn *c, const json_t *req) {
+static void daemon_op_sessions(struct daemon *d, struct admin_conn *c, const json_t *req,
+                               const char *body) {
   (void)req;
+  (void)body;
   json_t *list = json_array();
   sessions_foreach(d->sessions, add_session, list);
   admin_conn_reply(c, json_pack("{s:b, s:o, s:b}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_SESSIONS, list,
                                 ADMIN_REPLY_DRAINING, d->phase != DAEMON_RUNNING));
 }
 
-static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const json_t *req) {
+static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const json_t *req,
+                               const char *body) {
   if (d->phase != DAEMON_RUNNING) {
     if (jobs_op_dispatch_known(d->jobs, c, req))
       return; /* its key names a job that exists: that one */
@@ -241,19 +300,56 @@ static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const jso
                                                       "no new jobs"));
     return;
   }
-  jobs_op_dispatch(d->jobs, c, req);
+  bool has_path = admin_request_get(req, ADMIN_ARG_PACKAGE) != NULL;
+  bool has_bytes = admin_request_get(req, ADMIN_ARG_BYTES) != NULL;
+  if (has_path == has_bytes) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "dispatch needs user, package and args"));
+    return;
+  }
+  if (has_path && !admin_conn_is_owner(c)) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE,
+                                          "a package path is for the daemon's own user and root: "
+                                          "send the package's bytes"));
+    return;
+  }
+  if (has_path) {
+    jobs_op_dispatch(d->jobs, c, req);
+    return;
+  }
+  /* the bytes are in a file of ours for the call: the job reads it there */
+  json_t *copy = json_deep_copy(req);
+  if (!copy || json_object_del(copy, admin_arg_key(ADMIN_ARG_BYTES)) < 0 ||
+      admin_request_set(copy, ADMIN_ARG_PACKAGE, json_string(body ? body : "")) < 0) {
+    json_decref(copy);
+    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
+    return;
+  }
+  jobs_op_dispatch(d->jobs, c, copy);
+  json_decref(copy);
 }
 
-static void daemon_op_cancel(struct daemon *d, struct admin_conn *c, const json_t *req) {
+static void daemon_op_cancel(struct daemon *d, struct admin_conn *c, const json_t *req,
+                             const char *body) {
+  (void)body;
   jobs_op_cancel(d->jobs, c, req);
 }
 
-static void daemon_op_wait(struct daemon *d, struct admin_conn *c, const json_t *req) {
+static void daemon_op_wait(struct daemon *d, struct admin_conn *c, const json_t *req,
+                           const char *body) {
+  (void)body;
   jobs_op_wait(d->jobs, c, req);
 }
 
+static void daemon_op_follow(struct daemon *d, struct admin_conn *c, const json_t *req,
+                             const char *body) {
+  (void)body;
+  jobs_op_follow(d->jobs, c, req);
+}
+
 /* The database part of a revoke is the command's; the live session is ours. */
-static void daemon_op_revoke(struct daemon *d, struct admin_conn *c, const json_t *req) {
+static void daemon_op_revoke(struct daemon *d, struct admin_conn *c, const json_t *req,
+                             const char *body) {
+  (void)body;
   const char *id = admin_request_string(req, ADMIN_ARG_DEVICE);
   struct session *s = sessions_find(d->sessions, id);
   long uid, pid;
@@ -268,28 +364,232 @@ static void daemon_op_revoke(struct daemon *d, struct admin_conn *c, const json_
                    json_pack("{s:b, s:b}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DISCONNECTED, s != NULL));
 }
 
-static void (*const op_handlers[])(struct daemon *d, struct admin_conn *c, const json_t *req) = {
+static json_t *online_of(struct daemon *d, const char *device_id) {
+  return device_id && device_id[0] ? json_boolean(sessions_find(d->sessions, device_id) != NULL)
+                                   : json_null();
+}
+
+/* A database error as a reply: -EINVAL and -ENOENT are the caller's. */
+static void reply_db_error(struct admin_conn *c, int err, const struct cordon_diag *diag) {
+  if (err == -EINVAL || err == -ENOENT)
+    err = CORDON_E_USAGE;
+  admin_conn_reply(c, admin_reply_error(err, diag->msg[0] ? diag->msg : cordon_err_message(err)));
+}
+
+/* The id of the request's user (0: none asked). false: answered. */
+static bool request_user(struct daemon *d, struct admin_conn *c, const json_t *req,
+                         int64_t *out_id) {
+  const char *name = admin_request_string(req, ADMIN_ARG_USER);
+  struct server_db_user u;
+  *out_id = 0;
+  if (!name)
+    return true;
+  if (server_db_user_get_by_name(d->db, name, &u, NULL) < 0) {
+    char msg[SERVER_DB_NAME_MAX + 80];
+    snprintf(msg, sizeof(msg), "no user '%.*s'", SERVER_DB_NAME_MAX, name);
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, msg));
+    return false;
+  }
+  *out_id = u.id;
+  return true;
+}
+
+static void daemon_op_job(struct daemon *d, struct admin_conn *c, const json_t *req,
+                          const char *body) {
+  (void)body;
+  struct server_db_job j;
+  if (server_db_job_get(d->db, admin_request_string(req, ADMIN_ARG_JOB), &j, NULL) < 0) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such job"));
+    return;
+  }
+  json_t *o = admin_view_job(&j, online_of(d, j.device_id));
+  server_db_job_release(&j);
+  admin_conn_reply(c, o ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB, o)
+                        : admin_reply_error(-ENOMEM, "out of memory"));
+}
+
+static void daemon_op_jobs(struct daemon *d, struct admin_conn *c, const json_t *req,
+                           const char *body) {
+  (void)body;
+  long long limit = admin_request_int(req, ADMIN_ARG_LIMIT, DAEMON_ADMIN_JOBS_LIMIT);
+  if (limit < 0 || limit > ADMIN_JOBS_MAX) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "limit: 0 to 1000000 (0: all)"));
+    return;
+  }
+  int64_t uid;
+  if (!request_user(d, c, req, &uid))
+    return;
+  struct server_db_job_list l;
+  struct cordon_diag diag = {{0}};
+  int r = server_db_job_list(d->db, uid, (size_t)limit, &l, &diag);
+  if (r < 0) {
+    reply_db_error(c, r, &diag);
+    return;
+  }
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < l.count; i++)
+    if (json_array_append_new(
+            arr, admin_view_job_summary(&l.items[i], online_of(d, l.items[i].device_id))) < 0) {
+      json_decref(arr);
+      arr = NULL;
+    }
+  server_db_job_list_release(&l);
+  admin_conn_reply(c, arr ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOBS, arr)
+                          : admin_reply_error(-ENOMEM, "out of memory"));
+}
+
+static void daemon_op_devices(struct daemon *d, struct admin_conn *c, const json_t *req,
+                              const char *body) {
+  (void)body;
+  int64_t uid;
+  if (!request_user(d, c, req, &uid))
+    return;
+  struct server_db_device_list l;
+  struct cordon_diag diag = {{0}};
+  int r = server_db_device_list(d->db, uid, &l, &diag);
+  if (r < 0) {
+    reply_db_error(c, r, &diag);
+    return;
+  }
+  json_t *arr = json_array();
+  for (size_t i = 0; arr && i < l.count; i++)
+    if (json_array_append_new(arr, admin_view_device(&l.items[i], online_of(d, l.items[i].id))) <
+        0) {
+      json_decref(arr);
+      arr = NULL;
+    }
+  server_db_device_list_release(&l);
+  admin_conn_reply(c, arr ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DEVICES, arr)
+                          : admin_reply_error(-ENOMEM, "out of memory"));
+}
+
+static void daemon_op_device(struct daemon *d, struct admin_conn *c, const json_t *req,
+                             const char *body) {
+  (void)body;
+  struct server_db_device dev;
+  if (server_db_device_get(d->db, admin_request_string(req, ADMIN_ARG_DEVICE), &dev, NULL) < 0) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such device"));
+    return;
+  }
+  json_t *o = admin_view_device(&dev, online_of(d, dev.id));
+  server_db_device_release(&dev);
+  admin_conn_reply(c, o ? json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_DEVICE, o)
+                        : admin_reply_error(-ENOMEM, "out of memory"));
+}
+
+static void daemon_op_label(struct daemon *d, struct admin_conn *c, const json_t *req,
+                            const char *body) {
+  (void)body;
+  json_t *set = admin_request_get(req, ADMIN_ARG_SET);
+  json_t *remove = admin_request_get(req, ADMIN_ARG_REMOVE);
+  if (json_array_size(set) > SERVER_DB_LABELS_MAX ||
+      json_array_size(remove) > SERVER_DB_LABELS_MAX) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_LIMIT, "a device has at most 32 labels"));
+    return;
+  }
+  struct server_db_label labels[SERVER_DB_LABELS_MAX];
+  const char *keys[SERVER_DB_LABELS_MAX];
+  struct cordon_diag diag = {{0}};
+  size_t i, n_set = json_array_size(set), n_remove = json_array_size(remove);
+  json_t *v;
+  json_array_foreach(set, i, v) {
+    if (!json_is_string(v) || server_db_label_parse(json_string_value(v), &labels[i], &diag) < 0) {
+      reply_usage(c, "set: ", diag.msg[0] ? diag.msg : "labels are KEY=VALUE strings");
+      return;
+    }
+  }
+  json_array_foreach(remove, i, v) {
+    keys[i] = json_string_value(v);
+    if (!keys[i] || !server_db_label_key_valid(keys[i])) {
+      admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE,
+                                            "remove: a label key is 1..63 of [a-z0-9._-] "
+                                            "starting with a letter or digit"));
+      return;
+    }
+  }
+  struct server_db_labels after;
+  int r = server_db_device_label(d->db, admin_request_string(req, ADMIN_ARG_DEVICE), labels, n_set,
+                                 keys, n_remove, &after, &diag);
+  if (r < 0) {
+    reply_db_error(c, r, &diag);
+    return;
+  }
+  admin_conn_reply(c, json_pack("{s:b, s:o}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_LABELS,
+                                server_db_labels_to_json(&after)));
+}
+
+/* A watch: every event but output, as lines, until the client goes. */
+struct watcher {
+  struct daemon *d;
+  struct admin_conn *conn;
+  uint64_t token;
+};
+
+static void watch_gone(void *ctx, struct admin_conn *c) {
+  struct watcher *w = ctx;
+  (void)c;
+  events_unsubscribe(w->d->events, w->token);
+  free(w);
+}
+
+static const char *event_name(enum event_kind k) {
+  switch (k) {
+  case EVENT_JOB_STATE:
+    return "job_state";
+  case EVENT_JOB_OUTPUT:
+    return "output";
+  case EVENT_DEVICE_ONLINE:
+    return "device_online";
+  case EVENT_DEVICE_OFFLINE:
+    return "device_offline";
+  }
+  return "unknown";
+}
+
+static void watch_event(void *ctx, const struct event *ev) {
+  struct watcher *w = ctx;
+  if (ev->kind == EVENT_JOB_OUTPUT)
+    return;
+  json_t *line = json_pack("{s:s, s:s?, s:s?, s:s?, s:I}", ADMIN_REPLY_EVENT, event_name(ev->kind),
+                           "device", ev->device_id, "user", ev->user, "job", ev->job_id, "time",
+                           (json_int_t)(core_wall_ms() / 1000));
+  if (line && ev->kind == EVENT_JOB_STATE) {
+    json_object_set_new(line, "state", json_string(ev->state ? ev->state : "unknown"));
+    json_object_set_new(line, "code", ev->code ? json_string(ev->code) : json_null());
+  }
+  (void)admin_conn_stream_send(w->conn, line);
+}
+
+static void daemon_op_watch(struct daemon *d, struct admin_conn *c, const json_t *req,
+                            const char *body) {
+  (void)req;
+  (void)body;
+  struct watcher *w = calloc(1, sizeof(*w));
+  if (!w || events_subscribe(d->events, NULL, watch_event, w, &w->token) < 0) {
+    free(w);
+    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
+    return;
+  }
+  w->d = d;
+  w->conn = c;
+  if (admin_conn_stream_start(c, watch_gone, w) < 0) {
+    events_unsubscribe(d->events, w->token);
+    free(w);
+  }
+}
+
+static void (*const op_handlers[])(struct daemon *d, struct admin_conn *c, const json_t *req,
+                                   const char *body) = {
 #define DAEMON_OP_HANDLER_(id, name, handler, required, optional, usage) [ADMIN_OP_##id] = handler,
     ADMIN_OPS(DAEMON_OP_HANDLER_)
 #undef DAEMON_OP_HANDLER_
 };
 
-static void on_admin_request(void *data, struct admin_conn *c, json_t *req) {
+static void on_admin_request(void *data, struct admin_conn *c, const json_t *req, enum admin_op op,
+                             const char *body) {
   struct daemon *d = data;
-  enum admin_op op;
-  struct cordon_diag diag = {{0}};
-  int r = admin_request_check(req, &op, &diag);
-  if (r < 0) {
-    long uid, pid;
-    admin_conn_peer(c, &uid, &pid);
-    char u[24];
-    snprintf(u, sizeof(u), "%ld", uid);
-    core_log_kv(CORE_LOG_WARN, "admin request refused", "uid", u, "error", diag.msg, NULL);
-    admin_conn_reply(c, admin_reply_error(r, diag.msg));
-    return;
-  }
   log_admin(c, op, req);
-  op_handlers[op](d, c, req);
+  op_handlers[op](d, c, req, body);
 }
 
 /* ---- metrics ---- */
@@ -591,7 +891,16 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   }
   char sock[4096];
   snprintf(sock, sizeof(sock), "%s/%s", d->state_dir, ADMIN_SOCKET_FILE);
-  r = admin_sock_open(d->loop, sock, on_admin_request, d, &d->admin);
+  /* CORDON_ADMIN_GROUP and CORDON_ADMIN_STREAM_MAX: for tests (docs/protocol/admin.md) */
+  const char *group = getenv("CORDON_ADMIN_GROUP");
+  const char *smax = getenv("CORDON_ADMIN_STREAM_MAX");
+  const struct admin_sock_config acfg = {
+      .path = sock,
+      .spool_dir = d->state_dir,
+      .group = group && *group ? group : ADMIN_GROUP,
+      .stream_queue_max = smax ? (size_t)strtoull(smax, NULL, 10) : 0,
+  };
+  r = admin_sock_open(d->loop, &acfg, on_admin_request, d, &d->admin);
   if (r < 0) {
     cordon_diag_set(diag, -EIO, "cannot bind the admin socket %s: %s", sock, uv_strerror(r));
     r = -EIO;

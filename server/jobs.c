@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@
 struct waiter {
   struct admin_conn *conn;
   char id[CORDON_ID_HEX_SIZE];
+  uint64_t token; /* a follow's output subscription; 0 for a wait */
   struct waiter *next;
 };
 
@@ -134,6 +136,10 @@ static void held_add(struct jobs *js, struct session *s, const uint8_t raw[CORDO
   ack.ack.retry_ms = JOB_RESULT_RETRY_MS;
   session_send(s, &ack);
 }
+/* At the end of the file: the events of a job's state, and the end of a
+ * wait or a follow. */
+static void publish_state(struct jobs *js, const char *id);
+static void waiter_answer(struct jobs *js, struct waiter *w, json_t *reply);
 
 /* ---- the package ---- */
 
@@ -334,8 +340,8 @@ static void answer_waiters(struct jobs *js, const char *id) {
       continue;
     }
     *pp = w->next;
-    admin_conn_reply(w->conn,
-                     r == 0 ? job_reply(&job) : admin_reply_error(CORDON_E_USAGE, "no such job"));
+    waiter_answer(js, w,
+                  r == 0 ? job_reply(&job) : admin_reply_error(CORDON_E_USAGE, "no such job"));
     if (r == 0)
       server_db_job_release(&job);
     free(w);
@@ -477,6 +483,7 @@ static int send_job(struct jobs *js, const char *job_id, const char *user, struc
     free(x);
     return r;
   }
+  publish_state(js, job_id);
   x->owner = js;
   x->fd = p->fd;
   p->fd = -1;
@@ -735,6 +742,7 @@ static void dispatch_now(struct jobs *js, struct admin_conn *c, const struct dis
   if (r < 0) {
     server_db_job_transition(js->db, job_id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_FAILED,
                              "internal_error", NULL);
+    publish_state(js, job_id);
     admin_conn_reply(c, admin_reply_error(r, diag.msg));
     return;
   }
@@ -782,11 +790,13 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
     unlink(tmp);
     server_db_job_transition(js->db, job_id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_FAILED,
                              "internal_error", NULL);
+    publish_state(js, job_id);
     snprintf(diag.msg, sizeof(diag.msg), "cannot queue the package: %s", strerror(e));
     admin_conn_reply(c, admin_reply_error(-e, diag.msg));
     return;
   }
   fsync_dir(js->queue_dir);
+  publish_state(js, job_id);
   char ttl[24], pkg[160];
   snprintf(ttl, sizeof(ttl), "%lld", (long long)d->ttl);
   snprintf(pkg, sizeof(pkg), "%s@%s", p->m->name, p->m->version);
@@ -920,6 +930,7 @@ static void fail_queued(struct jobs *js, const char *id, const char *path, int e
                                cordon_err_name(err), NULL) == 0) {
     unlink(path);
     metrics_job_finished(SERVER_DB_JOB_FAILED, -1);
+    publish_state(js, id);
   }
   answer_waiters(js, id);
 }
@@ -1030,6 +1041,7 @@ void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
     session_send(s, &m);
   }
   metrics_job_finished(SERVER_DB_JOB_CANCELLED, -1);
+  publish_state(js, id);
   core_log_kv(CORE_LOG_INFO, "job cancelled", "job", id, "device", dev[0] ? dev : "-", "was",
               server_db_job_state_name(st), "device_told", s ? "yes" : "no", NULL);
   flight_drop(js, id);
@@ -1235,6 +1247,8 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     refuse_result(s, mr->job_id, id, rc == -ESTALE, "no job with this id was sent to this device");
     return;
   }
+  if (rc == 0)
+    publish_state(js, id); /* a cancelled or expired job's state stays, with its result now */
   if (rc == 0 || rc == -EALREADY) {
     /* recorded (now or before): the agent may forget it */
     held_drop(js, id);
@@ -1315,6 +1329,8 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
                                              NULL, NULL)
                   : -EPERM;
       server_db_job_release(&job);
+      if (r == 0)
+        publish_state(js, id);
       struct flight *f = flight_find(js, id);
       char ms[24] = "-";
       if (f && r == 0) {
@@ -1372,6 +1388,7 @@ static void expire_overdue(struct jobs *js) {
     if (server_db_job_transition(js->db, job->id, job->state, SERVER_DB_JOB_EXPIRED, "device_lost",
                                  NULL) == 0) {
       metrics_job_finished(SERVER_DB_JOB_EXPIRED, -1);
+      publish_state(js, job->id);
       core_log_kv(CORE_LOG_WARN, "job expired", "job", job->id, "user", job->user, "device",
                   job->device_id[0] ? job->device_id : "-", "was",
                   server_db_job_state_name(job->state), "error", "device_lost", NULL);
@@ -1398,6 +1415,7 @@ static void expire_queue(struct jobs *js) {
       queue_path(js, job->id, path);
       unlink(path);
       metrics_job_finished(SERVER_DB_JOB_EXPIRED, -1);
+      publish_state(js, job->id);
       core_log_kv(CORE_LOG_WARN, "job expired", "job", job->id, "user", job->user, "device",
                   job->device_id[0] ? job->device_id : "-", "was", "queued", "error",
                   "queue_expired", NULL);
@@ -1525,7 +1543,7 @@ void jobs_close(struct jobs *js) {
     sending_free(js->sends);
   for (struct waiter *w = js->waiters, *n; w; w = n) {
     n = w->next;
-    admin_conn_reply(w->conn, reply_stopped(js, w->id));
+    waiter_answer(js, w, reply_stopped(js, w->id));
     free(w);
   }
   js->waiters = NULL;
@@ -1543,4 +1561,90 @@ void jobs_free(struct jobs *js) {
   if (js)
     pkgcache_free(js->pkgs);
   free(js);
+}
+
+/* ---- events and follow ---- */
+
+static void publish_state(struct jobs *js, const char *id) {
+  struct server_db_job job;
+  if (!js->events || server_db_job_get(js->db, id, &job, NULL) < 0)
+    return;
+  const struct event ev = {
+      .kind = EVENT_JOB_STATE,
+      .job_id = job.id,
+      .device_id = job.device_id[0] ? job.device_id : NULL,
+      .user = job.user,
+      .state = server_db_job_state_name(job.state),
+      .code = job.error[0] ? job.error : NULL,
+  };
+  events_publish(js->events, &ev);
+  server_db_job_release(&job);
+}
+
+/* A wait gets its reply; a follow its last line, the same reply with
+ * "event": "end". */
+static void waiter_answer(struct jobs *js, struct waiter *w, json_t *reply) {
+  if (!w->token) {
+    admin_conn_reply(w->conn, reply);
+    return;
+  }
+  events_unsubscribe(js->events, w->token);
+  if (reply)
+    json_object_set_new(reply, ADMIN_REPLY_EVENT, json_string("end"));
+  admin_conn_stream_end(w->conn, reply);
+}
+
+/* A follower's connection went: its waiter goes too. */
+static void follow_gone(void *ctx, struct admin_conn *c) {
+  struct jobs *js = ctx;
+  for (struct waiter **pp = &js->waiters; *pp; pp = &(*pp)->next)
+    if ((*pp)->conn == c) {
+      struct waiter *w = *pp;
+      *pp = w->next;
+      events_unsubscribe(js->events, w->token);
+      free(w);
+      return;
+    }
+}
+
+static void follow_output(void *ctx, const struct event *ev) {
+  struct waiter *w = ctx;
+  if (ev->kind != EVENT_JOB_OUTPUT)
+    return;
+  size_t b64 = sodium_base64_ENCODED_LEN(ev->len, sodium_base64_VARIANT_ORIGINAL);
+  char *data = malloc(b64);
+  if (!data)
+    return;
+  sodium_bin2base64(data, b64, ev->data, ev->len, sodium_base64_VARIANT_ORIGINAL);
+  json_t *line = json_pack("{s:s, s:s, s:I, s:s}", ADMIN_REPLY_EVENT, "output", "stream",
+                           ev->stream == EVENT_STDERR ? "stderr" : "stdout", "offset",
+                           (json_int_t)ev->offset, "data", data);
+  free(data);
+  (void)admin_conn_stream_send(w->conn, line); /* -ENOBUFS: w is gone */
+}
+
+void jobs_op_follow(struct jobs *js, struct admin_conn *c, const json_t *req) {
+  const char *id = admin_request_string(req, ADMIN_ARG_JOB);
+  struct server_db_job job;
+  if (server_db_job_get(js->db, id, &job, NULL) < 0) {
+    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such job"));
+    return;
+  }
+  server_db_job_release(&job);
+  if (add_waiter(js, c, job.id) < 0) {
+    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
+    return;
+  }
+  struct waiter *w = js->waiters; /* add_waiter puts it first */
+  if (!js->events || events_subscribe(js->events, job.id, follow_output, w, &w->token) < 0) {
+    js->waiters = w->next;
+    free(w);
+    admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
+    return;
+  }
+  if (admin_conn_stream_start(c, follow_gone, js) < 0) {
+    follow_gone(js, c);
+    return;
+  }
+  answer_waiters(js, job.id); /* a job already over: its end at once */
 }

@@ -98,5 +98,7 @@ bool jobs_op_dispatch_known(struct jobs *j, struct admin_conn *c, const json_t *
 void jobs_op_dispatch(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_cancel(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_wait(struct jobs *j, struct admin_conn *c, const json_t *req);
+/* The job's output events as they come, then its wait reply as the end. */
+void jobs_op_follow(struct jobs *j, struct admin_conn *c, const json_t *req);
 
 #endif

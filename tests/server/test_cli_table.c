@@ -334,8 +334,12 @@ Test(cli_table, a_name_that_is_taken_is_already_exists_exit_1) {
 
 Test(cli_table, commands_that_need_the_daemon_say_not_running_exit_1) {
   init_with_alice();
+  char pkg[600];
+  snprintf(pkg, sizeof(pkg), "%s/some.cpkg", state_dir); /* read only by the daemon */
+  FILE *f = fopen(pkg, "w");
+  cr_assert(f && fputs("not checked by the command line", f) >= 0 && fclose(f) == 0);
   struct run r;
-  run(&r, "dispatch", "--user", "alice", "/dev/null", NULL);
+  run(&r, "dispatch", "--user", "alice", pkg, NULL);
   assert_one_line_error(&r, 1, "not_running", "dispatch");
 }
 
