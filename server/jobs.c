@@ -159,9 +159,8 @@ static void pkg_release(struct pkg *p) {
 }
 
 /* Read the package's signed index with the server's own publisher key. */
-static int read_package(struct jobs *js, int fd, const struct stat *fst,
-                        const uint8_t trust_digest[PKGCACHE_TRUST_SIZE], struct manifest **out_m,
-                        uint8_t hash[CPKG_HASH_SIZE], uint64_t *out_size,
+static int read_package(struct jobs *js, int fd, const uint8_t trust_digest[PKGCACHE_TRUST_SIZE],
+                        struct manifest **out_m, uint8_t hash[CPKG_HASH_SIZE], uint64_t *out_size,
                         struct cordon_diag *diag) {
   struct cpkg_trust *trust;
   struct cpkg_stream *st = NULL;
@@ -178,6 +177,9 @@ static int read_package(struct jobs *js, int fd, const struct stat *fst,
   uint8_t buf[65536];
   bool have_index = false;
   off_t off = 0;
+  /* the cache key of the very bytes verified (pkgcache_key_of_fd's) */
+  crypto_generichash_state key_h;
+  crypto_generichash_init(&key_h, NULL, 0, PKGCACHE_KEY_SIZE);
   while (r == 0 && !have_index) {
     ssize_t n = pread(fd, buf, sizeof(buf), off);
     if (n <= 0) {
@@ -190,6 +192,7 @@ static int read_package(struct jobs *js, int fd, const struct stat *fst,
       size_t used;
       struct cpkg_event ev;
       r = cpkg_stream_next(st, buf + pos, (size_t)n - pos, &used, &ev, diag);
+      crypto_generichash_update(&key_h, buf + pos, used);
       pos += used;
       if (r == 0 && ev.type == CPKG_EVENT_INDEX)
         have_index = true;
@@ -204,8 +207,10 @@ static int read_package(struct jobs *js, int fd, const struct stat *fst,
       cpkg_stream_index_hash(st, hash);
       *out_size = cpkg_stream_package_size(st);
       /* not cached (out of memory): verified again next time */
-      if (js->pkgs && S_ISREG(fst->st_mode))
-        (void)pkgcache_put(js->pkgs, fst, trust_digest, hash, *out_size,
+      uint8_t key[PKGCACHE_KEY_SIZE];
+      crypto_generichash_final(&key_h, key, sizeof(key));
+      if (js->pkgs)
+        (void)pkgcache_put(js->pkgs, key, trust_digest, hash, *out_size,
                            (const char *)ix->manifest_json, ix->manifest_len);
     }
   }
@@ -220,29 +225,24 @@ static int pkg_open(struct jobs *js, const char *path, struct pkg *out, struct c
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0)
     return cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", path, strerror(errno));
-  /* verified before, and neither the file nor the trusted keys changed
-   * since: the same index, without reading and verifying it again */
-  struct stat fst;
-  if (fstat(fd, &fst) < 0) {
-    int r = cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", path, strerror(errno));
-    close(fd);
-    return r;
-  }
-  uint8_t trust[PKGCACHE_TRUST_SIZE];
+  /* the same signed bytes verified before with the same trusted keys:
+   * the same answer, without checking the signature again */
+  uint8_t key[PKGCACHE_KEY_SIZE], trust[PKGCACHE_TRUST_SIZE];
+  bool keyed = js->pkgs && pkgcache_key_of_fd(fd, key) == 0;
   if (js->keyring)
     pkgcache_trust_digest((const uint8_t(*)[32])js->keyring->publisher_pk, js->keyring->n_publisher,
                           trust);
   else
     pkgcache_trust_digest((const uint8_t(*)[32])js->publisher_pk, 1, trust);
   struct pkgcache_hit hit;
-  int r = -ENOENT;
-  if (js->pkgs && S_ISREG(fst.st_mode) && pkgcache_get(js->pkgs, &fst, trust, &hit) == 0) {
+  int r;
+  if (keyed && pkgcache_get(js->pkgs, key, trust, &hit) == 0) {
     r = manifest_parse(hit.manifest_json, hit.manifest_len, &out->m, diag);
     memcpy(out->hash, hit.hash, CPKG_HASH_SIZE);
     out->size = hit.size;
     free(hit.manifest_json);
   } else {
-    r = read_package(js, fd, &fst, trust, &out->m, out->hash, &out->size, diag);
+    r = read_package(js, fd, trust, &out->m, out->hash, &out->size, diag);
   }
   if (r < 0) {
     close(fd);

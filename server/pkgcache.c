@@ -4,14 +4,11 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <unistd.h>
 
 struct entry {
   bool used;
-  dev_t dev;
-  ino_t ino;
-  off_t fsize;
-  struct timespec mtime, ctime;
+  uint8_t key[PKGCACHE_KEY_SIZE];
   uint8_t trust[PKGCACHE_TRUST_SIZE];
   uint8_t hash[CPKG_HASH_SIZE];
   uint64_t size;
@@ -45,6 +42,50 @@ void pkgcache_free(struct pkgcache *c) {
   free(c);
 }
 
+/* Exactly len bytes at off, or -EINVAL when the file ends first. */
+static int pread_full(int fd, uint8_t *buf, size_t len, off_t off) {
+  while (len > 0) {
+    ssize_t n = pread(fd, buf, len, off);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return -errno;
+    if (n == 0)
+      return -EINVAL;
+    buf += n;
+    len -= (size_t)n;
+    off += n;
+  }
+  return 0;
+}
+
+int pkgcache_key_of_fd(int fd, uint8_t out[PKGCACHE_KEY_SIZE]) {
+  uint8_t buf[65536];
+  int r = pread_full(fd, buf, CPKG_HEADER_SIZE, 0);
+  if (r < 0)
+    return r;
+  if (memcmp(buf, CPKG_MAGIC, CPKG_MAGIC_SIZE) != 0)
+    return -EINVAL;
+  uint32_t index_len = (uint32_t)buf[12] << 24 | (uint32_t)buf[13] << 16 | (uint32_t)buf[14] << 8 |
+                       (uint32_t)buf[15];
+  if (index_len == 0 || index_len > CPKG_MAX_INDEX)
+    return -EINVAL;
+  crypto_generichash_state h;
+  crypto_generichash_init(&h, NULL, 0, PKGCACHE_KEY_SIZE);
+  crypto_generichash_update(&h, buf, CPKG_HEADER_SIZE);
+  off_t off = CPKG_HEADER_SIZE;
+  for (uint32_t left = index_len; left > 0;) {
+    size_t want = left < sizeof(buf) ? left : sizeof(buf);
+    if ((r = pread_full(fd, buf, want, off)) < 0)
+      return r;
+    crypto_generichash_update(&h, buf, want);
+    off += (off_t)want;
+    left -= (uint32_t)want;
+  }
+  crypto_generichash_final(&h, out, PKGCACHE_KEY_SIZE);
+  return 0;
+}
+
 void pkgcache_trust_digest(const uint8_t (*keys)[32], size_t n, uint8_t out[PKGCACHE_TRUST_SIZE]) {
   crypto_generichash_state h;
   crypto_generichash_init(&h, NULL, 0, PKGCACHE_TRUST_SIZE);
@@ -53,56 +94,44 @@ void pkgcache_trust_digest(const uint8_t (*keys)[32], size_t n, uint8_t out[PKGC
   crypto_generichash_final(&h, out, PKGCACHE_TRUST_SIZE);
 }
 
-static bool same_time(struct timespec a, struct timespec b) {
-  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
-}
-
-static bool same_file(const struct entry *x, const struct stat *st) {
-  return x->used && x->dev == st->st_dev && x->ino == st->st_ino && x->fsize == st->st_size &&
-         same_time(x->mtime, st->st_mtim) && same_time(x->ctime, st->st_ctim);
-}
-
-int pkgcache_get(struct pkgcache *c, const struct stat *st,
-                 const uint8_t trust[PKGCACHE_TRUST_SIZE], struct pkgcache_hit *out) {
+static struct entry *find(struct pkgcache *c, const uint8_t key[PKGCACHE_KEY_SIZE],
+                          const uint8_t trust[PKGCACHE_TRUST_SIZE]) {
   for (size_t i = 0; i < c->max; i++) {
     struct entry *x = &c->e[i];
-    if (!same_file(x, st) || sodium_memcmp(x->trust, trust, PKGCACHE_TRUST_SIZE) != 0)
-      continue;
-    char *json = malloc(x->manifest_len + 1);
-    if (!json)
-      return -ENOMEM;
-    memcpy(json, x->manifest_json, x->manifest_len + 1);
-    memcpy(out->hash, x->hash, CPKG_HASH_SIZE);
-    out->size = x->size;
-    out->manifest_json = json;
-    out->manifest_len = x->manifest_len;
-    x->last_use = ++c->clock;
-    return 0;
+    if (x->used && memcmp(x->key, key, PKGCACHE_KEY_SIZE) == 0 &&
+        memcmp(x->trust, trust, PKGCACHE_TRUST_SIZE) == 0)
+      return x;
   }
-  return -ENOENT;
+  return NULL;
 }
 
-int pkgcache_put(struct pkgcache *c, const struct stat *st,
+int pkgcache_get(struct pkgcache *c, const uint8_t key[PKGCACHE_KEY_SIZE],
+                 const uint8_t trust[PKGCACHE_TRUST_SIZE], struct pkgcache_hit *out) {
+  struct entry *x = find(c, key, trust);
+  if (!x)
+    return -ENOENT;
+  char *json = malloc(x->manifest_len + 1);
+  if (!json)
+    return -ENOMEM;
+  memcpy(json, x->manifest_json, x->manifest_len + 1);
+  memcpy(out->hash, x->hash, CPKG_HASH_SIZE);
+  out->size = x->size;
+  out->manifest_json = json;
+  out->manifest_len = x->manifest_len;
+  x->last_use = ++c->clock;
+  return 0;
+}
+
+int pkgcache_put(struct pkgcache *c, const uint8_t key[PKGCACHE_KEY_SIZE],
                  const uint8_t trust[PKGCACHE_TRUST_SIZE], const uint8_t hash[CPKG_HASH_SIZE],
                  uint64_t size, const char *manifest_json, size_t manifest_len) {
-  /* a file changed within the file system's timestamp granularity of its
-   * last change could keep both times: not cached until it is older */
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  if (st->st_ctim.tv_sec + PKGCACHE_RACY_S >= now.tv_sec ||
-      st->st_mtim.tv_sec + PKGCACHE_RACY_S >= now.tv_sec)
-    return -EAGAIN;
   char *json = malloc(manifest_len + 1);
   if (!json)
     return -ENOMEM;
   memcpy(json, manifest_json, manifest_len);
   json[manifest_len] = '\0';
-  /* the same file's entry (verified with other keys, say), else a free
-   * one, else the least recently used */
-  struct entry *slot = NULL;
-  for (size_t i = 0; i < c->max && !slot; i++)
-    if (same_file(&c->e[i], st))
-      slot = &c->e[i];
+  /* the same entry, else a free one, else the least recently used */
+  struct entry *slot = find(c, key, trust);
   for (size_t i = 0; i < c->max && !slot; i++)
     if (!c->e[i].used)
       slot = &c->e[i];
@@ -114,15 +143,11 @@ int pkgcache_put(struct pkgcache *c, const struct stat *st,
   }
   free(slot->manifest_json);
   *slot = (struct entry){.used = true,
-                         .dev = st->st_dev,
-                         .ino = st->st_ino,
-                         .fsize = st->st_size,
-                         .mtime = st->st_mtim,
-                         .ctime = st->st_ctim,
                          .size = size,
                          .manifest_json = json,
                          .manifest_len = manifest_len,
                          .last_use = ++c->clock};
+  memcpy(slot->key, key, PKGCACHE_KEY_SIZE);
   memcpy(slot->trust, trust, PKGCACHE_TRUST_SIZE);
   memcpy(slot->hash, hash, CPKG_HASH_SIZE);
   return 0;
