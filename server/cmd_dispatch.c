@@ -142,6 +142,36 @@ static int wait_job(const char *state, const char *id, json_t **out_reply) {
   return 0;
 }
 
+/* The user, and --device by id, name or id prefix among the user's
+ * devices, from the database: 0 (*device then points to device_id, a
+ * whole id) or the command's exit status after the message. */
+static int check_user_device(const char *state, const char *user, const char **device,
+                             char device_id[CORDON_ID_HEX_SIZE]) {
+  struct server_db *db = NULL;
+  int status = server_cli_open_db(state, &db);
+  if (status)
+    return status;
+  struct server_db_user u;
+  struct cordon_diag ud = {{0}};
+  int uerr = server_db_user_get_by_name(db, user, &u, &ud);
+  if (!uerr && *device) {
+    /* a whole id is taken as it is (the daemon says why another user's
+     * device is not eligible); a name or prefix among the user's devices */
+    struct server_db_device named = {0};
+    status =
+        server_cli_device_resolve(db, *device, cordon_id_hex_valid(*device) ? NULL : user, &named);
+    if (!status) {
+      snprintf(device_id, CORDON_ID_HEX_SIZE, "%s", named.id);
+      server_db_device_release(&named);
+      *device = device_id;
+    }
+  }
+  server_db_close(db);
+  if (status)
+    return status;
+  return uerr ? server_cli_db_fail(uerr, &ud) : 0;
+}
+
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"user", required_argument, NULL, 'u'},
                                        {"device", required_argument, NULL, 'd'},
@@ -232,42 +262,28 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
                             : no_queue && ttl ? "--no-queue and --queue-ttl exclude each other"
                                               : "--explain sends nothing: no --wait or --detach");
   }
-  /* an unknown user is the database's answer, as for every other command */
-  struct server_db *db = NULL;
-  int status = server_cli_open_db(state, &db);
-  if (status) {
-    json_decref(where);
-    return status;
-  }
-  struct server_db_user u;
-  struct cordon_diag ud = {{0}};
-  int uerr = server_db_user_get_by_name(db, user, &u, &ud);
-  /* --device by id, name or id prefix, among the user's devices */
-  struct server_db_device named = {0};
+  /* an unknown user is the database's answer, as for every other command;
+   * without --device the daemon gives it (the same words), and the
+   * database is opened only when the daemon cannot be asked or the
+   * package cannot be read, so that its answer still comes first (issue
+   * 18: no SQLite on the common path) */
   char device_id[CORDON_ID_HEX_SIZE] = "";
-  if (!uerr && device) {
-    /* a whole id is taken as it is (the daemon says why another user's
-     * device is not eligible); a name or prefix among the user's devices */
-    if ((status = server_cli_device_resolve(db, device, cordon_id_hex_valid(device) ? NULL : user,
-                                            &named))) {
-      server_db_close(db);
+  bool checked = false;
+  if (device) {
+    int status = check_user_device(state, user, &device, device_id);
+    if (status) {
       json_decref(where);
       return status;
     }
-    snprintf(device_id, sizeof(device_id), "%s", named.id);
-    server_db_device_release(&named);
-    device = device_id;
-  }
-  server_db_close(db);
-  if (uerr) {
-    json_decref(where);
-    return server_cli_db_fail(uerr, &ud);
+    checked = true;
   }
   /* the package's bytes go over the socket: the daemon need not read our files */
   int pkg_fd = open(argv[optind], O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (pkg_fd < 0) {
     json_decref(where);
-    return server_cli_failf(CORDON_E_USAGE, "%s: cannot read the package", argv[optind]);
+    int status = checked ? 0 : check_user_device(state, user, &device, device_id);
+    return status ? status
+                  : server_cli_failf(CORDON_E_USAGE, "%s: cannot read the package", argv[optind]);
   }
   json_t *args = json_array();
   for (int i = optind + 1; args && i < argc; i++)
@@ -297,10 +313,20 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
     r = admin_call_with_file(state, req, pkg_fd, &reply, &diag);
   close(pkg_fd);
   json_decref(req);
-  if (r < 0)
-    return server_cli_admin_fail(r, &diag);
+  if (r < 0) {
+    /* the database's answer first, as before the daemon was asked */
+    int status = checked ? 0 : check_user_device(state, user, &device, device_id);
+    return status ? status : server_cli_admin_fail(r, &diag);
+  }
   if (!admin_reply_is_ok(reply)) {
-    int rc = reply_error(reply);
+    const char *message;
+    int err = admin_reply_err(reply, &message);
+    char no_user[SERVER_DB_NAME_MAX + 16];
+    snprintf(no_user, sizeof(no_user), "no user '%s'", user);
+    /* the database's answer, as when the database is asked */
+    int rc = !checked && err == CORDON_E_USAGE && message && strcmp(message, no_user) == 0
+                 ? server_cli_failf(CORDON_E_NOT_FOUND, "%s", no_user)
+                 : reply_error(reply);
     json_decref(reply);
     return rc;
   }
