@@ -158,9 +158,11 @@ static void deliver_bound(struct agent_dispatch *d, const struct agent_dispatch_
     agent_health_error(d->health, "job %s: cannot encode its result: %s", id, diag.msg);
     return;
   }
-  /* sent first, synced after: the fsyncs are off the result's way (a
-   * crash between loses it only if the server did not get it either, and
-   * the server fails such a job at its deadline) */
+  /* sent first, spooled after, synced on a side thread that drops the
+   * .running only then (agent/spool.c): the fsyncs are off the result's
+   * way and off the loop (a crash of the machine before the sync loses it
+   * only if the server did not get it either; the .running left makes the
+   * restarted agent report agent_restarted) */
   agent_session_send_encoded(d->session, buf, len);
   r = agent_spool_put_result(d->spool, raw_id, buf, len);
   if (r < 0) {

@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/bgsync.h"
 #include "compat/posix.h"
 #include "core/file.h"
 #include "platform/fs.h"
@@ -42,22 +44,49 @@ int agent_spool_mark_running(const struct agent_spool *sp, const uint8_t id[CORD
   return 0;
 }
 
+/* Written and renamed into place now, synced on a side thread
+ * (agent/bgsync.c), which drops the .running only once the result is
+ * durable: until then a crash of the machine leaves the .running, and the
+ * job is reported agent_restarted, never lost without a word. */
 int agent_spool_put_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN],
                            const uint8_t *msg, size_t len) {
-  char hex[CORDON_ID_HEX_SIZE], name[CORDON_ID_HEX_SIZE + sizeof(RESULT_EXT)];
+  char hex[CORDON_ID_HEX_SIZE], tmp[PATH_MAX], dst[PATH_MAX], running[PATH_MAX];
   cordon_id_to_hex(id, hex);
-  snprintf(name, sizeof(name), "%s" RESULT_EXT, hex);
-  int r = core_write_file_atomic(sp->dir, name, msg, len, 0600);
-  char running[PATH_MAX];
   spool_path(sp, hex, RUNNING_EXT, running, sizeof(running));
-  unlink(running);
-  return r;
+  spool_path(sp, hex, RESULT_EXT, dst, sizeof(dst));
+  int r = snprintf(tmp, sizeof(tmp), "%s/.%s" RESULT_EXT ".tmp", sp->dir, hex) >= (int)sizeof(tmp)
+              ? -ENAMETOOLONG
+              : 0;
+  int fd = -1;
+  if (r == 0) {
+    unlink(tmp);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0)
+      r = -errno;
+  }
+  if (r == 0)
+    r = core_write_all(fd, msg, len);
+  if (fd >= 0 && close(fd) < 0 && r == 0)
+    r = -errno;
+  if (r == 0 && rename(tmp, dst) < 0)
+    r = -errno;
+  if (r < 0) {
+    unlink(tmp);
+    unlink(running); /* the job is over either way */
+    return r;
+  }
+  agent_bgsync_then_unlink(sp->dir, dst, running);
+  return 0;
 }
 
+/* The .running too: acked before the side thread dropped it, the result
+ * is the server's and the marker nobody's. */
 void agent_spool_ack(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]) {
   char hex[CORDON_ID_HEX_SIZE], path[PATH_MAX];
   cordon_id_to_hex(id, hex);
   spool_path(sp, hex, RESULT_EXT, path, sizeof(path));
+  unlink(path);
+  spool_path(sp, hex, RUNNING_EXT, path, sizeof(path));
   unlink(path);
 }
 
@@ -111,9 +140,12 @@ void agent_spool_each_orphan(const struct agent_spool *sp,
     uint8_t id[CORDON_ID_LEN];
     if (!cordon_id_hex_valid(hex) || cordon_id_from_hex(hex, id) < 0)
       continue;
+    /* an empty .result is what a crash of the machine leaves of one
+     * renamed into place but not yet synced: the job is an orphan */
     char result[PATH_MAX];
+    struct stat st;
     spool_path(sp, hex, RESULT_EXT, result, sizeof(result));
-    if (access(result, F_OK) == 0)
+    if (stat(result, &st) == 0 && st.st_size > 0)
       continue;
     fn(ctx, id);
   }

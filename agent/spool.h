@@ -1,15 +1,19 @@
-/* The result spool of `cordon-agent run`: a result is on disk as soon as
- * it is sent (written and synced right after it is queued on the
- * connection, before the loop reads the ack) and is sent again on every
- * new session until the server acks it, so every result is delivered at
- * least once, across restarts of either side.
+/* The result spool of `cordon-agent run`: a result is in the spool as soon
+ * as it is sent (written and renamed into place right after it is queued
+ * on the connection, before the loop reads the ack; synced on a side
+ * thread, agent/bgsync.c) and is sent again on every new session until the
+ * server acks it, so every result is delivered at least once, across
+ * restarts of either side.
  *
- *   SPOOL/<id>.running  created (not synced) when a job is accepted
- *   SPOOL/<id>.result   the encoded result message (fsync + rename) once
- *                       it is sent; removed at the server's ack
+ *   SPOOL/<id>.running  created (not synced) when a job is accepted;
+ *                       removed once its .result is durable (or at the ack)
+ *   SPOOL/<id>.result   the encoded result message (rename, then fsync of
+ *                       it and of SPOOL off the loop) once it is sent;
+ *                       removed at the server's ack
  *   SPOOL/.<name>.tmp   a write in progress (core_write_file_atomic); one
  *                       left by a crash is finished or removed at start
- * A .running without a .result means the agent died while the job ran.
+ * A .running without a .result, or with an empty one (a crash of the
+ * machine before the sync), means the agent died while the job ran.
  *
  * SPOOL is CONFIG/spool (0700). Ids are raw CORDON_ID_LEN bytes and become
  * their lowercase hex in the names, so nothing from the wire reaches a path
@@ -34,12 +38,13 @@ struct agent_spool {
 int agent_spool_init(struct agent_spool *sp, const char *config_dir);
 /* The job was accepted: SPOOL/<id>.running, empty. 0 or -errno. */
 int agent_spool_mark_running(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]);
-/* Store the job's encoded result message as SPOOL/<id>.result, then drop
- * its .running whether or not the store worked (the job is over either
- * way). 0 or the store's -errno. */
+/* Store the job's encoded result message as SPOOL/<id>.result (visible on
+ * return), then drop its .running: on a side thread once the result and
+ * SPOOL are synced, or at once when the store failed (the job is over
+ * either way). 0 or the store's -errno. */
 int agent_spool_put_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN],
                            const uint8_t *msg, size_t len);
-/* The server has the result: forget it. */
+/* The server has the result: forget it (its .result and .running). */
 void agent_spool_ack(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]);
 /* Is a result of job id stored? */
 bool agent_spool_has_result(const struct agent_spool *sp, const uint8_t id[CORDON_ID_LEN]);

@@ -299,7 +299,7 @@ int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv) {
   if (r < 0)
     return server_cli_admin_fail(r, &diag);
   if (!admin_reply_is_ok(reply)) {
-    int rc = reply_error(reply);
+    int rc = reply_error(reply); /* the daemon's code: not_found for an unknown user */
     json_decref(reply);
     return rc;
   }

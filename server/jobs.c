@@ -28,6 +28,7 @@
 #include "server/admin_ops.h"
 #include "server/events.h"
 #include "server/metrics.h"
+#include "server/pkgcache.h"
 
 #define JOB_CHUNK (60u << 10)
 #define JOB_SEND_WINDOW (1u << 20) /* queued bytes before the sender waits */
@@ -94,6 +95,7 @@ struct jobs {
   struct flight *flights;
   struct waiter *waiters;
   struct held *held;
+  struct pkgcache *pkgs; /* verified package indexes (server/pkgcache.h); NULL: none */
 };
 
 /* ---- results held by a connected agent ---- */
@@ -157,8 +159,8 @@ static void pkg_release(struct pkg *p) {
 }
 
 /* Read the package's signed index with the server's own publisher key. */
-static int read_package(struct jobs *js, int fd, struct manifest **out_m,
-                        uint8_t hash[CPKG_HASH_SIZE], uint64_t *out_size,
+static int read_package(struct jobs *js, int fd, const uint8_t trust_digest[PKGCACHE_TRUST_SIZE],
+                        struct manifest **out_m, uint8_t hash[CPKG_HASH_SIZE], uint64_t *out_size,
                         struct cordon_diag *diag) {
   struct cpkg_trust *trust;
   struct cpkg_stream *st = NULL;
@@ -175,6 +177,9 @@ static int read_package(struct jobs *js, int fd, struct manifest **out_m,
   uint8_t buf[65536];
   bool have_index = false;
   off_t off = 0;
+  /* the cache key of the very bytes verified (pkgcache_key_of_fd's) */
+  crypto_generichash_state key_h;
+  crypto_generichash_init(&key_h, NULL, 0, PKGCACHE_KEY_SIZE);
   while (r == 0 && !have_index) {
     ssize_t n = pread(fd, buf, sizeof(buf), off);
     if (n <= 0) {
@@ -187,6 +192,7 @@ static int read_package(struct jobs *js, int fd, struct manifest **out_m,
       size_t used;
       struct cpkg_event ev;
       r = cpkg_stream_next(st, buf + pos, (size_t)n - pos, &used, &ev, diag);
+      crypto_generichash_update(&key_h, buf + pos, used);
       pos += used;
       if (r == 0 && ev.type == CPKG_EVENT_INDEX)
         have_index = true;
@@ -200,6 +206,12 @@ static int read_package(struct jobs *js, int fd, struct manifest **out_m,
     if (r == 0) {
       cpkg_stream_index_hash(st, hash);
       *out_size = cpkg_stream_package_size(st);
+      /* not cached (out of memory): verified again next time */
+      uint8_t key[PKGCACHE_KEY_SIZE];
+      crypto_generichash_final(&key_h, key, sizeof(key));
+      if (js->pkgs)
+        (void)pkgcache_put(js->pkgs, key, trust_digest, hash, *out_size,
+                           (const char *)ix->manifest_json, ix->manifest_len);
     }
   }
   cpkg_stream_free(st);
@@ -213,7 +225,25 @@ static int pkg_open(struct jobs *js, const char *path, struct pkg *out, struct c
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0)
     return cordon_diag_set(diag, CORDON_E_USAGE, "%s: %s", path, strerror(errno));
-  int r = read_package(js, fd, &out->m, out->hash, &out->size, diag);
+  /* the same signed bytes verified before with the same trusted keys:
+   * the same answer, without checking the signature again */
+  uint8_t key[PKGCACHE_KEY_SIZE], trust[PKGCACHE_TRUST_SIZE];
+  bool keyed = js->pkgs && pkgcache_key_of_fd(fd, key) == 0;
+  if (js->keyring)
+    pkgcache_trust_digest((const uint8_t(*)[32])js->keyring->publisher_pk, js->keyring->n_publisher,
+                          trust);
+  else
+    pkgcache_trust_digest((const uint8_t(*)[32])js->publisher_pk, 1, trust);
+  struct pkgcache_hit hit;
+  int r;
+  if (keyed && pkgcache_get(js->pkgs, key, trust, &hit) == 0) {
+    r = manifest_parse(hit.manifest_json, hit.manifest_len, &out->m, diag);
+    memcpy(out->hash, hit.hash, CPKG_HASH_SIZE);
+    out->size = hit.size;
+    free(hit.manifest_json);
+  } else {
+    r = read_package(js, fd, trust, &out->m, out->hash, &out->size, diag);
+  }
   if (r < 0) {
     close(fd);
     return r;
@@ -1489,6 +1519,8 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   js->queue_ttl_s = cfg->queue_ttl_s ? cfg->queue_ttl_s : JOBS_DEFAULT_QUEUE_TTL_S;
   snprintf(js->queue_dir, sizeof(js->queue_dir), "%s/%s", cfg->state_dir ? cfg->state_dir : ".",
            JOBS_QUEUE_DIR);
+  /* without it (out of memory) every dispatch verifies its package */
+  (void)pkgcache_new(PKGCACHE_MAX, &js->pkgs);
   *out_jobs = js;
   return 0;
 }
@@ -1537,6 +1569,8 @@ void jobs_drain(struct jobs *js) {
 }
 
 void jobs_free(struct jobs *js) {
+  if (js)
+    pkgcache_free(js->pkgs);
   free(js);
 }
 

@@ -710,31 +710,67 @@ static int build(bool net, scmp_filter_ctx *out_ctx) {
   return 0;
 }
 
-/* The exported program of a variant (net allowed or not) in a new memfd
- * at offset 0: the libseccomp build itself. */
-static int export_fd(bool net) {
+int seccomp_job_build_bpf(bool net, struct sock_filter **out_insns, size_t *out_n) {
   scmp_filter_ctx ctx = NULL;
   int r = build(net, &ctx);
   if (r < 0)
     return r;
-  int fd = memfd_create("cordon-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  struct sock_filter *ins = NULL;
+  size_t n = 0;
+  struct stat st;
+  int fd = memfd_create("cordon-seccomp", MFD_CLOEXEC);
   if (fd < 0) {
     r = -errno;
     goto out_release;
   }
   r = seccomp_export_bpf(ctx, fd);
-  if (r == 0 && lseek(fd, 0, SEEK_SET) < 0)
+  if (r < 0)
+    goto out_close;
+  if (fstat(fd, &st) < 0) {
     r = -errno;
-  if (r < 0) {
-    close(fd);
-    goto out_release;
+    goto out_close;
   }
-  r = fd;
+  n = (size_t)st.st_size / sizeof(struct sock_filter);
+  if (n == 0 || n > BPF_MAXINSNS) {
+    r = -E2BIG;
+    goto out_close;
+  }
+  ins = malloc(n * sizeof(*ins));
+  if (!ins) {
+    r = -ENOMEM;
+    goto out_close;
+  }
+  if (pread(fd, ins, n * sizeof(*ins), 0) != (ssize_t)(n * sizeof(*ins))) {
+    free(ins);
+    r = -EIO;
+    goto out_close;
+  }
+  *out_insns = ins;
+  *out_n = n;
+out_close:
+  close(fd);
 out_release:
   seccomp_release(ctx);
   return r;
 }
 
+#if CORDON_SECCOMP_EMBEDDED
+/* The programs built at build time by cmake/seccomp_gen.c from this same
+ * policy (seccomp_prog.inc, in the build directory): no libseccomp build
+ * per process. tests/platform/test_seccomp_embedded_linux.c checks that
+ * they equal what libseccomp builds here at run time. */
+#include "seccomp_prog.inc"
+
+bool seccomp_job_program_embedded(void) {
+  return true;
+}
+
+static int compiled_program(bool net, const struct sock_filter **out_insns, size_t *out_n) {
+  *out_insns = net ? seccomp_prog_net : seccomp_prog_nonet;
+  *out_n = net ? ARRAY_LEN(seccomp_prog_net) : ARRAY_LEN(seccomp_prog_nonet);
+  return 0;
+}
+#else
 /* The compiled program of each variant, built once per process: it is a
  * pure function of `net` and of this binary (no configuration, no host
  * fact enters it), so nothing can make a cached copy stale. */
@@ -744,37 +780,24 @@ static struct {
   size_t n[2];
 } compiled = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+bool seccomp_job_program_embedded(void) {
+  return false;
+}
+
 /* The variant's instructions (owned by the cache) and their count. */
 static int compiled_program(bool net, const struct sock_filter **out_insns, size_t *out_n) {
   int v = net ? 1 : 0, r = 0;
   pthread_mutex_lock(&compiled.lock);
-  if (!compiled.insns[v]) {
-    int fd = export_fd(net);
-    struct stat st;
-    if (fd < 0) {
-      r = fd;
-      goto out_unlock;
-    }
-    size_t n = fstat(fd, &st) == 0 ? (size_t)st.st_size / sizeof(struct sock_filter) : 0;
-    struct sock_filter *ins = n > 0 && n <= BPF_MAXINSNS ? malloc(n * sizeof(*ins)) : NULL;
-    if (!ins)
-      r = n > 0 && n <= BPF_MAXINSNS ? -ENOMEM : -E2BIG;
-    else if (pread(fd, ins, n * sizeof(*ins), 0) != (ssize_t)(n * sizeof(*ins)))
-      r = -EIO;
-    close(fd);
-    if (r < 0) {
-      free(ins);
-      goto out_unlock;
-    }
-    compiled.insns[v] = ins;
-    compiled.n[v] = n;
+  if (!compiled.insns[v])
+    r = seccomp_job_build_bpf(net, &compiled.insns[v], &compiled.n[v]);
+  if (r == 0) {
+    *out_insns = compiled.insns[v];
+    *out_n = compiled.n[v];
   }
-  *out_insns = compiled.insns[v];
-  *out_n = compiled.n[v];
-out_unlock:
   pthread_mutex_unlock(&compiled.lock);
   return r;
 }
+#endif
 
 int seccomp_job_filter_fd(bool net) {
   const struct sock_filter *ins;

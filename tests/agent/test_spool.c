@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/bgsync.h"
+
 static char tmpdir[64];
 static struct agent_spool sp;
 
@@ -56,6 +58,9 @@ Test(spool, a_stored_result_replaces_the_running_marker) {
   cr_assert(spooled(id, ".running"));
   cr_assert_not(spooled(id, ".result"));
   cr_assert_eq(agent_spool_put_result(&sp, id, (const uint8_t *)"encoded", 7), 0);
+  cr_assert(spooled(id, ".result"));
+  /* the marker goes once the result is synced, on a side thread */
+  cr_assert(agent_bgsync_wait(10000));
   cr_assert_not(spooled(id, ".running"));
   cr_assert(spooled(id, ".result"));
 }
