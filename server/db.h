@@ -548,6 +548,12 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
 #define SERVER_DB_TICKET_MAX 4096
 int server_db_job_set_ticket(struct server_db *db, const char *id, const uint8_t *ticket,
                              size_t len, struct cordon_diag *diag);
+/* server_db_job_set_ticket then server_db_job_send in one transaction: one
+ * durable write (docs/ARCHITECTURE.md, "Durable writes"); nothing changes
+ * when either fails. */
+int server_db_job_send_with_ticket(struct server_db *db, const char *id, const char *device_id,
+                                   int64_t deadline, const uint8_t *ticket, size_t len,
+                                   struct cordon_diag *diag);
 /* Read a job's ticket body or stored receipt into out (cap bytes). -ENOENT
  * for an unknown job, -ENODATA when it has none, -ENOBUFS when cap is too
  * small. */

@@ -586,6 +586,20 @@ int server_db_job_set_ticket(struct server_db *db, const char *id, const uint8_t
   return changes == 1 ? 0 : cordon_diag_set(diag, -ESTALE, "job %s is not queued", id);
 }
 
+int server_db_job_send_with_ticket(struct server_db *db, const char *id, const char *device_id,
+                                   int64_t deadline, const uint8_t *ticket, size_t len,
+                                   struct cordon_diag *diag) {
+  int err = db_tx_begin(db, diag);
+  if (err)
+    return err;
+  if ((err = server_db_job_set_ticket(db, id, ticket, len, diag)) ||
+      (err = server_db_job_send(db, id, device_id, deadline, diag))) {
+    db_tx_rollback(db);
+    return err;
+  }
+  return db_tx_commit(db, diag);
+}
+
 static int job_blob(struct server_db *db, enum db_stmt q, const char *id, const char *what,
                     uint8_t *out, size_t cap, size_t *out_len, struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(id))

@@ -476,9 +476,9 @@ static int send_job(struct jobs *js, const char *job_id, const char *user, struc
   t.expires_ms = t.issued_ms + JOB_TICKET_TTL_S * 1000ull;
   uint8_t body[TICKET_BODY_LEN];
   ticket_encode(&t, body);
-  int r = server_db_job_set_ticket(js->db, job_id, body, sizeof(body), diag);
-  if (r == 0)
-    r = server_db_job_send(js->db, job_id, s->device_id, deadline, diag);
+  /* the ticket and queued -> sent: one commit */
+  int r = server_db_job_send_with_ticket(js->db, job_id, s->device_id, deadline, body, sizeof(body),
+                                         diag);
   if (r < 0) {
     free(x);
     return r;

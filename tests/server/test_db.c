@@ -1343,10 +1343,19 @@ Test(db, queued_jobs_wait_in_order_expire_and_go_to_one_device) {
                                         "queue_expired", NULL),
                0);
 
-  /* a pinned job goes only to its device */
+  /* a pinned job goes only to its device; with its ticket, in one
+   * transaction: a refused send stores no ticket either */
   struct cordon_diag d = {{0}};
+  uint8_t tk[8] = "ticket!", got[16];
+  size_t tk_n = 0;
+  cr_assert_eq(server_db_job_send_with_ticket(db, pinned, dev, 2000, tk, sizeof(tk), &d), -EPERM);
+  cr_assert_eq(server_db_job_ticket(db, pinned, got, sizeof(got), &tk_n, NULL), -ENODATA,
+               "rolled back with the refused send");
   cr_assert_eq(server_db_job_send(db, pinned, dev, 2000, &d), -EPERM);
-  cr_assert_eq(server_db_job_send(db, pinned, dev2, 2000, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_job_send_with_ticket(db, pinned, dev2, 2000, tk, sizeof(tk), &d), 0, "%s",
+               d.msg);
+  cr_assert_eq(server_db_job_ticket(db, pinned, got, sizeof(got), &tk_n, NULL), 0);
+  cr_assert(tk_n == sizeof(tk) && memcmp(got, tk, sizeof(tk)) == 0);
   cr_assert_eq(server_db_job_send(db, pinned, dev2, 2000, &d), -ESTALE, "sent once");
   cr_assert_eq(server_db_job_send(db, soon, dev, 2000, &d), -ESTALE, "expired: never sent");
   /* any device of the user: the first send wins, the device and deadline stick */
