@@ -30,12 +30,15 @@
  *                             allows); each is over when its dispatch reply
  *                             and its ack (the result stored) are in:
  *                             n, ok, failed, ms, jobs_per_s, p50_ms, p99_ms
- *   mark                      note the time (before a server restart)
+ *   mark                      note the time (before a server restart);
+ *                             "!mark" runs at once, even during a dispatch
  *   waitall SECONDS           wait until every device is welcomed again:
- *                             ms since mark, reconnects
+ *                             ms from the mark until the moment all were
+ *                             back (after at least one was lost), reconnects
  *   stats                     ready, jobs, dup_jobs, results, acks, unacked
  *   echo-connect HOST:PORT    the baseline: N plain TCP connections from the
- *                             same source addresses: n, ms, conns_per_s
+ *                             same source addresses, each connected once its
+ *                             first message came back: n, ms, conns_per_s
  *   echo COUNT NDEV CONC RATE the baseline's messages: a 300-byte message
  *                             echoed by bench_echo: as dispatch
  *   quit
@@ -141,7 +144,9 @@ static uint8_t rbuf[256 << 10];
 
 /* the command in progress */
 static char cur_cmd[32];
-static double cmd_t0, mark_t0;
+static double cmd_t0, mark_t0, mark_back_ms = -1;
+static bool mark_on, mark_dropped; /* since the mark: a session was lost */
+static unsigned mark_target;       /* the devices paired at the mark */
 static unsigned connect_next, connecting_now, n_ready, reconnects;
 static unsigned waitall_target;
 static uv_timer_t waitall_timer, pace_timer, sweep_timer;
@@ -312,6 +317,7 @@ static void send_result(struct dev *d, const uint8_t job_id[CORDON_ID_LEN]) {
 /* ---- the sessions ---- */
 
 static void schedule_reconnect(struct dev *d);
+static unsigned connect_target(void);
 static void connect_more(void);
 static void dev_connect(struct dev *d);
 
@@ -345,8 +351,10 @@ static void on_tcp_closed(uv_handle_t *h) {
 static void dev_close(struct dev *d) {
   if (!d->tcp || d->state == D_CLOSING)
     return;
-  if (d->state == D_READY)
+  if (d->state == D_READY) {
     n_ready--;
+    mark_dropped = mark_dropped || mark_on;
+  }
   d->state = D_CLOSING;
   noise_handshake_free(d->hs);
   d->hs = NULL;
@@ -458,6 +466,8 @@ static void on_session_record(struct dev *d, struct msg *m) {
     d->backoff_ms = 0;
     n_ready++;
     resend_unacked(d);
+    if (mark_on && mark_dropped && mark_back_ms < 0 && n_ready >= mark_target)
+      mark_back_ms = now_ms() - mark_t0; /* all back */
     window_leave(d);
     if (waitall_target && n_ready >= waitall_target) {
       waitall_target = 0;
@@ -570,6 +580,12 @@ static void echo_in(struct dev *d, const uint8_t *p, size_t n) {
     n -= take;
     if (d->ehave == ECHO_MSG) {
       d->ehave = 0;
+      if (d->state == D_HELLO) { /* the first round trip: connected */
+        d->state = D_READY;
+        n_ready++;
+        window_leave(d);
+        continue;
+      }
       struct jslot *s = slot_get(d->eacc, false);
       if (s && !s->acked) {
         s->acked = s->replied = true;
@@ -635,10 +651,17 @@ static void on_connected(uv_connect_t *req, int status) {
   uv_tcp_nodelay(d->tcp, 1);
   d->last_rx = uv_now(loop);
   if (d->echo) {
-    d->state = D_READY;
-    n_ready++;
+    /* one round trip first, as a session has its handshake: the window
+     * then bounds the connections the server has not accepted yet */
+    d->state = D_HELLO;
     uv_read_start((uv_stream_t *)d->tcp, on_alloc, on_read);
-    window_leave(d);
+    struct wreq *w = malloc(sizeof(*w) + ECHO_MSG);
+    memset(w->buf, 0, ECHO_MSG);
+    uv_buf_t b = uv_buf_init((char *)w->buf, ECHO_MSG);
+    if (uv_write(&w->req, (uv_stream_t *)d->tcp, &b, 1, on_written) < 0) {
+      free(w);
+      dev_close(d);
+    }
     return;
   }
   d->state = D_HANDSHAKE;
@@ -841,14 +864,14 @@ static void run_finish(void) {
   double ms = now_ms() - run_t0;
   qsort(lat, run_ok, sizeof(double), cmp_double);
   double p50 = run_ok ? lat[run_ok / 2] : 0, p99 = run_ok ? lat[(run_ok * 99) / 100] : 0;
+  if (jobs_log)
+    fflush(jobs_log); /* before the answer: the caller reads the log next */
   reply("%s ok n=%u ok=%u failed=%u pending=%u ms=%.0f jobs_per_s=%.1f p50_ms=%.2f "
         "p99_ms=%.2f",
         run_echo ? "echo" : "dispatch", run_count, run_ok, run_failed,
         run_count - run_ok - run_failed, ms, run_ok / (ms / 1000.0), p50, p99);
   free(lat);
   lat = NULL;
-  if (jobs_log)
-    fflush(jobs_log);
 }
 
 static void req_closed(uv_handle_t *h) {
@@ -884,7 +907,9 @@ static void req_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
   const char *id = json_string_value(json_object_get(j, "job_id"));
   uint8_t raw[CORDON_ID_LEN];
   if (!json_is_true(json_object_get(j, "ok")) || !id || cordon_id_from_hex(id, raw) < 0) {
-    fprintf(stderr, "loadgen: dispatch refused: %s", q->buf);
+    static unsigned said;
+    if (said++ < 3) /* e.g. no_eligible_device while the devices reconnect */
+      fprintf(stderr, "loadgen: dispatch refused: %s%s", q->buf, strchr(q->buf, '\n') ? "" : "\n");
     json_decref(j);
     req_fail(q);
     return;
@@ -1078,6 +1103,10 @@ static void command(char *line) {
       run_start(strcmp(w, "echo") == 0, a, b, c, rate);
   } else if (strcmp(w, "mark") == 0) {
     mark_t0 = now_ms();
+    mark_on = true;
+    mark_dropped = false;
+    mark_back_ms = -1;
+    mark_target = connect_target();
     reconnects = 0;
     reply("mark ok");
   } else if (strcmp(w, "waitall") == 0) {
@@ -1085,7 +1114,8 @@ static void command(char *line) {
     sscanf(line, "%*s %u", &secs);
     unsigned target = connect_target();
     if (n_ready >= target) {
-      reply("waitall ok n=%u ms=%.0f reconnects=%u", n_ready, now_ms() - mark_t0, reconnects);
+      reply("waitall ok n=%u ms=%.0f reconnects=%u", n_ready,
+            mark_back_ms >= 0 ? mark_back_ms : now_ms() - mark_t0, reconnects);
     } else {
       waitall_target = target;
       uv_timer_start(&waitall_timer, on_waitall_timeout, secs * 1000ull, 0);
@@ -1135,15 +1165,21 @@ static bool stdin_eof;
 static void on_cmd_timer(uv_timer_t *t) {
   (void)t;
   char *nl;
-  while (!cur_cmd[0] && (nl = strchr(inbuf, '\n'))) {
+  while ((!cur_cmd[0] || inbuf[0] == '!') && (nl = strchr(inbuf, '\n'))) {
     *nl = '\0';
     char line[4096];
     snprintf(line, sizeof(line), "%s", inbuf);
     size_t rest = inlen - (size_t)(nl + 1 - inbuf);
     memmove(inbuf, nl + 1, rest + 1);
     inlen = rest;
-    if (line[0])
+    if (line[0] == '!') { /* "!mark": at once, even while a command runs */
+      char busy[32];
+      snprintf(busy, sizeof(busy), "%s", cur_cmd);
+      command(line + 1);
+      snprintf(cur_cmd, sizeof(cur_cmd), "%s", busy);
+    } else if (line[0]) {
       command(line);
+    }
   }
   if (!cur_cmd[0] && stdin_eof)
     exit(0);
