@@ -27,6 +27,7 @@
  *                duplicated (nothing about speed) */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -204,14 +205,11 @@ static int lg_start(struct lg *g, unsigned devices, const char *ids_path, bool b
   return 0;
 }
 
-/* Send a command; its answer line (starting with its word) in out. */
-static int lg_cmd(struct lg *g, const char *cmd, char *out, size_t cap) {
-  fprintf(g->in, "%s\n", cmd);
-  fflush(g->in);
+/* The answer line of a command sent before (it starts with the command's
+ * word) in out: 0 when it says ok. */
+static int lg_wait(struct lg *g, const char *cmd, char *out, size_t cap) {
   char word[32];
-  sscanf(cmd[0] == '!' ? cmd + 1 : cmd, "%31s", word);
-  if (cmd[0] == '!')
-    return 0;
+  sscanf(cmd, "%31s", word);
   while (fgets(out, (int)cap, g->out)) {
     out[strcspn(out, "\n")] = '\0';
     if (strncmp(out, word, strlen(word)) == 0 && out[strlen(word)] == ' ')
@@ -219,6 +217,13 @@ static int lg_cmd(struct lg *g, const char *cmd, char *out, size_t cap) {
   }
   snprintf(out, cap, "%s: the load generator ended", word);
   return -1;
+}
+
+/* Send a command and wait for its answer ("!..." ones are not answered). */
+static int lg_cmd(struct lg *g, const char *cmd, char *out, size_t cap) {
+  fprintf(g->in, "%s\n", cmd);
+  fflush(g->in);
+  return cmd[0] == '!' ? 0 : lg_wait(g, cmd, out, cap);
 }
 
 static void lg_stop(struct lg *g) {
@@ -251,41 +256,65 @@ static long count_lines(const char *path) {
   return n;
 }
 
-/* The job ids of lines [from, to) of the jobs log: how many are not 'done'
- * with a result (lost), and how many appear twice (duplicated). */
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The job ids of lines [from, to) of the jobs log, against the jobs table
+ * (`cordon-server jobs --json --limit 0`): how many are not 'done' (a
+ * result stored; lost), and how many appear twice (duplicated). */
 static void check_jobs(long from, long to, long *out_lost, long *out_dup, long *out_checked) {
-  char cmd[2048], tmp[700];
-  snprintf(tmp, sizeof(tmp), "%s/check.sql", dir);
-  FILE *f = fopen(tmp, "w");
+  *out_lost = *out_dup = *out_checked = -1;
+  char cmd[2048];
+  snprintf(cmd, sizeof(cmd), "'%s' jobs --json --limit 0 --state '%s' 2>/dev/null", SERVER, state);
+  FILE *p = popen(cmd, "r");
+  json_t *arr = p ? json_loadf(p, 0, NULL) : NULL;
+  if (p)
+    pclose(p);
+  if (!json_is_array(arr)) {
+    json_decref(arr);
+    return;
+  }
+  size_t n = json_array_size(arr);
+  char **done = calloc(n + 1, sizeof(char *));
+  size_t nd = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_t *j = json_array_get(arr, i);
+    const char *st = json_string_value(json_object_get(j, "state"));
+    const char *id = json_string_value(json_object_get(j, "id"));
+    if (id && st && strcmp(st, "done") == 0)
+      done[nd++] = (char *)id;
+  }
+  qsort(done, nd, sizeof(char *), cmp_str);
+  size_t cap = (size_t)(to - from) + 1, nw = 0;
+  char **want = calloc(cap, sizeof(char *));
   FILE *l = fopen(jobs_log, "r");
   char line[128];
   long i = 0;
-  fprintf(f, "CREATE TEMP TABLE want (id TEXT);\nBEGIN;\n");
   while (l && fgets(line, sizeof(line), l)) {
     line[strcspn(line, "\n")] = '\0';
-    if (i >= from && i < to)
-      fprintf(f, "INSERT INTO want VALUES ('%s');\n", line);
+    if (i >= from && i < to && nw < cap)
+      want[nw++] = strdup(line);
     i++;
   }
   if (l)
     fclose(l);
-  fprintf(f, "COMMIT;\n"
-             "SELECT count(*) FROM want;\n"
-             "SELECT count(*) FROM want WHERE id NOT IN "
-             "(SELECT id FROM jobs WHERE state = 'done' AND result IS NOT NULL);\n"
-             "SELECT count(*) - count(DISTINCT id) FROM want;\n");
-  fclose(f);
-  snprintf(cmd, sizeof(cmd), "sqlite3 -readonly '%s/cordon.db' < '%s'", state, tmp);
-  FILE *p = popen(cmd, "r");
-  long a = -1, b = -1, c = -1;
-  if (p) {
-    if (fscanf(p, "%ld %ld %ld", &a, &b, &c) != 3)
-      a = b = c = -1;
-    pclose(p);
+  qsort(want, nw, sizeof(char *), cmp_str);
+  long lost = 0, dup = 0;
+  for (size_t k = 0; k < nw; k++) {
+    if (k > 0 && strcmp(want[k], want[k - 1]) == 0)
+      dup++;
+    if (!bsearch(&want[k], done, nd, sizeof(char *), cmp_str))
+      lost++;
   }
-  *out_checked = a;
-  *out_lost = b;
-  *out_dup = c;
+  *out_checked = (long)nw;
+  *out_lost = lost;
+  *out_dup = dup;
+  for (size_t k = 0; k < nw; k++)
+    free(want[k]);
+  free(want);
+  free(done);
+  json_decref(arr);
 }
 
 static const char *db_file(void) {
@@ -457,7 +486,7 @@ int main(int argc, char **argv) {
   printf("  recovery: killed (-9) and restarted in %.0f ms\n", now_ms() - t_kill);
   fflush(stdout);
   char rout[1024];
-  if (lg_cmd(&g, cmd, rout, sizeof(rout)) < 0) /* the dispatch's own answer */
+  if (lg_wait(&g, cmd, rout, sizeof(rout)) < 0) /* the dispatch's own answer */
     fail("recovery dispatch: %s", rout);
   if (lg_cmd(&g, "waitall 120", out, sizeof(out)) < 0)
     fail("not every device came back: %s", out);
