@@ -125,7 +125,7 @@ static int server_start(int port, unsigned devices) {
     int fd = open(slog, O_WRONLY | O_CREAT | O_APPEND, 0600);
     dup2(fd, 1);
     dup2(fd, 2);
-    if (devices + 64 > SERVER_DEFAULT_MAX_CONNS)
+    if (devices + 16 > SERVER_DEFAULT_MAX_CONNS)
       execl(SERVER, SERVER, "run", "--state", state, "--listen", listen, "--drain-timeout", "0",
             "--max-connections", conns, (char *)NULL);
     else

@@ -1,6 +1,6 @@
 /* cordon-server run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION]
  *   [--drain-timeout SECONDS] [--log-level LEVEL] [--log-file PATH]
- *   [--metrics HOST:PORT] */
+ *   [--metrics HOST:PORT] [--max-connections N] */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +12,8 @@
 
 static const char run_usage[] =
     "run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] [--drain-timeout SECONDS] "
-    "[--log-level debug|info|warn|error] [--log-file PATH] [--metrics HOST:PORT] [--state DIR]";
+    "[--log-level debug|info|warn|error] [--log-file PATH] [--metrics HOST:PORT] [--state DIR] "
+    "[--max-connections N]";
 
 static int parse_host_port(const char *s, char *host, size_t host_len, int *out_port) {
   const char *colon = strrchr(s, ':');
@@ -52,9 +53,10 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
                                        {"log-file", required_argument, NULL, 'f'},
                                        {"metrics", required_argument, NULL, 'm'},
                                        {"state", required_argument, NULL, 's'},
+                                       {"max-connections", required_argument, NULL, 'C'},
                                        {0}};
   const char *state = cli->state_dir, *listen = NULL, *metrics = NULL, *log_file = NULL;
-  long grace = 0, drain = -1;
+  long grace = 0, drain = -1, max_conns = 0;
   int64_t queue_ttl = 0;
   enum core_log_level level = CORE_LOG_INFO;
   int c;
@@ -83,7 +85,10 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       metrics = optarg;
     else if (c == 's')
       state = optarg;
-    else
+    else if (c == 'C') { /* bench/scale: the global connection cap (default 1024) */
+      if (parse_seconds(optarg, 1, 1000000, &max_conns) < 0)
+        return server_cli_failf(CORDON_E_USAGE, "--max-connections: 1..1000000");
+    } else
       return server_cli_failf(CORDON_E_USAGE, "%s", run_usage);
   }
   if (!listen || optind != argc)
@@ -108,6 +113,10 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       .metrics_host = metrics ? mhost : NULL,
       .metrics_port = mport,
   };
+  struct net_limits limits;
+  net_limits_default(&limits);
+  limits.max_conns = max_conns ? (unsigned)max_conns : limits.max_conns;
+  opt.limits = &limits;
   struct cordon_diag diag = {{0}};
   int r = daemon_run(&opt, &diag);
   if (r < 0)
