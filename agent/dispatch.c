@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "platform/fs.h"
 #include "platform/sandbox.h"
+#include "proto/receipt.h"
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
 
@@ -34,6 +35,7 @@ struct agent_dispatch_job {
   int stage_fd;
   uint64_t pkg_size, received;
   uint8_t index_hash[CPKG_HASH_SIZE];
+  uint8_t ticket[TICKET_BODY_LEN]; /* what its receipt is bound to */
   char **args;
   size_t n_args;
   int cancel_pipe[2];
@@ -93,9 +95,11 @@ static void log_result(struct agent_dispatch *d, const struct agent_dispatch_job
               "duration_ms", duration, "code", code, NULL);
 }
 
-/* Count and log the result, spool it, then send it. */
-static void deliver(struct agent_dispatch *d, const struct agent_dispatch_job *j,
-                    const uint8_t raw_id[CORDON_ID_LEN], struct job_result *res) {
+/* Count and log the result, sign its receipt (bound to the ticket when
+ * the job's is known: j's, or ticket), spool it, then send it. */
+static void deliver_bound(struct agent_dispatch *d, const struct agent_dispatch_job *j,
+                          const uint8_t raw_id[CORDON_ID_LEN], const struct msg_bytes *ticket,
+                          struct job_result *res) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(raw_id, id);
   enum agent_outcome o = agent_outcome_of(res);
@@ -103,10 +107,18 @@ static void deliver(struct agent_dispatch *d, const struct agent_dispatch_job *j
   log_result(d, j, id, res, o);
   struct msg m;
   result_to_msg(res, raw_id, d->pairing->device_id, &m);
+  m.result.has_started_ms = m.result.has_ended_ms = true;
+  m.result.started_ms = j ? j->started_ms : 0; /* 0 until it started */
+  m.result.ended_ms = core_wall_ms();
+  const uint8_t *tk = j ? j->ticket : ticket ? ticket->data : NULL;
+  size_t tk_len = j ? sizeof(j->ticket) : ticket ? ticket->len : 0;
   uint8_t *buf;
   size_t len;
   struct cordon_diag diag = {{0}};
-  int r = msg_encode_alloc(&m, &buf, &len, &diag);
+  int r = d->pairing->sign_sk ? receipt_sign_result(&m.result, tk, tk_len, d->pairing->sign_sk) : 0;
+  if (r < 0)
+    core_log_kv(CORE_LOG_ERROR, "cannot sign a result's receipt", "job", id, NULL);
+  r = msg_encode_alloc(&m, &buf, &len, &diag);
   if (r < 0) {
     core_log_kv(CORE_LOG_ERROR, "cannot encode a result", "job", id, "reason", diag.msg, NULL);
     agent_health_error(d->health, "job %s: cannot encode its result: %s", id, diag.msg);
@@ -119,6 +131,22 @@ static void deliver(struct agent_dispatch *d, const struct agent_dispatch_job *j
   }
   agent_session_send_encoded(d->session, buf, len);
   free(buf);
+}
+
+static void deliver(struct agent_dispatch *d, const struct agent_dispatch_job *j,
+                    const uint8_t raw_id[CORDON_ID_LEN], struct job_result *res) {
+  deliver_bound(d, j, raw_id, NULL, res);
+}
+
+/* A job refused before it was made: its receipt is bound to mj's ticket. */
+static void refuse_job(struct agent_dispatch *d, const struct msg_job *mj, int err,
+                       const char *why) {
+  struct job_result res;
+  job_result_init(&res);
+  cordon_id_to_hex(mj->job_id, res.job_id);
+  job_result_fail(&res, err, "%s", why);
+  deliver_bound(d, NULL, mj->job_id, &mj->ticket, &res);
+  job_result_release(&res);
 }
 
 static void refuse(struct agent_dispatch *d, const struct agent_dispatch_job *j,
@@ -170,15 +198,14 @@ void agent_dispatch_on_job(struct agent_dispatch *d, struct msg_job *mj) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(mj->job_id, id);
   if (d->draining) {
-    refuse(d, NULL, mj->job_id, CORDON_E_SPAWN_FAILED, "the agent is stopping");
+    refuse_job(d, mj, CORDON_E_SPAWN_FAILED, "the agent is stopping");
     return;
   }
   struct ticket t;
   int r =
       ticket_verify(mj->ticket.data, mj->ticket.len, mj->ticket_sig, d->pairing->ticket_key, &t);
   if (r < 0) {
-    refuse(d, NULL, mj->job_id, CORDON_E_SIGNATURE_INVALID,
-           "the ticket's signature does not verify");
+    refuse_job(d, mj, CORDON_E_SIGNATURE_INVALID, "the ticket's signature does not verify");
     return;
   }
   uint8_t tag[CORDON_ID_LEN], args_hash[32];
@@ -187,37 +214,36 @@ void agent_dispatch_on_job(struct agent_dispatch *d, struct msg_job *mj) {
   if (sodium_memcmp(t.device_id, d->pairing->device_id, CORDON_ID_LEN) != 0 ||
       sodium_memcmp(t.user_tag, tag, CORDON_ID_LEN) != 0 ||
       sodium_memcmp(t.session_id, d->session->id, CORDON_ID_LEN) != 0) {
-    refuse(d, NULL, mj->job_id, CORDON_E_WRONG_DEVICE,
-           "the ticket is for another device, user or session");
+    refuse_job(d, mj, CORDON_E_WRONG_DEVICE, "the ticket is for another device, user or session");
     return;
   }
   if (memcmp(t.job_id, mj->job_id, CORDON_ID_LEN) != 0 ||
       memcmp(t.index_hash, mj->pkg_hash, sizeof(t.index_hash)) != 0 ||
       memcmp(t.args_hash, args_hash, sizeof(args_hash)) != 0) {
-    refuse(d, NULL, mj->job_id, CORDON_E_SIGNATURE_INVALID, "the job does not match its ticket");
+    refuse_job(d, mj, CORDON_E_SIGNATURE_INVALID, "the job does not match its ticket");
     return;
   }
   if ((int64_t)t.expires_ms < agent_session_server_now_ms(d->session)) {
-    refuse(d, NULL, mj->job_id, CORDON_E_TICKET_EXPIRED, "the ticket has expired");
+    refuse_job(d, mj, CORDON_E_TICKET_EXPIRED, "the ticket has expired");
     return;
   }
   r = agent_seen_check_and_add(d->seen, mj->job_id, t.expires_ms);
   if (r == CORDON_E_TICKET_REPLAYED) {
-    refuse(d, NULL, mj->job_id, r, "this job id was already seen");
+    refuse_job(d, mj, r, "this job id was already seen");
     return;
   }
   if (r < 0) {
-    refuse(d, NULL, mj->job_id, CORDON_E_SPAWN_FAILED, "cannot record the job id");
+    refuse_job(d, mj, CORDON_E_SPAWN_FAILED, "cannot record the job id");
     return;
   }
   unsigned max_jobs = d->cfg->max_jobs < d->pool_size ? d->cfg->max_jobs : d->pool_size;
   if (d->n_running >= max_jobs) {
-    refuse(d, NULL, mj->job_id, CORDON_E_SPAWN_FAILED, "the agent is at its max_jobs limit");
+    refuse_job(d, mj, CORDON_E_SPAWN_FAILED, "the agent is at its max_jobs limit");
     return;
   }
   struct agent_dispatch_job *j = calloc(1, sizeof(*j));
   if (!j) {
-    refuse(d, NULL, mj->job_id, CORDON_E_SPAWN_FAILED, "out of memory");
+    refuse_job(d, mj, CORDON_E_SPAWN_FAILED, "out of memory");
     return;
   }
   j->d = d;
@@ -226,6 +252,7 @@ void agent_dispatch_on_job(struct agent_dispatch *d, struct msg_job *mj) {
   j->cancel_pipe[0] = j->cancel_pipe[1] = -1;
   memcpy(j->raw_id, mj->job_id, CORDON_ID_LEN);
   memcpy(j->index_hash, t.index_hash, sizeof(j->index_hash));
+  memcpy(j->ticket, mj->ticket.data, sizeof(j->ticket)); /* verified: TICKET_BODY_LEN bytes */
   snprintf(j->id, sizeof(j->id), "%s", id);
   j->pkg_size = mj->pkg_size;
   j->next = d->jobs;

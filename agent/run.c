@@ -423,6 +423,8 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
   if (r == 0)
     r = agent_identity_load(cfg->dir, &rn.priv, &diag);
   if (r == 0)
+    r = agent_signing_key_load(cfg->dir, &rn.pairing, &diag);
+  if (r == 0)
     r = agent_job_load_trust(cfg, NULL, &rn.trust, &diag);
   if (r == 0 && (r = agent_facts_probe(cfg, &rn.facts)) < 0)
     cordon_diag_set(&diag, r, "probing the sandbox failed");
@@ -492,6 +494,7 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
 out_keys:
   cpkg_trust_free(rn.trust);
   sodium_free(rn.priv);
+  sodium_free((void *)rn.pairing.sign_sk);
 out_lock:
   daemon_lock_release(lock);
 out_cfg:

@@ -69,6 +69,8 @@ static int on_ready(struct net_conn *c) {
   agent_hello_fill(s->facts, s->cfg, &m);
   m.hello.has_device_id = true;
   memcpy(m.hello.device_id, s->pairing->device_id, CORDON_ID_LEN);
+  m.hello.has_sign_key = s->pairing->sign_sk != NULL; /* registers it (receipt.md) */
+  memcpy(m.hello.sign_key, s->pairing->sign_pk, sizeof(m.hello.sign_key));
   uint8_t *buf;
   size_t len;
   int r = msg_encode_alloc(&m, &buf, &len, NULL);

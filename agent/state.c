@@ -90,6 +90,53 @@ int agent_identity_load(const char *dir, uint8_t **out_priv, struct cordon_diag 
   return 0;
 }
 
+static int signing_key_write(const char *dir, const uint8_t seed[32], struct cordon_diag *diag) {
+  char text[KEYFILE_MAX_BYTES];
+  size_t len;
+  int r = keyfile_format(KEYFILE_DEVICE_SIGN_SECRET, seed, "cordon-agent receipt signing key", text,
+                         sizeof(text), &len);
+  if (r == 0)
+    r = core_write_file_atomic(dir, AGENT_SIGNING_FILE, text, len, 0600);
+  sodium_memzero(text, sizeof(text));
+  if (r < 0)
+    return cordon_diag_set(diag, r, "cannot write the signing key: %s", strerror(-r));
+  return 0;
+}
+
+int agent_signing_key_load(const char *dir, struct agent_pairing *p, struct cordon_diag *diag) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), "%s/%s", dir, AGENT_SIGNING_FILE);
+  uint8_t *seed = sodium_malloc(32), *sk = sodium_malloc(crypto_sign_SECRETKEYBYTES);
+  int r = seed && sk ? 0 : -ENOMEM;
+  int fd = r == 0 ? open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
+  if (r == 0 && fd < 0 && errno == ENOENT) { /* paired before receipts: make one now */
+    randombytes_buf(seed, 32);
+    r = signing_key_write(dir, seed, diag);
+  } else if (r == 0 && fd < 0) {
+    r = cordon_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+  } else if (r == 0) {
+    struct stat st;
+    char buf[KEYFILE_MAX_BYTES];
+    ssize_t n = -1;
+    if (fstat(fd, &st) == 0 && (st.st_mode & 077) == 0)
+      n = read(fd, buf, sizeof(buf));
+    r = n > 0 ? keyfile_parse(KEYFILE_DEVICE_SIGN_SECRET, buf, (size_t)n, seed, diag)
+              : cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                                "%s: unreadable, or readable by group or others", path);
+    sodium_memzero(buf, sizeof(buf));
+  }
+  if (fd >= 0)
+    close(fd);
+  if (r == 0) {
+    crypto_sign_seed_keypair(p->sign_pk, sk, seed);
+    p->sign_sk = sk;
+    sk = NULL;
+  }
+  sodium_free(seed);
+  sodium_free(sk);
+  return r;
+}
+
 int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const struct agent_pairing *p,
                        const uint8_t (*publisher_keys)[32], size_t n_publisher_keys,
                        struct cordon_diag *diag) {
@@ -110,6 +157,12 @@ int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const stru
   sodium_memzero(text, sizeof(text));
   if (r < 0)
     return cordon_diag_set(diag, r, "cannot write the identity key: %s", strerror(-r));
+  uint8_t seed[32];
+  randombytes_buf(seed, sizeof(seed)); /* the receipt signing key, made at pairing */
+  r = signing_key_write(dir, seed, diag);
+  sodium_memzero(seed, sizeof(seed));
+  if (r < 0)
+    return r;
   char trusted[PATH_MAX];
   snprintf(trusted, sizeof(trusted), "%s/%s", dir, AGENT_TRUSTED_DIR);
   fs_mkdir_p(trusted, 0700);
@@ -141,11 +194,11 @@ int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const stru
 
 int agent_pairing_remove(const char *dir, struct cordon_diag *diag) {
   char path[PATH_MAX];
-  const char *names[] = {AGENT_PAIRING_FILE, AGENT_IDENTITY_FILE};
+  const char *names[] = {AGENT_PAIRING_FILE, AGENT_IDENTITY_FILE, AGENT_SIGNING_FILE};
   bool any = false;
-  for (size_t i = 0; i < 2; i++) {
+  for (size_t i = 0; i < 3; i++) {
     snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
-    if (unlink(path) == 0)
+    if (unlink(path) == 0 && i < 2) /* signing.key alone is not a pairing */
       any = true;
   }
   snprintf(path, sizeof(path), "%s/%s/%s", dir, AGENT_TRUSTED_DIR, AGENT_SERVER_PUBLISHER_FILE);

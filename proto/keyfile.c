@@ -15,6 +15,10 @@ const char *keyfile_label(enum keyfile_kind kind) {
     return "cordon-ticket-secret-v1";
   case KEYFILE_NOISE_SECRET:
     return "cordon-noise-secret-v1";
+  case KEYFILE_TICKET_PUBLIC:
+    return "cordon-ticket-v1";
+  case KEYFILE_DEVICE_SIGN_SECRET:
+    return "cordon-device-sign-secret-v1";
   }
   return NULL;
 }
@@ -69,7 +73,7 @@ int keyfile_parse(enum keyfile_kind kind, const char *text, size_t len,
   size_t llen = strlen(label);
   if (len < llen + 1 || memcmp(text, label, llen) != 0 || text[llen] != ' ') {
     /* Say what it looks like when it is another kind of cordon key. */
-    for (int k = KEYFILE_PUBLISHER_PUBLIC; k <= KEYFILE_NOISE_SECRET; k++) {
+    for (int k = KEYFILE_PUBLISHER_PUBLIC; k <= KEYFILE_DEVICE_SIGN_SECRET; k++) {
       const char *other = keyfile_label((enum keyfile_kind)k);
       size_t olen = strlen(other);
       if (len > olen && memcmp(text, other, olen) == 0 && text[olen] == ' ')

@@ -9,6 +9,9 @@
  *   cordon-publisher-secret-v1  publisher secret key (Ed25519 seed)
  *   cordon-ticket-secret-v1     server ticket key (Ed25519 seed)
  *   cordon-noise-secret-v1      server Noise static key (X25519 private key)
+ *   cordon-ticket-v1            server ticket public key (Ed25519), to verify
+ *                               receipts offline (docs/protocol/receipt.md)
+ *   cordon-device-sign-secret-v1  a device's receipt signing key (Ed25519 seed)
  *
  * base64 is the standard alphabet with padding (44 characters). The comment is
  * printable ASCII, at most KEYFILE_MAX_COMMENT bytes, and is ignored.
@@ -35,6 +38,8 @@ enum keyfile_kind {
   KEYFILE_PUBLISHER_SECRET,
   KEYFILE_TICKET_SECRET,
   KEYFILE_NOISE_SECRET,
+  KEYFILE_TICKET_PUBLIC,
+  KEYFILE_DEVICE_SIGN_SECRET,
 };
 
 /* The label for kind ("cordon-publisher-v1", ...), NULL for an invalid kind. */

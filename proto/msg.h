@@ -147,6 +147,8 @@ struct msg_hello {
   char *downgrade_reason; /* nullable: NULL exactly when best_level is isolated */
   char *mechanism;        /* optional (NULL): e.g. "bwrap+seccomp+cgroup" */
   uint32_t max_jobs;      /* 1..1024 */
+  bool has_sign_key;      /* optional: the device's receipt signing key */
+  uint8_t sign_key[MSG_KEY_LEN];
 };
 
 struct msg_welcome {
@@ -223,6 +225,15 @@ struct msg_result {
   struct msg_sandbox sandbox;
   bool has_error; /* nullable; required when neither exit_code nor signal */
   struct msg_fault error;
+  /* optional: the receipt (docs/protocol/receipt.md) */
+  bool has_started_ms; /* device clock, ms since the epoch; 0 = never started */
+  uint64_t started_ms;
+  bool has_ended_ms;
+  uint64_t ended_ms;
+  bool has_ticket_hash; /* absent when the device no longer has the ticket */
+  uint8_t ticket_hash[MSG_HASH_LEN];
+  bool has_receipt_sig;
+  uint8_t receipt_sig[MSG_SIG_LEN];
 };
 
 struct msg_pair_proof {

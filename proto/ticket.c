@@ -53,7 +53,9 @@ void ticket_encode(const struct ticket *t, uint8_t out_body[TICKET_BODY_LEN]) {
   memcpy(p, t->index_hash, 32), p += 32;
   memcpy(p, t->args_hash, 32), p += 32;
   put64(p, t->issued_ms), p += 8;
-  put64(p, t->expires_ms);
+  put64(p, t->expires_ms), p += 8;
+  /* the last 16 bytes are reserved: zero (they were left unwritten before) */
+  memset(p, 0, (size_t)(out_body + TICKET_BODY_LEN - p));
 }
 
 static void signed_message(const uint8_t body[TICKET_BODY_LEN],

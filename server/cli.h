@@ -98,5 +98,13 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_dispatch(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_cancel(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_verify_receipt(const struct server_cli *cli, int argc, char **argv);
+int server_cmd_keys(const struct server_cli *cli, int argc, char **argv);
+
+/* Write job's receipt file (docs/protocol/receipt.md) to path ("-" for
+ * stdout), the device-key statement signed now with STATE/ticket.key.
+ * Prints the error and returns the exit status (server/cmd_receipt.c). */
+int server_cli_write_receipt(const char *state, struct server_db *db,
+                             const struct server_db_job *job, const char *path);
 
 #endif

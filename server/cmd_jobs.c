@@ -19,7 +19,8 @@
 
 static const char jobs_usage[] =
     "usage: cordon-server jobs [--user USER] [--limit N] [--json] [--state DIR]";
-static const char job_usage[] = "usage: cordon-server job ID [--json] [--wait] [--state DIR]";
+static const char job_usage[] =
+    "usage: cordon-server job ID [--json] [--wait] [--receipt FILE] [--state DIR]";
 
 #define JOBS_DEFAULT_LIMIT 100
 
@@ -36,14 +37,13 @@ static json_t *job_summary_json(const struct server_db_job *j, const json_t *liv
 }
 
 static int parse_opts(int argc, char **argv, const char *usage, int with_filters,
-                      const char **state, const char **user, size_t *limit, int *json, int *wait) {
-  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
-                                       {"user", required_argument, NULL, 'u'},
-                                       {"limit", required_argument, NULL, 'n'},
-                                       {"json", no_argument, NULL, 'j'},
-                                       {"wait", no_argument, NULL, 'w'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {0}};
+                      const char **state, const char **user, size_t *limit, int *json, int *wait,
+                      const char **receipt) {
+  static const struct option opts[] = {
+      {"state", required_argument, NULL, 's'}, {"user", required_argument, NULL, 'u'},
+      {"limit", required_argument, NULL, 'n'}, {"json", no_argument, NULL, 'j'},
+      {"wait", no_argument, NULL, 'w'},        {"receipt", required_argument, NULL, 'r'},
+      {"help", no_argument, NULL, 'h'},        {0}};
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -72,6 +72,11 @@ static int parse_opts(int argc, char **argv, const char *usage, int with_filters
         return server_cli_failf(CORDON_E_USAGE, "%s", usage);
       *wait = 1;
       break;
+    case 'r':
+      if (!receipt)
+        return server_cli_failf(CORDON_E_USAGE, "%s", usage);
+      *receipt = optarg;
+      break;
     case 'h':
       printf("%s\n", usage);
       return -1;
@@ -86,7 +91,7 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
   const char *state = cli->state_dir, *user = NULL;
   size_t limit = JOBS_DEFAULT_LIMIT;
   int json = 0, wait = 0;
-  int status = parse_opts(argc, argv, jobs_usage, 1, &state, &user, &limit, &json, &wait);
+  int status = parse_opts(argc, argv, jobs_usage, 1, &state, &user, &limit, &json, &wait, NULL);
   if (status)
     return status < 0 ? 0 : status;
   if (optind != argc)
@@ -176,7 +181,8 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
   const char *state = cli->state_dir, *user = NULL;
   size_t limit = 0;
   int json = 0, wait = 0;
-  int status = parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json, &wait);
+  const char *receipt = NULL;
+  int status = parse_opts(argc, argv, job_usage, 0, &state, &user, &limit, &json, &wait, &receipt);
   if (status)
     return status < 0 ? 0 : status;
   if (argc - optind != 1)
@@ -195,6 +201,12 @@ int server_cmd_job(const struct server_cli *cli, int argc, char **argv) {
     if ((status = server_cli_open_db(state, &db)))
       return status;
     err = server_db_job_get(db, argv[optind], &j, &diag);
+  }
+  if (!err && receipt) { /* the file only */
+    status = server_cli_write_receipt(state, db, &j, receipt);
+    server_db_job_release(&j);
+    server_db_close(db);
+    return status;
   }
   server_db_close(db);
   if (err)

@@ -89,6 +89,12 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN queue_expires INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN where_labels TEXT;"
     "CREATE INDEX jobs_queued ON jobs (created) WHERE state = 'queued';",
+    /* 2 -> 3: receipts (docs/protocol/receipt.md): each device's signing
+     * key, the ticket each job was sent with, and its signed receipt */
+    "ALTER TABLE devices ADD COLUMN sign_key BLOB"
+    "  CHECK (sign_key IS NULL OR length(sign_key) = 32);"
+    "ALTER TABLE jobs ADD COLUMN ticket BLOB;"
+    "ALTER TABLE jobs ADD COLUMN receipt BLOB;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,

@@ -56,7 +56,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 2 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 3 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -322,6 +322,17 @@ int server_db_device_label(struct server_db *db, const char *id, const struct se
                            size_t n_set, const char *const *remove, size_t n_remove,
                            struct server_db_labels *out_labels, struct cordon_diag *diag);
 
+/* The device's receipt signing key (Ed25519 public, docs/protocol/receipt.md).
+ * -ENOENT for an unknown device, -ENODATA when it registered none. */
+#define SERVER_DB_SIGN_KEY_SIZE 32
+int server_db_device_sign_key(struct server_db *db, const char *id,
+                              uint8_t out_key[SERVER_DB_SIGN_KEY_SIZE], struct cordon_diag *diag);
+/* Register the device's signing key once: 0 when stored now, -EALREADY when
+ * that same key is registered, -EEXIST when another one is (it stays). */
+int server_db_device_register_sign_key(struct server_db *db, const char *id,
+                                       const uint8_t key[SERVER_DB_SIGN_KEY_SIZE],
+                                       struct cordon_diag *diag);
+
 /* How many devices are in each state (for metrics): out_counts indexed by
  * enum server_db_device_state. */
 int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
@@ -419,6 +430,29 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
                                 enum server_db_job_state final, const char *error_code,
                                 const char *result_json, enum server_db_job_state *out_state,
                                 struct cordon_diag *diag);
+
+/* As server_db_job_record_result, storing the job's receipt with it in the
+ * same UPDATE: receipt (1..SERVER_DB_RECEIPT_MAX bytes) is the device key
+ * (32) || its signature (64) || the encoded receipt (docs/protocol/receipt.md). */
+#define SERVER_DB_RECEIPT_MAX 1024
+int server_db_job_record_signed_result(struct server_db *db, const char *id, const char *device_id,
+                                       enum server_db_job_state final, const char *error_code,
+                                       const char *result_json, const uint8_t *receipt,
+                                       size_t receipt_len, enum server_db_job_state *out_state,
+                                       struct cordon_diag *diag);
+/* The ticket body a queued job is about to be sent with (set before
+ * server_db_job_send; at most SERVER_DB_TICKET_MAX bytes). -ESTALE when the
+ * job is not queued. */
+#define SERVER_DB_TICKET_MAX 4096
+int server_db_job_set_ticket(struct server_db *db, const char *id, const uint8_t *ticket,
+                             size_t len, struct cordon_diag *diag);
+/* Read a job's ticket body or stored receipt into out (cap bytes). -ENOENT
+ * for an unknown job, -ENODATA when it has none, -ENOBUFS when cap is too
+ * small. */
+int server_db_job_ticket(struct server_db *db, const char *id, uint8_t *out, size_t cap,
+                         size_t *out_len, struct cordon_diag *diag);
+int server_db_job_receipt(struct server_db *db, const char *id, uint8_t *out, size_t cap,
+                          size_t *out_len, struct cordon_diag *diag);
 
 int server_db_job_get(struct server_db *db, const char *id, struct server_db_job *out_job,
                       struct cordon_diag *diag);

@@ -418,3 +418,55 @@ int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
     memcpy(out_counts, counts, sizeof(counts));
   return err;
 }
+
+int server_db_device_sign_key(struct server_db *db, const char *id,
+                              uint8_t out_key[SERVER_DB_SIGN_KEY_SIZE], struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no such device");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_SIGN_KEY, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    if (sqlite3_column_bytes(st, 0) != SERVER_DB_SIGN_KEY_SIZE)
+      err = cordon_diag_set(diag, -ENODATA, "device %s has no signing key", id);
+    else
+      db_col_blob(st, 0, out_key, SERVER_DB_SIGN_KEY_SIZE);
+  } else if (rc == SQLITE_DONE) {
+    err = cordon_diag_set(diag, -ENOENT, "no device '%s'", id);
+  } else {
+    err = db_fail(db, rc, "device signing key", diag);
+  }
+  db_done(st);
+  return err;
+}
+
+int server_db_device_register_sign_key(struct server_db *db, const char *id,
+                                       const uint8_t key[SERVER_DB_SIGN_KEY_SIZE],
+                                       struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no such device");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_DEVICE_SET_SIGN_KEY, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK, changes = 0;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_blob(st, 2, key, SERVER_DB_SIGN_KEY_SIZE, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = device_update(db, st, "register signing key", &changes, diag)))
+    return err;
+  if (changes == 1)
+    return 0;
+  uint8_t have[SERVER_DB_SIGN_KEY_SIZE];
+  if ((err = server_db_device_sign_key(db, id, have, diag)))
+    return err;
+  return memcmp(have, key, sizeof(have)) == 0
+             ? -EALREADY
+             : cordon_diag_set(diag, -EEXIST, "device %s has another signing key", id);
+}

@@ -93,7 +93,9 @@
   X(DEVICE_ALL_OFFLINE, "UPDATE devices SET online = 0 WHERE online <> 0")                         \
   X(DEVICE_REVOKE, "UPDATE devices SET state = 'revoked', online = 0"                              \
                    " WHERE id = ?1 AND state = 'active'")                                          \
-  X(DEVICE_COUNT_BY_STATE, "SELECT state, count(*) FROM devices GROUP BY state")
+  X(DEVICE_COUNT_BY_STATE, "SELECT state, count(*) FROM devices GROUP BY state")                   \
+  X(DEVICE_SIGN_KEY, "SELECT sign_key FROM devices WHERE id = ?1")                                 \
+  X(DEVICE_SET_SIGN_KEY, "UPDATE devices SET sign_key = ?2 WHERE id = ?1 AND sign_key IS NULL")
 
 /* device labels (db_labels.c) */
 #define DB_LABEL_STATEMENTS(X)                                                                     \
@@ -113,7 +115,7 @@
   X(JOB_TRANSITION, "UPDATE jobs SET state = ?3, error = coalesce(?4, error), updated = ?5"        \
                     " WHERE id = ?1 AND state = ?2")                                               \
   X(JOB_RECORD_RESULT,                                                                             \
-    "UPDATE jobs SET result = ?3,"                                                                 \
+    "UPDATE jobs SET result = ?3, receipt = ?7,"                                                   \
     " error = CASE WHEN state IN ('sent','running') THEN ?5 ELSE error END,"                       \
     " state = CASE WHEN state IN ('sent','running') THEN ?4 ELSE state END, updated = ?6"          \
     " WHERE id = ?1 AND device_id = ?2 AND result IS NULL AND state <> 'queued'"                   \
@@ -133,7 +135,10 @@
                             " ORDER BY j.created, j.rowid")                                        \
   X(JOB_COUNT_IN_FLIGHT, "SELECT count(*) FROM jobs WHERE device_id = ?1"                          \
                          " AND state IN ('sent','running')")                                       \
-  X(JOB_COUNT_BY_STATE, "SELECT state, count(*) FROM jobs GROUP BY state")
+  X(JOB_COUNT_BY_STATE, "SELECT state, count(*) FROM jobs GROUP BY state")                         \
+  X(JOB_SET_TICKET, "UPDATE jobs SET ticket = ?2 WHERE id = ?1 AND state = 'queued'")              \
+  X(JOB_TICKET, "SELECT ticket FROM jobs WHERE id = ?1")                                           \
+  X(JOB_RECEIPT, "SELECT receipt FROM jobs WHERE id = ?1")
 
 #define DB_STATEMENTS(X)                                                                           \
   DB_TX_STATEMENTS(X)                                                                              \

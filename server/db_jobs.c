@@ -260,6 +260,17 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
                                 enum server_db_job_state final, const char *error_code,
                                 const char *result_json, enum server_db_job_state *out_state,
                                 struct cordon_diag *diag) {
+  return server_db_job_record_signed_result(db, id, device_id, final, error_code, result_json, NULL,
+                                            0, out_state, diag);
+}
+
+int server_db_job_record_signed_result(struct server_db *db, const char *id, const char *device_id,
+                                       enum server_db_job_state final, const char *error_code,
+                                       const char *result_json, const uint8_t *receipt,
+                                       size_t receipt_len, enum server_db_job_state *out_state,
+                                       struct cordon_diag *diag) {
+  if (receipt && (receipt_len == 0 || receipt_len > SERVER_DB_RECEIPT_MAX))
+    return cordon_diag_set(diag, -EINVAL, "a receipt is 1..%d bytes", SERVER_DB_RECEIPT_MAX);
   if (!cordon_id_hex_valid(id) || !cordon_id_hex_valid(device_id))
     return cordon_diag_set(diag, -ENOENT, "no such job");
   if (final != SERVER_DB_JOB_DONE && final != SERVER_DB_JOB_FAILED)
@@ -281,6 +292,8 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
   db_bind_text(st, 4, server_db_job_state_name(final), &rc);
   db_bind_text(st, 5, error_code, &rc);
   db_bind_int(st, 6, server_db_now(db), &rc);
+  if (receipt)
+    db_bind_blob(st, 7, receipt, receipt_len, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
@@ -488,4 +501,70 @@ int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_
   if (!err)
     memcpy(out_counts, counts, sizeof(counts));
   return err;
+}
+
+int server_db_job_set_ticket(struct server_db *db, const char *id, const uint8_t *ticket,
+                             size_t len, struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no such job");
+  if (!ticket || len == 0 || len > SERVER_DB_TICKET_MAX)
+    return cordon_diag_set(diag, -EINVAL, "a ticket is 1..%d bytes", SERVER_DB_TICKET_MAX);
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, Q_JOB_SET_TICKET, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  db_bind_blob(st, 2, ticket, len, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  int changes = sqlite3_changes(db->h);
+  db_done(st);
+  if (rc != SQLITE_DONE)
+    return db_fail(db, rc, "set ticket", diag);
+  return changes == 1 ? 0 : cordon_diag_set(diag, -ESTALE, "job %s is not queued", id);
+}
+
+static int job_blob(struct server_db *db, enum db_stmt q, const char *id, const char *what,
+                    uint8_t *out, size_t cap, size_t *out_len, struct cordon_diag *diag) {
+  if (!cordon_id_hex_valid(id))
+    return cordon_diag_set(diag, -ENOENT, "no such job");
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, q, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  rc = sqlite3_step(st);
+  if (rc == SQLITE_ROW) {
+    const void *p = sqlite3_column_blob(st, 0);
+    size_t n = (size_t)sqlite3_column_bytes(st, 0);
+    if (!p || n == 0)
+      err = cordon_diag_set(diag, -ENODATA, "job %s has no %s", id, what);
+    else if (n > cap)
+      err = cordon_diag_set(diag, -ENOBUFS, "job %s: its %s is too large", id, what);
+    else {
+      memcpy(out, p, n);
+      *out_len = n;
+    }
+  } else if (rc == SQLITE_DONE) {
+    err = cordon_diag_set(diag, -ENOENT, "no job '%s'", id);
+  } else {
+    err = db_fail(db, rc, what, diag);
+  }
+  db_done(st);
+  return err;
+}
+
+int server_db_job_ticket(struct server_db *db, const char *id, uint8_t *out, size_t cap,
+                         size_t *out_len, struct cordon_diag *diag) {
+  return job_blob(db, Q_JOB_TICKET, id, "ticket", out, cap, out_len, diag);
+}
+
+int server_db_job_receipt(struct server_db *db, const char *id, uint8_t *out, size_t cap,
+                          size_t *out_len, struct cordon_diag *diag) {
+  return job_blob(db, Q_JOB_RECEIPT, id, "receipt", out, cap, out_len, diag);
 }

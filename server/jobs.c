@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/manifest.h"
 #include "proto/cpkg.h"
+#include "proto/receipt.h"
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
 #include "server/admin_ops.h"
@@ -363,7 +364,21 @@ static int send_job(struct jobs *js, const char *job_id, const char *user, struc
   struct sending *x = calloc(1, sizeof(*x));
   if (!x)
     return cordon_diag_set(diag, -ENOMEM, "out of memory");
-  int r = server_db_job_send(js->db, job_id, s->device_id, deadline, diag);
+  /* the ticket is stored first: the job's receipt is checked against it */
+  struct ticket t = {0};
+  cordon_id_from_hex(job_id, t.job_id);
+  cordon_id_from_hex(s->device_id, t.device_id);
+  ticket_user_tag(user, t.user_tag);
+  memcpy(t.session_id, s->session_id, CORDON_ID_LEN);
+  memcpy(t.index_hash, p->hash, CPKG_HASH_SIZE);
+  ticket_args_hash(argv, n_args, t.args_hash);
+  t.issued_ms = core_wall_ms();
+  t.expires_ms = t.issued_ms + JOB_TICKET_TTL_S * 1000ull;
+  uint8_t body[TICKET_BODY_LEN];
+  ticket_encode(&t, body);
+  int r = server_db_job_set_ticket(js->db, job_id, body, sizeof(body), diag);
+  if (r == 0)
+    r = server_db_job_send(js->db, job_id, s->device_id, deadline, diag);
   if (r < 0) {
     free(x);
     return r;
@@ -381,17 +396,6 @@ static int send_job(struct jobs *js, const char *job_id, const char *user, struc
   x->next = js->sends;
   js->sends = x;
 
-  struct ticket t = {0};
-  memcpy(t.job_id, x->raw_id, CORDON_ID_LEN);
-  cordon_id_from_hex(s->device_id, t.device_id);
-  ticket_user_tag(user, t.user_tag);
-  memcpy(t.session_id, s->session_id, CORDON_ID_LEN);
-  memcpy(t.index_hash, p->hash, CPKG_HASH_SIZE);
-  ticket_args_hash(argv, n_args, t.args_hash);
-  t.issued_ms = core_wall_ms();
-  t.expires_ms = t.issued_ms + JOB_TICKET_TTL_S * 1000ull;
-  uint8_t body[TICKET_BODY_LEN];
-  ticket_encode(&t, body);
   struct msg jm = {.type = MSG_JOB};
   memcpy(jm.job.job_id, x->raw_id, CORDON_ID_LEN);
   jm.job.ticket.data = body;
@@ -902,13 +906,14 @@ void jobs_op_wait(struct jobs *js, struct admin_conn *c, const json_t *req) {
 /* A result the server will never record (another device's, or for a job
  * this device was not sent): say why, then ack it so the agent's spool
  * lets it go (docs/protocol/messages.md, "Jobs"). Nothing is stored. */
-static void refuse_result(struct session *s, const uint8_t job_id[CORDON_ID_LEN], const char *id,
-                          bool never_sent, const char *why) {
-  metrics_result_refused(never_sent ? METRICS_REFUSAL_NOT_SENT : METRICS_REFUSAL_NOT_THIS_DEVICE);
-  core_log_kv(CORE_LOG_WARN, "result refused", "job", id, "device", s->device_id, "code",
-              never_sent ? "not_sent" : "not_this_device", "detail", why, NULL);
+static void refuse_result_with(struct session *s, const uint8_t job_id[CORDON_ID_LEN],
+                               const char *id, enum metrics_result_refusal why_code,
+                               const char *label, int code, const char *why) {
+  metrics_result_refused(why_code);
+  core_log_kv(CORE_LOG_WARN, "result refused", "job", id, "device", s->device_id, "code", label,
+              "detail", why, NULL);
   struct msg e = {.type = MSG_ERROR};
-  e.error.code = (char *)cordon_err_name(CORDON_E_WRONG_DEVICE);
+  e.error.code = (char *)cordon_err_name(code);
   e.error.message = (char *)why;
   e.error.has_job_id = true;
   memcpy(e.error.job_id, job_id, CORDON_ID_LEN);
@@ -916,6 +921,58 @@ static void refuse_result(struct session *s, const uint8_t job_id[CORDON_ID_LEN]
   struct msg ack = {.type = MSG_ACK};
   memcpy(ack.ack.job_id, job_id, CORDON_ID_LEN);
   session_send(s, &ack);
+}
+
+static void refuse_result(struct session *s, const uint8_t job_id[CORDON_ID_LEN], const char *id,
+                          bool never_sent, const char *why) {
+  refuse_result_with(s, job_id, id,
+                     never_sent ? METRICS_REFUSAL_NOT_SENT : METRICS_REFUSAL_NOT_THIS_DEVICE,
+                     never_sent ? "not_sent" : "not_this_device", CORDON_E_WRONG_DEVICE, why);
+}
+
+/* The receipt of a result for a job sent to this session's device: signed
+ * by the device's registered key over the ticket the job was sent with
+ * (docs/protocol/receipt.md). 0 with the blob to store (key || signature ||
+ * receipt) in out (SERVER_DB_RECEIPT_MAX), 1 when the job is not this
+ * device's sent job (the caller's usual refusal applies), or a negative
+ * code with why filled when the receipt does not verify. */
+static int check_receipt(struct jobs *js, struct session *s, const char *id,
+                         const struct msg_result *mr, uint8_t *out, size_t *out_len,
+                         struct cordon_diag *why) {
+  struct server_db_job job;
+  if (server_db_job_get(js->db, id, &job, NULL) < 0)
+    return 1;
+  bool mine = strcmp(job.device_id, s->device_id) == 0 && job.state != SERVER_DB_JOB_QUEUED;
+  server_db_job_release(&job);
+  if (!mine)
+    return 1;
+  uint8_t key[SERVER_DB_SIGN_KEY_SIZE], ticket[SERVER_DB_TICKET_MAX];
+  size_t ticket_len = 0, len;
+  int r = server_db_device_sign_key(js->db, s->device_id, key, why);
+  if (r == -ENODATA)
+    return cordon_diag_set(why, CORDON_E_SIGNATURE_INVALID,
+                           "the device registered no receipt signing key");
+  if (r < 0)
+    return r;
+  r = server_db_job_ticket(js->db, id, ticket, sizeof(ticket), &ticket_len, why);
+  if (r < 0 && r != -ENODATA) /* a job sent before receipts has none: unbound only */
+    return r;
+  /* only a job the agent lost in its restart may come without its ticket */
+  if (r == 0 && !mr->has_ticket_hash &&
+      !(mr->has_error && strcmp(mr->error.code, cordon_err_name(CORDON_E_AGENT_RESTARTED)) == 0))
+    return cordon_diag_set(why, CORDON_E_SIGNATURE_INVALID,
+                           "the receipt is not bound to the job's ticket");
+  _Static_assert(SERVER_DB_RECEIPT_MAX >= RECEIPT_KEY_LEN + RECEIPT_SIG_LEN + RECEIPT_MAX,
+                 "a receipt fits its column");
+  r = receipt_verify_result(mr, r == 0 ? ticket : NULL, r == 0 ? ticket_len : 0, key,
+                            out + RECEIPT_KEY_LEN + RECEIPT_SIG_LEN,
+                            SERVER_DB_RECEIPT_MAX - RECEIPT_KEY_LEN - RECEIPT_SIG_LEN, &len, why);
+  if (r < 0)
+    return r;
+  memcpy(out, key, RECEIPT_KEY_LEN);
+  memcpy(out + RECEIPT_KEY_LEN, mr->receipt_sig, RECEIPT_SIG_LEN);
+  *out_len = RECEIPT_KEY_LEN + RECEIPT_SIG_LEN + len;
+  return 0;
 }
 
 /* One line per result the server could read, saying what became of it
@@ -988,6 +1045,21 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     refuse_result(s, mr->job_id, id, false, "the result's device_id is not this session's device");
     return;
   }
+  uint8_t receipt[SERVER_DB_RECEIPT_MAX];
+  size_t receipt_len = 0;
+  struct cordon_diag why = {{0}};
+  int vr = check_receipt(js, s, id, mr, receipt, &receipt_len, &why);
+  if (vr == CORDON_E_SIGNATURE_INVALID) {
+    /* never recordable as it is: refused and acked, so the spool lets it go */
+    refuse_result_with(s, mr->job_id, id, METRICS_REFUSAL_BAD_RECEIPT, "bad_receipt",
+                       CORDON_E_SIGNATURE_INVALID, why.msg);
+    return;
+  }
+  if (vr < 0) { /* the database: not recorded, not acked; it comes again */
+    core_log_kv(CORE_LOG_ERROR, "cannot check a result's receipt", "job", id, "device",
+                s->device_id, "detail", why.msg, NULL);
+    return;
+  }
   struct job_result r;
   job_result_init(&r);
   int rc = result_from_msg(mr, &r);
@@ -998,9 +1070,10 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
   enum server_db_job_state after = SERVER_DB_JOB_QUEUED;
   struct cordon_diag diag = {{0}};
-  rc = text ? server_db_job_record_result(
+  rc = text ? server_db_job_record_signed_result(
                   js->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
-                  r.error ? cordon_err_name(r.error) : NULL, text, &after, &diag)
+                  r.error ? cordon_err_name(r.error) : NULL, text, vr == 0 ? receipt : NULL,
+                  receipt_len, &after, &diag)
             : -ENOMEM;
   free(text);
   if (rc != -ENOENT && rc != -ESTALE)

@@ -40,7 +40,7 @@ out_free_line:
 
 int keys_read_file(const char *path, enum keyfile_kind kind, uint8_t **out_key,
                    struct cordon_diag *diag) {
-  int secret = kind != KEYFILE_PUBLISHER_PUBLIC;
+  int secret = kind != KEYFILE_PUBLISHER_PUBLIC && kind != KEYFILE_TICKET_PUBLIC;
   int err = 0;
   char *text = sodium_malloc(KEYFILE_MAX_BYTES + 1);
   uint8_t *key = sodium_malloc(KEYFILE_KEY_SIZE);

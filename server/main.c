@@ -27,6 +27,9 @@ static const struct server_command commands[] = {
     {"run", server_cmd_run, "the daemon: --listen HOST:PORT"},
     {"dispatch", server_cmd_dispatch, "send a package to a device of a user"},
     {"cancel", server_cmd_cancel, "cancel a job"},
+    {"verify-receipt", server_cmd_verify_receipt,
+     "check a job receipt offline (--trust server.pub)"},
+    {"keys", server_cmd_keys, "keys export-public: the ticket public key, for verify-receipt"},
 };
 
 static void usage(FILE *f) {

@@ -150,6 +150,20 @@ static void device_hello(struct session *s, const struct msg_hello *h,
       .max_jobs = (int)h->max_jobs,
   };
   server_db_device_update_info(t->db, dev.id, &info, NULL);
+  if (h->has_sign_key) { /* registered once: at the first session after pairing */
+    struct cordon_diag kd = {{0}};
+    int kr = server_db_device_register_sign_key(t->db, dev.id, h->sign_key, &kd);
+    if (kr == 0)
+      core_log_kv(CORE_LOG_INFO, "device signing key registered", "device", dev.id, NULL);
+    else if (kr == -EEXIST)
+      core_log_kv(CORE_LOG_WARN,
+                  "the device offers another signing key than the registered one, which stays:"
+                  " its results will be refused",
+                  "device", dev.id, NULL);
+    else if (kr != -EALREADY)
+      core_log_kv(CORE_LOG_WARN, "cannot register the device signing key", "device", dev.id,
+                  "reason", kd.msg, NULL);
+  }
   server_db_device_set_online(t->db, dev.id, true, NULL);
   s->state = SESSION_ACTIVE;
   s->since = (int64_t)(core_wall_ms() / 1000);

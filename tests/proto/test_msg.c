@@ -62,9 +62,9 @@ static long alloc_calls __attribute__((unused)), alloc_live __attribute__((unuse
 /* ---- samples: one fully populated message of every type ---------------- */
 
 static uint8_t id_job[CORDON_ID_LEN] = {0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17,
-                                     0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f};
+                                        0x18, 0x19, 0x1a, 0x1b, 0x1c, 0x1d, 0x1e, 0x1f};
 static uint8_t id_dev[CORDON_ID_LEN] = {0xd0, 0xd1, 0xd2, 0xd3, 0xd4, 0xd5, 0xd6, 0xd7,
-                                     0xd8, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf};
+                                        0xd8, 0xd9, 0xda, 0xdb, 0xdc, 0xdd, 0xde, 0xdf};
 static uint8_t ticket_bytes[40] = {0x83, 0xa1, 'x', 0x01};
 static uint8_t chunk_bytes[300];
 static uint8_t out_bytes[] = "hello, world\n";
@@ -1367,4 +1367,48 @@ Test(msg, pairing_hello_carries_only_the_code_id) {
   cr_expect_eq(msg_encode_alloc(&m, &b, &n, NULL), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_HELLO, "pair_code", MUT_ADD, "a5 61 62 63 64 65"), CORDON_E_PROTOCOL);
   cr_expect_eq(decode_mut(MSG_HELLO, "device_id", MUT_DEL, NULL), 0);
+}
+
+Test(msg, the_receipt_fields_round_trip_and_are_optional) {
+  struct msg m = sample(MSG_HELLO), d;
+  uint8_t *b;
+  size_t n;
+  m.hello.has_sign_key = true;
+  memset(m.hello.sign_key, 0x5a, MSG_KEY_LEN);
+  encode_ok(&m, &b, &n);
+  cr_assert_eq(msg_decode(b, n, &d, NULL), 0);
+  cr_expect(d.hello.has_sign_key);
+  cr_expect(memcmp(d.hello.sign_key, m.hello.sign_key, MSG_KEY_LEN) == 0);
+  msg_release(&d);
+  free(b);
+  m.hello.has_sign_key = false;
+  encode_ok(&m, &b, &n);
+  cr_assert_eq(msg_decode(b, n, &d, NULL), 0);
+  cr_expect(!d.hello.has_sign_key, "absent stays absent");
+  msg_release(&d);
+  free(b);
+
+  m = sample(MSG_RESULT);
+  m.result.has_started_ms = m.result.has_ended_ms = true;
+  m.result.started_ms = 1767225601000ull;
+  m.result.ended_ms = 1767225602500ull;
+  m.result.has_ticket_hash = true;
+  memset(m.result.ticket_hash, 0x7e, MSG_HASH_LEN);
+  m.result.has_receipt_sig = true;
+  memset(m.result.receipt_sig, 0x51, MSG_SIG_LEN);
+  encode_ok(&m, &b, &n);
+  cr_assert_eq(msg_decode(b, n, &d, NULL), 0);
+  cr_expect(d.result.has_started_ms && d.result.started_ms == 1767225601000ull);
+  cr_expect(d.result.has_ended_ms && d.result.ended_ms == 1767225602500ull);
+  cr_expect(d.result.has_ticket_hash &&
+            memcmp(d.result.ticket_hash, m.result.ticket_hash, MSG_HASH_LEN) == 0);
+  cr_expect(d.result.has_receipt_sig &&
+            memcmp(d.result.receipt_sig, m.result.receipt_sig, MSG_SIG_LEN) == 0);
+  msg_release(&d);
+  /* a signature of the wrong size is refused */
+  uint8_t *at = memmem(b, n, "receipt_sig", 11);
+  cr_assert(at && at[11] == 0xc4 && at[12] == MSG_SIG_LEN, "bin 8 of 64 bytes");
+  at[12] = MSG_SIG_LEN - 1;
+  cr_expect_neq(msg_decode(b, n - 1, &d, NULL), 0);
+  free(b);
 }

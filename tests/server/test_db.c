@@ -1101,12 +1101,39 @@ Test(db, migrates_a_version_1_database_and_keeps_its_rows) {
   cr_assert_eq(server_db_open(state_dir, 0, &db, &d), 0, "%s", d.msg);
   int v = 0;
   cr_assert_eq(server_db_schema_version(db, &v, NULL), 0);
-  cr_assert_eq(v, 2);
-  cr_assert_eq(SERVER_DB_SCHEMA_VERSION, 2);
+  cr_assert_eq(v, SERVER_DB_SCHEMA_VERSION);
+  cr_assert_eq(SERVER_DB_SCHEMA_VERSION, 3);
   struct server_db_device dev;
   cr_assert_eq(server_db_device_get(db, "00112233445566778899aabbccddeeff", &dev, NULL), 0);
   cr_assert_str_eq(dev.name, "laptop");
   cr_assert_eq(dev.labels.count, 0, "old devices have no labels");
+  /* v3: an old device has no signing key until it registers one, once */
+  uint8_t key[SERVER_DB_SIGN_KEY_SIZE], k1[SERVER_DB_SIGN_KEY_SIZE], k2[SERVER_DB_SIGN_KEY_SIZE];
+  memset(k1, 1, sizeof(k1));
+  memset(k2, 2, sizeof(k2));
+  cr_assert_eq(server_db_device_sign_key(db, dev.id, key, NULL), -ENODATA);
+  cr_assert_eq(server_db_device_register_sign_key(db, dev.id, k1, NULL), 0);
+  cr_assert_eq(server_db_device_register_sign_key(db, dev.id, k1, NULL), -EALREADY);
+  cr_assert_eq(server_db_device_register_sign_key(db, dev.id, k2, NULL), -EEXIST);
+  cr_assert_eq(server_db_device_sign_key(db, dev.id, key, NULL), 0);
+  cr_assert_eq(memcmp(key, k1, sizeof(key)), 0, "the first key stays");
+  uint8_t buf[64];
+  size_t n;
+  cr_assert_eq(
+      server_db_job_ticket(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, sizeof(buf), &n, NULL),
+      -ENODATA, "a job sent before receipts has no ticket");
+  cr_assert_eq(server_db_job_set_ticket(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, 8, NULL),
+               -ESTALE, "only a queued job gets its ticket");
+  cr_assert_eq(server_db_job_set_ticket(db, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+                                        (const uint8_t *)"ticket!!", 8, NULL),
+               0);
+  cr_assert_eq(
+      server_db_job_ticket(db, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", buf, sizeof(buf), &n, NULL), 0);
+  cr_assert_eq(n, 8);
+  cr_assert_eq(memcmp(buf, "ticket!!", 8), 0);
+  cr_assert_eq(server_db_job_ticket(db, "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", buf, 4, &n, NULL),
+               -ENOBUFS);
+
   server_db_device_release(&dev);
   struct server_db_job j;
   cr_assert_eq(server_db_job_get(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", &j, NULL), 0);
@@ -1127,8 +1154,19 @@ Test(db, migrates_a_version_1_database_and_keeps_its_rows) {
       server_db_device_label(db, "00112233445566778899aabbccddeeff", &gpu, 1, NULL, 0, &after, &d),
       0, "%s", d.msg);
   cr_assert_eq(after.count, 1);
+  cr_assert_eq(
+      server_db_job_receipt(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, sizeof(buf), &n, NULL),
+      -ENODATA);
+  cr_assert_eq(server_db_job_record_signed_result(
+                   db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "00112233445566778899aabbccddeeff",
+                   SERVER_DB_JOB_DONE, NULL, "{}", (const uint8_t *)"receipt", 7, NULL, NULL),
+               0);
+  cr_assert_eq(
+      server_db_job_receipt(db, "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", buf, sizeof(buf), &n, NULL), 0);
+  cr_assert_eq(n, 7);
+  cr_assert_eq(memcmp(buf, "receipt", 7), 0, "stored with the result");
   server_db_close(db);
-  /* and it opens again as version 2, untouched */
+  /* and it opens again, untouched */
   cr_assert_eq(server_db_open(state_dir, 0, &db, &d), 0, "%s", d.msg);
   cr_assert_eq(server_db_device_get(db, "00112233445566778899aabbccddeeff", &dev, NULL), 0);
   cr_assert_str_eq(server_db_labels_get(&dev.labels, "gpu"), "yes");

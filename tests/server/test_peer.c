@@ -14,6 +14,7 @@
 #include "proto/msg.h"
 #include "proto/noise.h"
 #include "proto/pairing.h"
+#include "proto/receipt.h"
 #include "proto/result_msg.h"
 
 static void setup(void) {
@@ -32,6 +33,7 @@ struct peer {
   int close_err;
   struct msg got[PEER_MSGS];
   size_t n, seen;
+  struct agent_pairing keys; /* the device's signing key, in a session */
 };
 
 static int peer_ready(struct net_conn *c) {
@@ -115,6 +117,7 @@ static void peer_release(struct peer *p) {
   uv_loop_close(&p->loop);
   for (size_t i = 0; i < p->n; i++)
     msg_release(&p->got[i]);
+  sodium_free((void *)p->keys.sign_sk);
 }
 
 /* A session as agent a (its identity, its device id): hello, welcome. */
@@ -125,6 +128,7 @@ static void peer_session(struct peer *p, const struct e2e_agent *a) {
   cr_assert_eq(agent_pairing_load(a->dir, &pr, NULL), 0);
   peer_connect(p, priv, NOISE_MODE_SESSION);
   sodium_free(priv);
+  cr_assert_eq(agent_signing_key_load(a->dir, &p->keys, NULL), 0);
   struct msg h = {.type = MSG_HELLO};
   h.hello.proto_min = 1;
   h.hello.proto_max = 1;
@@ -134,12 +138,17 @@ static void peer_session(struct peer *p, const struct e2e_agent *a) {
   h.hello.platform = "linux";
   h.hello.best_level = MSG_LEVEL_ISOLATED;
   h.hello.max_jobs = 4;
+  h.hello.has_sign_key = true; /* as cordon's agent: the key its receipts are signed with */
+  memcpy(h.hello.sign_key, p->keys.sign_pk, sizeof(h.hello.sign_key));
   peer_send(p, &h);
   cr_assert_not_null(peer_next(p, MSG_WELCOME, 5000), "welcome");
 }
 
-/* A well-formed result of a job that ran and exited 0, as device dev. */
-static void send_result(struct peer *p, const uint8_t job_id[CORDON_ID_LEN], const char *dev_hex) {
+/* A well-formed result of a job that ran and exited 0, as device dev,
+ * its receipt signed with the session device's key and bound to ticket
+ * (NULL: unbound). tamper: flip a bit of the signature. */
+static void send_signed_result(struct peer *p, const uint8_t job_id[CORDON_ID_LEN],
+                               const char *dev_hex, const struct msg_bytes *ticket, bool tamper) {
   struct job_result r;
   job_result_init(&r);
   r.ran = r.exited = true;
@@ -150,8 +159,19 @@ static void send_result(struct peer *p, const uint8_t job_id[CORDON_ID_LEN], con
   cr_assert_eq(cordon_id_from_hex(dev_hex, dev), 0);
   struct msg m;
   result_to_msg(&r, job_id, dev, &m);
+  m.result.has_started_ms = m.result.has_ended_ms = true;
+  m.result.started_ms = m.result.ended_ms = 1767225600000ull;
+  cr_assert_eq(receipt_sign_result(&m.result, ticket ? ticket->data : NULL,
+                                   ticket ? ticket->len : 0, p->keys.sign_sk),
+               0);
+  if (tamper)
+    m.result.receipt_sig[10] ^= 0x20;
   peer_send(p, &m);
   job_result_release(&r);
+}
+
+static void send_result(struct peer *p, const uint8_t job_id[CORDON_ID_LEN], const char *dev_hex) {
+  send_signed_result(p, job_id, dev_hex, NULL, false);
 }
 
 /* After a refused result: error wrong_device for that job, then its ack. */
@@ -190,7 +210,7 @@ Test(peer, a_result_naming_another_device_is_refused_and_not_stored) {
   cr_assert(json_is_null(json_object_get(job, "result")));
   json_decref(job);
   /* its own result is still taken */
-  send_result(&p, raw, a->id);
+  send_signed_result(&p, raw, a->id, &j->job.ticket, false);
   cr_assert_not_null(peer_next(&p, MSG_ACK, 5000));
   cr_assert(wait_state(id, "done", 5000), "state %s", job_state(id, NULL));
   peer_release(&p);
@@ -319,4 +339,57 @@ Test(peer, a_silent_session_is_pinged_and_a_pong_keeps_it) {
   cr_assert(!p.closed, "answered: the session stays");
   cr_assert(device_online(a->id));
   peer_release(&p);
+}
+
+/* A result whose receipt signature does not verify: error
+ * signature_invalid, then its ack (it can never be recorded); nothing is
+ * stored, and the same result correctly signed is taken afterwards. */
+Test(peer, a_result_with_a_bad_receipt_signature_is_refused_and_not_stored) {
+  struct e2e_agent *a = pair_agent(0, "one", NULL);
+  struct peer p;
+  peer_session(&p, a);
+  char *pkg = pack("hello", manifest, "echo hi\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", "--device", a->id, "--no-queue", pkg,
+                      "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  struct msg *j = peer_next(&p, MSG_JOB, 5000);
+  cr_assert_not_null(j, "the job reaches the peer");
+  uint8_t raw[CORDON_ID_LEN];
+  memcpy(raw, j->job.job_id, CORDON_ID_LEN);
+  const char *cases[] = {"tampered", "unbound", "another ticket"};
+  for (size_t c = 0; c < 3; c++) {
+    uint8_t other[RECEIPT_TICKET_LEN];
+    memcpy(other, j->job.ticket.data, sizeof(other));
+    other[150] ^= 1;
+    struct msg_bytes ob = {other, sizeof(other)};
+    if (c == 0)
+      send_signed_result(&p, raw, a->id, &j->job.ticket, true);
+    else
+      send_signed_result(&p, raw, a->id, c == 1 ? NULL : &ob, false);
+    struct msg *e = peer_next(&p, MSG_ERROR, 5000);
+    cr_assert_not_null(e, "%s: the result is answered", cases[c]);
+    cr_assert_str_eq(e->error.code, "signature_invalid", "%s", cases[c]);
+    cr_assert(e->error.has_job_id);
+    cr_assert_eq(memcmp(e->error.job_id, raw, CORDON_ID_LEN), 0);
+    struct msg *ack = peer_next(&p, MSG_ACK, 5000);
+    cr_assert_not_null(ack, "%s: then acked, so that a spool lets it go", cases[c]);
+    json_t *job;
+    cr_assert_str_eq(job_state(id, &job), "sent", "%s: nothing recorded", cases[c]);
+    cr_assert(json_is_null(json_object_get(job, "result")));
+    json_decref(job);
+  }
+  char want[128];
+  snprintf(want, sizeof(want), "msg=\"result refused\" job=%s device=%s code=bad_receipt", id,
+           a->id);
+  cr_assert(wait_in(e2e_server_log, want, 2000));
+  struct out *r = RUN(SERVER, "job", id, "--receipt", "-", "--state", e2e_state);
+  cr_assert_neq(r->status, 0, "no receipt stored");
+  free(r);
+  send_signed_result(&p, raw, a->id, &j->job.ticket, false);
+  cr_assert_not_null(peer_next(&p, MSG_ACK, 5000));
+  cr_assert(wait_state(id, "done", 5000), "state %s", job_state(id, NULL));
+  peer_release(&p);
+  free(pkg);
 }
