@@ -64,6 +64,7 @@
 #include "proto/msg.h"
 #include "proto/noise.h"
 #include "proto/pairing.h"
+#include "proto/receipt.h"
 
 #define SERVER_BIN CORDON_BINARY_DIR "/cordon-server"
 #define PER_ADDR 16         /* devices per source address (the server's cap) */
@@ -73,6 +74,14 @@
 #define BACKOFF_FIRST_MS 500
 #define BACKOFF_MAX_MS 30000
 #define ECHO_MSG 300
+
+/* A result not acknowledged yet: enough to make it again, signed alike. */
+struct spooled {
+  uint8_t id[CORDON_ID_LEN];
+  uint8_t ticket[256]; /* a version-1 ticket body is 161 bytes */
+  size_t ticket_len;
+  uint64_t started_ms;
+};
 
 enum dev_state { D_IDLE, D_CONNECTING, D_HANDSHAKE, D_HELLO, D_READY, D_CLOSING };
 
@@ -106,8 +115,11 @@ struct dev {
   uv_timer_t *retry;
   unsigned backoff_ms;
   /* results not acknowledged yet (the spool) */
-  uint8_t (*unacked)[CORDON_ID_LEN];
+  struct spooled *unacked;
   size_t n_unacked, cap_unacked;
+  /* the receipt signing key (docs/protocol/receipt.md), sent in hello */
+  uint8_t sign_pk[crypto_sign_PUBLICKEYBYTES];
+  uint8_t sign_sk[crypto_sign_SECRETKEYBYTES];
 };
 
 /* One job (or echo message) being measured, by id. */
@@ -284,13 +296,20 @@ static void fill_hello(struct msg *m) {
   m->hello.max_jobs = 1024;
 }
 
-/* The one place a result is made: job_id ran on d and exited 0 at once,
- * isolated, with no output. */
-static void result_fill(const struct dev *d, const uint8_t job_id[CORDON_ID_LEN], struct msg *m) {
+static uint64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* The one place a result is made: the job ran on d and exited 0 at once,
+ * isolated, with no output; its receipt is signed with d's key and bound to
+ * the job's ticket (as agent/dispatch.c does). */
+static int result_fill(const struct dev *d, const struct spooled *j, struct msg *m) {
   memset(m, 0, sizeof(*m));
   m->type = MSG_RESULT;
   struct msg_result *r = &m->result;
-  memcpy(r->job_id, job_id, CORDON_ID_LEN);
+  memcpy(r->job_id, j->id, CORDON_ID_LEN);
   memcpy(r->device_id, d->device_id, CORDON_ID_LEN);
   r->has_exit_code = true;
   r->exit_code = 0;
@@ -305,12 +324,15 @@ static void result_fill(const struct dev *d, const uint8_t job_id[CORDON_ID_LEN]
   r->sandbox.limits =
       (struct msg_limits_used){MSG_ENFORCE_CGROUP, MSG_ENFORCE_CGROUP, MSG_ENFORCE_CGROUP,
                                MSG_ENFORCE_CGROUP, MSG_ENFORCE_TMPFS};
+  r->has_started_ms = r->has_ended_ms = true;
+  r->started_ms = j->started_ms;
+  r->ended_ms = j->started_ms + 1;
+  return receipt_sign_result(r, j->ticket, j->ticket_len, d->sign_sk);
 }
 
-static void send_result(struct dev *d, const uint8_t job_id[CORDON_ID_LEN]) {
+static void send_result(struct dev *d, const struct spooled *j) {
   struct msg m;
-  result_fill(d, job_id, &m);
-  if (send_msg(d, &m) == 0)
+  if (result_fill(d, j, &m) == 0 && send_msg(d, &m) == 0)
     total_results++;
 }
 
@@ -391,28 +413,35 @@ static void schedule_reconnect(struct dev *d) {
 
 static void resend_unacked(struct dev *d) {
   for (size_t i = 0; i < d->n_unacked; i++)
-    send_result(d, d->unacked[i]);
+    send_result(d, &d->unacked[i]);
 }
 
-static void unacked_add(struct dev *d, const uint8_t id[CORDON_ID_LEN]) {
+/* Spool the job (once); NULL when out of memory. */
+static const struct spooled *unacked_add(struct dev *d, const struct msg_job *job) {
   for (size_t i = 0; i < d->n_unacked; i++)
-    if (memcmp(d->unacked[i], id, CORDON_ID_LEN) == 0)
-      return;
+    if (memcmp(d->unacked[i].id, job->job_id, CORDON_ID_LEN) == 0)
+      return &d->unacked[i];
   if (d->n_unacked == d->cap_unacked) {
     size_t cap = d->cap_unacked ? d->cap_unacked * 2 : 4;
-    void *p = realloc(d->unacked, cap * CORDON_ID_LEN);
+    void *p = realloc(d->unacked, cap * sizeof(*d->unacked));
     if (!p)
-      return;
+      return NULL;
     d->unacked = p;
     d->cap_unacked = cap;
   }
-  memcpy(d->unacked[d->n_unacked++], id, CORDON_ID_LEN);
+  struct spooled *j = &d->unacked[d->n_unacked++];
+  memcpy(j->id, job->job_id, CORDON_ID_LEN);
+  j->ticket_len = job->ticket.len <= sizeof(j->ticket) ? job->ticket.len : 0;
+  if (j->ticket_len)
+    memcpy(j->ticket, job->ticket.data, j->ticket_len);
+  j->started_ms = wall_ms();
+  return j;
 }
 
 static bool unacked_drop(struct dev *d, const uint8_t id[CORDON_ID_LEN]) {
   for (size_t i = 0; i < d->n_unacked; i++)
-    if (memcmp(d->unacked[i], id, CORDON_ID_LEN) == 0) {
-      memmove(d->unacked[i], d->unacked[i + 1], (d->n_unacked - i - 1) * CORDON_ID_LEN);
+    if (memcmp(d->unacked[i].id, id, CORDON_ID_LEN) == 0) {
+      memmove(&d->unacked[i], &d->unacked[i + 1], (d->n_unacked - i - 1) * sizeof(*d->unacked));
       d->n_unacked--;
       return true;
     }
@@ -420,6 +449,15 @@ static bool unacked_drop(struct dev *d, const uint8_t id[CORDON_ID_LEN]) {
 }
 
 static void identities_save(void);
+
+/* The receipt signing key, from the device's Noise key (a benchmark's
+ * shortcut: the identities file keeps one key per device, and the server
+ * registers the signing key at the device's first session). */
+static void sign_key_derive(struct dev *d) {
+  uint8_t seed[crypto_sign_SEEDBYTES];
+  crypto_generichash(seed, sizeof(seed), d->priv, NOISE_KEY_LEN, (const uint8_t *)"receipt", 7);
+  crypto_sign_seed_keypair(d->sign_pk, d->sign_sk, seed);
+}
 static void pair_more(void);
 
 static void on_pair_record(struct dev *d, struct msg *m) {
@@ -491,8 +529,9 @@ static void on_session_record(struct dev *d, struct msg *m) {
     struct msg r = {.type = MSG_RUNNING};
     memcpy(r.running.job_id, m->job.job_id, CORDON_ID_LEN);
     send_msg(d, &r);
-    unacked_add(d, m->job.job_id);
-    send_result(d, m->job.job_id);
+    const struct spooled *j = unacked_add(d, &m->job);
+    if (j)
+      send_result(d, j);
     break;
   }
   case MSG_ACK: {
@@ -562,6 +601,8 @@ static int handshake_step(struct dev *d, const uint8_t *body, size_t len) {
   }
   hello.hello.has_device_id = true;
   memcpy(hello.hello.device_id, d->device_id, CORDON_ID_LEN);
+  hello.hello.has_sign_key = true; /* registered at the first session */
+  memcpy(hello.hello.sign_key, d->sign_pk, MSG_KEY_LEN);
   d->state = D_HELLO;
   return send_msg(d, &hello);
 }
@@ -761,6 +802,7 @@ static void pair_more(void) {
     }
     uint8_t pub[NOISE_KEY_LEN];
     noise_keypair_generate(pub, d->priv);
+    sign_key_derive(d);
     d->pairing = true;
     d->pstate = 0;
     d->in_window = true;
@@ -807,6 +849,7 @@ static void identities_load(void) {
           cordon_id_from_hex(b, d->device_id) == 0) {
         memcpy(d->device_hex, b, sizeof(d->device_hex));
         memcpy(d->user, c, sizeof(d->user));
+        sign_key_derive(d);
         d->paired = true;
       }
     }
