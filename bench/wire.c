@@ -14,8 +14,8 @@
  * the main thread's loop, as a server and an agent would on two machines.
  * Medians, not means. Usage: bench_wire [round_trips] [bulk_MiB] [handshakes]
  */
-#include "net/conn.h"
 #include "core/error.h"
+#include "net/conn.h"
 #include "proto/noise.h"
 
 #include <errno.h>

@@ -11,6 +11,8 @@
 #include "server/facts.h"
 #include "server/metrics.h"
 
+#define SESSION_TOUCH_MS 60000 /* how stale last_seen may be while a device pings */
+
 struct sessions {
   struct server_db *db;
   const uint8_t *server_id;
@@ -186,6 +188,7 @@ static void device_hello(struct session *s, const struct msg_hello *h,
   server_db_device_set_online(t->db, dev.id, true, NULL);
   s->state = SESSION_ACTIVE;
   s->since = (int64_t)(core_wall_ms() / 1000);
+  s->touched_ms = core_mono_ms(); /* set_online wrote last_seen */
   struct msg w = {.type = MSG_WELCOME};
   w.welcome = *welcome;
   (void)session_send(s, &w);
@@ -270,8 +273,12 @@ static void on_message(struct session *s, struct msg *m) {
     p.pong.has_time_ms = true; /* the agent re-learns its clock offset */
     p.pong.time_ms = core_wall_ms();
     (void)session_send(s, &p);
-    if (s->state == SESSION_ACTIVE)
+    /* last_seen at most once a minute: a commit per ping was 1,000 fsyncs
+     * a second with 10,000 devices (bench/scale) */
+    if (s->state == SESSION_ACTIVE && core_mono_ms() - s->touched_ms >= SESSION_TOUCH_MS) {
+      s->touched_ms = core_mono_ms();
       server_db_device_touch(t->db, s->device_id, NULL);
+    }
     return;
   }
   if (m->type == MSG_PONG || m->type == MSG_GOAWAY || m->type == MSG_ERROR) {

@@ -53,6 +53,7 @@ struct session {
   int64_t user_id;
   char user[SERVER_DB_NAME_MAX + 1];
   uint32_t max_jobs;
+  int64_t touched_ms; /* core_mono_ms when last_seen was last written */
   /* pairing: server/pair.c's, which frees it in its closed hook */
   struct pair_attempt *pair;
   /* the log lines a peer's messages cause (refused results, ignored
