@@ -184,28 +184,43 @@ SS_FN struct pkg make_package(const char *name, const char *manifest, const char
   return p;
 }
 
-/* Dispatch pkg as job id on the live session: a ticket issued on the
- * server's clock, valid for 10 min, the job, its chunks. */
-SS_FN void send_job_id(const struct pkg *p, const uint8_t id[16]) {
-  cr_assert(S.conn, "no session to send the job on");
+/* A ticket for job id of package index_hash on the live session: the
+ * paired device, user alice, no args, issued on the server's clock and
+ * valid for 10 min. */
+SS_FN struct ticket ss_ticket(const uint8_t id[16], const uint8_t index_hash[32]) {
   struct ticket t = {0};
   memcpy(t.job_id, id, 16);
   memcpy(t.device_id, S.device_id, 16);
   ticket_user_tag("alice", t.user_tag);
   memcpy(t.session_id, S.session_id, 16);
-  memcpy(t.index_hash, p->hash, 32);
+  memcpy(t.index_hash, index_hash, 32);
   ticket_args_hash(NULL, 0, t.args_hash);
   t.issued_ms = (uint64_t)server_now();
   t.expires_ms = t.issued_ms + 600000;
-  uint8_t body[TICKET_BODY_LEN];
-  ticket_encode(&t, body);
+  return t;
+}
+
+/* The job message for ticket t (encoded into body, signed with the ticket
+ * key) and a package of pkg_size bytes hashing to t's index hash. */
+SS_FN struct msg ss_job(const struct ticket *t, uint8_t body[TICKET_BODY_LEN], uint64_t pkg_size) {
+  ticket_encode(t, body);
   struct msg m = {.type = MSG_JOB};
-  memcpy(m.job.job_id, id, 16);
+  memcpy(m.job.job_id, t->job_id, 16);
   m.job.ticket.data = body;
-  m.job.ticket.len = sizeof(body);
+  m.job.ticket.len = TICKET_BODY_LEN;
   ticket_sign(body, S.ticket_sk, m.job.ticket_sig);
-  memcpy(m.job.pkg_hash, p->hash, 32);
-  m.job.pkg_size = p->size;
+  memcpy(m.job.pkg_hash, t->index_hash, 32);
+  m.job.pkg_size = pkg_size;
+  return m;
+}
+
+/* Dispatch pkg as job id on the live session: the job (ss_ticket's
+ * ticket), its chunks. */
+SS_FN void send_job_id(const struct pkg *p, const uint8_t id[16]) {
+  cr_assert(S.conn, "no session to send the job on");
+  struct ticket t = ss_ticket(id, p->hash);
+  uint8_t body[TICKET_BODY_LEN];
+  struct msg m = ss_job(&t, body, p->size);
   send_msg(S.conn, &m);
   FILE *f = fopen(p->path, "rb");
   cr_assert(f);

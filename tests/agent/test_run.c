@@ -28,31 +28,20 @@ static struct {
 static void send_job(struct net_conn *c, int k, int reuse_id_of) {
   uint8_t *id = T.job_ids[reuse_id_of >= 0 ? reuse_id_of : k];
   char *args[] = {"a", "b"};
-  struct ticket t = {0};
-  memcpy(t.job_id, id, 16);
-  memcpy(t.device_id, S.device_id, 16);
+  uint8_t pkg[16] = {0}, index_hash[32];
+  crypto_generichash(index_hash, 32, pkg, sizeof(pkg), NULL, 0);
+  struct ticket t = ss_ticket(id, index_hash);
   if (k == J_OTHER_DEVICE)
     t.device_id[0] ^= 1;
-  ticket_user_tag("alice", t.user_tag);
-  memcpy(t.session_id, S.session_id, 16);
   if (k == J_OTHER_SESSION)
     t.session_id[0] ^= 1;
-  uint8_t pkg[16] = {0};
-  crypto_generichash(t.index_hash, 32, pkg, sizeof(pkg), NULL, 0);
   ticket_args_hash(args, 2, t.args_hash);
-  t.issued_ms = (uint64_t)now_ms();
-  t.expires_ms = k == J_EXPIRED ? t.issued_ms - 60000 : t.issued_ms + 600000;
+  if (k == J_EXPIRED)
+    t.expires_ms = t.issued_ms - 60000;
   uint8_t body[TICKET_BODY_LEN];
-  ticket_encode(&t, body);
-  struct msg m = {.type = MSG_JOB};
-  memcpy(m.job.job_id, id, 16);
-  m.job.ticket.data = body;
-  m.job.ticket.len = sizeof(body);
-  ticket_sign(body, S.ticket_sk, m.job.ticket_sig);
+  struct msg m = ss_job(&t, body, sizeof(pkg));
   if (k == J_BAD_SIG)
     m.job.ticket_sig[5] ^= 0x20;
-  memcpy(m.job.pkg_hash, t.index_hash, 32);
-  m.job.pkg_size = sizeof(pkg);
   char *other[] = {"a", "c"};
   m.job.args = k == J_ARGS ? other : args;
   m.job.n_args = 2;
