@@ -228,12 +228,19 @@ Test(faults, the_server_expires_an_overdue_job_before_it_takes_a_connection) {
 
 /* ---- stopping an agent is not cancelling its job ---- */
 
-Test(faults, sigterm_of_the_agent_past_its_drain_timeout_ends_the_job_agent_stopped) {
+/* One agent run with --drain-timeout secs; waited for (up to 5 s) to be
+ * online. */
+static struct e2e_agent *agent_draining(const char *secs) {
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
-  const char *argv[] = {AGENT, "--config", a->dir, "run", "--drain-timeout", "1", NULL};
+  const char *argv[] = {AGENT, "--config", a->dir, "run", "--drain-timeout", secs, NULL};
   a->pid = spawn_logged(a->log, argv);
   for (int i = 0; i < 250 && !device_online(a->id); i++)
     msleep(20);
+  return a;
+}
+
+Test(faults, sigterm_of_the_agent_past_its_drain_timeout_ends_the_job_agent_stopped) {
+  struct e2e_agent *a = agent_draining("1");
   cr_assert(device_online(a->id));
   char id[33];
   dispatch_slow("535353", id);
@@ -253,11 +260,7 @@ Test(faults, sigterm_of_the_agent_past_its_drain_timeout_ends_the_job_agent_stop
 }
 
 Test(faults, an_operators_cancel_stays_cancelled_when_the_agent_stops_after_it) {
-  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
-  const char *argv[] = {AGENT, "--config", a->dir, "run", "--drain-timeout", "0", NULL};
-  a->pid = spawn_logged(a->log, argv);
-  for (int i = 0; i < 250 && !device_online(a->id); i++)
-    msleep(20);
+  struct e2e_agent *a = agent_draining("0");
   char id[33];
   dispatch_slow("545454", id);
   struct out *o = RUN(SERVER, "cancel", id, "--state", e2e_state);
