@@ -7,40 +7,18 @@
  * restart exactly once; sd_notify readiness; logfmt lines; exit 3 when
  * the device is gone; staging the job user cannot reach is refused at
  * start. */
-#include <criterion/criterion.h>
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <poll.h>
 #include <pwd.h>
-#include <signal.h>
-#include <sodium.h>
 #include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "agent/state.h"
-#include "net/conn.h"
-#include "proto/msg.h"
-#include "proto/ticket.h"
-#include "server/pack.h"
+#include "scripted_server.h"
 
-#define AGENT CORDON_BINARY_DIR "/cordon-agent"
 #define MAX_JOBS 8
-
-struct pkg {
-  char path[300];
-  uint8_t hash[32];
-  uint64_t size;
-};
 
 struct seen_result {
   uint8_t id[16];
@@ -53,40 +31,14 @@ struct seen_result {
 };
 
 static struct {
-  uv_loop_t loop;
-  uv_timer_t tick;
-  struct net_server *srv;
-  uint8_t server_priv[32], server_pub[32];
-  uint8_t ticket_pk[32], ticket_sk[64];
-  uint8_t pub_pk[32], pub_sk[64];
-  uint8_t device_id[16], session_id[16];
-  struct net_conn *conn; /* the live session */
-  int hellos, running, closes;
+  int hellos, running;
   char goaway[64];          /* the last goaway code the agent sent */
   const char *answer_hello; /* NULL: welcome; else a goaway code */
   struct seen_result res[MAX_JOBS];
   int n_res;
-  char dir[128], cfg[200], log[240];
-  pid_t agent;
 } T;
 
-static char *slurp(const char *path);
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- the scripted server ---- */
-
-static void send_msg(struct net_conn *c, const struct msg *m) {
-  uint8_t *buf;
-  size_t len;
-  cr_assert_eq(msg_encode_alloc(m, &buf, &len, NULL), 0);
-  net_conn_send(c, buf, len);
-  free(buf);
-}
 
 static struct seen_result *result_for(const uint8_t id[16]) {
   for (int i = 0; i < T.n_res; i++)
@@ -99,147 +51,38 @@ static struct seen_result *result_for(const uint8_t id[16]) {
   return r;
 }
 
-static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
-  struct msg m;
-  if (msg_decode(data, len, &m, NULL) < 0)
-    return;
-  if (m.type == MSG_HELLO) {
-    if (T.answer_hello) {
-      struct msg g = {.type = MSG_GOAWAY};
-      g.goaway.code = (char *)T.answer_hello;
-      g.goaway.message = "scripted";
-      send_msg(c, &g);
-      net_conn_flush_close(c, 0);
-    } else {
-      struct msg w = {.type = MSG_WELCOME};
-      w.welcome.version = MSG_PROTO_VERSION_MAX;
-      w.welcome.time_ms = (uint64_t)now_ms();
-      randombytes_buf(w.welcome.server_id, 16);
-      randombytes_buf(T.session_id, 16);
-      memcpy(w.welcome.session_id, T.session_id, 16);
-      w.welcome.ping_ms = 15000;
-      send_msg(c, &w);
-      T.conn = c;
-      T.hellos++;
-    }
-  } else if (m.type == MSG_RUNNING) {
+/* A hello is answered with T.answer_hello's goaway when set; results are
+ * recorded (and acked by the scripted server). */
+static bool on_msg(struct net_conn *c, const struct msg *m) {
+  if (m->type == MSG_HELLO && T.answer_hello) {
+    struct msg g = {.type = MSG_GOAWAY};
+    g.goaway.code = (char *)T.answer_hello;
+    g.goaway.message = "scripted";
+    send_msg(c, &g);
+    net_conn_flush_close(c, 0);
+    return true;
+  }
+  if (m->type == MSG_HELLO) {
+    T.hellos++;
+  } else if (m->type == MSG_RUNNING) {
     T.running++;
-  } else if (m.type == MSG_PING) {
-    struct msg p = {.type = MSG_PONG};
-    p.pong.nonce = m.ping.nonce;
-    send_msg(c, &p);
-  } else if (m.type == MSG_GOAWAY) {
-    snprintf(T.goaway, sizeof(T.goaway), "%s", m.goaway.code);
-  } else if (m.type == MSG_RESULT) {
-    struct seen_result *r = result_for(m.result.job_id);
+  } else if (m->type == MSG_GOAWAY) {
+    snprintf(T.goaway, sizeof(T.goaway), "%s", m->goaway.code);
+  } else if (m->type == MSG_RESULT) {
+    struct seen_result *r = result_for(m->result.job_id);
     r->n++;
-    snprintf(r->code, sizeof(r->code), "%s", m.result.has_error ? m.result.error.code : "");
-    r->exited = m.result.has_exit_code;
-    r->exit_code = (long)m.result.exit_code;
-    snprintf(r->out, sizeof(r->out), "%.*s", (int)m.result.stdout_buf.len,
-             (const char *)m.result.stdout_buf.data);
-    r->isolated = m.result.sandbox.has_level && m.result.sandbox.level == MSG_LEVEL_ISOLATED;
-    struct msg ack = {.type = MSG_ACK};
-    memcpy(ack.ack.job_id, m.result.job_id, 16);
-    send_msg(c, &ack);
+    snprintf(r->code, sizeof(r->code), "%s", m->result.has_error ? m->result.error.code : "");
+    r->exited = m->result.has_exit_code;
+    r->exit_code = (long)m->result.exit_code;
+    snprintf(r->out, sizeof(r->out), "%.*s", (int)m->result.stdout_buf.len,
+             (const char *)m->result.stdout_buf.data);
+    r->isolated = m->result.sandbox.has_level && m->result.sandbox.level == MSG_LEVEL_ISOLATED;
   }
-  msg_release(&m);
+  return false;
 }
 
-static void on_close(struct net_conn *c, int err) {
-  (void)err;
-  if (c == T.conn)
-    T.conn = NULL;
-  T.closes++;
-}
-
-static int on_ready(struct net_conn *c) {
-  (void)c;
-  return 0;
-}
-
-static const struct net_conn_ops ops = {
-    .on_ready = on_ready, .on_record = on_record, .on_close = on_close};
-
-static void on_tick(uv_timer_t *t) {
-  (void)t;
-}
-
-/* Run the server until cond() holds or ms pass; returns cond(). */
-static bool spin(int ms, bool (*cond)(void)) {
-  int64_t end = now_ms() + ms;
-  while (!(cond && cond()) && now_ms() < end)
-    uv_run(&T.loop, UV_RUN_ONCE);
-  return cond && cond();
-}
-
-static bool connected(void) {
-  return T.conn != NULL;
-}
 static bool disconnected(void) {
-  return T.conn == NULL;
-}
-
-/* A package signed by the publisher the agent trusts. */
-static struct pkg make_package(const char *name, const char *manifest, const char *script) {
-  struct pkg p;
-  char src[300], path[340];
-  snprintf(src, sizeof(src), "%s/src-%s", T.dir, name);
-  cr_assert_eq(mkdir(src, 0755), 0);
-  snprintf(path, sizeof(path), "%s/manifest.json", src);
-  FILE *f = fopen(path, "w");
-  fputs(manifest, f);
-  fclose(f);
-  snprintf(path, sizeof(path), "%s/run.sh", src);
-  f = fopen(path, "w");
-  fputs(script, f);
-  fclose(f);
-  snprintf(p.path, sizeof(p.path), "%s/%s.cpkg", T.dir, name);
-  struct pack_summary sum;
-  struct cordon_diag d = {{0}};
-  cr_assert_eq(pack_dir(src, p.path, T.pub_sk, &sum, &d), 0, "%s", d.msg);
-  memcpy(p.hash, sum.index_hash, 32);
-  p.size = sum.size;
-  return p;
-}
-
-/* Dispatch pkg as job id on the live session: ticket, job, chunks. */
-static void send_job(const struct pkg *p, const uint8_t id[16]) {
-  cr_assert(T.conn, "no session to send the job on");
-  struct ticket t = {0};
-  memcpy(t.job_id, id, 16);
-  memcpy(t.device_id, T.device_id, 16);
-  ticket_user_tag("alice", t.user_tag);
-  memcpy(t.session_id, T.session_id, 16);
-  memcpy(t.index_hash, p->hash, 32);
-  ticket_args_hash(NULL, 0, t.args_hash);
-  t.issued_ms = (uint64_t)now_ms();
-  t.expires_ms = t.issued_ms + 600000;
-  uint8_t body[TICKET_BODY_LEN];
-  ticket_encode(&t, body);
-  struct msg m = {.type = MSG_JOB};
-  memcpy(m.job.job_id, id, 16);
-  m.job.ticket.data = body;
-  m.job.ticket.len = sizeof(body);
-  ticket_sign(body, T.ticket_sk, m.job.ticket_sig);
-  memcpy(m.job.pkg_hash, p->hash, 32);
-  m.job.pkg_size = p->size;
-  send_msg(T.conn, &m);
-  FILE *f = fopen(p->path, "rb");
-  cr_assert(f);
-  static uint8_t buf[32768];
-  uint64_t off = 0;
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
-    struct msg ch = {.type = MSG_CHUNK};
-    memcpy(ch.chunk.job_id, id, 16);
-    ch.chunk.offset = off;
-    ch.chunk.data.data = buf;
-    ch.chunk.data.len = n;
-    send_msg(T.conn, &ch);
-    off += n;
-  }
-  fclose(f);
+  return S.conn == NULL;
 }
 
 static const uint8_t *job_id(int k) {
@@ -266,7 +109,7 @@ static struct seen_result *wait_result(const uint8_t *id, int n, int ms) {
   want_id = id;
   want_n = n;
   cr_assert(spin(ms, have_result), "no result (copy %d) within %d ms; agent log:\n%s", n, ms,
-            slurp(T.log));
+            slurp(S.log));
   return result_for(id);
 }
 
@@ -276,133 +119,27 @@ static int copies_of(const uint8_t *id) {
       return T.res[i].n;
   return 0;
 }
-
 /* ---- the agent's side ---- */
 
 static void write_config(const char *json) {
   char path[300];
-  snprintf(path, sizeof(path), "%s/config.json", T.cfg);
+  snprintf(path, sizeof(path), "%s/config.json", S.cfg);
   FILE *f = fopen(path, "w");
   fputs(json, f);
   fclose(f);
 }
-
-static void pair_agent(const char *cfg) {
-  uint8_t agent_pub[32], *agent_priv = sodium_malloc(32);
-  noise_keypair_generate(agent_pub, agent_priv);
-  struct agent_pairing p = {0};
-  snprintf(p.host, sizeof(p.host), "127.0.0.1");
-  p.port = net_server_port(T.srv);
-  memcpy(p.server_key, T.server_pub, 32);
-  memcpy(p.device_id, T.device_id, 16);
-  snprintf(p.user, sizeof(p.user), "alice");
-  snprintf(p.name, sizeof(p.name), "test");
-  memcpy(p.ticket_key, T.ticket_pk, 32);
-  uint8_t pubs[1][32];
-  memcpy(pubs[0], T.pub_pk, 32);
-  struct cordon_diag d = {{0}};
-  cr_assert_eq(agent_pairing_save(cfg, agent_priv, &p, (const uint8_t(*)[32])pubs, 1, &d), 0, "%s",
-               d.msg);
-  sodium_free(agent_priv);
-}
-
 static void setup(void) {
-  cr_assert(sodium_init() >= 0);
   memset(&T, 0, sizeof(T));
-  snprintf(T.dir, sizeof(T.dir), "/tmp/cordon-daemon-XXXXXX");
-  cr_assert(mkdtemp(T.dir));
-  chmod(T.dir, 0755);
-  snprintf(T.cfg, sizeof(T.cfg), "%s/agent", T.dir);
-  snprintf(T.log, sizeof(T.log), "%s/agent.log", T.dir);
-  noise_keypair_generate(T.server_pub, T.server_priv);
-  crypto_sign_keypair(T.ticket_pk, T.ticket_sk);
-  crypto_sign_keypair(T.pub_pk, T.pub_sk);
-  randombytes_buf(T.device_id, 16);
-  uv_loop_init(&T.loop);
-  uv_timer_init(&T.loop, &T.tick);
-  uv_timer_start(&T.tick, on_tick, 10, 10);
-  struct net_limits lim;
-  net_limits_default(&lim);
-  cr_assert_eq(net_server_new(&T.loop, "127.0.0.1", 0, T.server_priv, 1u << NOISE_MODE_SESSION,
-                              &lim, &ops, NULL, &T.srv),
-               0);
-  pair_agent(T.cfg);
+  ss_setup("cordon-daemon", on_msg);
 }
 
 static void teardown(void) {
-  if (T.agent > 0) {
-    kill(T.agent, SIGKILL);
-    waitpid(T.agent, NULL, 0);
-  }
-  net_server_close(T.srv);
-  uv_close((uv_handle_t *)&T.tick, NULL);
-  uv_run(&T.loop, UV_RUN_DEFAULT);
-  uv_loop_close(&T.loop);
-  char cmd[300];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", T.dir);
-  (void)!system(cmd);
-}
-
-/* Start `cordon-agent --config CFG run ARGS...` with stderr into the log;
- * env: NULL-terminated "NAME=value" strings added to the environment. */
-static pid_t start_agent_env(const char *const *env, const char *const *args) {
-  pid_t pid = fork();
-  cr_assert(pid >= 0);
-  if (pid == 0) {
-    int fd = open(T.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 2);
-    for (size_t i = 0; env && env[i]; i++)
-      putenv((char *)env[i]);
-    const char *argv[16] = {AGENT, "--config", T.cfg, "run"};
-    size_t n = 4;
-    for (size_t i = 0; args && args[i] && n < 15; i++)
-      argv[n++] = args[i];
-    argv[n] = NULL;
-    execv(AGENT, (char **)argv);
-    _exit(127);
-  }
-  return pid;
-}
-
-#define START(...) start_agent_env(NULL, (const char *const[]){__VA_ARGS__, NULL})
-
-/* Its exit status (128 + signal when killed), serving it meanwhile; -1
- * when it is still running after ms. */
-static int wait_exit(pid_t pid, int ms) {
-  int64_t end = now_ms() + ms;
-  for (;;) {
-    int st;
-    pid_t r = waitpid(pid, &st, WNOHANG);
-    if (r == pid)
-      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (now_ms() >= end)
-      return -1;
-    uv_run(&T.loop, UV_RUN_ONCE);
-  }
+  ss_teardown();
 }
 
 static bool alive(pid_t pid) {
   return waitpid(pid, NULL, WNOHANG) == 0;
 }
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return strdup("");
-  static char buf[1 << 18];
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return strdup(buf);
-}
-
-static bool log_has(const char *needle) {
-  char *s = slurp(T.log);
-  bool has = strstr(s, needle) != NULL;
-  free(s);
-  return has;
-}
-
 static const char *wanted_line;
 static bool log_has_wanted(void) {
   return log_has(wanted_line);
@@ -454,7 +191,7 @@ static struct out *cli(const char *cfg, const char *const *args) {
   return o;
 }
 
-#define CLI(...) cli(T.cfg, (const char *const[]){__VA_ARGS__, NULL})
+#define CLI(...) cli(S.cfg, (const char *const[]){__VA_ARGS__, NULL})
 
 static json_t *status_json(void) {
   struct out *o = CLI("status", "--json");
@@ -470,12 +207,12 @@ static json_t *status_json(void) {
 
 Test(agent_daemon, a_second_run_on_the_same_config_is_refused_naming_the_holder, .init = setup,
      .fini = teardown, .timeout = 60) {
-  T.agent = START("--drain-timeout", "5");
-  cr_assert(spin(10000, connected), "the first agent did not connect:\n%s", slurp(T.log));
+  S.agent = START("--drain-timeout", "5");
+  cr_assert(spin(10000, connected), "the first agent did not connect:\n%s", slurp(S.log));
   struct out *o = CLI("run");
   cr_assert_eq(o->status, 2, "second run: %d %s", o->status, o->err);
   char want[64];
-  snprintf(want, sizeof(want), "(pid %ld holds ", (long)T.agent);
+  snprintf(want, sizeof(want), "(pid %ld holds ", (long)S.agent);
   cr_assert(strstr(o->err, want), "names the holder: %s", o->err);
   cr_assert(strstr(o->err, "agent.lock"), "%s", o->err);
   cr_assert_eq(strchr(o->err, '\n') - o->err + 1, (long)strlen(o->err), "one line: %s", o->err);
@@ -483,15 +220,15 @@ Test(agent_daemon, a_second_run_on_the_same_config_is_refused_naming_the_holder,
   /* the first one still answers, and is still the one connected */
   json_t *s = status_json();
   cr_assert(json_is_true(json_object_get(s, "running")));
-  cr_assert_eq(json_integer_value(json_object_get(s, "pid")), T.agent);
+  cr_assert_eq(json_integer_value(json_object_get(s, "pid")), S.agent);
   cr_assert(json_is_true(json_object_get(s, "connected")));
   json_decref(s);
   cr_assert_eq(T.hellos, 1, "the second never connected");
-  kill(T.agent, SIGTERM);
-  cr_assert_eq(wait_exit(T.agent, 10000), 0);
-  T.agent = 0;
+  kill(S.agent, SIGTERM);
+  cr_assert_eq(wait_exit(S.agent, 10000), 0);
+  S.agent = 0;
   /* the lock went with it: a new run starts */
-  T.agent = START("--drain-timeout", "5");
+  S.agent = START("--drain-timeout", "5");
   cr_assert(spin(10000, connected));
 }
 
@@ -506,7 +243,7 @@ Test(agent_daemon, status_after_kill_9_says_not_running, .init = setup, .fini = 
   json_decref(s);
   free(o);
 
-  T.agent = START("--drain-timeout", "5");
+  S.agent = START("--drain-timeout", "5");
   cr_assert(spin(10000, connected));
   s = status_json();
   cr_assert(json_is_true(json_object_get(s, "running")));
@@ -516,11 +253,11 @@ Test(agent_daemon, status_after_kill_9_says_not_running, .init = setup, .fini = 
   cr_assert(json_is_null(json_object_get(s, "last_error")));
   json_decref(s);
 
-  kill(T.agent, SIGKILL);
-  waitpid(T.agent, NULL, 0);
-  T.agent = 0;
+  kill(S.agent, SIGKILL);
+  waitpid(S.agent, NULL, 0);
+  S.agent = 0;
   char sock[300];
-  snprintf(sock, sizeof(sock), "%s/agent.sock", T.cfg);
+  snprintf(sock, sizeof(sock), "%s/agent.sock", S.cfg);
   struct stat st;
   cr_assert_eq(stat(sock, &st), 0, "the killed agent's socket file is still there");
   s = status_json();
@@ -540,7 +277,7 @@ Test(agent_daemon, status_after_kill_9_says_not_running, .init = setup, .fini = 
   /* a new agent replaces the stale socket (once the killed one's
    * connection is seen closed, so that `connected` is the new one's) */
   cr_assert(spin(10000, disconnected));
-  T.agent = START("--drain-timeout", "5");
+  S.agent = START("--drain-timeout", "5");
   cr_assert(spin(10000, connected));
   s = status_json();
   cr_assert(json_is_true(json_object_get(s, "running")));
@@ -551,7 +288,7 @@ Test(agent_daemon, status_after_kill_9_says_not_running, .init = setup, .fini = 
 static void ask_raw(const char *req, size_t len, char *reply, size_t cap) {
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  cr_assert_lt(snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/agent.sock", T.cfg),
+  cr_assert_lt(snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/agent.sock", S.cfg),
                (int)sizeof(sa.sun_path));
   cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s", strerror(errno));
   cr_assert_eq(send(fd, req, len, MSG_NOSIGNAL), (ssize_t)len);
@@ -566,10 +303,10 @@ static void ask_raw(const char *req, size_t len, char *reply, size_t cap) {
 
 Test(agent_daemon, the_control_socket_is_0600_and_refuses_what_is_not_a_request, .init = setup,
      .fini = teardown, .timeout = 60) {
-  T.agent = START("--drain-timeout", "5");
+  S.agent = START("--drain-timeout", "5");
   cr_assert(spin(10000, connected));
   char sock[300];
-  snprintf(sock, sizeof(sock), "%s/agent.sock", T.cfg);
+  snprintf(sock, sizeof(sock), "%s/agent.sock", S.cfg);
   struct stat st;
   cr_assert_eq(stat(sock, &st), 0);
   cr_assert(S_ISSOCK(st.st_mode));
@@ -592,7 +329,7 @@ Test(agent_daemon, the_control_socket_is_0600_and_refuses_what_is_not_a_request,
   j = json_loads(reply, 0, NULL);
   cr_assert(json_is_true(json_object_get(j, "ok")), "still answering: %s", reply);
   json_decref(j);
-  cr_assert(alive(T.agent));
+  cr_assert(alive(S.agent));
 }
 
 /* ---- SIGHUP ---- */
@@ -614,28 +351,28 @@ Test(agent_daemon, sighup_keeps_it_running_and_the_next_job_gets_the_new_ceiling
                    "{\"name\":\"net\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
                    "\"capabilities\":{\"net\":true}}",
                    "echo ok\n");
-  T.agent = START("--drain-timeout", "5");
+  S.agent = START("--drain-timeout", "5");
   cr_assert(spin(10000, connected));
-  send_job(&p, job_id(0));
+  send_job_id(&p, job_id(0));
   struct seen_result *r = wait_result(job_id(0), 1, 20000);
   cr_assert_str_eq(r->code, "", "allowed the network: %s", r->code);
   cr_assert(r->exited && r->exit_code == 0, "%ld %s", r->exit_code, r->out);
 
   write_config("{\"net\": false}");
-  kill(T.agent, SIGHUP);
-  cr_assert(wait_log("msg=\"config reloaded\" net=false", 5000), "%s", slurp(T.log));
-  cr_assert(alive(T.agent), "SIGHUP does not stop the agent");
-  cr_assert(T.conn, "nor its session");
-  send_job(&p, job_id(1));
+  kill(S.agent, SIGHUP);
+  cr_assert(wait_log("msg=\"config reloaded\" net=false", 5000), "%s", slurp(S.log));
+  cr_assert(alive(S.agent), "SIGHUP does not stop the agent");
+  cr_assert(S.conn, "nor its session");
+  send_job_id(&p, job_id(1));
   r = wait_result(job_id(1), 1, 20000);
   cr_assert_str_eq(r->code, "capability_denied", "the new ceiling applies");
 
   /* a broken config.json: logged, the ceiling in force is kept */
   write_config("{\"net\": fals");
-  kill(T.agent, SIGHUP);
-  cr_assert(wait_log("config reload failed", 5000), "%s", slurp(T.log));
-  cr_assert(alive(T.agent));
-  send_job(&p, job_id(2));
+  kill(S.agent, SIGHUP);
+  cr_assert(wait_log("config reload failed", 5000), "%s", slurp(S.log));
+  cr_assert(alive(S.agent));
+  send_job_id(&p, job_id(2));
   r = wait_result(job_id(2), 1, 20000);
   cr_assert_str_eq(r->code, "capability_denied");
 
@@ -653,9 +390,9 @@ Test(agent_daemon, sighup_keeps_it_running_and_the_next_job_gets_the_new_ceiling
       json_string_value(json_object_get(json_object_get(s, "last_error"), "message"));
   cr_assert(last && strstr(last, "config reload failed"), "the last error: %s", last);
   json_decref(s);
-  kill(T.agent, SIGTERM);
-  cr_assert_eq(wait_exit(T.agent, 10000), 0);
-  T.agent = 0;
+  kill(S.agent, SIGTERM);
+  cr_assert_eq(wait_exit(S.agent, 10000), 0);
+  S.agent = 0;
 }
 
 /* ---- SIGTERM drains ---- */
@@ -664,7 +401,7 @@ static const char *spool_path(const uint8_t *id, char *buf, size_t len) {
   char hex[33];
   for (int i = 0; i < 16; i++)
     snprintf(hex + 2 * i, 3, "%02x", id[i]);
-  snprintf(buf, len, "%s/spool/%s.result", T.cfg, hex);
+  snprintf(buf, len, "%s/spool/%s.result", S.cfg, hex);
   return buf;
 }
 
@@ -677,27 +414,27 @@ Test(agent_daemon, sigterm_during_a_job_drains_and_the_result_arrives_after_rest
   struct pkg p =
       make_package("nap", "{\"name\":\"nap\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
                    "sleep 2; echo finished\n");
-  T.agent = START("--drain-timeout", "30");
+  S.agent = START("--drain-timeout", "30");
   cr_assert(spin(10000, connected));
-  send_job(&p, job_id(0));
-  cr_assert(spin(20000, one_running), "the job did not start:\n%s", slurp(T.log));
-  kill(T.agent, SIGTERM);
+  send_job_id(&p, job_id(0));
+  cr_assert(spin(20000, one_running), "the job did not start:\n%s", slurp(S.log));
+  kill(S.agent, SIGTERM);
   cr_assert(spin(5000, disconnected), "the agent closed its session");
   cr_assert_str_eq(T.goaway, "shutdown", "and said why first");
   json_t *s = status_json(); /* still answering while it drains */
   cr_assert(json_is_true(json_object_get(s, "draining")));
   cr_assert_eq(json_array_size(json_object_get(s, "jobs_running")), 1);
   json_decref(s);
-  int st = wait_exit(T.agent, 15000);
-  T.agent = 0;
-  cr_assert_eq(st, 0, "a drained agent exits 0:\n%s", slurp(T.log));
+  int st = wait_exit(S.agent, 15000);
+  S.agent = 0;
+  cr_assert_eq(st, 0, "a drained agent exits 0:\n%s", slurp(S.log));
   cr_assert_eq(copies_of(job_id(0)), 0, "the result was not sent on a closed session");
   char spooled[400];
   cr_assert_eq(access(spool_path(job_id(0), spooled, sizeof(spooled)), F_OK), 0,
                "the finished job's result is spooled");
-  cr_assert(log_has("msg=\"SIGTERM: stopping\" running=1 drain_timeout_s=30"), "%s", slurp(T.log));
+  cr_assert(log_has("msg=\"SIGTERM: stopping\" running=1 drain_timeout_s=30"), "%s", slurp(S.log));
 
-  T.agent = START("--drain-timeout", "30");
+  S.agent = START("--drain-timeout", "30");
   struct seen_result *r = wait_result(job_id(0), 1, 10000);
   cr_assert_str_eq(r->code, "", "it ran to its end: %s", r->code);
   cr_assert(r->exited && r->exit_code == 0);
@@ -706,9 +443,9 @@ Test(agent_daemon, sigterm_during_a_job_drains_and_the_result_arrives_after_rest
   cr_assert_eq(copies_of(job_id(0)), 1, "exactly once");
   cr_assert_neq(access(spooled, F_OK), 0, "acked: out of the spool");
   /* and not again after another restart */
-  kill(T.agent, SIGTERM);
-  cr_assert_eq(wait_exit(T.agent, 10000), 0);
-  T.agent = START("--drain-timeout", "30");
+  kill(S.agent, SIGTERM);
+  cr_assert_eq(wait_exit(S.agent, 10000), 0);
+  S.agent = START("--drain-timeout", "30");
   cr_assert(spin(10000, connected));
   spin(1000, NULL);
   cr_assert_eq(copies_of(job_id(0)), 1, "exactly once, across restarts");
@@ -719,18 +456,18 @@ Test(agent_daemon, the_drain_timeout_cancels_what_is_still_running, .init = setu
   struct pkg p = make_package(
       "long", "{\"name\":\"long\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
       "sleep 60\n");
-  T.agent = START("--drain-timeout", "1");
+  S.agent = START("--drain-timeout", "1");
   cr_assert(spin(10000, connected));
-  send_job(&p, job_id(0));
+  send_job_id(&p, job_id(0));
   cr_assert(spin(20000, one_running));
   int64_t t0 = now_ms();
-  kill(T.agent, SIGTERM);
-  int st = wait_exit(T.agent, 15000);
-  T.agent = 0;
-  cr_assert_eq(st, 0, "%s", slurp(T.log));
+  kill(S.agent, SIGTERM);
+  int st = wait_exit(S.agent, 15000);
+  S.agent = 0;
+  cr_assert_eq(st, 0, "%s", slurp(S.log));
   cr_assert_lt(now_ms() - t0, 10000, "it did not wait for the job");
-  cr_assert(log_has("cancelling the running jobs\" reason=\"drain timeout\""), "%s", slurp(T.log));
-  T.agent = start_agent_env(NULL, NULL);
+  cr_assert(log_has("cancelling the running jobs\" reason=\"drain timeout\""), "%s", slurp(S.log));
+  S.agent = start_agent_env(NULL, NULL);
   struct seen_result *r = wait_result(job_id(0), 1, 10000);
   cr_assert_str_eq(r->code, "agent_stopped", "stopping the agent is not an operator's cancel");
   spin(500, NULL);
@@ -742,13 +479,13 @@ Test(agent_daemon, the_drain_timeout_cancels_what_is_still_running, .init = setu
 Test(agent_daemon, a_revoked_device_exits_3_and_an_unpaired_one_too, .init = setup,
      .fini = teardown, .timeout = 60) {
   T.answer_hello = MSG_GOAWAY_REVOKED;
-  T.agent = start_agent_env(NULL, NULL);
-  int st = wait_exit(T.agent, 10000);
-  T.agent = 0;
-  cr_assert_eq(st, 3, "revoked: exit %d\n%s", st, slurp(T.log));
-  cr_assert(log_has("code=revoked"), "%s", slurp(T.log));
+  S.agent = start_agent_env(NULL, NULL);
+  int st = wait_exit(S.agent, 10000);
+  S.agent = 0;
+  cr_assert_eq(st, 3, "revoked: exit %d\n%s", st, slurp(S.log));
+  cr_assert(log_has("code=revoked"), "%s", slurp(S.log));
   char empty[300];
-  snprintf(empty, sizeof(empty), "%s/never-paired", T.dir);
+  snprintf(empty, sizeof(empty), "%s/never-paired", S.dir);
   struct out *o = cli(empty, (const char *const[]){"run", NULL});
   cr_assert_eq(o->status, 3, "not paired: %d %s", o->status, o->err);
   cr_assert(strstr(o->err, "not paired"), "%s", o->err);
@@ -767,7 +504,7 @@ static int bind_notify(struct sockaddr_un *sa, socklen_t *len, bool abstract) {
         snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "cordon-notify-%ld", (long)getpid());
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
   } else {
-    cr_assert_lt(snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/notify", T.dir),
+    cr_assert_lt(snprintf(sa->sun_path, sizeof(sa->sun_path), "%s/notify", S.dir),
                  (int)sizeof(sa->sun_path));
     *len = sizeof(*sa);
   }
@@ -811,8 +548,8 @@ Test(agent_daemon, a_notify_socket_hears_ready_status_watchdog_and_stopping, .in
   char env_sock[200];
   snprintf(env_sock, sizeof(env_sock), "NOTIFY_SOCKET=%s", sa.sun_path);
   const char *env[] = {env_sock, "WATCHDOG_USEC=200000", NULL};
-  T.agent = start_agent_env(env, (const char *const[]){"--drain-timeout", "5", NULL});
-  cr_assert(wait_note("READY=1", 10000), "no READY=1:\n%s", slurp(T.log));
+  S.agent = start_agent_env(env, (const char *const[]){"--drain-timeout", "5", NULL});
+  cr_assert(wait_note("READY=1", 10000), "no READY=1:\n%s", slurp(S.log));
   int ready = 0;
   while (!strstr(notes[ready], "READY=1"))
     ready++;
@@ -825,10 +562,10 @@ Test(agent_daemon, a_notify_socket_hears_ready_status_watchdog_and_stopping, .in
   for (int i = 0; i < n_notes; i++)
     watchdogs += strcmp(notes[i], "WATCHDOG=1") == 0;
   cr_assert_geq(watchdogs, 5, "every 100 ms for a 200 ms watchdog: %d", watchdogs);
-  kill(T.agent, SIGTERM);
+  kill(S.agent, SIGTERM);
   cr_assert(wait_note("STOPPING=1", 5000));
-  cr_assert_eq(wait_exit(T.agent, 10000), 0);
-  T.agent = 0;
+  cr_assert_eq(wait_exit(S.agent, 10000), 0);
+  S.agent = 0;
   close(notify_fd);
 }
 
@@ -841,8 +578,8 @@ Test(agent_daemon, an_abstract_notify_socket_hears_ready_and_a_watchdog_for_anot
   char env_sock[200];
   snprintf(env_sock, sizeof(env_sock), "NOTIFY_SOCKET=@%s", sa.sun_path + 1);
   const char *env[] = {env_sock, "WATCHDOG_USEC=100000", "WATCHDOG_PID=1", NULL};
-  T.agent = start_agent_env(env, NULL);
-  cr_assert(wait_note("READY=1", 10000), "no READY=1:\n%s", slurp(T.log));
+  S.agent = start_agent_env(env, NULL);
+  cr_assert(wait_note("READY=1", 10000), "no READY=1:\n%s", slurp(S.log));
   spin(600, NULL);
   note_wanted = "WATCHDOG=1";
   cr_assert(!have_note(), "WATCHDOG_PID names another process");
@@ -940,15 +677,15 @@ Test(agent_daemon, every_log_line_is_logfmt_with_the_fields_an_operator_needs, .
   struct pkg p = make_package(
       "hello", "{\"name\":\"hello\",\"version\":\"2.1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
       "echo \"a \\\"quoted\\\" line\"; exit 3\n");
-  T.agent = START("--log-level", "debug", "--drain-timeout", "5");
+  S.agent = START("--log-level", "debug", "--drain-timeout", "5");
   cr_assert(spin(10000, connected));
-  send_job(&p, job_id(0));
+  send_job_id(&p, job_id(0));
   wait_result(job_id(0), 1, 20000);
-  kill(T.agent, SIGTERM);
-  cr_assert_eq(wait_exit(T.agent, 10000), 0);
-  T.agent = 0;
+  kill(S.agent, SIGTERM);
+  cr_assert_eq(wait_exit(S.agent, 10000), 0);
+  S.agent = 0;
 
-  char *log = slurp(T.log);
+  char *log = slurp(S.log);
   char hex[33];
   for (int i = 0; i < 16; i++)
     snprintf(hex + 2 * i, 3, "%02x", job_id(0)[i]);
@@ -996,17 +733,17 @@ Test(agent_daemon, every_log_line_is_logfmt_with_the_fields_an_operator_needs, .
   }
   cr_assert(started && finished && connected_line && ended && debug,
             "started %d finished %d connected %d ended %d debug %d:\n%s", started, finished,
-            connected_line, ended, debug, slurp(T.log));
+            connected_line, ended, debug, slurp(S.log));
   free(log);
 
   /* --log-level error: nothing below it */
-  (void)!truncate(T.log, 0);
-  T.agent = START("--log-level", "error");
+  (void)!truncate(S.log, 0);
+  S.agent = START("--log-level", "error");
   cr_assert(spin(10000, connected));
-  kill(T.agent, SIGTERM);
-  cr_assert_eq(wait_exit(T.agent, 10000), 0);
-  T.agent = 0;
-  cr_assert(!log_has("level=info"), "%s", slurp(T.log));
+  kill(S.agent, SIGTERM);
+  cr_assert_eq(wait_exit(S.agent, 10000), 0);
+  S.agent = 0;
+  cr_assert(!log_has("level=info"), "%s", slurp(S.log));
   struct out *o = CLI("run", "--log-level", "loud");
   cr_assert_eq(o->status, 2);
   cr_assert(strstr(o->err, "--log-level"), "%s", o->err);
@@ -1027,10 +764,10 @@ Test(agent_daemon, a_config_under_a_0700_directory_is_refused_at_start_with_the_
   if (!is_root_with_job_user())
     cr_skip_test("needs root and the cordon-job account (scripts/test-setup.sh)");
   char priv[150];
-  snprintf(priv, sizeof(priv), "%s/private", T.dir);
+  snprintf(priv, sizeof(priv), "%s/private", S.dir);
   cr_assert_eq(mkdir(priv, 0700), 0);
-  snprintf(T.cfg, sizeof(T.cfg), "%s/agent", priv);
-  pair_agent(T.cfg);
+  snprintf(S.cfg, sizeof(S.cfg), "%s/agent", priv);
+  pair_agent(S.cfg);
   struct out *o = CLI("run");
   cr_assert_eq(o->status, 2, "refused at start: %d %s", o->status, o->err);
   char want[400];
@@ -1057,17 +794,17 @@ Test(agent_daemon, a_config_under_a_0700_directory_is_refused_at_start_with_the_
   struct pkg p =
       make_package("iso", "{\"name\":\"iso\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
                    "cat run.sh >/dev/null && echo staged\n");
-  T.agent = START("--drain-timeout", "5");
-  cr_assert(spin(10000, connected), "%s", slurp(T.log));
-  send_job(&p, job_id(0));
+  S.agent = START("--drain-timeout", "5");
+  cr_assert(spin(10000, connected), "%s", slurp(S.log));
+  send_job_id(&p, job_id(0));
   struct seen_result *r = wait_result(job_id(0), 1, 20000);
   cr_assert_str_eq(r->code, "", "%s", r->code);
   cr_assert(r->exited && r->exit_code == 0);
   cr_assert_str_eq(r->out, "staged\n");
   cr_assert(r->isolated, "at level isolated");
-  kill(T.agent, SIGTERM);
-  cr_assert_eq(wait_exit(T.agent, 10000), 0);
-  T.agent = 0;
+  kill(S.agent, SIGTERM);
+  cr_assert_eq(wait_exit(S.agent, 10000), 0);
+  S.agent = 0;
 }
 
 Test(agent_daemon, status_checks_the_job_users_reach_by_owner_group_and_other_bits, .init = setup,
@@ -1087,7 +824,7 @@ Test(agent_daemon, status_checks_the_job_users_reach_by_owner_group_and_other_bi
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     char parent[200], cfg[240];
-    snprintf(parent, sizeof(parent), "%s/p%zu", T.dir, i);
+    snprintf(parent, sizeof(parent), "%s/p%zu", S.dir, i);
     cr_assert_eq(mkdir(parent, 0700), 0);
     cr_assert_eq(chown(parent, 0, cases[i].group_is_job_users ? pw->pw_gid : 0), 0);
     cr_assert_eq(chmod(parent, cases[i].mode), 0);

@@ -6,26 +6,10 @@
  * flood stops at the output cap while the result is as it always was; a
  * server that stops reading loses live output but never holds a job or
  * its result up; a welcome of the retired version 1 is refused. */
-#include <criterion/criterion.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <sodium.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "agent/state.h"
-#include "net/conn.h"
-#include "proto/msg.h"
-#include "proto/ticket.h"
-#include "server/pack.h"
+#include "scripted_server.h"
 
-#define AGENT CORDON_BINARY_DIR "/cordon-agent"
 #define CAPTURE_MAX (1u << 20)
 
 struct stream_seen {
@@ -36,21 +20,13 @@ struct stream_seen {
 };
 
 static struct {
-  uv_loop_t loop;
-  uv_timer_t tick;
-  struct net_server *srv;
-  uint8_t server_priv[32], server_pub[32];
-  uint8_t ticket_pk[32], ticket_sk[64];
-  uint8_t pub_pk[32], pub_sk[64];
-  uint8_t device_id[16], session_id[16], job_id[16];
+  uint8_t job_id[16];
   /* more jobs beside job_id (the slow-server test): their live bytes and
    * whole results are counted only */
   uint8_t more_ids[4][16];
   int n_more, more_results, more_complete;
   uint64_t more_live;
-  uint16_t version; /* what the welcome says */
-  int hellos;       /* hellos received */
-  struct net_conn *conn;
+  int hellos; /* hellos received */
   bool running, result;
   int stall_ms; /* on `running`, the server stops reading for this long */
   uint64_t wall_ms;
@@ -67,36 +43,9 @@ static struct {
   bool exited;
   long exit_code;
   char code[64];
-  char dir[128], cfg[200], log[240];
-  pid_t agent;
 } T;
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f)
-    return strdup("");
-  static char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  return strdup(buf);
-}
-
 /* ---- the scripted server ---- */
-
-static void send_msg(struct net_conn *c, const struct msg *m) {
-  uint8_t *buf;
-  size_t len;
-  cr_assert_eq(msg_encode_alloc(m, &buf, &len, NULL), 0);
-  net_conn_send(c, buf, len);
-  free(buf);
-}
 
 static bool is_more(const uint8_t id[16]) {
   for (int i = 0; i < T.n_more; i++)
@@ -155,68 +104,24 @@ static void on_result(const struct msg_result *r) {
   snprintf(T.code, sizeof(T.code), "%s", r->has_error ? r->error.code : "");
 }
 
-static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
-  struct msg m;
-  if (msg_decode(data, len, &m, NULL) < 0)
-    return;
-  if (m.type == MSG_HELLO) {
+/* Hellos are counted (and welcomed with S.version), output and results
+ * recorded (results acked by the scripted server). */
+static bool on_msg(struct net_conn *c, const struct msg *m) {
+  (void)c;
+  if (m->type == MSG_HELLO) {
     T.hellos++;
-    struct msg w = {.type = MSG_WELCOME};
-    w.welcome.version = T.version;
-    w.welcome.time_ms = (uint64_t)now_ms();
-    randombytes_buf(w.welcome.server_id, 16);
-    randombytes_buf(T.session_id, 16);
-    memcpy(w.welcome.session_id, T.session_id, 16);
-    w.welcome.ping_ms = 15000;
-    send_msg(c, &w);
-    T.conn = c;
-  } else if (m.type == MSG_RUNNING) {
+  } else if (m->type == MSG_RUNNING) {
     T.running = true;
     if (T.stall_ms) /* a slow server: the loop does nothing meanwhile */
       usleep((useconds_t)T.stall_ms * 1000);
-  } else if (m.type == MSG_PING) {
-    struct msg p = {.type = MSG_PONG};
-    p.pong.nonce = m.ping.nonce;
-    send_msg(c, &p);
-  } else if (m.type == MSG_OUTPUT) {
-    on_output(&m.output);
-  } else if (m.type == MSG_RESULT) {
-    on_result(&m.result);
-    struct msg ack = {.type = MSG_ACK};
-    memcpy(ack.ack.job_id, m.result.job_id, 16);
-    send_msg(c, &ack);
+  } else if (m->type == MSG_OUTPUT) {
+    on_output(&m->output);
+  } else if (m->type == MSG_RESULT) {
+    on_result(&m->result);
   }
-  msg_release(&m);
+  return false;
 }
 
-static void on_close(struct net_conn *c, int err) {
-  (void)err;
-  if (c == T.conn)
-    T.conn = NULL;
-}
-
-static int on_ready(struct net_conn *c) {
-  (void)c;
-  return 0;
-}
-
-static const struct net_conn_ops ops = {
-    .on_ready = on_ready, .on_record = on_record, .on_close = on_close};
-
-static void on_tick(uv_timer_t *t) {
-  (void)t;
-}
-
-static bool spin(int ms, bool (*cond)(void)) {
-  int64_t end = now_ms() + ms;
-  while (!(cond && cond()) && now_ms() < end)
-    uv_run(&T.loop, UV_RUN_ONCE);
-  return cond && cond();
-}
-
-static bool connected(void) {
-  return T.conn != NULL;
-}
 static bool have_result(void) {
   return T.result;
 }
@@ -226,74 +131,7 @@ static bool all_results(void) {
 static bool have_output(void) {
   return T.outputs > 0;
 }
-
 /* ---- the job ---- */
-
-struct pkg {
-  char path[300];
-  uint8_t hash[32];
-  uint64_t size;
-};
-
-static struct pkg make_package(const char *manifest, const char *script) {
-  struct pkg p;
-  char src[300], path[340];
-  snprintf(src, sizeof(src), "%s/src", T.dir);
-  cr_assert_eq(mkdir(src, 0755), 0);
-  snprintf(path, sizeof(path), "%s/manifest.json", src);
-  FILE *f = fopen(path, "w");
-  fputs(manifest, f);
-  fclose(f);
-  snprintf(path, sizeof(path), "%s/run.sh", src);
-  f = fopen(path, "w");
-  fputs(script, f);
-  fclose(f);
-  snprintf(p.path, sizeof(p.path), "%s/job.cpkg", T.dir);
-  struct pack_summary sum;
-  struct cordon_diag d = {{0}};
-  cr_assert_eq(pack_dir(src, p.path, T.pub_sk, &sum, &d), 0, "%s", d.msg);
-  memcpy(p.hash, sum.index_hash, 32);
-  p.size = sum.size;
-  return p;
-}
-
-static void send_job_id(const struct pkg *p, const uint8_t id[16]) {
-  cr_assert(T.conn, "no session to send the job on");
-  struct ticket t = {0};
-  memcpy(t.job_id, id, 16);
-  memcpy(t.device_id, T.device_id, 16);
-  ticket_user_tag("alice", t.user_tag);
-  memcpy(t.session_id, T.session_id, 16);
-  memcpy(t.index_hash, p->hash, 32);
-  ticket_args_hash(NULL, 0, t.args_hash);
-  t.issued_ms = (uint64_t)now_ms();
-  t.expires_ms = t.issued_ms + 600000;
-  uint8_t body[TICKET_BODY_LEN];
-  ticket_encode(&t, body);
-  struct msg m = {.type = MSG_JOB};
-  memcpy(m.job.job_id, id, 16);
-  m.job.ticket.data = body;
-  m.job.ticket.len = sizeof(body);
-  ticket_sign(body, T.ticket_sk, m.job.ticket_sig);
-  memcpy(m.job.pkg_hash, p->hash, 32);
-  m.job.pkg_size = p->size;
-  send_msg(T.conn, &m);
-  FILE *f = fopen(p->path, "rb");
-  cr_assert(f);
-  static uint8_t buf[32768];
-  uint64_t off = 0;
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) {
-    struct msg ch = {.type = MSG_CHUNK};
-    memcpy(ch.chunk.job_id, id, 16);
-    ch.chunk.offset = off;
-    ch.chunk.data.data = buf;
-    ch.chunk.data.len = n;
-    send_msg(T.conn, &ch);
-    off += n;
-  }
-  fclose(f);
-}
 
 static void send_job(const struct pkg *p) {
   send_job_id(p, T.job_id);
@@ -301,100 +139,45 @@ static void send_job(const struct pkg *p) {
 
 /* ---- the agent ---- */
 
-static void pair_agent(void) {
-  uint8_t agent_pub[32], *agent_priv = sodium_malloc(32);
-  noise_keypair_generate(agent_pub, agent_priv);
-  struct agent_pairing p = {0};
-  snprintf(p.host, sizeof(p.host), "127.0.0.1");
-  p.port = net_server_port(T.srv);
-  memcpy(p.server_key, T.server_pub, 32);
-  memcpy(p.device_id, T.device_id, 16);
-  snprintf(p.user, sizeof(p.user), "alice");
-  snprintf(p.name, sizeof(p.name), "test");
-  memcpy(p.ticket_key, T.ticket_pk, 32);
-  uint8_t pubs[1][32];
-  memcpy(pubs[0], T.pub_pk, 32);
-  struct cordon_diag d = {{0}};
-  cr_assert_eq(agent_pairing_save(T.cfg, agent_priv, &p, (const uint8_t(*)[32])pubs, 1, &d), 0,
-               "%s", d.msg);
-  sodium_free(agent_priv);
-}
-
 static void setup(void) {
-  cr_assert(sodium_init() >= 0);
   memset(&T, 0, sizeof(T));
-  T.version = MSG_PROTO_VERSION_OUTPUT;
   for (int i = 0; i < 2; i++) {
     T.s[i].live = calloc(1, CAPTURE_MAX);
     T.out[i] = calloc(1, CAPTURE_MAX);
     cr_assert(T.s[i].live && T.out[i]);
   }
-  snprintf(T.dir, sizeof(T.dir), "/tmp/cordon-output-XXXXXX");
-  cr_assert(mkdtemp(T.dir));
-  chmod(T.dir, 0755);
-  snprintf(T.cfg, sizeof(T.cfg), "%s/agent", T.dir);
-  snprintf(T.log, sizeof(T.log), "%s/agent.log", T.dir);
-  noise_keypair_generate(T.server_pub, T.server_priv);
-  crypto_sign_keypair(T.ticket_pk, T.ticket_sk);
-  crypto_sign_keypair(T.pub_pk, T.pub_sk);
-  randombytes_buf(T.device_id, 16);
+  ss_setup("cordon-output", on_msg);
+  S.version = MSG_PROTO_VERSION_OUTPUT;
   randombytes_buf(T.job_id, 16);
-  uv_loop_init(&T.loop);
-  uv_timer_init(&T.loop, &T.tick);
-  uv_timer_start(&T.tick, on_tick, 10, 10);
-  struct net_limits lim;
-  net_limits_default(&lim);
-  cr_assert_eq(net_server_new(&T.loop, "127.0.0.1", 0, T.server_priv, 1u << NOISE_MODE_SESSION,
-                              &lim, &ops, NULL, &T.srv),
-               0);
-  pair_agent();
 }
 
 static void teardown(void) {
-  if (T.agent > 0) {
-    kill(T.agent, SIGKILL);
-    waitpid(T.agent, NULL, 0);
-  }
-  net_server_close(T.srv);
-  uv_close((uv_handle_t *)&T.tick, NULL);
-  uv_run(&T.loop, UV_RUN_DEFAULT);
-  uv_loop_close(&T.loop);
+  ss_teardown();
   for (int i = 0; i < 2; i++) {
     free(T.s[i].live);
     free(T.out[i]);
   }
-  char cmd[300];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", T.dir);
-  (void)!system(cmd);
 }
 
 static void start_agent(void) {
-  pid_t pid = fork();
-  cr_assert(pid >= 0);
-  if (pid == 0) {
-    int fd = open(T.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 2);
-    execl(AGENT, AGENT, "--config", T.cfg, "run", "--log-level", "debug", (char *)NULL);
-    _exit(127);
-  }
-  T.agent = pid;
-  cr_assert(spin(10000, connected), "the agent did not connect:\n%s", slurp(T.log));
+  S.agent = START("--log-level", "debug");
+  cr_assert(spin(10000, connected), "the agent did not connect:\n%s", slurp(S.log));
 }
 
 /* SIGTERM: the agent stops cleanly (under ASan, without a leak). */
 static void stop_agent(void) {
-  kill(T.agent, SIGTERM);
+  kill(S.agent, SIGTERM);
   int64_t end = now_ms() + 15000;
   int st = -1;
   while (now_ms() < end) {
-    if (waitpid(T.agent, &st, WNOHANG) == T.agent)
+    if (waitpid(S.agent, &st, WNOHANG) == S.agent)
       break;
     st = -1;
-    uv_run(&T.loop, UV_RUN_ONCE);
+    uv_run(&S.loop, UV_RUN_ONCE);
   }
   cr_assert(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-            "the agent did not stop cleanly:\n%s", slurp(T.log));
-  T.agent = 0;
+            "the agent did not stop cleanly:\n%s", slurp(S.log));
+  S.agent = 0;
 }
 
 /* The job ran, and what came live on stream i is the result's bytes. */
@@ -408,19 +191,19 @@ static void assert_live_is_the_result(int i) {
 
 Test(agent_output, the_first_line_arrives_before_the_result_and_the_live_bytes_are_the_result,
      .init = setup, .fini = teardown, .timeout = 90) {
-  struct pkg p =
-      make_package("{\"name\":\"talk\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
-                   "echo first; echo warn >&2; sleep 2; echo second\n");
+  struct pkg p = make_package(
+      "job", "{\"name\":\"talk\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+      "echo first; echo warn >&2; sleep 2; echo second\n");
   start_agent();
   send_job(&p);
-  cr_assert(spin(30000, have_output), "no output came:\n%s", slurp(T.log));
+  cr_assert(spin(30000, have_output), "no output came:\n%s", slurp(S.log));
   cr_assert(!T.result, "the first output came before the result");
   cr_assert_eq(T.outputs_before_run, 0, "output follows `running`");
-  cr_assert(spin(30000, have_result), "no result:\n%s", slurp(T.log));
+  cr_assert(spin(30000, have_result), "no result:\n%s", slurp(S.log));
   cr_assert_geq(T.result_ms - T.first_output_ms, 1000,
                 "the first line was live, %lld ms before the result",
                 (long long)(T.result_ms - T.first_output_ms));
-  cr_assert_str_eq(T.code, "", "%s\n%s", T.code, slurp(T.log));
+  cr_assert_str_eq(T.code, "", "%s\n%s", T.code, slurp(S.log));
   cr_assert(T.exited && T.exit_code == 0);
   cr_assert_eq(T.out_len[0], strlen("first\nsecond\n"));
   cr_assert(memcmp(T.out[0], "first\nsecond\n", T.out_len[0]) == 0);
@@ -434,13 +217,14 @@ Test(agent_output, the_first_line_arrives_before_the_result_and_the_live_bytes_a
 
 Test(agent_output, a_flood_stops_at_the_output_cap_and_the_result_is_unchanged, .init = setup,
      .fini = teardown, .timeout = 90) {
-  struct pkg p = make_package("{\"name\":\"flood\",\"version\":\"1\",\"entry\":[\"/bin/sh\","
+  struct pkg p = make_package("job",
+                              "{\"name\":\"flood\",\"version\":\"1\",\"entry\":[\"/bin/sh\","
                               "\"run.sh\"],\"limits\":{\"output_kb\":64}}",
                               "yes 0123456789abcdef | head -c 3000000; echo done >&2\n");
   start_agent();
   send_job(&p);
-  cr_assert(spin(30000, have_result), "no result:\n%s", slurp(T.log));
-  cr_assert_str_eq(T.code, "", "%s\n%s", T.code, slurp(T.log));
+  cr_assert(spin(30000, have_result), "no result:\n%s", slurp(S.log));
+  cr_assert_str_eq(T.code, "", "%s\n%s", T.code, slurp(S.log));
   cr_assert(T.exited && T.exit_code == 0, "%ld", T.exit_code);
   /* the result as it always was: 64 KiB kept, the rest discarded */
   cr_assert_eq(T.out_len[0], 64u << 10);
@@ -476,12 +260,13 @@ Test(agent_output, a_slow_server_loses_live_chunks_but_never_holds_the_jobs_or_t
    * 2 x 1 MiB each: 6 MiB live, more than the agent's socket can hold
    * (net.ipv4.tcp_wmem's 4 MiB at most) plus its 256 KiB per job of
    * unsent live output, so some of it must be dropped. */
-  uv_walk(&T.loop, small_receive_buffer, NULL); /* the listener's, inherited */
+  uv_walk(&S.loop, small_receive_buffer, NULL); /* the listener's, inherited */
   T.stall_ms = 4000;
   T.n_more = 2;
   for (int i = 0; i < T.n_more; i++)
     randombytes_buf(T.more_ids[i], 16);
-  struct pkg p = make_package("{\"name\":\"flood\",\"version\":\"1\",\"entry\":[\"/bin/sh\","
+  struct pkg p = make_package("job",
+                              "{\"name\":\"flood\",\"version\":\"1\",\"entry\":[\"/bin/sh\","
                               "\"run.sh\"],\"limits\":{\"output_kb\":1024}}",
                               "yes 0123456789abcdef | head -c 1048576\n"
                               "yes 0123456789abcdef | head -c 1048576 >&2\n");
@@ -490,8 +275,8 @@ Test(agent_output, a_slow_server_loses_live_chunks_but_never_holds_the_jobs_or_t
   for (int i = 0; i < T.n_more; i++)
     send_job_id(&p, T.more_ids[i]);
   cr_assert(spin(60000, all_results), "results: %d of %d:\n%s", T.more_results + T.result,
-            T.n_more + 1, slurp(T.log));
-  cr_assert_str_eq(T.code, "", "%s\n%s", T.code, slurp(T.log));
+            T.n_more + 1, slurp(S.log));
+  cr_assert_str_eq(T.code, "", "%s\n%s", T.code, slurp(S.log));
   cr_assert_lt(T.wall_ms, 3000, "the job did not wait for the server: %llu ms",
                (unsigned long long)T.wall_ms);
   for (int i = 0; i < 2; i++) {
@@ -518,24 +303,16 @@ Test(agent_output, a_slow_server_loses_live_chunks_but_never_holds_the_jobs_or_t
 }
 
 static bool version1_refused(void) {
-  return T.conn == NULL && T.hellos > 0;
+  return S.conn == NULL && T.hellos > 0;
 }
 
 /* Version 1 is retired (messages.md section 4): a welcome naming it is
  * refused by the agent, which closes the session and runs nothing. */
 Test(agent_output, a_welcome_of_version_1_is_refused, .init = setup, .fini = teardown,
      .timeout = 90) {
-  T.version = 1;
-  pid_t pid = fork();
-  cr_assert(pid >= 0);
-  if (pid == 0) {
-    int fd = open(T.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    dup2(fd, 2);
-    execl(AGENT, AGENT, "--config", T.cfg, "run", "--log-level", "debug", (char *)NULL);
-    _exit(127);
-  }
-  T.agent = pid;
-  cr_assert(spin(10000, version1_refused), "the agent kept a version-1 session:\n%s", slurp(T.log));
+  S.version = 1;
+  S.agent = START("--log-level", "debug");
+  cr_assert(spin(10000, version1_refused), "the agent kept a version-1 session:\n%s", slurp(S.log));
   cr_assert(!T.running && !T.result);
   stop_agent();
 }

@@ -113,8 +113,11 @@ E2E_FN void peer_release(struct peer *p) {
   sodium_free((void *)p->keys.sign_sk);
 }
 
-/* A session as agent a (its identity, its device id): hello, welcome. */
-E2E_FN void peer_session(struct peer *p, const struct e2e_agent *a) {
+/* A session as agent a (its identity, its device id): a hello offering
+ * versions proto_min..proto_max as agent_version, then the welcome (the
+ * message returned). */
+E2E_FN struct msg *peer_session_as(struct peer *p, const struct e2e_agent *a, uint16_t proto_min,
+                                   uint16_t proto_max, const char *agent_version) {
   uint8_t *priv = NULL;
   struct agent_pairing pr;
   cr_assert_eq(agent_identity_load(a->dir, &priv, NULL), 0);
@@ -123,9 +126,9 @@ E2E_FN void peer_session(struct peer *p, const struct e2e_agent *a) {
   sodium_free(priv);
   cr_assert_eq(agent_signing_key_load(a->dir, &p->keys, NULL), 0);
   struct msg h = {.type = MSG_HELLO};
-  h.hello.proto_min = MSG_PROTO_VERSION_MIN;
-  h.hello.proto_max = MSG_PROTO_VERSION_MAX;
-  h.hello.agent_version = "peer-test";
+  h.hello.proto_min = proto_min;
+  h.hello.proto_max = proto_max;
+  h.hello.agent_version = (char *)agent_version;
   h.hello.has_device_id = true;
   memcpy(h.hello.device_id, pr.device_id, CORDON_ID_LEN);
   h.hello.platform = "linux";
@@ -134,7 +137,14 @@ E2E_FN void peer_session(struct peer *p, const struct e2e_agent *a) {
   h.hello.has_sign_key = true; /* as cordon's agent: the key its receipts are signed with */
   memcpy(h.hello.sign_key, p->keys.sign_pk, sizeof(h.hello.sign_key));
   peer_send(p, &h);
-  cr_assert_not_null(peer_next(p, MSG_WELCOME, 5000), "welcome");
+  struct msg *w = peer_next(p, MSG_WELCOME, 5000);
+  cr_assert_not_null(w, "welcome");
+  return w;
+}
+
+/* A session as agent a, offering the versions this build speaks. */
+E2E_FN void peer_session(struct peer *p, const struct e2e_agent *a) {
+  peer_session_as(p, a, MSG_PROTO_VERSION_MIN, MSG_PROTO_VERSION_MAX, "peer-test");
 }
 
 /* A well-formed result of a job that ran and exited 0, as device dev,

@@ -1,6 +1,8 @@
 /* The commands on the state database (user, pair-code, devices, revoke,
  * jobs, job) and init, run as the built cordon-server binary against a real
  * state directory. */
+#include "cli_run.h"
+
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -15,38 +17,12 @@
 
 #include "server/db.h"
 
-#define SERVER_BIN CORDON_BINARY_DIR "/cordon-server"
-
-static char tmp_dir[256], state_dir[300];
-
 static void setup(void) {
   cr_assert(sodium_init() >= 0);
-  snprintf(tmp_dir, sizeof(tmp_dir), "/tmp/cordon-test-commands-XXXXXX");
-  cr_assert_not_null(mkdtemp(tmp_dir));
-  snprintf(state_dir, sizeof(state_dir), "%s/state", tmp_dir);
+  cli_run_setup("cordon-test-commands");
 }
 
-static void teardown(void) {
-  char cmd[512];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_dir);
-  cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(commands, .init = setup, .fini = teardown);
-
-struct run {
-  int status;
-  char out[65536];
-  char err[65536];
-};
-
-static void slurp(const char *path, char *buf, size_t size) {
-  FILE *f = fopen(path, "r");
-  cr_assert_not_null(f);
-  size_t n = fread(buf, 1, size - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
+TestSuite(commands, .init = setup, .fini = cli_run_teardown);
 
 /* Run cordon-server with the given arguments (NULL-terminated) and
  * `--state STATE` appended; collect stdout and stderr. */
@@ -63,39 +39,13 @@ static void run(struct run *r, ...) {
   argv[argc++] = "--state";
   argv[argc++] = state_dir;
   argv[argc] = NULL;
-  char out_path[400], err_path[400];
-  snprintf(out_path, sizeof(out_path), "%s/stdout", tmp_dir);
-  snprintf(err_path, sizeof(err_path), "%s/stderr", tmp_dir);
-  pid_t pid = fork();
-  cr_assert_neq(pid, -1);
-  if (pid == 0) {
-    int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    int n = open("/dev/null", O_RDONLY);
-    if (o < 0 || e < 0 || n < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0 || dup2(n, 0) < 0)
-      _exit(127);
-    execv(SERVER_BIN, argv);
-    _exit(127);
-  }
-  int st = 0;
-  cr_assert_eq(waitpid(pid, &st, 0), pid);
-  cr_assert(WIFEXITED(st), "cordon-server died");
-  r->status = WEXITSTATUS(st);
-  slurp(out_path, r->out, sizeof(r->out));
-  slurp(err_path, r->err, sizeof(r->err));
+  cli_run_exec(r, argv);
 }
 
 static void init_state(void) {
   struct run r;
   run(&r, "init", NULL);
   cr_assert_eq(r.status, 0, "init: %s", r.err);
-}
-
-static size_t count_lines(const char *s) {
-  size_t n = 0;
-  for (; *s; s++)
-    n += *s == '\n';
-  return n;
 }
 
 static void assert_one_line_error(const struct run *r, int status, const char *needle) {

@@ -60,16 +60,23 @@ static const char *random_hex(void) {
   return hex;
 }
 
-/* A job that runs until stopped, dispatched to the one device: its id. */
-static void dispatch_slow(const char *marker, char id[33]) {
-  char script[80];
-  snprintf(script, sizeof(script), "sleep 300.%s\n", marker);
-  char *pkg = pack("slow", slow_manifest, script);
+/* A package of manifest and script dispatched to the one device, and
+ * running: its id. */
+static void dispatch_running(const char *name, const char *manifest, const char *script,
+                             char id[33]) {
+  char *pkg = pack(name, manifest, script);
   struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", e2e_state);
   job_id_of(o, id);
   free(o);
   free(pkg);
   cr_assert(wait_state(id, "running", 10000), "state %s", job_state(id, NULL));
+}
+
+/* A job that runs until stopped, dispatched to the one device: its id. */
+static void dispatch_slow(const char *marker, char id[33]) {
+  char script[80];
+  snprintf(script, sizeof(script), "sleep 300.%s\n", marker);
+  dispatch_running("slow", slow_manifest, script, id);
 }
 
 static const char *error_code(const char *id) {
@@ -201,16 +208,11 @@ Test(faults, kill_9_of_the_agent_at_each_phase_leaves_nothing_once_it_restarted)
 Test(faults, the_server_expires_an_overdue_job_before_it_takes_a_connection) {
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
-  char *pkg = pack("short",
+  char id[33];
+  dispatch_running("short",
                    "{\"name\":\"short\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
                    "\"timeout_s\":1}",
-                   "sleep 300.525252\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", e2e_state);
-  char id[33];
-  job_id_of(o, id);
-  free(o);
-  free(pkg);
-  cr_assert(wait_state(id, "running", 10000));
+                   "sleep 300.525252\n", id);
   e2e_stop(&a->pid, SIGKILL);
   e2e_stop(&e2e_server_pid, SIGKILL);
   msleep(7000); /* past timeout_s + --job-grace 5 */
@@ -226,12 +228,19 @@ Test(faults, the_server_expires_an_overdue_job_before_it_takes_a_connection) {
 
 /* ---- stopping an agent is not cancelling its job ---- */
 
-Test(faults, sigterm_of_the_agent_past_its_drain_timeout_ends_the_job_agent_stopped) {
+/* One agent run with --drain-timeout secs; waited for (up to 5 s) to be
+ * online. */
+static struct e2e_agent *agent_draining(const char *secs) {
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
-  const char *argv[] = {AGENT, "--config", a->dir, "run", "--drain-timeout", "1", NULL};
+  const char *argv[] = {AGENT, "--config", a->dir, "run", "--drain-timeout", secs, NULL};
   a->pid = spawn_logged(a->log, argv);
   for (int i = 0; i < 250 && !device_online(a->id); i++)
     msleep(20);
+  return a;
+}
+
+Test(faults, sigterm_of_the_agent_past_its_drain_timeout_ends_the_job_agent_stopped) {
+  struct e2e_agent *a = agent_draining("1");
   cr_assert(device_online(a->id));
   char id[33];
   dispatch_slow("535353", id);
@@ -251,11 +260,7 @@ Test(faults, sigterm_of_the_agent_past_its_drain_timeout_ends_the_job_agent_stop
 }
 
 Test(faults, an_operators_cancel_stays_cancelled_when_the_agent_stops_after_it) {
-  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
-  const char *argv[] = {AGENT, "--config", a->dir, "run", "--drain-timeout", "0", NULL};
-  a->pid = spawn_logged(a->log, argv);
-  for (int i = 0; i < 250 && !device_online(a->id); i++)
-    msleep(20);
+  struct e2e_agent *a = agent_draining("0");
   char id[33];
   dispatch_slow("545454", id);
   struct out *o = RUN(SERVER, "cancel", id, "--state", e2e_state);
@@ -381,16 +386,11 @@ Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_free
 Test(faults, a_result_after_the_deadline_is_kept_and_shown_late_under_expired) {
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
-  char *pkg = pack("nap",
+  char id[33];
+  dispatch_running("nap",
                    "{\"name\":\"nap\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
                    "\"timeout_s\":2}",
-                   "sleep 1; echo woke\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--state", e2e_state);
-  char id[33];
-  job_id_of(o, id);
-  free(o);
-  free(pkg);
-  cr_assert(wait_state(id, "running", 10000));
+                   "sleep 1; echo woke\n", id);
   kill(a->pid, SIGSTOP); /* the job ends, its agent does not say so in time */
   cr_assert(wait_state(id, "expired", 15000), "state %s", job_state(id, NULL));
   kill(a->pid, SIGCONT);
@@ -409,7 +409,7 @@ Test(faults, a_result_after_the_deadline_is_kept_and_shown_late_under_expired) {
   cr_assert_str_eq(json_string_value(json_object_get(json_object_get(job, "result"), "stdout")),
                    "woke\n");
   json_decref(job);
-  o = RUN(SERVER, "job", id, "--state", e2e_state);
+  struct out *o = RUN(SERVER, "job", id, "--state", e2e_state);
   cr_assert(strstr(o->out, "late:     yes"), "%s", o->out);
   free(o);
   cr_assert_gt(count_in(e2e_server_log, "msg=\"late result\""), 0);
@@ -494,14 +494,22 @@ static void wait_resumes(const char *id) {
   cr_assert_eq(count_in(e2e_server_log, finished), 1, "one result");
 }
 
-Test(faults, kill_9_of_the_server_during_dispatch_wait_names_the_job_and_job_wait_resumes) {
+/* One agent, and a 3-second job (*pkg, its package) dispatched with
+ * --wait in the background, its output in log, running: the waiting
+ * dispatch. */
+static pid_t nap_dispatched_waiting(char **pkg, char log[400], char id[33]) {
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
-  char *pkg = pack("nap", slow_manifest, "sleep 3; echo slept\n");
-  char log[400], id[33];
-  snprintf(log, sizeof(log), "%s/wait.log", e2e_dir);
-  pid_t w = dispatch_wait_bg(log, pkg, id);
+  *pkg = pack("nap", slow_manifest, "sleep 3; echo slept\n");
+  snprintf(log, 400, "%s/wait.log", e2e_dir);
+  pid_t w = dispatch_wait_bg(log, *pkg, id);
   cr_assert(wait_state(id, "running", 10000));
+  return w;
+}
+
+Test(faults, kill_9_of_the_server_during_dispatch_wait_names_the_job_and_job_wait_resumes) {
+  char *pkg, log[400], id[33];
+  pid_t w = nap_dispatched_waiting(&pkg, log, id);
   e2e_stop(&e2e_server_pid, SIGKILL);
   int st;
   cr_assert_eq(waitpid(w, &st, 0), w);
@@ -526,13 +534,8 @@ Test(faults, kill_9_of_the_server_during_dispatch_wait_names_the_job_and_job_wai
 }
 
 Test(faults, sigterm_of_the_server_during_dispatch_wait_names_the_job_and_its_state) {
-  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
-  start_agent(a);
-  char *pkg = pack("nap", slow_manifest, "sleep 3; echo slept\n");
-  char log[400], id[33];
-  snprintf(log, sizeof(log), "%s/wait.log", e2e_dir);
-  pid_t w = dispatch_wait_bg(log, pkg, id);
-  cr_assert(wait_state(id, "running", 10000));
+  char *pkg, log[400], id[33];
+  pid_t w = nap_dispatched_waiting(&pkg, log, id);
   kill(e2e_server_pid, SIGTERM); /* drains */
   cr_assert(wait_in(e2e_server_log, "draining", 5000));
   /* during the drain the key still names the job (no second one) */
