@@ -800,8 +800,8 @@ static int compiled_program(bool net, const struct sock_filter **out_insns, size
 #endif
 
 int seccomp_job_filter_fd(bool net) {
-  const struct sock_filter *ins;
-  size_t n;
+  const struct sock_filter *ins = NULL;
+  size_t n = 0;
   int r = compiled_program(net, &ins, &n);
   if (r < 0)
     return r;
@@ -822,8 +822,8 @@ int seccomp_job_filter_fd(bool net) {
 }
 
 int seccomp_job_filter_prog(bool net, struct sock_fprog **out_prog) {
-  const struct sock_filter *ins;
-  size_t n;
+  const struct sock_filter *ins = NULL;
+  size_t n = 0;
   int r = compiled_program(net, &ins, &n);
   if (r < 0)
     return r;
