@@ -36,6 +36,13 @@
 #include <pwd.h>
 #include <sched.h>
 #include <seccomp.h>
+
+/* libseccomp's SCMP_A* macros leave datum_b out for one-operand
+ * comparisons: clang warns on that in its header's expansion. The
+ * benchmark's reference uses them as libseccomp documents them. */
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wmissing-field-initializers"
+#endif
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
