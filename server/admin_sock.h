@@ -36,7 +36,8 @@
 #define ADMIN_IDLE_TIMEOUT_MS 60000
 
 struct admin_sock;
-struct admin_conn; /* one connection: alive until the peer closes it, or the socket */
+struct admin_conn; /* one connection: alive until the peer closes it, a deadline passes, or the
+                      socket */
 
 struct admin_sock_config {
   const char *path;        /* the socket; a stale file there is removed first */
