@@ -59,7 +59,8 @@ struct runner {
   struct agent_facts facts;
   uint8_t *priv;
   struct cpkg_trust *trust;
-  /* trusts replaced by a `keys` message: a staging job may still hold one */
+  /* trusts replaced by a `keys` message: a staging job may still hold one;
+   * freed once the dispatcher has no job (old_trust_prune) */
   struct cpkg_trust **old_trust;
   size_t n_old_trust;
   struct agent_health health;
@@ -278,15 +279,28 @@ static void on_welcome(void *ctx) {
   tell_status(rn);
 }
 
+/* The replaced trusts, when no job is left that may hold one. */
+static void old_trust_prune(struct runner *rn) {
+  if (rn->jobs.jobs)
+    return;
+  for (size_t i = 0; i < rn->n_old_trust; i++)
+    cpkg_trust_free(rn->old_trust[i]);
+  free(rn->old_trust);
+  rn->old_trust = NULL;
+  rn->n_old_trust = 0;
+}
+
 /* A `keys` announcement (agent/trust.h): the new ticket key is in
- * rn->pairing at once; the publisher keys take a new trust, for the jobs
- * that start from now on. */
+ * rn->pairing at once; when the publisher keys changed they take a new
+ * trust, for the jobs that start from now on (one that names the same
+ * keys allocates nothing). */
 static void on_keys(struct runner *rn, const struct msg_keys *k) {
   struct cordon_diag diag = {{0}};
   char serial[24];
   snprintf(serial, sizeof(serial), "%llu", (unsigned long long)k->serial);
   bool fresh_pairing = agent_trust_keys_serial(rn->cfg->dir) == 0;
-  int r = agent_trust_apply_keys(rn->cfg->dir, &rn->pairing, k, &diag);
+  bool changed = false;
+  int r = agent_trust_apply_keys_changed(rn->cfg->dir, &rn->pairing, k, &changed, &diag);
   if (r == CORDON_E_SIGNATURE_INVALID && fresh_pairing) {
     /* a device paired after this rotation holds the keys of a later
      * announcement, which the chain brings next: nothing to verify here */
@@ -300,6 +314,11 @@ static void on_keys(struct runner *rn, const struct msg_keys *k) {
   }
   if (r == 0)
     return;
+  old_trust_prune(rn);
+  if (!changed) { /* the same publisher keys: the trust stands */
+    core_log_kv(CORE_LOG_INFO, "server keys updated", "serial", serial, "old_trusts", "0", NULL);
+    return;
+  }
   struct cpkg_trust *fresh = NULL;
   struct cpkg_trust **v = realloc(rn->old_trust, (rn->n_old_trust + 1) * sizeof(*v));
   if (v)
@@ -312,7 +331,9 @@ static void on_keys(struct runner *rn, const struct msg_keys *k) {
   rn->old_trust[rn->n_old_trust++] = rn->trust;
   rn->trust = fresh;
   rn->jobs.trust = fresh;
-  core_log_kv(CORE_LOG_INFO, "server keys updated", "serial", serial, NULL);
+  char held[24];
+  snprintf(held, sizeof(held), "%zu", rn->n_old_trust);
+  core_log_kv(CORE_LOG_INFO, "server keys updated", "serial", serial, "old_trusts", held, NULL);
 }
 
 static void on_message(void *ctx, struct msg *m) {
@@ -375,6 +396,7 @@ static const struct agent_session_ops run_session_ops = {
 
 static void on_jobs_changed(void *ctx) {
   struct runner *rn = ctx;
+  old_trust_prune(rn);
   tell_status(rn);
   if (rn->draining && rn->jobs.n_running == 0)
     finish(rn);

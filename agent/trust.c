@@ -172,6 +172,14 @@ static void load_server_pubs(const char *dir, struct server_pubs *out) {
 
 int agent_trust_apply_keys(const char *dir, struct agent_pairing *p, const struct msg_keys *k,
                            struct cordon_diag *diag) {
+  return agent_trust_apply_keys_changed(dir, p, k, NULL, diag);
+}
+
+int agent_trust_apply_keys_changed(const char *dir, struct agent_pairing *p,
+                                   const struct msg_keys *k, bool *out_changed,
+                                   struct cordon_diag *diag) {
+  bool changed_ = false, *changed = out_changed ? out_changed : &changed_;
+  *changed = false;
   uint64_t serial;
   uint8_t tk[32];
   bool have;
@@ -221,6 +229,7 @@ int agent_trust_apply_keys(const char *dir, struct agent_pairing *p, const struc
       free(pubs);
       return cordon_diag_set(diag, r, "%s/%s: %s", tdir, name, strerror(-r));
     }
+    *changed = true;
   }
   for (size_t i = 0; i < pubs->n; i++) {
     bool retired = false;
@@ -229,7 +238,8 @@ int agent_trust_apply_keys(const char *dir, struct agent_pairing *p, const struc
     if (retired && sodium_memcmp(pubs->key[i], k->publisher_key, 32) != 0) {
       char path[4200];
       snprintf(path, sizeof(path), "%s/%s", tdir, pubs->name[i]);
-      unlink(path);
+      if (unlink(path) == 0)
+        *changed = true;
     }
   }
   free(pubs);

@@ -14,6 +14,7 @@
 #ifndef CORDON_AGENT_TRUST_H
 #define CORDON_AGENT_TRUST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/error.h"
@@ -59,6 +60,12 @@ int agent_trust_server_keys_load(const char *dir, struct agent_pairing *p,
  * away, and it comes over the paired server's authenticated session. */
 int agent_trust_apply_keys(const char *dir, struct agent_pairing *p, const struct msg_keys *k,
                            struct cordon_diag *diag);
+/* The same; *out_changed (may be NULL) tells whether the publisher keys in
+ * trusted/ changed (a key file written or a retired one removed): false
+ * on every result but an accepted announcement that did either. */
+int agent_trust_apply_keys_changed(const char *dir, struct agent_pairing *p,
+                                   const struct msg_keys *k, bool *out_changed,
+                                   struct cordon_diag *diag);
 
 /* The serial of the last announcement accepted, 0 for none (or a
  * malformed file). */

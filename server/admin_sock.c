@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <pwd.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,17 @@
 #define ADMIN_BACKLOG 16
 #define ADMIN_DROP_GRACE_MS 2000 /* a dropped stream's last lines, then it is closed anyway */
 #define ADMIN_GROUPS_MAX 4096    /* supplementary groups looked at */
+#define ADMIN_UID_CONN_MAX 16    /* connections of one uid other than the daemon's and root */
+#define ADMIN_OWNER_RESERVED 8   /* of ADMIN_CONN_MAX, kept for the daemon's uid and root */
+
+/* What the connection's timer counts down (docs/protocol/admin.md,
+ * "Timeouts"): none while a request is answered or a stream runs. */
+enum conn_deadline {
+  DEADLINE_NONE,
+  DEADLINE_IDLE, /* between requests: idle_ms */
+  DEADLINE_LINE, /* from a line's first byte to its newline: request_ms */
+  DEADLINE_BODY, /* between two reads of a body's bytes: request_ms */
+};
 
 enum conn_mode {
   CONN_IDLE,   /* reading request lines */
@@ -36,6 +48,7 @@ struct admin_sock {
   void *data;
   char spool_dir[4001];
   size_t stream_max;
+  uint64_t request_ms, idle_ms;
   bool has_group, closing;
   gid_t gid;
   uid_t uid;
@@ -45,13 +58,16 @@ struct admin_sock {
 
 struct admin_conn {
   uv_pipe_t pipe;
-  uv_timer_t timer; /* the grace of a connection closing with lines unsent */
+  uv_timer_t timer; /* a deadline (enum conn_deadline), then the grace of a connection
+                       closing with lines unsent */
   uv_shutdown_t shutdown;
   int handles;
   struct admin_sock *sock;
   struct admin_conn *next;
   enum conn_mode mode;
   bool reading, pumping;
+  enum conn_deadline deadline;
+  bool body_progress; /* body bytes came since the deadline was set */
   char buf[ADMIN_REQUEST_MAX];
   size_t len;
   /* CONN_BODY */
@@ -156,6 +172,7 @@ static void conn_finish(struct admin_conn *c) {
     return;
   }
   c->reading = true;
+  c->deadline = DEADLINE_NONE;
   uv_timer_start(&c->timer, on_grace, ADMIN_DROP_GRACE_MS, 0);
 }
 
@@ -343,6 +360,8 @@ static void body_feed(struct admin_conn *c) {
     if (r < 0)
       c->body_err = r;
   }
+  if (take)
+    c->body_progress = true;
   memmove(c->buf, c->buf + take, c->len - take);
   c->len -= take;
   c->body_left -= take;
@@ -404,6 +423,42 @@ static void handle_line(struct admin_conn *c, const char *line, size_t n) {
   json_decref(req);
 }
 
+/* A deadline passed: a final error line, then the connection closes. */
+static void on_deadline(uv_timer_t *t) {
+  struct admin_conn *c = t->data;
+  bool idle = c->deadline == DEADLINE_IDLE;
+  uint64_t ms = idle ? c->sock->idle_ms : c->sock->request_ms;
+  const char *what = idle                           ? "idle between requests"
+                     : c->deadline == DEADLINE_LINE ? "a request line not complete"
+                                                    : "no bytes of the request's body";
+  char msg[160];
+  snprintf(msg, sizeof(msg), "%s for %llu ms: closed", what, (unsigned long long)ms);
+  log_peer(CORE_LOG_WARN, "admin connection timed out", c->uid, c->pid, "reason", what);
+  c->deadline = DEADLINE_NONE;
+  c->mode = CONN_BUSY;
+  (void)conn_write(c, admin_reply_error(CORDON_E_LIMIT, msg));
+  conn_finish(c);
+}
+
+/* Set the timer for what the connection now waits for: a line or body in
+ * progress must complete (a body: bytes keep coming) within request_ms,
+ * an idle connection is kept idle_ms; none while a request is answered or
+ * a stream runs. */
+static void deadline_update(struct admin_conn *c) {
+  enum conn_deadline want = c->mode == CONN_IDLE   ? (c->len ? DEADLINE_LINE : DEADLINE_IDLE)
+                            : c->mode == CONN_BODY ? DEADLINE_BODY
+                                                   : DEADLINE_NONE;
+  if (want == c->deadline && !(want == DEADLINE_BODY && c->body_progress))
+    return;
+  c->deadline = want;
+  c->body_progress = false;
+  if (want == DEADLINE_NONE)
+    uv_timer_stop(&c->timer);
+  else
+    uv_timer_start(&c->timer, on_deadline,
+                   want == DEADLINE_IDLE ? c->sock->idle_ms : c->sock->request_ms, 0);
+}
+
 /* Handle what is buffered while the connection takes requests, then read
  * (or not) as its mode says. */
 static void conn_pump(struct admin_conn *c) {
@@ -438,6 +493,7 @@ static void conn_pump(struct admin_conn *c) {
   c->pumping = false;
   if (c->mode == CONN_CLOSING)
     return;
+  deadline_update(c);
   bool want = c->mode != CONN_BUSY;
   if (want && !c->reading)
     c->reading = uv_read_start((uv_stream_t *)&c->pipe, conn_alloc, conn_read) == 0;
@@ -538,9 +594,21 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_close(c);
     return;
   }
-  if (a->count > ADMIN_CONN_MAX) {
-    log_peer(CORE_LOG_WARN, "admin connection refused", c->uid, c->pid, "reason",
-             "too many admin connections");
+  size_t same_uid = 0, others = 0; /* besides c */
+  for (const struct admin_conn *x = a->conns; x; x = x->next)
+    if (x != c) {
+      same_uid += x->uid == c->uid;
+      others += !x->owner;
+    }
+  const char *full = NULL;
+  if (a->count > ADMIN_CONN_MAX)
+    full = "too many admin connections";
+  else if (!c->owner && same_uid >= ADMIN_UID_CONN_MAX)
+    full = "too many admin connections of this uid";
+  else if (!c->owner && others >= ADMIN_CONN_MAX - ADMIN_OWNER_RESERVED)
+    full = "too many admin connections: the rest are kept for the daemon's user and root";
+  if (full) {
+    log_peer(CORE_LOG_WARN, "admin connection refused", c->uid, c->pid, "reason", full);
     conn_close(c);
     return;
   }
@@ -611,6 +679,8 @@ int admin_sock_open(uv_loop_t *loop, const struct admin_sock_config *cfg,
   a->data = data;
   a->uid = geteuid();
   a->stream_max = cfg->stream_queue_max ? cfg->stream_queue_max : ADMIN_STREAM_QUEUE_MAX;
+  a->request_ms = cfg->request_timeout_ms ? cfg->request_timeout_ms : ADMIN_REQUEST_TIMEOUT_MS;
+  a->idle_ms = cfg->idle_timeout_ms ? cfg->idle_timeout_ms : ADMIN_IDLE_TIMEOUT_MS;
   snprintf(a->spool_dir, sizeof(a->spool_dir), "%s", cfg->spool_dir ? cfg->spool_dir : ".");
   sweep_uploads(a->spool_dir);
   unlink(cfg->path);

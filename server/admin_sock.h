@@ -19,12 +19,25 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "server/admin_ops.h"
 
+/* A request line, and its body's bytes, come within this of their first
+ * byte (the body: of its previous bytes), else a final limit_exceeded line
+ * and the connection closes; so does a connection idle between requests
+ * for ADMIN_IDLE_TIMEOUT_MS. Neither runs while a request is answered or a
+ * stream is sent. A uid other than the daemon's and root holds at most
+ * ADMIN_UID_CONN_MAX (16) of the ADMIN_CONN_MAX connections, and all those
+ * uids together at most ADMIN_CONN_MAX - 8: 8 are kept for the daemon's
+ * user and root. */
+#define ADMIN_REQUEST_TIMEOUT_MS 30000
+#define ADMIN_IDLE_TIMEOUT_MS 60000
+
 struct admin_sock;
-struct admin_conn; /* one connection: alive until the peer closes it, or the socket */
+struct admin_conn; /* one connection: alive until the peer closes it, a deadline passes, or the
+                      socket */
 
 struct admin_sock_config {
   const char *path;        /* the socket; a stale file there is removed first */
@@ -32,6 +45,8 @@ struct admin_sock_config {
                               removed at open: the caller holds the state's lock) */
   const char *group;       /* ADMIN_GROUP, or NULL: owner and root only */
   size_t stream_queue_max; /* 0: ADMIN_STREAM_QUEUE_MAX */
+  /* 0: ADMIN_REQUEST_TIMEOUT_MS, ADMIN_IDLE_TIMEOUT_MS (docs/protocol/admin.md, "Timeouts") */
+  uint64_t request_timeout_ms, idle_timeout_ms;
 };
 
 /* req is borrowed for the call; body_path names the request's "bytes"

@@ -1125,14 +1125,19 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   }
   char sock[4096];
   snprintf(sock, sizeof(sock), "%s/%s", d->state_dir, ADMIN_SOCKET_FILE);
-  /* CORDON_ADMIN_GROUP and CORDON_ADMIN_STREAM_MAX: for tests (docs/protocol/admin.md) */
+  /* CORDON_ADMIN_GROUP, _STREAM_MAX, _REQUEST_TIMEOUT_MS, _IDLE_TIMEOUT_MS: for tests
+   * (docs/protocol/admin.md) */
   const char *group = getenv("CORDON_ADMIN_GROUP");
   const char *smax = getenv("CORDON_ADMIN_STREAM_MAX");
+  const char *rto = getenv("CORDON_ADMIN_REQUEST_TIMEOUT_MS"),
+             *ito = getenv("CORDON_ADMIN_IDLE_TIMEOUT_MS");
   const struct admin_sock_config acfg = {
       .path = sock,
       .spool_dir = d->state_dir,
       .group = group && *group ? group : ADMIN_GROUP,
       .stream_queue_max = smax ? (size_t)strtoull(smax, NULL, 10) : 0,
+      .request_timeout_ms = rto ? strtoull(rto, NULL, 10) : 0,
+      .idle_timeout_ms = ito ? strtoull(ito, NULL, 10) : 0,
   };
   r = admin_sock_open(d->loop, &acfg, on_admin_request, d, &d->admin);
   if (r < 0) {
