@@ -241,6 +241,20 @@ int db_simple(struct server_db *db, enum db_stmt q, const char *what, struct cor
   return db_exec_stmt(db, st, what, diag);
 }
 
+int db_stmt_text(struct server_db *db, enum db_stmt q, const char *text, sqlite3_stmt **out_st,
+                 struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int err = db_stmt(db, q, &st, diag);
+  if (err)
+    return err;
+  int rc = SQLITE_OK;
+  db_bind_text(st, 1, text, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  *out_st = st;
+  return 0;
+}
+
 int db_tx_begin(struct server_db *db, struct cordon_diag *diag) {
   return db_simple(db, Q_BEGIN_IMMEDIATE, "begin", diag);
 }

@@ -394,12 +394,8 @@ int server_db_device_get_by_key(struct server_db *db,
 static int device_why_unchanged(struct server_db *db, const char *id, bool *out_revoked,
                                 struct cordon_diag *diag) {
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_DEVICE_STATE, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, Q_DEVICE_STATE, id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
@@ -635,12 +631,8 @@ int server_db_device_sign_key(struct server_db *db, const char *id,
   if (!cordon_id_hex_valid(id))
     return cordon_diag_set(diag, -ENOENT, "no such device");
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_DEVICE_SIGN_KEY, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, Q_DEVICE_SIGN_KEY, id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {

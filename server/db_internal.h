@@ -233,6 +233,10 @@ void db_bind_text(sqlite3_stmt *st, int i, const char *s, int *rc);
 void db_bind_int(sqlite3_stmt *st, int i, int64_t v, int *rc);
 void db_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n, int *rc);
 int db_bind_check(struct server_db *db, sqlite3_stmt *st, int rc, struct cordon_diag *diag);
+/* db_stmt, then text (a job's, a device's id...) bound as ?1 and checked:
+ * the statement ready to step, or the error (nothing to release then). */
+int db_stmt_text(struct server_db *db, enum db_stmt q, const char *text, sqlite3_stmt **out_st,
+                 struct cordon_diag *diag);
 
 /* Column helpers: text into a fixed buffer ("" for NULL, truncated); a heap
  * copy (NULL for NULL; -ENOMEM); a blob of exactly size bytes (else zeros). */

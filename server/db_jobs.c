@@ -178,12 +178,8 @@ static int job_peek(struct server_db *db, const char *id, enum server_db_job_sta
                     char out_device[CORDON_ID_HEX_SIZE], bool *out_has_result,
                     struct cordon_diag *diag) {
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_JOB_PEEK, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, Q_JOB_PEEK, id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
@@ -390,12 +386,8 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
     return cordon_diag_set(diag, -ENOENT, "no job '%.*s' (ids are %d hex digits)",
                            CORDON_ID_HEX_LEN, id ? id : "", CORDON_ID_HEX_LEN);
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_JOB_GET, &st, diag);
+  int err = db_stmt_text(db, Q_JOB_GET, id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return job_one(db, st, id, out_job, diag);
 }
@@ -478,12 +470,8 @@ int server_db_job_list_active_on_device(struct server_db *db, const char *device
   if (!cordon_id_hex_valid(device_id))
     return cordon_diag_set(diag, -ENOENT, "no such device");
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_JOB_LIST_ACTIVE_ON_DEVICE, &st, diag);
+  int err = db_stmt_text(db, Q_JOB_LIST_ACTIVE_ON_DEVICE, device_id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, device_id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return job_collect(db, st, out_list, diag);
 }
@@ -523,12 +511,8 @@ int server_db_job_count_in_flight(struct server_db *db, const char *device_id, s
   if (!cordon_id_hex_valid(device_id))
     return cordon_diag_set(diag, -ENOENT, "no such device");
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_JOB_COUNT_IN_FLIGHT, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, Q_JOB_COUNT_IN_FLIGHT, device_id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, device_id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   int64_t n = 0;
@@ -605,12 +589,8 @@ static int job_blob(struct server_db *db, enum db_stmt q, const char *id, const 
   if (!cordon_id_hex_valid(id))
     return cordon_diag_set(diag, -ENOENT, "no such job");
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, q, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, q, id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {

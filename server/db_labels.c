@@ -176,12 +176,8 @@ static int label_step(struct server_db *db, enum db_stmt q, const char *id, cons
 static int label_count(struct server_db *db, const char *id, int64_t *out_n,
                        struct cordon_diag *diag) {
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_LABEL_COUNT, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, Q_LABEL_COUNT, id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW)
@@ -195,12 +191,8 @@ static int label_count(struct server_db *db, const char *id, int64_t *out_n,
 /* Inside the transaction: the device exists. */
 static int device_exists(struct server_db *db, const char *id, struct cordon_diag *diag) {
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_DEVICE_STATE, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, Q_DEVICE_STATE, id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc == SQLITE_DONE)
@@ -214,12 +206,8 @@ static int device_exists(struct server_db *db, const char *id, struct cordon_dia
 static int label_read(struct server_db *db, const char *id, struct server_db_labels *out,
                       struct cordon_diag *diag) {
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_LABEL_LIST, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, Q_LABEL_LIST, id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW)

@@ -146,12 +146,8 @@ int server_db_code_lookup(struct server_db *db, const char *code_id,
   if (!valid_code_id(code_id))
     return cordon_diag_set(diag, -ENOENT, "no such pairing code");
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_CODE_LOOKUP, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, Q_CODE_LOOKUP, code_id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, code_id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   if (rc == SQLITE_ROW) {
@@ -188,12 +184,8 @@ int server_db_code_fail(struct server_db *db, const char *code_id, int *out_atte
   if (!valid_code_id(code_id))
     return cordon_diag_set(diag, -ENOENT, "no such pairing code");
   sqlite3_stmt *st = NULL;
-  int err = db_stmt(db, Q_CODE_FAIL, &st, diag);
+  int rc = SQLITE_OK, err = db_stmt_text(db, Q_CODE_FAIL, code_id, &st, diag);
   if (err)
-    return err;
-  int rc = SQLITE_OK;
-  db_bind_text(st, 1, code_id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   rc = sqlite3_step(st);
   int left = 0;
