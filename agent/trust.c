@@ -156,16 +156,17 @@ static void load_server_pubs(const char *dir, struct server_pubs *out) {
     if (!is_server_publisher_file(de->d_name) || strlen(de->d_name) >= sizeof(out->name[0]))
       continue;
     char path[4200];
-    snprintf(path, sizeof(path), "%s/%s", tdir, de->d_name);
+    if (snprintf(path, sizeof(path), "%s/%s", tdir, de->d_name) >= (int)sizeof(path))
+      continue;
     char text[KEYFILE_MAX_BYTES + 1];
     FILE *f = fopen(path, "r");
     size_t len = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
     if (f)
       fclose(f);
-    if (keyfile_parse(KEYFILE_PUBLISHER_PUBLIC, text, len, out->key[out->n], NULL) == 0) {
-      snprintf(out->name[out->n], sizeof(out->name[0]), "%s", de->d_name);
+    if (keyfile_parse(KEYFILE_PUBLISHER_PUBLIC, text, len, out->key[out->n], NULL) == 0 &&
+        snprintf(out->name[out->n], sizeof(out->name[0]), "%s", de->d_name) <
+            (int)sizeof(out->name[0]))
       out->n++;
-    }
   }
   closedir(d);
 }

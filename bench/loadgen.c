@@ -1176,7 +1176,10 @@ static void command(char *line) {
       return;
     }
     *colon = '\0';
-    snprintf(server_host, sizeof(server_host), "%s", arg);
+    if (snprintf(server_host, sizeof(server_host), "%s", arg) >= (int)sizeof(server_host)) {
+      reply("echo-connect fail the host is too long");
+      return;
+    }
     server_port = atoi(colon + 1);
     n_ready = 0;
     for (unsigned i = 0; i < n_devs; i++) {
