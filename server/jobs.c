@@ -189,9 +189,11 @@ static int read_package(struct jobs *js, int fd, const uint8_t trust_digest[PKGC
     off += n;
     size_t pos = 0;
     while (r == 0 && !have_index) {
-      size_t used;
+      size_t used = 0;
       struct cpkg_event ev;
       r = cpkg_stream_next(st, buf + pos, (size_t)n - pos, &used, &ev, diag);
+      if (r < 0)
+        break; /* used is not set on an error */
       crypto_generichash_update(&key_h, buf + pos, used);
       pos += used;
       if (r == 0 && ev.type == CPKG_EVENT_INDEX)

@@ -192,8 +192,14 @@ Test(agent_run_keys, announcements_do_not_grow_the_agents_trusts, .timeout = 90)
   kill(pid, SIGTERM);
   waitpid(pid, NULL, 0);
   /* 2000 announcements, each read, checked and written to server-keys.json */
+#if defined(__SANITIZE_ADDRESS__)
+  /* ASan's quarantine keeps freed memory resident: the count of trust
+   * objects in the log (above) is the check in that build */
+  (void)hwm_first, (void)hwm_last;
+#else
   cr_assert(hwm_first > 0 && hwm_last - hwm_first < 2048, "VmHWM %ld kB -> %ld kB", hwm_first,
             hwm_last);
+#endif
 
   net_server_close(T.srv);
   uv_close((uv_handle_t *)&T.poll, NULL);

@@ -145,7 +145,8 @@ Test(spool_durable, the_marker_is_removed_only_after_both_fsyncs_on_another_thre
   snprintf(sub, sizeof(sub), "%s/sub", tmpdir);
   cr_assert_eq(mkdir(sub, 0700), 0);
   snprintf(cmd, sizeof(cmd),
-           "env -i CORDON_SPOOL_DURABLE_DIR=%s /usr/bin/strace -f -y -qq -o %s "
+           "env -i ASAN_OPTIONS=detect_leaks=0 CORDON_SPOOL_DURABLE_DIR=%s /usr/bin/strace -f -y "
+           "-qq -o %s "
            "-e trace=fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat "
            "/proc/%d/exe --filter 'spool_durable/strace_subject' --jobs 1 > %s/out 2>&1",
            sub, log, getpid(), tmpdir);
