@@ -4,7 +4,7 @@
 # scripts/build-windows.sh cross-builds (CORDON_WIN_BUILD, default
 # build-win/), or $CORDON_AGENT_EXE when set. Installs wixl and msitools
 # when missing (apt-get, as root).
-# Version: $CORDON_MSI_VERSION, default AGENT_VERSION of agent/hello.h
+# Version: $CORDON_MSI_VERSION, default the project version in CMakeLists.txt
 # (numbers only: MSI versions are a.b.c).
 # The LAST line printed on stdout is the path of the .msi.
 # Usage: scripts/build-msi.sh [OUTDIR]   (default build-msi/)
@@ -31,7 +31,7 @@ if [ -z "$exe" ]; then
 fi
 [ -f "$exe" ] || { log "no cordon-agent.exe ($exe)"; exit 1; }
 
-version=${CORDON_MSI_VERSION:-$(sed -n 's/^#define AGENT_VERSION "\([0-9][0-9.]*\).*"/\1/p' "$root/agent/hello.h")}
+version=${CORDON_MSI_VERSION:-$(sed -n 's/^project(cordon VERSION \([0-9][0-9.]*\) .*/\1/p' "$root/CMakeLists.txt")}
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { log "MSI version must be a.b.c, got '$version'"; exit 1; }
 
 # one version, one ProductCode (a name-based UUID): wixl's "*" would make
