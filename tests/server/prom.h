@@ -15,6 +15,24 @@
 
 #define E2E_HTTP_FN static __attribute__((unused))
 
+/* The port of the metrics listener a daemon started with `--metrics
+ * 127.0.0.1:0` logged (its last `metrics=` in the log at log_path). */
+E2E_HTTP_FN int prom_port_from_log(const char *log_path) {
+  static const char key[] = " metrics=127.0.0.1:";
+  char line[2048];
+  FILE *f = fopen(log_path, "r");
+  cr_assert(f, "%s", log_path);
+  int port = 0;
+  while (fgets(line, sizeof(line), f)) {
+    char *p = strstr(line, key);
+    if (p)
+      port = atoi(p + strlen(key));
+  }
+  fclose(f);
+  cr_assert_gt(port, 0, "no metrics listener in %s", log_path);
+  return port;
+}
+
 /* GET path from the metrics listener: the status, the body in body. */
 E2E_HTTP_FN int http_get(int port, const char *path, char *body, size_t size) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

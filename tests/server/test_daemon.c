@@ -1076,16 +1076,7 @@ Test(daemon, the_notify_socket_gets_ready_status_watchdog_and_stopping) {
 Test(daemon, metrics_parse_as_prometheus_text_and_their_job_counts_match_jobs) {
   stop(&server_pid, SIGTERM);
   start_server_with((const char *const[]){"--metrics", "127.0.0.1:0", NULL});
-  char line[2048];
-  FILE *f = fopen(server_log_path(), "r");
-  int mport = 0;
-  while (fgets(line, sizeof(line), f)) {
-    char *p = strstr(line, " metrics=127.0.0.1:");
-    if (p)
-      mport = atoi(p + strlen(" metrics=127.0.0.1:"));
-  }
-  fclose(f);
-  cr_assert_gt(mport, 0);
+  int mport = prom_port_from_log(server_log_path());
   /* a failed pairing, then a device and three jobs: done, failed, cancelled */
   struct out *o = RUN(AGENT, "--config", agentdir, "pair", "--server", server_addr, "--code",
                       "00000-00000-00000-00000-00000-00000-00000-00000");
@@ -1188,16 +1179,7 @@ Test(daemon, a_result_after_its_job_expired_is_logged_late_and_the_job_stays_exp
 Test(daemon, a_drain_neither_waits_for_nor_sends_a_queued_job_and_metrics_count_it) {
   stop(&server_pid, SIGTERM);
   start_server_with((const char *const[]){"--metrics", "127.0.0.1:0", NULL});
-  char line[2048];
-  FILE *f = fopen(server_log_path(), "r");
-  int mport = 0;
-  while (fgets(line, sizeof(line), f)) {
-    char *p = strstr(line, " metrics=127.0.0.1:");
-    if (p)
-      mport = atoi(p + strlen(" metrics=127.0.0.1:"));
-  }
-  fclose(f);
-  cr_assert_gt(mport, 0);
+  int mport = prom_port_from_log(server_log_path());
   agent_config("{\"max_jobs\": 1}");
   pair("laptop");
   start_agent();

@@ -16,7 +16,6 @@ static void setup(void) {
 
 TestSuite(flood, .init = setup, .fini = e2e_teardown, .timeout = 300);
 
-
 /* The server again with a metrics listener: its port. */
 static int restart_with_metrics(void) {
   e2e_stop(&e2e_server_pid, SIGTERM);
@@ -25,17 +24,7 @@ static int restart_with_metrics(void) {
                         e2e_addr, "--metrics", "127.0.0.1:0", NULL};
   e2e_server_pid = spawn_logged(e2e_server_log, argv);
   cr_assert(wait_in(e2e_server_log, "msg=listening", 5000), "the server did not start again");
-  FILE *f = fopen(e2e_server_log, "r");
-  char line[2048];
-  int port = 0;
-  while (fgets(line, sizeof(line), f)) {
-    char *p = strstr(line, " metrics=127.0.0.1:");
-    if (p)
-      port = atoi(p + strlen(" metrics=127.0.0.1:"));
-  }
-  fclose(f);
-  cr_assert_gt(port, 0);
-  return port;
+  return prom_port_from_log(e2e_server_log);
 }
 
 static int lines_in(const char *path) {
