@@ -12,89 +12,11 @@
 #include <sys/un.h>
 #include <time.h>
 
+#include "admin_conn.h"
 #include "server/admin_ops.h"
 
 #define REQUEST_MS 1000
 #define IDLE_MS 3000
-
-struct conn {
-  int fd;
-  char buf[1 << 16];
-  size_t len;
-};
-
-static int sock_connect(void) {
-  struct sockaddr_un addr = {.sun_family = AF_UNIX};
-  if (snprintf(addr.sun_path, sizeof(addr.sun_path), "%.80s/%s", e2e_state, ADMIN_SOCKET_FILE) >=
-      (int)sizeof(addr.sun_path))
-    return -ENAMETOOLONG;
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return -errno;
-  if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-    int e = errno;
-    close(fd);
-    return -e;
-  }
-  struct timeval tv = {20, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
-
-static struct conn *conn_open(void) {
-  struct conn *c = calloc(1, sizeof(*c));
-  c->fd = sock_connect();
-  cr_assert_geq(c->fd, 0, "connect: %s", strerror(-c->fd));
-  return c;
-}
-
-static void conn_close(struct conn *c) {
-  close(c->fd);
-  free(c);
-}
-
-static void send_raw(struct conn *c, const void *data, size_t n) {
-  cr_assert_eq(send(c->fd, data, n, MSG_NOSIGNAL), (ssize_t)n);
-}
-
-/* The next line, parsed; NULL when the daemon closed the connection. */
-static json_t *read_line(struct conn *c) {
-  for (;;) {
-    char *nl = memchr(c->buf, '\n', c->len);
-    if (nl) {
-      size_t n = (size_t)(nl - c->buf);
-      json_t *j = json_loadb(c->buf, n, 0, NULL);
-      cr_assert(json_is_object(j), "not a JSON object: %.*s", (int)n, c->buf);
-      memmove(c->buf, nl + 1, c->len - n - 1);
-      c->len -= n + 1;
-      return j;
-    }
-    ssize_t k = read(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len);
-    cr_assert_geq(k, 0, "read: %s", strerror(errno));
-    if (k == 0) {
-      cr_assert_eq(c->len, 0, "a partial line before the close");
-      return NULL;
-    }
-    c->len += (size_t)k;
-  }
-}
-
-static json_t *ask(struct conn *c, const char *line) {
-  send_raw(c, line, strlen(line));
-  send_raw(c, "\n", 1);
-  json_t *j = read_line(c);
-  cr_assert_not_null(j, "no reply to %s", line);
-  return j;
-}
-
-static const char *str(const json_t *o, const char *key) {
-  return json_string_value(json_object_get(o, key));
-}
-
-static void assert_ok(json_t *reply) {
-  cr_assert(json_is_true(json_object_get(reply, "ok")), "not ok: %s", json_dumps(reply, 0));
-  json_decref(reply);
-}
 
 static long now_ms(void) {
   struct timespec ts;
@@ -112,17 +34,6 @@ static void assert_timed_out(struct conn *c, const char *prefix) {
   cr_assert(strncmp(str(j, "message"), prefix, strlen(prefix)) == 0, "%s", str(j, "message"));
   json_decref(j);
   cr_assert_null(read_line(c), "closed after the line");
-}
-
-static int uploads(void) {
-  DIR *d = opendir(e2e_state);
-  cr_assert_not_null(d);
-  int n = 0;
-  struct dirent *de;
-  while ((de = readdir(d)))
-    n += strncmp(de->d_name, "upload-", 7) == 0;
-  closedir(d);
-  return n;
 }
 
 static void limits_setup(void) {
