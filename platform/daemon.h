@@ -69,6 +69,14 @@ void daemon_ctl_remove(const char *path);
 int daemon_ctl_request(const char *path, const char *request, size_t max_reply, int timeout_ms,
                        char **out_reply, size_t *out_len);
 
+/* For the implementations of daemon_ctl_request: read one reply line
+ * through read_some (up to cap bytes into buf: 0 and *out_n bytes, 0 with
+ * *out_n = 0 at the peer's close, or -errno; it waits as its OS needs) and
+ * return it as daemon_ctl_request does, with its errors. */
+typedef int (*daemon_read_fn)(void *ctx, char *buf, size_t cap, size_t *out_n);
+int daemon_ctl_read_reply(daemon_read_fn read_some, void *ctx, size_t max_reply, char **out_reply,
+                          size_t *out_len);
+
 /* ---- the service manager's notifications (systemd's sd_notify) ---- */
 
 /* Read $NOTIFY_SOCKET, $WATCHDOG_USEC and $WATCHDOG_PID once and unset

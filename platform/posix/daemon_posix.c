@@ -209,6 +209,29 @@ static int send_all(int fd, const char *p, size_t len, int64_t deadline) {
   return 0;
 }
 
+struct sock_reader {
+  int fd;
+  int64_t deadline;
+};
+
+static int sock_read_some(void *ctx, char *buf, size_t cap, size_t *out_n) {
+  struct sock_reader *rd = ctx;
+  for (;;) {
+    ssize_t n = recv(rd->fd, buf, cap, 0);
+    if (n >= 0) {
+      *out_n = (size_t)n;
+      return 0;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      int r = wait_fd(rd->fd, POLLIN, rd->deadline);
+      if (r < 0)
+        return r;
+    } else if (errno != EINTR) {
+      return -errno;
+    }
+  }
+}
+
 int daemon_ctl_request(const char *path, const char *request, size_t max_reply, int timeout_ms,
                        char **out_reply, size_t *out_len) {
   int64_t deadline = now_ms() + timeout_ms;
@@ -217,52 +240,11 @@ int daemon_ctl_request(const char *path, const char *request, size_t max_reply, 
   if (r < 0)
     return r;
   r = send_all(fd, request, strlen(request), deadline);
-  char *buf = NULL;
-  size_t have = 0, cap = 0;
-  while (r == 0) {
-    if (have == cap) { /* grow by doubling, never past max_reply + 1 */
-      if (cap > max_reply) {
-        r = -EMSGSIZE;
-        break;
-      }
-      size_t ncap = cap ? cap * 2 : 1024;
-      if (ncap > max_reply + 1)
-        ncap = max_reply + 1;
-      char *nb = realloc(buf, ncap + 1);
-      if (!nb) {
-        r = -ENOMEM;
-        break;
-      }
-      buf = nb;
-      cap = ncap;
-    }
-    ssize_t n = recv(fd, buf + have, cap - have, 0);
-    if (n > 0) {
-      char *nl = memchr(buf + have, '\n', (size_t)n);
-      have += (size_t)n;
-      if (nl) {
-        have = (size_t)(nl - buf);
-        break;
-      }
-      if (have > max_reply)
-        r = -EMSGSIZE;
-    } else if (n == 0) {
-      r = -EPROTO;
-    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      r = wait_fd(fd, POLLIN, deadline);
-    } else if (errno != EINTR) {
-      r = -errno;
-    }
-  }
+  struct sock_reader rd = {.fd = fd, .deadline = deadline};
+  if (r == 0)
+    r = daemon_ctl_read_reply(sock_read_some, &rd, max_reply, out_reply, out_len);
   close(fd);
-  if (r < 0) {
-    free(buf);
-    return r;
-  }
-  buf[have] = '\0';
-  *out_reply = buf;
-  *out_len = have;
-  return 0;
+  return r;
 }
 
 /* ---- notifications ---- */

@@ -147,6 +147,22 @@ static int overlapped_wait(HANDLE h, OVERLAPPED *ov, BOOL started, ULONGLONG dea
   return 0;
 }
 
+struct pipe_reader {
+  HANDLE h;
+  OVERLAPPED *ov;
+  ULONGLONG deadline;
+};
+
+static int pipe_read_some(void *ctx, char *buf, size_t cap, size_t *out_n) {
+  struct pipe_reader *rd = ctx;
+  DWORD n = 0;
+  ResetEvent(rd->ov->hEvent);
+  BOOL ok = ReadFile(rd->h, buf, (DWORD)cap, NULL, rd->ov);
+  int r = overlapped_wait(rd->h, rd->ov, ok, rd->deadline, &n);
+  *out_n = n;
+  return r;
+}
+
 int daemon_ctl_request(const char *path, const char *request, size_t max_reply, int timeout_ms,
                        char **out_reply, size_t *out_len) {
   ULONGLONG deadline = GetTickCount64() + (ULONGLONG)(timeout_ms > 0 ? timeout_ms : 0);
@@ -185,52 +201,12 @@ int daemon_ctl_request(const char *path, const char *request, size_t max_reply, 
     r = overlapped_wait(h, &ov, ok, deadline, &n);
     sent += n;
   }
-  char *buf = NULL;
-  size_t have = 0, cap = 0;
-  while (r == 0) {
-    if (have == cap) { /* grow by doubling, never past max_reply + 1 */
-      if (cap > max_reply) {
-        r = -EMSGSIZE;
-        break;
-      }
-      size_t ncap = cap ? cap * 2 : 1024;
-      if (ncap > max_reply + 1)
-        ncap = max_reply + 1;
-      char *nb = realloc(buf, ncap + 1);
-      if (!nb) {
-        r = -ENOMEM;
-        break;
-      }
-      buf = nb;
-      cap = ncap;
-    }
-    DWORD n = 0;
-    ResetEvent(ov.hEvent);
-    BOOL ok = ReadFile(h, buf + have, (DWORD)(cap - have), NULL, &ov);
-    r = overlapped_wait(h, &ov, ok, deadline, &n);
-    if (r == 0 && n == 0)
-      r = -EPROTO;
-    if (r < 0)
-      break;
-    char *nl = memchr(buf + have, '\n', n);
-    have += n;
-    if (nl) {
-      have = (size_t)(nl - buf);
-      break;
-    }
-    if (have > max_reply)
-      r = -EMSGSIZE;
-  }
+  struct pipe_reader rd = {.h = h, .ov = &ov, .deadline = deadline};
+  if (r == 0)
+    r = daemon_ctl_read_reply(pipe_read_some, &rd, max_reply, out_reply, out_len);
   CloseHandle(ov.hEvent);
   CloseHandle(h);
-  if (r < 0) {
-    free(buf);
-    return r;
-  }
-  buf[have] = '\0';
-  *out_reply = buf;
-  *out_len = have;
-  return 0;
+  return r;
 }
 
 uint64_t daemon_notify_init(void) {
