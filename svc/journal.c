@@ -1,7 +1,8 @@
-/* Logging to the systemd journal natively (svc/journal.h). */
+/* Logging to the systemd journal in its native protocol (svc/journal.h). */
 #include "svc/journal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,10 +12,13 @@
 #include "compat/posix.h"
 
 #if CORDON_WITH_SYSTEMD
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
-/* CODE_FILE, CODE_LINE and CODE_FUNC would name this file, not the event */
-#define SD_JOURNAL_SUPPRESS_LOCATION
-#include <systemd/sd-journal.h>
+#include <sys/un.h>
 #endif
 
 #define JOURNAL_SOCKET "/run/systemd/journal/socket"
@@ -82,58 +86,163 @@ void journal_field_name(const char *key, char *buf, size_t size) {
 }
 
 #if CORDON_WITH_SYSTEMD
+/* One entry as the iovecs of its datagram: per field the name, then "="
+ * or "\n" + the 64-bit little-endian length, the value, "\n". */
+#define JOURNAL_ENTRY_FIELDS (5 + JOURNAL_MAX_FIELDS) /* + PRIORITY … DROPPED */
+struct journal_entry {
+  struct iovec iov[5 * JOURNAL_ENTRY_FIELDS];
+  size_t n_iov, n_fields;
+  uint8_t len[JOURNAL_ENTRY_FIELDS][8];
+  char names[JOURNAL_MAX_FIELDS][JOURNAL_FIELD_MAX];
+};
+
+static const struct sockaddr_un journal_addr = {.sun_family = AF_UNIX, .sun_path = JOURNAL_SOCKET};
+#define JOURNAL_ADDR_LEN                                                                           \
+  ((socklen_t)(offsetof(struct sockaddr_un, sun_path) + sizeof(JOURNAL_SOCKET)))
+
+static int journal_fd = -1;
+static atomic_ullong dropped_total, dropped_unreported;
+
+static void entry_add(struct journal_entry *e, const char *name, const char *value) {
+  size_t vl = strlen(value);
+  e->iov[e->n_iov++] = (struct iovec){(void *)name, strlen(name)};
+  if (memchr(value, '\n', vl)) { /* the binary-safe form */
+    uint8_t *l = e->len[e->n_fields];
+    for (int i = 0; i < 8; i++)
+      l[i] = (uint8_t)((uint64_t)vl >> (8 * i));
+    e->iov[e->n_iov++] = (struct iovec){"\n", 1};
+    e->iov[e->n_iov++] = (struct iovec){l, sizeof(e->len[0])};
+  } else {
+    e->iov[e->n_iov++] = (struct iovec){"=", 1};
+  }
+  e->iov[e->n_iov++] = (struct iovec){(void *)value, vl};
+  e->iov[e->n_iov++] = (struct iovec){"\n", 1};
+  e->n_fields++;
+}
+
+static int write_all(int fd, const void *buf, size_t len) {
+  const char *p = buf;
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR)
+      continue;
+    if (w <= 0)
+      return w < 0 ? -errno : -EIO;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+static int send_retry(const struct msghdr *mh) {
+  ssize_t r;
+  do
+    r = sendmsg(journal_fd, mh, MSG_NOSIGNAL);
+  while (r < 0 && errno == EINTR);
+  return r < 0 ? -errno : 0;
+}
+
+/* Too large for a datagram: the entry in a sealed memfd, passed alone. */
+static int entry_send_memfd(const struct journal_entry *e) {
+  int mfd = memfd_create("cordon-journal", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (mfd < 0)
+    return -errno;
+  int r = 0;
+  for (size_t i = 0; i < e->n_iov && r == 0; i++)
+    r = write_all(mfd, e->iov[i].iov_base, e->iov[i].iov_len);
+  if (r == 0 &&
+      fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+    r = -errno;
+  if (r == 0) {
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof(control));
+    struct msghdr mh = {.msg_name = (void *)&journal_addr,
+                        .msg_namelen = JOURNAL_ADDR_LEN,
+                        .msg_control = control.buf,
+                        .msg_controllen = sizeof(control.buf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+    r = send_retry(&mh);
+  }
+  close(mfd);
+  return r;
+}
+
+static int entry_send(const struct journal_entry *e) {
+  struct msghdr mh = {.msg_name = (void *)&journal_addr,
+                      .msg_namelen = JOURNAL_ADDR_LEN,
+                      .msg_iov = (struct iovec *)e->iov,
+                      .msg_iovlen = e->n_iov};
+  int r = send_retry(&mh);
+  if (r == -EMSGSIZE || r == -ENOBUFS)
+    r = entry_send_memfd(e);
+  return r;
+}
+
 static void journal_write(const struct core_log_event *ev, void *ctx) {
   (void)ctx;
+  struct journal_entry e;
+  e.n_iov = e.n_fields = 0;
   /* MESSAGE: the line without ts, level and prog, which the journal has */
   const char *text = strstr(ev->line, " msg=");
   text = text ? text + 1 : ev->line;
-  char prio[16], *msg = NULL, *ident = NULL, *summary = NULL;
-  char *fields[JOURNAL_MAX_FIELDS] = {0};
-  struct iovec iov[4 + JOURNAL_MAX_FIELDS];
-  size_t n = 0, nf = 0;
-  int r = 0;
-  snprintf(prio, sizeof(prio), "PRIORITY=%d", journal_priority(ev->level));
-  iov[n++] = (struct iovec){prio, strlen(prio)};
-  if (asprintf(&msg, "MESSAGE=%s", text) < 0 ||
-      asprintf(&ident, "SYSLOG_IDENTIFIER=%s", ev->program ? ev->program : "cordon") < 0 ||
-      asprintf(&summary, "CORDON_MSG=%s", ev->msg ? ev->msg : "") < 0) {
-    r = -ENOMEM;
-    goto out;
+  char prio[8], dropped[24];
+  snprintf(prio, sizeof(prio), "%d", journal_priority(ev->level));
+  entry_add(&e, "PRIORITY", prio);
+  entry_add(&e, "MESSAGE", text);
+  entry_add(&e, "SYSLOG_IDENTIFIER", ev->program ? ev->program : "cordon");
+  entry_add(&e, "CORDON_MSG", ev->msg ? ev->msg : "");
+  for (size_t i = 0; i < ev->n_kv && i < JOURNAL_MAX_FIELDS; i++) {
+    journal_field_name(ev->kv[2 * i], e.names[i], sizeof(e.names[i]));
+    entry_add(&e, e.names[i], ev->kv[2 * i + 1] ? ev->kv[2 * i + 1] : "");
   }
-  iov[n++] = (struct iovec){msg, strlen(msg)};
-  iov[n++] = (struct iovec){ident, strlen(ident)};
-  iov[n++] = (struct iovec){summary, strlen(summary)};
-  for (size_t i = 0; i < ev->n_kv && nf < JOURNAL_MAX_FIELDS; i++) {
-    char name[JOURNAL_FIELD_MAX];
-    journal_field_name(ev->kv[2 * i], name, sizeof(name));
-    if (asprintf(&fields[nf], "%s=%s", name, ev->kv[2 * i + 1]) < 0) {
-      fields[nf] = NULL;
-      r = -ENOMEM;
-      goto out;
-    }
-    iov[n++] = (struct iovec){fields[nf], strlen(fields[nf])};
-    nf++;
+  unsigned long long unreported = atomic_exchange(&dropped_unreported, 0);
+  if (unreported) {
+    snprintf(dropped, sizeof(dropped), "%llu", unreported);
+    entry_add(&e, "CORDON_JOURNAL_DROPPED", dropped);
   }
-  r = sd_journal_sendv(iov, (int)n);
-out:
-  if (r < 0) /* the journal is gone or refused it: the line is not lost */
+  int r = entry_send(&e);
+  if (r == 0)
+    return;
+  if (unreported) /* not reported after all */
+    atomic_fetch_add(&dropped_unreported, unreported);
+  if (r == -EAGAIN || r == -EWOULDBLOCK) { /* the journal's queue is full */
+    atomic_fetch_add(&dropped_total, 1);
+    atomic_fetch_add(&dropped_unreported, 1);
+  } else { /* the journal is gone or refused it: the line is not lost */
     fprintf(stderr, "%s\n", ev->line);
-  for (size_t i = 0; i < nf; i++)
-    free(fields[i]);
-  free(msg);
-  free(ident);
-  free(summary);
+  }
+}
+
+unsigned long long journal_dropped(void) {
+  return atomic_load(&dropped_total);
 }
 
 int journal_install(void) {
-  /* libsystemd drops lines silently when the socket is not there */
+  /* the socket is journald's (PID 1 holds it): without it, stay on stderr */
   if (access(JOURNAL_SOCKET, F_OK) < 0)
     return -errno;
+  if (journal_fd < 0) {
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+      return -errno;
+    journal_fd = fd;
+  }
   core_log_set_writer(journal_write, NULL);
   installed = true;
   return 0;
 }
 #else
+unsigned long long journal_dropped(void) {
+  return 0;
+}
+
 int journal_install(void) {
   return -ENOTSUP;
 }
