@@ -1,5 +1,5 @@
 /* A journal socket of the test's own, for tests of svc/journal.c and of
- * the daemons that use it: libsystemd sends to
+ * the daemons that use it: svc/journal.c sends to
  * /run/systemd/journal/socket, so the test enters a mount namespace of its
  * own, puts a tmpfs over /run/systemd there and binds that path. Also the
  * native protocol's parser and the child's side (stderr into a file that
