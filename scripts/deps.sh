@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libsodium-dev libuv1-dev libmsgpack-dev libseccomp-dev libcriterion-dev
-      libjansson-dev libsqlite3-dev libsystemd-dev bubblewrap python3 passwd procps iproute2
+      libjansson-dev libsqlite3-dev bubblewrap python3 passwd procps iproute2
       systemd libxml2-utils git)
 missing=()
 for p in "${pkgs[@]}"; do
