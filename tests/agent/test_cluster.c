@@ -3,12 +3,14 @@
  * that advertise both addresses, and a real agent paired with the first:
  * the pairing stores the list, the agent moves to the second when the first
  * is killed, and prefers it after a restart although the first is back;
- * `run --advertise` refuses junk with a one-line error. */
+ * a session of version 3 is welcomed with the list, one of version 2
+ * without it; `run --advertise` refuses junk with a one-line error. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "../server/e2e.h"
+#include "../server/peer.h"
 
 static char state_b[320], log_b[400], addr_b[64], adv_a[80], adv_b[80];
 static pid_t pid_b = -1;
@@ -35,6 +37,7 @@ static pid_t start_daemon(const char *state, const char *listen, const char *log
 }
 
 static void setup(void) {
+  cr_assert(sodium_init() >= 0);
   e2e_addr[0] = '\0';
   memset(e2e_agents, 0, sizeof(e2e_agents));
   for (int i = 0; i < E2E_AGENTS; i++)
@@ -138,6 +141,23 @@ Test(cluster, an_agent_moves_to_the_other_server_and_prefers_it_after_a_restart,
     msleep(20);
   cr_expect_eq(connected_in(log_b), 2, "the agent went back to the second server");
   cr_expect_eq(connected_in(e2e_server_log), 0, "not to the pairing address");
+}
+
+Test(cluster, the_welcome_lists_the_advertised_addresses_from_version_3_on, .init = setup,
+     .fini = teardown, .timeout = 60) {
+  e2e_server_pid = start_daemon(e2e_state, e2e_addr, e2e_server_log);
+  struct e2e_agent *a = pair_agent(0, "node", NULL);
+  struct peer p;
+  struct msg *w = peer_session_as(&p, a, MSG_PROTO_VERSION_MIN, MSG_PROTO_VERSION_MAX, "peer");
+  cr_assert_eq(w->welcome.version, MSG_PROTO_VERSION_SERVERS);
+  cr_assert_eq(w->welcome.n_servers, 2);
+  cr_expect_str_eq(w->welcome.servers[0], e2e_addr, "in the order of --advertise");
+  cr_expect_str_eq(w->welcome.servers[1], addr_b);
+  peer_release(&p);
+  w = peer_session_as(&p, a, 2, 2, "peer-v2");
+  cr_assert_eq(w->welcome.version, 2, "a version-2 agent is still welcomed");
+  cr_expect_null(w->welcome.servers, "and gets no key it does not know");
+  peer_release(&p);
 }
 
 /* `run` with these arguments: its exit status, its stderr in err. */
