@@ -104,7 +104,7 @@ static bool goaway_is_final(const struct msg_goaway *g) {
 /* A welcome's servers list (none: only this address) and this address,
  * which worked: stored when either changed. */
 static void learn_servers(struct agent_session *s, const struct msg_welcome *w) {
-  if (!agent_servers_learn(&s->servers, s->cur, w->servers, w->n_servers))
+  if (!agent_servers_learn(&s->servers, s->cur, w->servers, w->n_servers) && !s->servers_unsaved)
     return;
   s->cur = s->servers.last;
   char list[AGENT_SERVERS_MAX * (MSG_ADDR_MAX + 8)];
@@ -114,8 +114,10 @@ static void learn_servers(struct agent_session *s, const struct msg_welcome *w) 
     core_log_kv(CORE_LOG_WARN, "cannot store the cluster's addresses", "server", s->health->server,
                 "reason", diag.msg, NULL);
     agent_health_error(s->health, "%s", diag.msg);
+    s->servers_unsaved = true; /* tried again at the next welcome */
     return;
   }
+  s->servers_unsaved = false;
   core_log_kv(CORE_LOG_INFO, "the cluster's addresses stored", "server", s->health->server,
               "servers", list, NULL);
 }

@@ -74,6 +74,7 @@ struct agent_session {
   struct agent_servers servers; /* the cluster's addresses, read-only outside */
   size_t cur;                   /* the address of this attempt, an index in servers */
   size_t tried;                 /* attempts in this round */
+  bool servers_unsaved;         /* their last change could not be written */
   unsigned backoff_ms;
   uint32_t retry_after_ms; /* a goaway's retry_ms: the next connect waits at least this */
   bool stopping;
