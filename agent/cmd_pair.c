@@ -8,6 +8,7 @@
 
 #include "agent/commands.h"
 #include "agent/hello.h"
+#include "agent/servers.h"
 #include "agent/state.h"
 #include "agent/trust.h"
 #include "compat/posix.h"
@@ -26,6 +27,10 @@ struct pairing_run {
   const char *host;
   int port;
   int state; /* 0 hello sent (or not yet), 1 welcome seen, 2 proof sent, 3 done */
+  /* the welcome's servers list, stored once pair_done came (the server has
+   * proved the code by then) */
+  char servers[MSG_SERVERS_MAX][MSG_ADDR_MAX + 1];
+  size_t n_servers;
   int err;
   char why[512];
 };
@@ -59,6 +64,19 @@ static int on_ready(struct net_conn *c) {
   return send_msg(c, &m);
 }
 
+/* The cluster's addresses the pairing welcome listed, beside the pairing. */
+static int save_servers(const struct pairing_run *p, const struct agent_pairing *rec,
+                        struct cordon_diag *diag) {
+  struct agent_servers known;
+  agent_servers_init(&known, rec);
+  char *list[MSG_SERVERS_MAX];
+  for (size_t i = 0; i < p->n_servers; i++)
+    list[i] = (char *)p->servers[i];
+  if (!agent_servers_learn(&known, 0, list, p->n_servers))
+    return 0;
+  return agent_servers_save(p->cfg->dir, &known, diag);
+}
+
 static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
   struct pairing_run *p = net_conn_data(c);
   struct msg m;
@@ -76,6 +94,8 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
     fail(p, c, CORDON_E_CRYPTO, why);
   } else if (p->state == 0 && m.type == MSG_WELCOME) {
     p->state = 1;
+    for (size_t i = 0; i < m.welcome.n_servers && i < MSG_SERVERS_MAX; i++)
+      snprintf(p->servers[p->n_servers++], sizeof(p->servers[0]), "%s", m.welcome.servers[i]);
   } else if (p->state == 1 && m.type == MSG_PAIR_PROOF && m.pair_proof.role == MSG_ROLE_SERVER) {
     if (pairing_mac_verify(p->code_key, PAIRING_ROLE_SERVER, h, m.pair_proof.mac) < 0) {
       fail(p, c, CORDON_E_CRYPTO,
@@ -102,6 +122,8 @@ static void on_record(struct net_conn *c, const uint8_t *data, size_t len) {
     int r = agent_pairing_save(p->cfg->dir, p->priv, &rec,
                                (const uint8_t(*)[32])m.pair_done.publisher_keys,
                                m.pair_done.n_publisher_keys, &d2);
+    if (r == 0)
+      r = save_servers(p, &rec, &d2);
     if (r < 0) {
       fail(p, c, r, d2.msg);
     } else {

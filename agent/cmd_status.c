@@ -15,6 +15,7 @@
 #include "agent/commands.h"
 #include "agent/ctl_client.h"
 #include "agent/hello.h"
+#include "agent/servers.h"
 #include "agent/state.h"
 #include "compat/posix.h"
 #include "core/id.h"
@@ -54,6 +55,22 @@ static json_t *staging_json(const struct agent_config *cfg) {
   return o;
 }
 
+/* The cluster's addresses the agent knows (agent/servers.h), the pairing
+ * address first, and the one that worked last; a damaged file says so. */
+static void known_servers_json(const struct agent_config *cfg, const struct agent_pairing *pairing,
+                               json_t *o) {
+  struct agent_servers known;
+  agent_servers_init(&known, pairing);
+  struct cordon_diag diag = {{0}};
+  int r = agent_servers_load(cfg->dir, &known, &diag);
+  json_t *a = json_array();
+  for (size_t i = 0; i < known.n; i++)
+    json_array_append_new(a, json_string(known.list[i].text));
+  json_object_set_new(o, "servers", a);
+  json_object_set_new(o, "last_server", json_string(known.list[known.last].text));
+  json_object_set_new(o, "servers_problem", r < 0 ? json_string(diag.msg) : json_null());
+}
+
 /* What the running agent says, into o; a line for people into summary. */
 static void live_json(const struct agent_config *cfg, json_t *o, char *summary, size_t len) {
   json_t *live = NULL;
@@ -62,6 +79,8 @@ static void live_json(const struct agent_config *cfg, json_t *o, char *summary, 
   const char *keys[] = {"pid", "connected_since", "draining", "jobs_running", "last_error"};
   if (r == 0) {
     json_object_set_new(o, "running", json_true());
+    json_t *cur = json_object_get(live, "server"); /* the session's address, or the attempt's */
+    json_object_set(o, "current_server", json_is_string(cur) ? cur : json_null());
     json_object_set(o, "connected", json_object_get(live, "connected"));
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
       json_t *v = json_object_get(live, keys[i]);
@@ -83,6 +102,7 @@ static void live_json(const struct agent_config *cfg, json_t *o, char *summary, 
                            : diag.msg;
   json_object_set_new(o, "running", r == -ECONNREFUSED ? json_false() : json_null());
   json_object_set_new(o, "connected", json_null());
+  json_object_set_new(o, "current_server", json_null());
   for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
     json_object_set_new(o, keys[i], json_null());
   json_object_set_new(o, "live_detail", detail ? json_string(detail) : json_null());
@@ -120,6 +140,17 @@ static void print_summary(json_t *o, const char *live) {
            json_string_value(json_object_get(o, "server")));
   else
     printf("paired: no (`" AGENT_PROG " pair --server HOST:PORT` enrols this device)\n");
+  json_t *servers = json_object_get(o, "servers");
+  if (json_array_size(servers) > 1 || json_is_string(json_object_get(o, "current_server"))) {
+    printf("servers:");
+    for (size_t i = 0; i < json_array_size(servers); i++)
+      printf("%s %s%s", i ? "," : "", json_string_value(json_array_get(servers, i)),
+             i == 0 ? " (paired)" : "");
+    printf("; last worked: %s; current: %s\n", json_string_value(json_object_get(o, "last_server")),
+           json_is_string(json_object_get(o, "current_server"))
+               ? json_string_value(json_object_get(o, "current_server"))
+               : "-");
+  }
   printf("%s\n", live);
   json_t *staging = json_object_get(o, "staging");
   if (json_is_true(json_object_get(staging, "reachable")))
@@ -161,6 +192,7 @@ int agent_cmd_status(const struct agent_config *cfg, bool json) {
     json_object_set_new(o, "device_id", json_string(dev));
     json_object_set_new(o, "server", json_string(server));
     json_object_set_new(o, "user", json_string(pairing.user));
+    known_servers_json(cfg, &pairing, o);
   }
   char summary[700];
   live_json(cfg, o, summary, sizeof(summary));

@@ -58,6 +58,7 @@ int64_t agent_session_server_now_ms(const struct agent_session *s) {
 }
 
 static void schedule_connect(struct agent_session *s);
+static void next_attempt(struct agent_session *s);
 
 static int on_check_peer(struct net_conn *c, const uint8_t key[NOISE_KEY_LEN]) {
   struct agent_session *s = net_conn_data(c);
@@ -100,12 +101,34 @@ static bool goaway_is_final(const struct msg_goaway *g) {
   return strcmp(g->code, MSG_GOAWAY_REVOKED) == 0 || strcmp(g->code, MSG_GOAWAY_UNPAIRED) == 0;
 }
 
+/* A welcome's servers list (none: only this address) and this address,
+ * which worked: stored when either changed. */
+static void learn_servers(struct agent_session *s, const struct msg_welcome *w) {
+  if (!agent_servers_learn(&s->servers, s->cur, w->servers, w->n_servers) && !s->servers_unsaved)
+    return;
+  s->cur = s->servers.last;
+  char list[AGENT_SERVERS_MAX * (MSG_ADDR_MAX + 8)];
+  agent_servers_text(&s->servers, list, sizeof(list));
+  struct cordon_diag diag = {{0}};
+  if (agent_servers_save(s->cfg->dir, &s->servers, &diag) < 0) {
+    core_log_kv(CORE_LOG_WARN, "cannot store the cluster's addresses", "server", s->health->server,
+                "reason", diag.msg, NULL);
+    agent_health_error(s->health, "%s", diag.msg);
+    s->servers_unsaved = true; /* tried again at the next welcome */
+    return;
+  }
+  s->servers_unsaved = false;
+  core_log_kv(CORE_LOG_INFO, "the cluster's addresses stored", "server", s->health->server,
+              "servers", list, NULL);
+}
+
 /* Before the welcome: only a welcome of a version we speak, or a goaway. */
 static void on_first_record(struct agent_session *s, struct net_conn *c, const struct msg *m) {
   if (m->type == MSG_WELCOME && m->welcome.version >= MSG_PROTO_VERSION_MIN &&
       m->welcome.version <= MSG_PROTO_VERSION_MAX) {
     s->ready = true;
     s->backoff_ms = 0;
+    learn_servers(s, &m->welcome);
     memcpy(s->id, m->welcome.session_id, CORDON_ID_LEN);
     s->version = m->welcome.version;
     s->clock_offset_ms = (int64_t)m->welcome.time_ms - (int64_t)core_wall_ms();
@@ -230,8 +253,12 @@ static void on_close(struct net_conn *c, int err) {
     agent_health_error(s->health, "connection to %s %s: %s", s->health->server,
                        was_ready ? "lost" : "failed", reason);
   s->ops->on_lost(s->ctx);
-  if (!s->stopping)
-    schedule_connect(s);
+  if (s->stopping)
+    return;
+  if (was_ready)
+    schedule_connect(s); /* a new round, after the backoff */
+  else
+    next_attempt(s);
 }
 
 static const struct net_conn_ops session_ops = {
@@ -247,26 +274,26 @@ static void do_connect(uv_timer_t *t) {
   if (s->stopping || s->conn)
     return;
   s->health->connects++;
+  const struct agent_server *a = &s->servers.list[s->cur];
+  snprintf(s->health->server, sizeof(s->health->server), "%s", a->text);
+  s->tried++;
   core_log_kv(CORE_LOG_DEBUG, "connecting", "server", s->health->server, NULL);
-  int r = net_connect(s->loop, s->pairing->host, s->pairing->port, s->priv, NOISE_MODE_SESSION,
-                      &s->limits, &session_ops, s, &s->conn);
+  int r = net_connect(s->loop, a->host, a->port, s->priv, NOISE_MODE_SESSION, &s->limits,
+                      &session_ops, s, &s->conn);
   if (r < 0) {
     s->conn = NULL;
     const char *why = cordon_err_message(r);
     core_log_kv(CORE_LOG_WARN, "connection failed", "server", s->health->server, "reason", why,
                 NULL);
     agent_health_error(s->health, "connection to %s failed: %s", s->health->server, why);
-    schedule_connect(s);
+    next_attempt(s);
   }
   if (s->ops->on_attempt)
     s->ops->on_attempt(s->ctx);
 }
 
-static void schedule_connect(struct agent_session *s) {
-  /* exponential backoff with jitter: the delay is within [b/2, b] */
-  unsigned b = s->backoff_ms ? s->backoff_ms : BACKOFF_FIRST_MS;
-  s->backoff_ms = b * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : b * 2;
-  uint64_t delay = b / 2 + randombytes_uniform(b / 2 + 1);
+/* A goaway's retry_ms holds back the next attempt, to whichever address. */
+static uint64_t not_sooner(struct agent_session *s, uint64_t delay) {
   if (s->retry_after_ms > delay) { /* the server said when: not sooner */
     delay = s->retry_after_ms;
     char ms[16];
@@ -275,7 +302,29 @@ static void schedule_connect(struct agent_session *s) {
                 "retry_ms", ms, NULL);
   }
   s->retry_after_ms = 0;
+  return delay;
+}
+
+/* A new round, from the address that worked last, after the backoff. */
+static void schedule_connect(struct agent_session *s) {
+  /* exponential backoff with jitter: the delay is within [b/2, b] */
+  unsigned b = s->backoff_ms ? s->backoff_ms : BACKOFF_FIRST_MS;
+  s->backoff_ms = b * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : b * 2;
+  uint64_t delay = not_sooner(s, b / 2 + randombytes_uniform(b / 2 + 1));
+  s->cur = s->servers.last;
+  s->tried = 0;
   uv_timer_start(&s->retry, do_connect, delay, 0);
+}
+
+/* An attempt failed: the next address of the round at once; when each
+ * was tried, a new round. */
+static void next_attempt(struct agent_session *s) {
+  if (s->tried >= s->servers.n) {
+    schedule_connect(s);
+    return;
+  }
+  s->cur = (s->cur + 1) % s->servers.n;
+  uv_timer_start(&s->retry, do_connect, not_sooner(s, 0), 0);
 }
 
 void agent_session_init(struct agent_session *s, uv_loop_t *loop, const struct agent_config *cfg,
@@ -284,9 +333,15 @@ void agent_session_init(struct agent_session *s, uv_loop_t *loop, const struct a
                         const struct agent_session_ops *ops, void *ctx) {
   memset(s, 0, sizeof(*s));
   s->health = health;
-  /* an IPv6 literal is written in brackets, as `pair --server` takes it */
-  snprintf(health->server, sizeof(health->server), strchr(pairing->host, ':') ? "[%s]:%d" : "%s:%d",
-           pairing->host, pairing->port);
+  agent_servers_init(&s->servers, pairing);
+  struct cordon_diag diag = {{0}};
+  if (agent_servers_load(cfg->dir, &s->servers, &diag) < 0) {
+    core_log_kv(CORE_LOG_WARN, "the cluster's addresses are unreadable: using the pairing address",
+                "reason", diag.msg, NULL);
+    agent_health_error(health, "%s", diag.msg);
+  }
+  s->cur = s->servers.last;
+  snprintf(health->server, sizeof(health->server), "%s", s->servers.list[s->cur].text);
   s->loop = loop;
   s->cfg = cfg;
   s->pairing = pairing;

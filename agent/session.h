@@ -1,7 +1,16 @@
 /* The session of `cordon-agent run` with its paired server: connect over
  * Noise (the server's key pinned at pairing), hello/welcome, pings, the
  * server's goaway, and reconnecting with backoff (0.5 s doubling to 30 s,
- * jittered) until closed. Its state, errors and counters go into the
+ * jittered) until closed.
+ *
+ * A cluster's servers (agent/servers.h): each round of attempts starts at
+ * the address that worked last and, while an attempt fails (no connection,
+ * or closed before the welcome), goes on at once to the next address of
+ * the known list, wrapping, until each was tried once; the backoff is
+ * waited between rounds, and after a session ends. A goaway's retry_ms
+ * holds back whichever attempt comes next. A welcome's servers list and
+ * the address it came from are stored (CONFIG/servers.json) when they
+ * change. Its state, errors and counters go into the
  * runner's agent_health (agent/health.h), which `status` asks for over
  * the control socket.
  *
@@ -21,6 +30,7 @@
 #include "agent/config.h"
 #include "agent/health.h"
 #include "agent/hello.h"
+#include "agent/servers.h"
 #include "agent/state.h"
 #include "core/id.h"
 #include "net/conn.h"
@@ -61,6 +71,10 @@ struct agent_session {
   struct net_conn *conn;
   int64_t clock_offset_ms; /* server - local */
   uv_timer_t retry;
+  struct agent_servers servers; /* the cluster's addresses, read-only outside */
+  size_t cur;                   /* the address of this attempt, an index in servers */
+  size_t tried;                 /* attempts in this round */
+  bool servers_unsaved;         /* their last change could not be written */
   unsigned backoff_ms;
   uint32_t retry_after_ms; /* a goaway's retry_ms: the next connect waits at least this */
   bool stopping;

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/servers.h"
 #include "agent/trust.h"
 #include "compat/posix.h"
 #include "core/file.h"
@@ -194,9 +195,10 @@ int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const stru
 
 int agent_pairing_remove(const char *dir, struct cordon_diag *diag) {
   char path[PATH_MAX];
-  const char *names[] = {AGENT_PAIRING_FILE, AGENT_IDENTITY_FILE, AGENT_SIGNING_FILE};
+  const char *names[] = {AGENT_PAIRING_FILE, AGENT_IDENTITY_FILE, AGENT_SIGNING_FILE,
+                         AGENT_SERVERS_FILE};
   bool any = false;
-  for (size_t i = 0; i < 3; i++) {
+  for (size_t i = 0; i < 4; i++) {
     snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
     if (unlink(path) == 0 && i < 2) /* signing.key alone is not a pairing */
       any = true;

@@ -49,7 +49,8 @@ int agent_pairing_save(const char *dir, const uint8_t *identity_priv, const stru
  * a new key and write it (0600) first. */
 int agent_signing_key_load(const char *dir, struct agent_pairing *p, struct cordon_diag *diag);
 
-/* Forget the pairing (identity, record, the server's publisher keys). */
+/* Forget the pairing (identity, record, the server's publisher keys, the
+ * cluster's addresses: agent/servers.h). */
 int agent_pairing_remove(const char *dir, struct cordon_diag *diag);
 
 #endif

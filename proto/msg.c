@@ -38,6 +38,7 @@ enum str_format {
   FMT_TOKEN,   /* [a-z0-9_]+ */
   FMT_VERSION, /* printable ASCII without space */
   FMT_MECH,    /* mechanism names joined with '+' */
+  FMT_ADDR,    /* a server address: msg_addr_parse() */
 };
 
 struct schema;
@@ -160,6 +161,15 @@ static const struct field welcome_fields[] = {
     F_ID(msg_welcome, server_id),
     F_ID(msg_welcome, session_id),
     F_UINT(msg_welcome, ping_ms, 4, 10, 3600000),
+    {.key = "servers",
+     .kind = K_STRS,
+     .presence = P_OPTIONAL,
+     .fmt = FMT_ADDR,
+     .off = OFF(msg_welcome, servers),
+     .aux = OFF(msg_welcome, n_servers),
+     .lo = 0,
+     .hi = MSG_SERVERS_MAX,
+     .elem_max = MSG_ADDR_MAX},
 };
 
 static const struct field ping_fields[] = {
@@ -514,6 +524,147 @@ static bool token_ok(const char *s, size_t n) {
   return n > 0;
 }
 
+/* ---- server addresses (welcome.servers) ------------------------------ */
+
+static bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
+static bool is_hex(char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* A dotted quad: four decimal parts 0..255 without leading zeros. */
+static bool ipv4_ok(const char *s, size_t n) {
+  size_t i = 0;
+  for (int part = 0; part < 4; part++) {
+    if (part > 0 && (i >= n || s[i++] != '.'))
+      return false;
+    size_t start = i;
+    unsigned v = 0;
+    while (i < n && is_digit(s[i]) && i - start < 3)
+      v = v * 10 + (unsigned)(s[i++] - '0');
+    if (i == start || v > 255 || (s[start] == '0' && i - start > 1))
+      return false;
+  }
+  return i == n;
+}
+
+/* RFC 4291 text form: eight groups of 1..4 hex digits, one "::" standing
+ * for one or more zero groups, the last two groups optionally a dotted
+ * quad. No zone index. */
+static bool ipv6_ok(const char *s, size_t n) {
+  unsigned groups = 0;
+  bool gap = false;
+  size_t i = 0;
+  if (n >= 2 && s[0] == ':' && s[1] == ':') {
+    gap = true;
+    i = 2;
+  } else if (n >= 1 && s[0] == ':') {
+    return false;
+  }
+  while (i < n) {
+    size_t start = i;
+    while (i < n && is_hex(s[i]) && i - start < 5)
+      i++;
+    if (i < n && s[i] == '.') { /* an embedded IPv4 ends the address */
+      if (!ipv4_ok(s + start, n - start))
+        return false;
+      groups += 2;
+      i = n;
+      break;
+    }
+    if (i == start || i - start > 4)
+      return false;
+    groups++;
+    if (i == n)
+      break;
+    if (s[i] != ':')
+      return false;
+    i++;
+    if (i < n && s[i] == ':') {
+      if (gap)
+        return false;
+      gap = true;
+      i++;
+    } else if (i == n) {
+      return false; /* a single trailing ':' */
+    }
+  }
+  return gap ? groups <= 7 : groups == 8;
+}
+
+/* A DNS name: dot-separated labels of 1..63 letters, digits and '-', not
+ * starting or ending with '-', at most 253 bytes, no trailing dot; the last
+ * label not all digits (so "1.2.3" and "256.1.1.1" are not names). */
+static bool dns_ok(const char *s, size_t n) {
+  if (n == 0 || n > 253)
+    return false;
+  size_t start = 0;
+  bool numeric = true;
+  for (size_t i = 0; i <= n; i++) {
+    if (i == n || s[i] == '.') {
+      size_t len = i - start;
+      if (len == 0 || len > 63 || s[start] == '-' || s[i - 1] == '-')
+        return false;
+      start = i + 1;
+      if (i < n)
+        numeric = true;
+      continue;
+    }
+    char c = s[i];
+    if (!is_digit(c))
+      numeric = false;
+    if (!(is_digit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-'))
+      return false;
+  }
+  return !numeric;
+}
+
+int msg_addr_parse(const char *s, size_t n, char *out_host, uint16_t *out_port) {
+  if (!s)
+    return -EINVAL;
+  if (n > MSG_ADDR_MAX)
+    return CORDON_E_LIMIT;
+  const char *colon = NULL;
+  for (size_t i = n; i > 0; i--)
+    if (s[i - 1] == ':') {
+      colon = s + i - 1;
+      break;
+    }
+  if (!colon)
+    return CORDON_E_PROTOCOL;
+  size_t hl = (size_t)(colon - s), pl = n - hl - 1;
+  unsigned port = 0;
+  if (pl == 0 || pl > 5 || colon[1] == '0')
+    return CORDON_E_PROTOCOL;
+  for (size_t i = 0; i < pl; i++) {
+    if (!is_digit(colon[1 + i]))
+      return CORDON_E_PROTOCOL;
+    port = port * 10 + (unsigned)(colon[1 + i] - '0');
+  }
+  if (port < 1 || port > 65535)
+    return CORDON_E_PROTOCOL;
+  const char *h = s;
+  bool ok;
+  if (hl >= 2 && s[0] == '[' && s[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+    ok = ipv6_ok(h, hl);
+  } else {
+    ok = ipv4_ok(h, hl) || dns_ok(h, hl);
+  }
+  if (!ok)
+    return CORDON_E_PROTOCOL;
+  if (out_host) {
+    memcpy(out_host, h, hl);
+    out_host[hl] = '\0';
+  }
+  if (out_port)
+    *out_port = (uint16_t)port;
+  return 0;
+}
+
 static bool mechanism_ok(const char *s, size_t n) {
   size_t start = 0;
   for (size_t i = 0; i <= n; i++) {
@@ -551,6 +702,9 @@ static int check_str(const struct field *f, const char *s, size_t n, const struc
     break;
   case FMT_NAME:
     ok = utf8_ok((const uint8_t *)s, n, true);
+    break;
+  case FMT_ADDR:
+    ok = msg_addr_parse(s, n, NULL, NULL) == 0;
     break;
   default:
     ok = utf8_ok((const uint8_t *)s, n, false);
@@ -687,7 +841,7 @@ static void store_size(uint8_t *at, size_t v) {
 static bool field_present(const struct field *f, const uint8_t *base) {
   if (f->presence == P_REQUIRED)
     return true;
-  if (f->kind == K_STR || f->kind == K_FACTS || f->kind == K_KEYS)
+  if (f->kind == K_STR || f->kind == K_STRS || f->kind == K_FACTS || f->kind == K_KEYS)
     return load_ptr(base + f->off) != NULL;
   return load_bool(base + f->aux);
 }
@@ -706,6 +860,11 @@ static int check_rules(const struct msg *m, struct cordon_diag *diag) {
       return cordon_diag_set(diag, CORDON_E_PROTOCOL,
                              "msg hello: downgrade_reason must be null exactly when "
                              "best_level is isolated");
+    break;
+  case MSG_WELCOME:
+    if (m->welcome.servers && m->welcome.version < MSG_PROTO_VERSION_SERVERS)
+      return cordon_diag_set(diag, CORDON_E_PROTOCOL,
+                             "msg welcome: servers needs protocol version 3 or later");
     break;
   case MSG_CHUNK:
     if (m->chunk.offset > UINT64_MAX - m->chunk.data.len)
@@ -773,7 +932,8 @@ static int dec_value(const struct field *f, const msgpack_object *o, uint8_t *ba
     /* Null: the zeroed struct already says so (NULL pointer, has_ false). */
     return 0;
   }
-  if (f->presence != P_REQUIRED && f->kind != K_STR && f->kind != K_FACTS && f->kind != K_KEYS)
+  if (f->presence != P_REQUIRED && f->kind != K_STR && f->kind != K_STRS && f->kind != K_FACTS &&
+      f->kind != K_KEYS)
     store_bool(base + f->aux, true);
 
   switch (f->kind) {
@@ -1139,7 +1299,8 @@ static int chk_fields(const struct schema *s, const uint8_t *base, const struct 
 
     if (f->kind == K_STR && f->presence == P_REQUIRED && !load_ptr(at))
       return DIAG(diag, CORDON_E_PROTOCOL, p, f->key, "missing");
-    if ((f->kind == K_FACTS || f->kind == K_KEYS) && !load_ptr(at) && load_size(base + f->aux) > 0)
+    if ((f->kind == K_STRS || f->kind == K_FACTS || f->kind == K_KEYS) && !load_ptr(at) &&
+        load_size(base + f->aux) > 0)
       return -EINVAL;
     if (!field_present(f, base))
       continue;

@@ -47,9 +47,11 @@
 
 /* Protocol versions this build speaks (hello/welcome negotiation). */
 #define MSG_PROTO_VERSION_MIN 2 /* version 1 is retired (messages.md section 4) */
-#define MSG_PROTO_VERSION_MAX 2
+#define MSG_PROTO_VERSION_MAX 3
 /* The first version with the `output` message (live job output). */
 #define MSG_PROTO_VERSION_OUTPUT 2
+/* The first version with welcome.servers (the cluster's addresses). */
+#define MSG_PROTO_VERSION_SERVERS 3
 
 /* Fixed sizes of binary fields. */
 #define MSG_KEY_LEN 32  /* Ed25519 public key */
@@ -75,6 +77,8 @@
 #define MSG_FACTS_MAX 32       /* entries in hello.facts */
 #define MSG_FACT_KEY_MAX 32    /* a fact's name: a token */
 #define MSG_FACT_VALUE_MAX 256 /* a fact's value: a name (no control characters) */
+#define MSG_SERVERS_MAX 16     /* entries in welcome.servers */
+#define MSG_ADDR_MAX 255       /* one "host:port" of welcome.servers */
 /* Objects per record (keys, values, containers), for the validator. */
 #define MSG_ITEMS_MAX 1024
 /* The largest encoded record. Every message that passes the field caps
@@ -181,6 +185,11 @@ struct msg_welcome {
   uint8_t server_id[CORDON_ID_LEN];
   uint8_t session_id[CORDON_ID_LEN];
   uint32_t ping_ms; /* ping interval the server expects, 10..3600000 */
+  /* optional (NULL), version 3: the addresses of the cluster's servers,
+   * n_servers (0..MSG_SERVERS_MAX) strings of msg_addr_parse()'s form;
+   * present exactly when servers is not NULL */
+  char **servers;
+  size_t n_servers;
 };
 
 struct msg_ping { /* ping and pong */
@@ -381,6 +390,16 @@ const char *msg_level_name(enum msg_level level);
 const char *msg_enforce_name(enum msg_enforce how);
 const char *msg_role_name(enum msg_role role);
 const char *msg_stream_name(enum msg_stream stream);
+
+/* A server address as welcome.servers carries it: "host:port", at most
+ * MSG_ADDR_MAX bytes (n, no NUL needed), where host is a DNS name (labels
+ * of letters, digits and '-', the last not all digits), a dotted-quad IPv4
+ * address or an IPv6 address in brackets ("[::1]:7443"), and port is
+ * 1..65535 in decimal without leading zeros. 0, with the host (brackets
+ * removed, NUL-terminated, at most MSG_ADDR_MAX + 1 bytes) and the port
+ * when out_host / out_port are not NULL; CORDON_E_LIMIT when longer than
+ * MSG_ADDR_MAX; CORDON_E_PROTOCOL for anything else; -EINVAL for s NULL. */
+int msg_addr_parse(const char *s, size_t n, char *out_host, uint16_t *out_port);
 
 /* Version negotiation. Given the peer's hello range and ours, the highest
  * version both speak: 0 and *out_version, or CORDON_E_PROTOCOL when the

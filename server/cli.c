@@ -338,8 +338,9 @@ const struct server_cli_command server_cli_commands[] = {
      FORMS({NULL, "", "create the state directory, its keys and database"})},
     {"run", server_cmd_run, "the daemon",
      FORMS({NULL,
-            "--listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] "
-            "[--drain-timeout SECONDS] [--log-level debug|info|warn|error] [--log-file PATH] "
+            "--listen HOST:PORT [--advertise HOST:PORT]... [--job-grace SECONDS] "
+            "[--queue-ttl DURATION] [--drain-timeout SECONDS] "
+            "[--log-level debug|info|warn|error] [--log-file PATH] "
             "[--metrics HOST:PORT] [--require-approval] [--max-connections N] "
             "[--max-preauth-per-address N]",
             "the daemon: agents' sessions and pairing on HOST:PORT, admin requests on "

@@ -1,5 +1,5 @@
-/* cordon-server run --listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION]
- *   [--drain-timeout SECONDS] [--log-level LEVEL] [--log-file PATH]
+/* cordon-server run --listen HOST:PORT [--advertise HOST:PORT]... [--job-grace SECONDS]
+ *   [--queue-ttl DURATION] [--drain-timeout SECONDS] [--log-level LEVEL] [--log-file PATH]
  *   [--metrics HOST:PORT] [--max-connections N] [--max-preauth-per-address N] */
 #include <getopt.h>
 #include <stdio.h>
@@ -8,6 +8,7 @@
 
 #include "core/log.h"
 #include "net/conn.h"
+#include "proto/msg.h"
 #include "server/cli.h"
 #include "server/daemon.h"
 
@@ -40,6 +41,24 @@ static int parse_seconds(const char *s, long lo, long hi, long *out) {
   return 0;
 }
 
+/* One --advertise: a cluster address for every welcome (welcome.servers),
+ * in the strict form agents accept; at most MSG_SERVERS_MAX, no repeats.
+ * 0, or the exit status after the one-line error. */
+static int advertise_add(const char **list, size_t *n, const char *addr) {
+  if (msg_addr_parse(addr, strlen(addr), NULL, NULL) < 0)
+    return server_cli_failf(CORDON_E_USAGE,
+                            "--advertise: expected HOST:PORT (a DNS name, an IPv4 address or "
+                            "[IPv6], a port in 1..65535, at most %d bytes), got '%.300s'",
+                            MSG_ADDR_MAX, addr);
+  for (size_t i = 0; i < *n; i++)
+    if (strcmp(list[i], addr) == 0)
+      return server_cli_failf(CORDON_E_USAGE, "--advertise: '%s' is given twice", addr);
+  if (*n == MSG_SERVERS_MAX)
+    return server_cli_failf(CORDON_E_USAGE, "--advertise: at most %d addresses", MSG_SERVERS_MAX);
+  list[(*n)++] = addr;
+  return 0;
+}
+
 int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {{"listen", required_argument, NULL, 'l'},
                                        {"job-grace", required_argument, NULL, 'g'},
@@ -52,6 +71,7 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
                                        {"require-approval", no_argument, NULL, 'A'},
                                        {"max-connections", required_argument, NULL, 'C'},
                                        {"max-preauth-per-address", required_argument, NULL, 'P'},
+                                       {"advertise", required_argument, NULL, 'a'},
                                        {0}};
   const char *state = cli->state_dir, *listen = NULL, *metrics = NULL, *log_file = NULL;
   struct net_limits limits;
@@ -61,6 +81,8 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
   int64_t queue_ttl = 0;
   enum core_log_level level = CORE_LOG_INFO;
   int c, require_approval = 0;
+  const char *advertise[MSG_SERVERS_MAX];
+  size_t n_advertise = 0;
   optind = 0; /* 0: glibc re-initialises its scanner */
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     if (c == 'l')
@@ -94,6 +116,10 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
     } else if (c == 'P') {
       if (parse_seconds(optarg, 1, 1000000, &max_pre) < 0)
         return server_cli_usage("run", NULL, "--max-preauth-per-address: a number in 1..1000000");
+    } else if (c == 'a') {
+      int ar = advertise_add(advertise, &n_advertise, optarg);
+      if (ar != 0)
+        return ar;
     } else
       return server_cli_bad_option("run", NULL, argv);
   }
@@ -121,6 +147,8 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       .metrics_port = mport,
       .require_approval = require_approval != 0,
       .limits = &limits,
+      .advertise = advertise,
+      .n_advertise = n_advertise,
   };
   limits.max_conns = (unsigned)max_conns;
   limits.max_per_addr = (unsigned)max_pre;

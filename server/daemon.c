@@ -1000,6 +1000,8 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
     r = pair_new(d->db, d->ticket_pk, d->publisher_pk, &d->pair);
   if (r == 0)
     pair_set_require_approval(d->pair, opt->require_approval);
+  if (r == 0) /* run --advertise */
+    sessions_set_servers(d->sessions, opt->advertise, opt->n_advertise);
   if (r == 0) {
     const struct jobs_config cfg = {
         .loop = d->loop,

@@ -45,6 +45,10 @@ struct daemon_options {
   const char *metrics_host;        /* NULL: no /metrics listener */
   int metrics_port;
   bool require_approval; /* newly paired devices are pending until device approve */
+  /* --advertise: the cluster's addresses every welcome lists (0..16, each
+   * valid for msg_addr_parse()); borrowed */
+  const char *const *advertise;
+  size_t n_advertise;
 };
 
 /* Run until stopped. One daemon per state directory (server/lock.h): a

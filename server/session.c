@@ -20,7 +20,15 @@ struct sessions {
   struct session *list;
   /* failures before a session is up, by source address (core/ratelimit.h) */
   struct core_ratelimit_table log_by_addr;
+  /* run --advertise: every welcome of version 3 or later lists them (borrowed) */
+  const char *const *servers;
+  size_t n_servers;
 };
+
+void sessions_set_servers(struct sessions *t, const char *const *servers, size_t n) {
+  t->servers = servers;
+  t->n_servers = n;
+}
 
 /* Whether to log a pre-authentication failure from addr ("host:port"). */
 static bool log_addr_hit(struct sessions *t, const char *addr, char suppressed[24]) {
@@ -227,6 +235,10 @@ static void on_hello(struct session *s, const struct msg_hello *h) {
   memcpy(w.welcome.server_id, t->server_id, CORDON_ID_LEN);
   memcpy(w.welcome.session_id, s->session_id, CORDON_ID_LEN);
   w.welcome.ping_ms = SERVER_PING_MS;
+  if (t->n_servers > 0 && v >= MSG_PROTO_VERSION_SERVERS) {
+    w.welcome.servers = (char **)t->servers;
+    w.welcome.n_servers = t->n_servers;
+  }
   if (net_conn_mode(s->conn) != NOISE_MODE_PAIRING) {
     device_hello(s, h, &w.welcome);
     return;

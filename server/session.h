@@ -89,6 +89,10 @@ struct sessions;
  * borrowed for its lifetime. 0 or -ENOMEM. */
 int sessions_new(struct server_db *db, const uint8_t *server_id, const struct session_hooks *hooks,
                  struct sessions **out_sessions);
+/* The addresses every welcome lists (run --advertise; welcome.servers,
+ * docs/protocol/messages.md 6.2): n (0..MSG_SERVERS_MAX) strings that
+ * msg_addr_parse() accepts, borrowed for the sessions' lifetime. */
+void sessions_set_servers(struct sessions *t, const char *const *servers, size_t n);
 /* After the listener is closed and the loop has finished. NULL-safe. */
 void sessions_free(struct sessions *t);
 

@@ -6,7 +6,7 @@
  *
  * Every record goes first to S.on_msg (when set): it returns true when it
  * has dealt with the message itself. Otherwise a hello is welcomed
- * (version S.version, the server's clock), a ping is ponged and a result
+ * (version S.version, the server's clock, S.servers), a ping is ponged and a result
  * acked; anything else is dropped. The helpers are static, one copy per
  * test file, like tests/server/e2e.h. */
 #ifndef CORDON_TESTS_AGENT_SCRIPTED_SERVER_H
@@ -51,6 +51,8 @@ static struct {
   int closes;            /* connections closed */
   int64_t skew_ms;       /* the scripted server's clock: the real one + this */
   uint16_t version;      /* what the welcome says */
+  char **servers;        /* what the welcome lists (welcome.servers; NULL: none) */
+  size_t n_servers;
   bool (*on_msg)(struct net_conn *c, const struct msg *m);
   char dir[128], cfg[200], log[240];
   pid_t agent;
@@ -102,6 +104,8 @@ SS_FN void ss_welcome(struct net_conn *c) {
   randombytes_buf(S.session_id, 16);
   memcpy(w.welcome.session_id, S.session_id, 16);
   w.welcome.ping_ms = 15000;
+  w.welcome.servers = S.servers;
+  w.welcome.n_servers = S.n_servers;
   send_msg(c, &w);
   S.conn = c;
 }
