@@ -335,7 +335,9 @@ const char *server_cli_online_text(const json_t *sessions, const char *device_id
 
 const struct server_cli_command server_cli_commands[] = {
     {"init", server_cmd_init, "create the state directory, its keys and database",
-     FORMS({NULL, "", "create the state directory, its keys and database"})},
+     FORMS({NULL, "[--keys-from STATE]",
+            "create the state directory, its keys and database; with --keys-from, another "
+            "server of STATE's cluster: STATE's keys (one identity), a state of its own"})},
     {"run", server_cmd_run, "the daemon",
      FORMS({NULL,
             "--listen HOST:PORT [--advertise HOST:PORT]... [--job-grace SECONDS] "

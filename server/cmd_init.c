@@ -42,16 +42,75 @@ struct init_key {
   mode_t mode;
 };
 
+
+/* Remove what a failed init made in the (formerly empty) state directory:
+ * its files and the keys/ directory's files. */
+static void remove_made(int dirfd) {
+  for (size_t i = 0; server_keys_top_files[i]; i++)
+    unlinkat(dirfd, server_keys_top_files[i], 0);
+  int kfd = openat(dirfd, SERVER_KEYS_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d = kfd >= 0 ? fdopendir(kfd) : NULL;
+  if (!d && kfd >= 0)
+    close(kfd);
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL)
+    if (de->d_name[0] != '.')
+      unlinkat(kfd, de->d_name, 0);
+  if (d)
+    closedir(d);
+  unlinkat(dirfd, SERVER_KEYS_DIR, AT_REMOVEDIR);
+  unlinkat(dirfd, SERVER_DB_FILE, 0);
+  unlinkat(dirfd, SERVER_DB_FILE "-wal", 0);
+  unlinkat(dirfd, SERVER_DB_FILE "-shm", 0);
+}
+
+/* init --keys-from A: a second server of A's cluster, with A's identity
+ * (the Noise key agents pin, the ticket and publisher keys and their
+ * rotations) and nothing else of A's state (docs/SECURITY.md, "Several
+ * servers"). */
+static int init_from_keys(const char *state, const char *from, int dirfd, int created) {
+  struct cordon_diag diag = {{0}};
+  int status = 0, err = server_keys_copy(from, state, &diag);
+  if (err)
+    status = server_cli_fail(err, &diag);
+  if (status == 0) {
+    struct server_db *db = NULL;
+    err = server_db_open(state, SERVER_DB_CREATE, &db, &diag);
+    server_db_close(db);
+    if (err)
+      status = server_cli_fail(err, &diag);
+  }
+  if (status == 0 && fsync(dirfd) < 0)
+    status = server_cli_failf(-errno, "%s: %s", state, strerror(errno));
+  if (status != 0) {
+    remove_made(dirfd);
+    if (created)
+      rmdir(state);
+  } else {
+    fprintf(stderr, "%s: initialised %s with the keys of %s (one identity: agents paired "
+                    "with either trust both)\n",
+            SERVER_PROG, state, from);
+  }
+  close(dirfd);
+  return status;
+}
+
 int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
   static const struct option opts[] = {
-      {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
-  const char *state = cli->state_dir;
+      {"state", required_argument, NULL, 's'},
+      {"keys-from", required_argument, NULL, 'k'},
+      {"help", no_argument, NULL, 'h'},
+      {0}};
+  const char *state = cli->state_dir, *keys_from = NULL;
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
     switch (c) {
     case 's':
       state = optarg;
+      break;
+    case 'k':
+      keys_from = optarg;
       break;
     case 'h':
       return server_cli_help("init", NULL);
@@ -89,6 +148,8 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
       return server_cli_failf(-e, "%s: %s", state, strerror(e));
     }
   }
+  if (keys_from)
+    return init_from_keys(state, keys_from, dirfd, created);
   int status = 0;
   struct cordon_diag diag = {{0}};
   const struct init_key files[] = {

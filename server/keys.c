@@ -652,3 +652,114 @@ void server_keyring_release(struct server_keyring *k) {
   sodium_free(k->ticket_sk);
   memset(k, 0, sizeof(*k));
 }
+
+/* ---- a cluster's one identity ---- */
+
+const char *const server_keys_top_files[] = {SERVER_TICKET_KEY_FILE,   SERVER_NOISE_KEY_FILE,
+                                             SERVER_PUBLISHER_KEY_FILE, SERVER_PUBLISHER_PUB_FILE,
+                                             SERVER_KEYS_FILE,          NULL};
+
+/* Copy from/rel to to/rel with its mode (group/other write never; a secret
+ * stays 0600): absent is -ENOENT, a non-regular file or a link refused. */
+static int copy_one(const char *from, const char *to, const char *rel, struct cordon_diag *diag) {
+  char src[4096], dir[4096];
+  const char *slash = strrchr(rel, '/');
+  int n = snprintf(src, sizeof(src), "%s/%s", from, rel);
+  int m = slash ? snprintf(dir, sizeof(dir), "%s/%.*s", to, (int)(slash - rel), rel)
+                : snprintf(dir, sizeof(dir), "%s", to);
+  if (n < 0 || (size_t)n >= sizeof(src) || m < 0 || (size_t)m >= sizeof(dir))
+    return cordon_diag_set(diag, -ENAMETOOLONG, "%s: path too long", rel);
+  struct stat st;
+  if (lstat(src, &st) < 0)
+    return errno == ENOENT ? -ENOENT : cordon_diag_set(diag, -errno, "%s: %s", src, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: not a regular file", src);
+  char *data = NULL;
+  size_t len = 0;
+  int r = core_read_file(src, 1 << 20, CORDON_E_CONFIG_INVALID, src, &data, &len, diag);
+  if (r < 0)
+    return r;
+  unsigned mode = (st.st_mode & 0077) ? 0644 : 0600;
+  if (mode == 0644 && strstr(rel, ".pub") == NULL) /* a secret readable by others: refuse */
+    r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                        "%s: a key file that group or others can access", src);
+  else if ((r = core_write_file_atomic(dir, slash ? slash + 1 : rel, data, len, mode)) < 0)
+    cordon_diag_set(diag, r, "%s/%s: %s", to, rel, strerror(-r));
+  sodium_memzero(data, len);
+  free(data);
+  return r;
+}
+
+/* The two keyrings name the same keys (and chain length). */
+static bool rings_equal(const struct server_keyring *a, const struct server_keyring *b) {
+  return memcmp(a->ticket_pk, b->ticket_pk, 32) == 0 && a->n_publisher == b->n_publisher &&
+         memcmp(a->publisher_pk, b->publisher_pk, a->n_publisher * 32) == 0 &&
+         a->n_chain == b->n_chain;
+}
+
+int server_keys_copy(const char *from_state, const char *to_state, struct cordon_diag *diag) {
+  struct server_keyring src = {0}, dst = {0};
+  uint8_t *noise = NULL;
+  char path[4096];
+  int r = server_keyring_load(from_state, &src, diag);
+  if (r == 0) {
+    snprintf(path, sizeof(path), "%s/%s", from_state, SERVER_NOISE_KEY_FILE);
+    r = keys_read_file(path, KEYFILE_NOISE_SECRET, &noise, diag);
+    sodium_free(noise);
+  }
+  if (r < 0)
+    goto out;
+  for (size_t i = 0; r == 0 && server_keys_top_files[i]; i++) {
+    r = copy_one(from_state, to_state, server_keys_top_files[i], diag);
+    if (r == -ENOENT && strcmp(server_keys_top_files[i], SERVER_KEYS_FILE) == 0)
+      r = 0; /* no rotation yet */
+    else if (r == -ENOENT)
+      r = cordon_diag_set(diag, -ENOENT, "%s/%s: missing", from_state, server_keys_top_files[i]);
+  }
+  /* the rotated keys: every file keys.json names under keys/ */
+  json_t *reg = NULL;
+  if (r == 0 && (r = reg_load(from_state, &reg, diag)) == 0) {
+    json_t *e;
+    size_t i;
+    bool made_dir = false;
+    json_array_foreach(json_object_get(reg, "keys"), i, e) {
+      const char *f = json_string_value(json_object_get(e, "file"));
+      if (r < 0 || !f || strncmp(f, SERVER_KEYS_DIR "/", sizeof(SERVER_KEYS_DIR)) != 0)
+        continue;
+      if (strchr(f + sizeof(SERVER_KEYS_DIR), '/') || strstr(f, "..")) {
+        r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s/%s: bad key path %s", from_state,
+                            SERVER_KEYS_FILE, f);
+        break;
+      }
+      if (!made_dir) {
+        snprintf(path, sizeof(path), "%s/%s", to_state, SERVER_KEYS_DIR);
+        if (mkdir(path, 0700) < 0 && errno != EEXIST) {
+          r = cordon_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+          break;
+        }
+        made_dir = true;
+      }
+      r = copy_one(from_state, to_state, f, diag);
+      if (r == 0 && strcmp(json_string_value(json_object_get(e, "role")), "publisher") == 0) {
+        char pub[512];
+        size_t fl = strlen(f);
+        if (fl > 4 && fl < sizeof(pub) && strcmp(f + fl - 4, ".key") == 0) {
+          snprintf(pub, sizeof(pub), "%.*s.pub", (int)(fl - 4), f);
+          r = copy_one(from_state, to_state, pub, diag);
+          if (r == -ENOENT) /* init's first key keeps its public half in publisher.pub */
+            r = 0;
+        }
+      }
+      if (r == -ENOENT)
+        r = cordon_diag_set(diag, -ENOENT, "%s/%s: missing", from_state, f);
+    }
+    json_decref(reg);
+  }
+  if (r == 0 && (r = server_keyring_load(to_state, &dst, diag)) == 0 && !rings_equal(&src, &dst))
+    r = cordon_diag_set(diag, CORDON_E_INTERNAL, "%s: the copied keys differ from %s", to_state,
+                        from_state);
+out:
+  server_keyring_release(&src);
+  server_keyring_release(&dst);
+  return r;
+}

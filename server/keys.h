@@ -104,4 +104,19 @@ int server_keys_retire(const char *state_dir, const char *id_prefix, uint64_t *o
 /* Every key, oldest first: [{"id","role","created","retired","current"}]. */
 int server_keys_list(const char *state_dir, json_t **out_list, struct cordon_diag *diag);
 
+/* ---- a cluster's one identity (docs/SECURITY.md, "Several servers") ----
+ *
+ * Copy the key files of from_state into the directory to_state (which init
+ * has just created, empty): ticket.key, noise.key, publisher.key,
+ * publisher.pub, keys.json and STATE/keys/ when a rotation made them; each
+ * with its mode (secrets 0600), regular files only, never through a link.
+ * The source is loaded and checked first (a keyring and a Noise key that
+ * read), the copy is loaded again afterwards and must name the same keys.
+ * On failure what was copied is removed (the caller removes to_state).
+ * Nothing else is copied: no database, no lock, no log. */
+int server_keys_copy(const char *from_state, const char *to_state, struct cordon_diag *diag);
+/* The key files server_keys_copy writes at the top of a state directory,
+ * for the caller's clean-up; NULL-terminated. */
+extern const char *const server_keys_top_files[];
+
 #endif
