@@ -335,13 +335,15 @@ const char *server_cli_online_text(const json_t *sessions, const char *device_id
 
 const struct server_cli_command server_cli_commands[] = {
     {"init", server_cmd_init, "create the state directory, its keys and database",
-     FORMS({NULL, "", "create the state directory, its keys and database"})},
+     FORMS({NULL, "[--db postgresql://...]",
+            "create the state directory, its keys and database (SQLite in the state "
+            "directory, or the PostgreSQL database --db names, kept in STATE/db-url)"})},
     {"run", server_cmd_run, "the daemon",
      FORMS({NULL,
             "--listen HOST:PORT [--job-grace SECONDS] [--queue-ttl DURATION] "
             "[--drain-timeout SECONDS] [--log-level debug|info|warn|error] [--log-file PATH] "
             "[--metrics HOST:PORT] [--require-approval] [--max-connections N] "
-            "[--max-preauth-per-address N]",
+            "[--max-preauth-per-address N] [--db postgresql://...]",
             "the daemon: agents' sessions and pairing on HOST:PORT, admin requests on "
             "STATE/admin.sock"})},
     {"user", server_cmd_user, "users",

@@ -43,15 +43,20 @@ struct init_key {
 };
 
 int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {
-      {"state", required_argument, NULL, 's'}, {"help", no_argument, NULL, 'h'}, {0}};
-  const char *state = cli->state_dir;
+  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                       {"db", required_argument, NULL, 'D'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  const char *state = cli->state_dir, *db_url = NULL;
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
     switch (c) {
     case 's':
       state = optarg;
+      break;
+    case 'D':
+      db_url = optarg;
       break;
     case 'h':
       return server_cli_help("init", NULL);
@@ -61,6 +66,9 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
   }
   if (optind != argc)
     return server_cli_usage("init", NULL, "init takes no arguments");
+  if (db_url && (!server_db_url_is_pg(db_url) || strlen(db_url) > SERVER_DB_URL_MAX))
+    return server_cli_usage("init", NULL, "--db: a postgresql:// URL of at most %d bytes",
+                            SERVER_DB_URL_MAX);
 
   int created = mkdir(state, 0700) == 0;
   if (!created && errno != EEXIST)
@@ -128,6 +136,13 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
       break;
     }
   }
+  if (status == 0 && db_url) {
+    /* PostgreSQL: the URL is kept in the state directory (0600, it may
+     * hold a password), and every later command with --state uses it */
+    int err = server_db_save_url(state, db_url, &diag);
+    if (err)
+      status = server_cli_fail(err, &diag);
+  }
   if (status == 0) {
     /* The state database, schema and all (server/db.h). */
     struct server_db *db = NULL;
@@ -142,6 +157,7 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
     /* Leave nothing half-made behind. */
     for (size_t i = 0; i < written && i < n_files; i++)
       unlinkat(dirfd, files[i].name, 0);
+    unlinkat(dirfd, SERVER_DB_URL_FILE, 0);
     unlinkat(dirfd, SERVER_DB_FILE, 0);
     unlinkat(dirfd, SERVER_DB_FILE "-wal", 0);
     unlinkat(dirfd, SERVER_DB_FILE "-shm", 0);

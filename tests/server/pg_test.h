@@ -66,10 +66,11 @@ PG_TEST_FN int pg_test_exec(const char *sql) {
   return pg_test_exec_on(pg_test_name, sql);
 }
 
-/* A new database for state_dir (which must exist), named in STATE/db-url. */
-PG_TEST_FN void pg_test_attach(const char *state_dir) {
+/* A new database on the server, for this test: its URL (static storage),
+ * NULL when the tests run on SQLite. */
+PG_TEST_FN const char *pg_test_new_db(void) {
   if (!pg_test_base())
-    return;
+    return NULL;
   unsigned r = 0;
   FILE *f = fopen("/dev/urandom", "rb");
   if (f) {
@@ -83,8 +84,16 @@ PG_TEST_FN void pg_test_attach(const char *state_dir) {
   cr_assert_eq(pg_test_exec_on(NULL, sql), 0, "cannot create database %s on %s", pg_test_name,
                pg_test_base());
   pg_test_url_for(pg_test_name, pg_test_url_buf, sizeof(pg_test_url_buf));
+  return pg_test_url_buf;
+}
+
+/* A new database for state_dir (which must exist), named in STATE/db-url. */
+PG_TEST_FN void pg_test_attach(const char *state_dir) {
+  const char *url = pg_test_new_db();
+  if (!url)
+    return;
   struct cordon_diag d = {{0}};
-  cr_assert_eq(server_db_save_url(state_dir, pg_test_url_buf, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_save_url(state_dir, url, &d), 0, "%s", d.msg);
 }
 
 /* Drop the test's database (its connections closed first). */
