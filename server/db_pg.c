@@ -286,7 +286,8 @@ static void pg_close(struct server_db *db) {
 }
 
 /* A connection that broke (the server restarted) is made again before the
- * next statement that runs outside a transaction. */
+ * next statement; the transaction it was in died with it (the server
+ * rolled it back), and its caller saw the statement fail. */
 static void reconnect_if_broken(struct server_db *db) {
   if (PQstatus(db->h) != CONNECTION_BAD)
     return;
@@ -373,9 +374,8 @@ static void pg_finalize(struct db_st *st) {
 
 static int pg_run(struct db_st *st) {
   struct server_db *db = st->db;
+  reconnect_if_broken(db);
   bool idle = PQtransactionStatus(db->h) == PQTRANS_IDLE;
-  if (idle)
-    reconnect_if_broken(db);
   PGresult *res;
   if (st->nparams == 0) {
     /* no parameters: the simple protocol, which takes several statements
@@ -497,7 +497,8 @@ static int64_t pg_changes(struct server_db *db) {
 }
 
 static bool pg_in_tx(struct server_db *db) {
-  return PQtransactionStatus(db->h) != PQTRANS_IDLE;
+  PGTransactionStatusType t = PQtransactionStatus(db->h);
+  return t == PQTRANS_INTRANS || t == PQTRANS_INERROR || t == PQTRANS_ACTIVE;
 }
 
 static const char *pg_errmsg(struct server_db *db) {

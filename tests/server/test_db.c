@@ -1563,3 +1563,117 @@ Test(db, a_name_that_is_another_devices_id_prefix_is_ambiguous) {
   server_db_device_release(&got);
   server_db_close(db);
 }
+
+/* --- the database's URL (PostgreSQL) --- */
+
+Test(db, an_unreachable_postgresql_is_one_line_naming_the_host_never_the_password) {
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  /* port 1 on loopback: nothing listens there */
+  int err =
+      server_db_open_url(state_dir, "postgresql://cordon:s3cret-pw@127.0.0.1:1/cordon", 0, &db, &d);
+  cr_assert_eq(err, -ECONNREFUSED, "%d %s", err, d.msg);
+  cr_assert_null(db);
+  cr_assert(strstr(d.msg, "127.0.0.1") && strstr(d.msg, "cannot connect"), "%s", d.msg);
+  cr_assert_null(strstr(d.msg, "s3cret"), "the password is in the message: %s", d.msg);
+  cr_assert_null(strchr(d.msg, '\n'), "%s", d.msg);
+}
+
+Test(db, the_url_file_is_0600_and_takes_only_postgresql_urls) {
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/other", state_dir);
+  cr_assert_eq(mkdir(dir, 0700), 0);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_save_url(dir, "mysql://x/y", &d), -EINVAL);
+  cr_assert_eq(server_db_save_url(dir, "postgresql://a@b/c\nx", &d), -EINVAL);
+  mode_t old = umask(0);
+  cr_assert_eq(server_db_save_url(dir, "postgresql://a:pw@127.0.0.1:1/c", &d), 0, "%s", d.msg);
+  umask(old);
+  cr_assert_eq(server_db_save_url(dir, "postgresql://a@127.0.0.1:1/c", &d), -EEXIST);
+  char path[400];
+  snprintf(path, sizeof(path), "%s/%s", dir, SERVER_DB_URL_FILE);
+  struct stat st;
+  cr_assert_eq(stat(path, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+  /* the state directory's URL is what server_db_open opens: no SQLite file */
+  struct server_db *db = NULL;
+  cr_assert_eq(server_db_open(dir, SERVER_DB_CREATE, &db, &d), -ECONNREFUSED, "%s", d.msg);
+  snprintf(path, sizeof(path), "%s/%s", dir, SERVER_DB_FILE);
+  cr_assert_neq(access(path, F_OK), 0, "a SQLite file was made");
+}
+
+Test(db, backup_and_restore_refuse_on_postgresql_pointing_to_pg_dump) {
+  if (!pg_test_base())
+    cr_skip_test("the PostgreSQL pass only");
+  struct server_db *db = open_db();
+  cr_assert_str_eq(server_db_backend(db), "postgresql");
+  char path[400];
+  snprintf(path, sizeof(path), "%s/backup.db", state_dir);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_backup(db, path, &d), -EOPNOTSUPP);
+  cr_assert(strstr(d.msg, "pg_dump") && !strchr(d.msg, '\n'), "%s", d.msg);
+  cr_assert_neq(access(path, F_OK), 0, "nothing is written");
+  cr_assert_eq(server_db_restore(db, path, &d), -EOPNOTSUPP);
+  cr_assert(strstr(d.msg, "pg_dump"), "%s", d.msg);
+  server_db_close(db);
+}
+
+Test(db, a_job_result_recorded_by_two_processes_at_once_is_recorded_once) {
+  /* two handles in two processes (two servers on one database), released
+   * together, record the same job's result: exactly one gets 0 */
+  enum { ROUNDS = 10 };
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  for (int round = 0; round < ROUNDS; round++) {
+    char job[CORDON_ID_HEX_SIZE];
+    add_job(db, alice, dev, job);
+    cr_assert_eq(
+        server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL), 0);
+    int go[2];
+    cr_assert_eq(pipe(go), 0);
+    pid_t pids[2];
+    for (int i = 0; i < 2; i++) {
+      pids[i] = fork();
+      cr_assert_neq(pids[i], -1);
+      if (pids[i] == 0) {
+        close(go[1]);
+        struct server_db *mine = NULL;
+        if (server_db_open(state_dir, 0, &mine, NULL) != 0)
+          _exit(3);
+        char c;
+        if (read(go[0], &c, 1) != 0)
+          _exit(3);
+        char result[64];
+        snprintf(result, sizeof(result), "{\"by\": %d}", i);
+        int err = server_db_job_record_result(mine, job, dev, SERVER_DB_JOB_DONE, NULL, result,
+                                              NULL, NULL);
+        server_db_close(mine);
+        _exit(err == 0 ? 0 : err == -EALREADY ? 1 : 2);
+      }
+    }
+    close(go[0]);
+    usleep(50000);
+    close(go[1]);
+    int winners = 0, winner = -1;
+    for (int i = 0; i < 2; i++) {
+      int st = 0;
+      cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
+      cr_assert(WIFEXITED(st) && WEXITSTATUS(st) <= 1, "child status %d", WEXITSTATUS(st));
+      if (WEXITSTATUS(st) == 0) {
+        winners++;
+        winner = i;
+      }
+    }
+    cr_assert_eq(winners, 1, "round %d: %d winners", round, winners);
+    struct server_db_job j;
+    cr_assert_eq(server_db_job_get(db, job, &j, NULL), 0);
+    cr_assert_eq(j.state, SERVER_DB_JOB_DONE);
+    char want[64];
+    snprintf(want, sizeof(want), "{\"by\": %d}", winner);
+    cr_assert_str_eq(j.result_json, want, "the winner's result is the one kept");
+    server_db_job_release(&j);
+  }
+  server_db_close(db);
+}
