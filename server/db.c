@@ -150,8 +150,10 @@ static void bind(struct db_st *st, int i, int kind, const void *p, size_t n, int
     *rc = r;
 }
 
+/* A NULL string or blob binds NULL of that type (PostgreSQL cannot tell
+ * the type of `?2 IS NULL` alone). */
 void db_bind_text(struct db_st *st, int i, const char *s, int *rc) {
-  bind(st, i, s ? DB_BIND_TEXT : DB_BIND_NULL, s, s ? strlen(s) : 0, 0, rc);
+  bind(st, i, DB_BIND_TEXT, s, s ? strlen(s) : 0, 0, rc);
 }
 
 void db_bind_int(struct db_st *st, int i, int64_t v, int *rc) {
@@ -159,7 +161,7 @@ void db_bind_int(struct db_st *st, int i, int64_t v, int *rc) {
 }
 
 void db_bind_blob(struct db_st *st, int i, const void *p, size_t n, int *rc) {
-  bind(st, i, p ? DB_BIND_BLOB : DB_BIND_NULL, p, n, 0, rc);
+  bind(st, i, DB_BIND_BLOB, p, p ? n : 0, 0, rc);
 }
 
 int db_bind_check(struct server_db *db, struct db_st *st, int rc, struct cordon_diag *diag) {

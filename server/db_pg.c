@@ -444,16 +444,18 @@ static int pg_bind(struct db_st *st, int i, int kind, const void *p, size_t n, i
     break;
   case DB_BIND_TEXT:
   case DB_BIND_BLOB:
+    par->type = kind == DB_BIND_TEXT ? PG_TEXT_OID : PG_BYTEA_OID;
+    if (!p)
+      break; /* NULL of that type */
     if (!(par->value = malloc(n + 1)))
       return -ENOMEM;
     memcpy(par->value, p, n);
     par->value[n] = '\0';
     par->len = n;
-    par->type = kind == DB_BIND_TEXT ? PG_TEXT_OID : PG_BYTEA_OID;
     par->binary = kind == DB_BIND_BLOB;
     break;
   default:
-    break; /* NULL, its type inferred */
+    break; /* NULL, its type inferred from the statement */
   }
   return DB_OK;
 }

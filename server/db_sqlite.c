@@ -218,7 +218,7 @@ static void lite_reset(struct db_st *st) {
 
 static int lite_bind(struct db_st *st, int i, int kind, const void *p, size_t n, int64_t v) {
   int rc;
-  switch (kind) {
+  switch (kind != DB_BIND_INT && !p ? DB_BIND_NULL : kind) {
   case DB_BIND_INT:
     rc = sqlite3_bind_int64(st->h, i, v);
     break;
