@@ -75,7 +75,9 @@ Test(commands, init_creates_the_database_with_its_schema) {
   init_state();
   char path[512];
   struct stat st;
-  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  /* PostgreSQL: the file naming the database, which may hold a password */
+  snprintf(path, sizeof(path), "%s/%s", state_dir,
+           pg_test_base() ? SERVER_DB_URL_FILE : SERVER_DB_FILE);
   cr_assert_eq(stat(path, &st), 0);
   cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
   struct server_db *db = open_state();
