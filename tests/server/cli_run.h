@@ -50,13 +50,17 @@ CLI_RUN_FN void slurp(const char *path, char *buf, size_t size) {
 
 /* Run SERVER_BIN with argv (argv[0] included, NULL-terminated) and wait
  * for it; it must exit (not die of a signal). Under CORDON_TEST_DB
- * (pg_test.h) every `init` gets `--db` and the test's own database. */
+ * (pg_test.h) every `init` without a --db of its own gets `--db` and the
+ * test's own database. */
 CLI_RUN_FN void cli_run_exec(struct run *r, char *const *argv_in) {
   char *argv[64];
   size_t argc = 0;
-  for (; argv_in[argc] && argc < 60; argc++)
+  bool has_db = false;
+  for (; argv_in[argc] && argc < 60; argc++) {
     argv[argc] = argv_in[argc];
-  if (argc > 1 && strcmp(argv[1], "init") == 0 && pg_test_base()) {
+    has_db |= strcmp(argv[argc], "--db") == 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "init") == 0 && pg_test_base() && !has_db) {
     if (!pg_test_name[0])
       pg_test_new_db();
     argv[argc++] = "--db";

@@ -87,6 +87,19 @@ Test(commands, init_creates_the_database_with_its_schema) {
   server_db_close(db);
 }
 
+Test(commands, init_db_that_cannot_connect_names_the_host_and_leaves_nothing) {
+  struct run r;
+  /* port 1 on loopback: nothing listens there */
+  run(&r, "init", "--db", "postgresql://cordon:pw-s3cret@127.0.0.1:1/cordon", NULL);
+  assert_one_line_error(&r, 1, "127.0.0.1");
+  cr_assert(strstr(r.err, "cannot connect"), "%s", r.err);
+  cr_assert_null(strstr(r.err, "pw-s3cret"), "the password is printed: %s", r.err);
+  cr_assert_eq(access(state_dir, F_OK), -1, "init left %s behind", state_dir);
+  run(&r, "init", "--db", "mysql://cordon@127.0.0.1/cordon", NULL);
+  assert_one_line_error(&r, 2, "postgresql://");
+  cr_assert_eq(access(state_dir, F_OK), -1);
+}
+
 Test(commands, commands_without_a_database_say_run_init) {
   struct run r;
   run(&r, "devices", NULL);
