@@ -100,6 +100,20 @@ Test(commands, init_db_that_cannot_connect_names_the_host_and_leaves_nothing) {
   cr_assert_eq(access(state_dir, F_OK), -1);
 }
 
+Test(commands, backup_and_restore_on_postgresql_are_one_line_naming_pg_dump) {
+  if (!pg_test_base())
+    cr_skip_test("the PostgreSQL pass only");
+  init_state();
+  char file[400];
+  snprintf(file, sizeof(file), "%s/copy.db", tmp_dir);
+  struct run r;
+  run(&r, "backup", file, NULL);
+  assert_one_line_error(&r, 1, "pg_dump");
+  cr_assert_eq(access(file, F_OK), -1, "nothing written");
+  run(&r, "restore", file, NULL);
+  assert_one_line_error(&r, 1, "pg_dump");
+}
+
 Test(commands, commands_without_a_database_say_run_init) {
   struct run r;
   run(&r, "devices", NULL);
