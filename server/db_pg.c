@@ -193,10 +193,16 @@ static int session_setup(struct server_db *db) {
 }
 
 /* "postgresql://user@host:port/dbname": the URL without password or
- * parameters, for messages. */
-static void describe(struct server_db *db, const char *url) {
+ * parameters, for messages. false when libpq cannot parse it (its own
+ * message may quote the URL, password and all: not shown). */
+static bool describe(struct server_db *db, const char *url) {
   char *err = NULL;
   PQconninfoOption *opts = PQconninfoParse(url, &err);
+  PQfreemem(err);
+  if (!opts) {
+    snprintf(db->path, sizeof(db->path), "postgresql://...");
+    return false;
+  }
   const char *user = "", *host = "", *port = "", *dbname = "";
   for (PQconninfoOption *o = opts; o && o->keyword; o++) {
     if (!o->val)
@@ -213,7 +219,7 @@ static void describe(struct server_db *db, const char *url) {
   snprintf(db->path, sizeof(db->path), "postgresql://%s%s%s%s%s/%s", user, *user ? "@" : "",
            *host ? host : "localhost", *port ? ":" : "", port, dbname);
   PQconninfoFree(opts);
-  PQfreemem(err);
+  return true;
 }
 
 /* A connection failure as an error: refused, unreachable, authentication,
@@ -246,7 +252,10 @@ static int pg_open(struct server_db *db, const char *state_dir, const char *url,
                : cordon_diag_set(diag, -errno, "%s: %s", state_dir, strerror(errno));
   if (!S_ISDIR(sb.st_mode))
     return cordon_diag_set(diag, -ENOTDIR, "%s is not a directory", state_dir);
-  describe(db, url);
+  if (!describe(db, url))
+    return cordon_diag_set(diag, -EINVAL,
+                           "the database URL is not a valid postgresql:// URL (libpq's form: "
+                           "postgresql://user:password@host:port/dbname?param=value)");
   if (api_version[PG_SCHEMA_VERSION] != SERVER_DB_SCHEMA_VERSION) /* a migration missing here */
     return cordon_diag_set(diag, CORDON_E_INTERNAL,
                            "%s: this cordon-server has no PostgreSQL schema %d", db->path,

@@ -1579,6 +1579,17 @@ Test(db, an_unreachable_postgresql_is_one_line_naming_the_host_never_the_passwor
   cr_assert_null(strchr(d.msg, '\n'), "%s", d.msg);
 }
 
+Test(db, a_malformed_postgresql_url_is_refused_without_quoting_it) {
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  /* a bad percent-escape in the password: libpq's message would quote it */
+  int err = server_db_open_url(state_dir, "postgresql://cordon:pw%zzs3cret@127.0.0.1:1/cordon", 0,
+                               &db, &d);
+  cr_assert_eq(err, -EINVAL, "%d %s", err, d.msg);
+  cr_assert_null(db);
+  cr_assert_null(strstr(d.msg, "s3cret"), "the password is in the message: %s", d.msg);
+}
+
 Test(db, the_url_file_is_0600_and_takes_only_postgresql_urls) {
   char dir[300];
   snprintf(dir, sizeof(dir), "%s/other", state_dir);
