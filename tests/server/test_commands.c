@@ -114,6 +114,18 @@ Test(commands, backup_and_restore_on_postgresql_are_one_line_naming_pg_dump) {
   assert_one_line_error(&r, 1, "pg_dump");
 }
 
+Test(commands, run_db_overrides_the_state_and_names_the_host_it_cannot_reach) {
+  init_state();
+  struct run r;
+  run(&r, "run", "--listen", "127.0.0.1:0", "--db", "postgresql://cordon:pw-s3cret@127.0.0.1:1/x",
+      NULL);
+  assert_one_line_error(&r, 1, "127.0.0.1");
+  cr_assert(strstr(r.err, "cannot connect"), "%s", r.err);
+  cr_assert_null(strstr(r.err, "pw-s3cret"), "the password is printed: %s", r.err);
+  run(&r, "run", "--listen", "127.0.0.1:0", "--db", "sqlite:x", NULL);
+  assert_one_line_error(&r, 2, "postgresql://");
+}
+
 Test(commands, commands_without_a_database_say_run_init) {
   struct run r;
   run(&r, "devices", NULL);
