@@ -2,8 +2,12 @@
  * the helpers the per-table files share. The public contract, invariants and
  * errors are in server/db.h.
  *
- *   db.c             open, migrations, the statement cache, transactions,
- *                    binding and column helpers, shared validation
+ *   db.c             open (which driver), migrations, the statement cache,
+ *                    transactions, binding and column helpers, validation
+ *   db_sqlite.c      the SQLite driver: the file, pragmas, its migrations,
+ *                    backup and restore
+ *   db_pg.c          the PostgreSQL driver (libpq): the dialect, its
+ *                    migrations, error mapping
  *   db_users.c       users
  *   db_pair_codes.c  pairing codes (mint, lookup, fail, consume)
  *   db_devices.c     devices, and pairing completion (code + device in one
@@ -261,6 +265,7 @@ struct db_driver {
   const char *(*errmsg)(struct server_db *db);
   void (*sync)(struct server_db *db, bool full);
 };
+/* bind's kind; TEXT or BLOB with p NULL binds a NULL of that type */
 enum { DB_BIND_NULL, DB_BIND_INT, DB_BIND_TEXT, DB_BIND_BLOB };
 
 extern const struct db_driver db_sqlite_driver;
