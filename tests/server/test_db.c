@@ -1693,3 +1693,23 @@ Test(db, a_job_result_recorded_by_two_processes_at_once_is_recorded_once) {
   }
   server_db_close(db);
 }
+
+Test(db, a_handle_whose_postgresql_connection_was_killed_connects_again) {
+  if (!pg_test_base())
+    cr_skip_test("the PostgreSQL pass only");
+  struct server_db *db = open_db();
+  add_user(db, "alice");
+  /* the server ends the handle's session, as a restart would */
+  cr_assert_eq(pg_test_exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                            " WHERE datname = current_database() AND pid <> pg_backend_pid()"),
+               0);
+  usleep(100000);
+  struct server_db_user u;
+  struct cordon_diag d = {{0}};
+  int err = server_db_user_get_by_name(db, "alice", &u, &d);
+  cr_assert(err == 0 || err == -EIO, "the statement that met the dead connection: %d %s", err,
+            d.msg);
+  cr_assert_eq(server_db_user_get_by_name(db, "alice", &u, &d), 0, "%s", d.msg);
+  add_user(db, "bob");
+  server_db_close(db);
+}
