@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libsodium-dev libuv1-dev libmsgpack-dev libseccomp-dev libcriterion-dev
       libjansson-dev libsqlite3-dev bubblewrap python3 passwd procps iproute2
-      systemd libxml2-utils git)
+      systemd libxml2-utils git
+      libpq-dev postgresql-15) # the PostgreSQL backend; the tests' throwaway cluster (pg-temp.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,6 +18,11 @@ if ((${#missing[@]})); then
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
+  # postgresql-15 for scripts/pg-temp.sh only: no system cluster of its own
+  if [[ " ${missing[*]} " == *" postgresql-15 "* ]] && [ ! -e /etc/postgresql-common/createcluster.conf ]; then
+    mkdir -p /etc/postgresql-common
+    echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

@@ -15,6 +15,13 @@ echo "== build (warnings as errors)"
 scripts/build.sh build
 echo "== tests"
 (cd build && ctest --output-on-failure -j1)
+echo "== tests on PostgreSQL: the db and server e2e tests again (label pg), on a throwaway PostgreSQL 15"
+pgdir=$(mktemp -d /tmp/cordon-pg-XXXXXX)
+trap 'scripts/pg-temp.sh stop "$pgdir"' EXIT
+pg_url=$(scripts/pg-temp.sh start "$pgdir")
+(cd build && CORDON_TEST_PG="$pg_url" ctest --output-on-failure -j1 -L pg)
+scripts/pg-temp.sh stop "$pgdir"
+trap - EXIT
 echo "== layering: no library calls into its program's main.c"
 scripts/check-layers.sh build
 echo "== man pages"

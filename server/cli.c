@@ -335,16 +335,17 @@ const char *server_cli_online_text(const json_t *sessions, const char *device_id
 
 const struct server_cli_command server_cli_commands[] = {
     {"init", server_cmd_init, "create the state directory, its keys and database",
-     FORMS({NULL, "[--keys-from STATE]",
-            "create the state directory, its keys and database; with --keys-from, another "
-            "server of STATE's cluster: STATE's keys (one identity), a state of its own"})},
+     FORMS({NULL, "[--db postgresql://...] [--keys-from STATE]",
+            "create the state directory, its keys and database (SQLite in the state "
+            "directory, or the PostgreSQL database --db names, kept in STATE/db-url); with "
+            "--keys-from (and --db), another server of STATE's cluster: STATE's keys"})},
     {"run", server_cmd_run, "the daemon",
      FORMS({NULL,
             "--listen HOST:PORT [--advertise HOST:PORT]... [--job-grace SECONDS] "
             "[--queue-ttl DURATION] [--drain-timeout SECONDS] "
             "[--log-level debug|info|warn|error] [--log-file PATH] "
             "[--metrics HOST:PORT] [--require-approval] [--max-connections N] "
-            "[--max-preauth-per-address N]",
+            "[--max-preauth-per-address N] [--db postgresql://...]",
             "the daemon: agents' sessions and pairing on HOST:PORT, admin requests on "
             "STATE/admin.sock"})},
     {"user", server_cmd_user, "users",

@@ -59,19 +59,24 @@ static void remove_made(int dirfd) {
   if (d)
     closedir(d);
   unlinkat(dirfd, SERVER_KEYS_DIR, AT_REMOVEDIR);
+  unlinkat(dirfd, SERVER_DB_URL_FILE, 0);
   unlinkat(dirfd, SERVER_DB_FILE, 0);
   unlinkat(dirfd, SERVER_DB_FILE "-wal", 0);
   unlinkat(dirfd, SERVER_DB_FILE "-shm", 0);
 }
 
-/* init --keys-from A: a second server of A's cluster, with A's identity
- * (the Noise key agents pin, the ticket and publisher keys and their
- * rotations) and nothing else of A's state (docs/SECURITY.md, "Several
+/* init --keys-from A --db URL: a second server of A's cluster, on the
+ * database URL names (A's), with A's identity (the Noise key agents pin, the
+ * ticket and publisher keys and their rotations) and nothing else of A's
+ * state (docs/SECURITY.md, "Several
  * servers"). */
-static int init_from_keys(const char *state, const char *from, int dirfd, int created) {
+static int init_from_keys(const char *state, const char *from, const char *db_url, int dirfd,
+                          int created) {
   struct cordon_diag diag = {{0}};
   int status = 0, err = server_keys_copy(from, state, &diag);
   if (err)
+    status = server_cli_fail(err, &diag);
+  if (status == 0 && (err = server_db_save_url(state, db_url, &diag)) != 0)
     status = server_cli_fail(err, &diag);
   if (status == 0) {
     struct server_db *db = NULL;
@@ -96,12 +101,12 @@ static int init_from_keys(const char *state, const char *from, int dirfd, int cr
 }
 
 int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
-  static const struct option opts[] = {
-      {"state", required_argument, NULL, 's'},
-      {"keys-from", required_argument, NULL, 'k'},
-      {"help", no_argument, NULL, 'h'},
-      {0}};
-  const char *state = cli->state_dir, *keys_from = NULL;
+  static const struct option opts[] = {{"state", required_argument, NULL, 's'},
+                                       {"db", required_argument, NULL, 'D'},
+                                       {"keys-from", required_argument, NULL, 'k'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {0}};
+  const char *state = cli->state_dir, *db_url = NULL, *keys_from = NULL;
   int c;
   optind = 0;
   while ((c = getopt_long(argc, argv, "+h", opts, NULL)) != -1) {
@@ -112,6 +117,9 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
     case 'k':
       keys_from = optarg;
       break;
+    case 'D':
+      db_url = optarg;
+      break;
     case 'h':
       return server_cli_help("init", NULL);
     default:
@@ -120,6 +128,15 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
   }
   if (optind != argc)
     return server_cli_usage("init", NULL, "init takes no arguments");
+  /* servers of one identity over two SQLite files would each refuse the
+   * devices the other paired: a cluster shares one database */
+  if (keys_from && !db_url)
+    return server_cli_usage("init", NULL,
+                            "--keys-from needs --db postgresql://...: the servers of a cluster "
+                            "share one database");
+  if (db_url && (!server_db_url_is_pg(db_url) || strlen(db_url) > SERVER_DB_URL_MAX))
+    return server_cli_usage("init", NULL, "--db: a postgresql:// URL of at most %d bytes",
+                            SERVER_DB_URL_MAX);
 
   int created = mkdir(state, 0700) == 0;
   if (!created && errno != EEXIST)
@@ -149,7 +166,7 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
     }
   }
   if (keys_from)
-    return init_from_keys(state, keys_from, dirfd, created);
+    return init_from_keys(state, keys_from, db_url, dirfd, created);
   int status = 0;
   struct cordon_diag diag = {{0}};
   const struct init_key files[] = {
@@ -189,6 +206,13 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
       break;
     }
   }
+  if (status == 0 && db_url) {
+    /* PostgreSQL: the URL is kept in the state directory (0600, it may
+     * hold a password), and every later command with --state uses it */
+    int err = server_db_save_url(state, db_url, &diag);
+    if (err)
+      status = server_cli_fail(err, &diag);
+  }
   if (status == 0) {
     /* The state database, schema and all (server/db.h). */
     struct server_db *db = NULL;
@@ -203,6 +227,7 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
     /* Leave nothing half-made behind. */
     for (size_t i = 0; i < written && i < n_files; i++)
       unlinkat(dirfd, files[i].name, 0);
+    unlinkat(dirfd, SERVER_DB_URL_FILE, 0);
     unlinkat(dirfd, SERVER_DB_FILE, 0);
     unlinkat(dirfd, SERVER_DB_FILE "-wal", 0);
     unlinkat(dirfd, SERVER_DB_FILE "-shm", 0);

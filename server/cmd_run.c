@@ -68,6 +68,7 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
                                        {"log-file", required_argument, NULL, 'f'},
                                        {"metrics", required_argument, NULL, 'm'},
                                        {"state", required_argument, NULL, 's'},
+                                       {"db", required_argument, NULL, 'D'},
                                        {"require-approval", no_argument, NULL, 'A'},
                                        {"max-connections", required_argument, NULL, 'C'},
                                        {"max-preauth-per-address", required_argument, NULL, 'P'},
@@ -108,7 +109,12 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
       metrics = optarg;
     else if (c == 's')
       state = optarg;
-    else if (c == 'A')
+    else if (c == 'D') {
+      if (!server_db_url_is_pg(optarg) || strlen(optarg) > SERVER_DB_URL_MAX)
+        return server_cli_usage("run", NULL, "--db: a postgresql:// URL of at most %d bytes",
+                                SERVER_DB_URL_MAX);
+      server_db_set_default_url(optarg); /* instead of what STATE/db-url names */
+    } else if (c == 'A')
       require_approval = 1;
     else if (c == 'C') {
       if (parse_seconds(optarg, 1, 1000000, &max_conns) < 0)

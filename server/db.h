@@ -1,4 +1,7 @@
-/* cordon-server persistent state: one SQLite database, STATE/cordon.db.
+/* cordon-server persistent state: one SQLite database, STATE/cordon.db, or
+ * a PostgreSQL database named by a postgresql:// URL (STATE/db-url, or
+ * cordon-server --db): the same functions, the same invariants, over either
+ * driver (server/db_internal.h).
  *
  * Invariants
  * - Every function that changes something has committed it (WAL,
@@ -7,12 +10,15 @@
  * - Changes that must not be seen half-done are one transaction: pairing
  *   completion (code consumed + device added), a job's result (result + final
  *   state), each schema migration.
- * - Races are settled by SQLite, not by the caller: consuming a pairing code,
+ * - Races are settled by the database, not by the caller: consuming a pairing code,
  *   a job transition and recording a result are single conditional UPDATEs;
  *   of two racing callers (threads, processes) exactly one gets 0.
  * - A handle is used by one thread at a time. Other processes (the
  *   commands, while the daemon runs) open their own handles; WAL and a 5 s
- *   busy timeout make that safe.
+ *   busy timeout make that safe. On PostgreSQL a write transaction holds
+ *   one database-wide advisory lock (SQLite's single writer) and waits at
+ *   most the same 5 s for it (lock_timeout); single statements are settled
+ *   by row locks, conditional UPDATEs re-checking their WHERE.
  * - Pairing-code secrets are never stored: only a code id (the public lookup
  *   part) and key = BLAKE2b-256("cordon-pair-code-v1" || code). The key is
  *   dropped from the row once the code is used or burned. Nothing here logs.
@@ -37,7 +43,10 @@
  *   CORDON_E_CONFIG_INVALID   the database's schema is newer than this binary
  *                             knows, or the file is not a cordon database,
  *                             or it is accessible by group or others
- *   CORDON_E_INTERNAL         anything else SQLite reports
+ *   CORDON_E_INTERNAL         anything else the database reports
+ *   -EOPNOTSUPP  backup or restore of a PostgreSQL database (use pg_dump)
+ *   -ECONNREFUSED, -EHOSTUNREACH ...  the PostgreSQL server cannot be reached
+ *                (diag names the host, never the password)
  *
  * Output parameters (out_*) are written only on success. Structs with heap
  * members are released with their _release function (NULL-safe; the struct
@@ -101,10 +110,34 @@ int server_db_open(const char *state_dir, unsigned flags, struct server_db **out
                    struct cordon_diag *diag);
 void server_db_close(struct server_db *db);
 
+/* PostgreSQL instead of SQLite: a URL postgresql://[user[:password]@]host
+ * [:port]/dbname[?param=value...] (libpq's form; host may be a socket
+ * directory, e.g. ?host=/run/postgresql). The database must exist; its
+ * schema is made and migrated as SQLite's is. */
+#define SERVER_DB_URL_FILE "db-url" /* STATE/db-url: the URL, one line, 0600 */
+#define SERVER_DB_URL_MAX 1024
+bool server_db_url_is_pg(const char *url);
+/* Keep url as the state directory's database (a new STATE/db-url, 0600):
+ * every later server_db_open of state_dir opens it. -EEXIST when there is
+ * one, -EINVAL for a URL that is not postgresql://... */
+int server_db_save_url(const char *state_dir, const char *url, struct cordon_diag *diag);
+/* As server_db_open, on url when it is not NULL; else on the process's
+ * default (server_db_set_default_url), else STATE/db-url when there is one,
+ * else STATE/cordon.db. */
+int server_db_open_url(const char *state_dir, const char *url, unsigned flags,
+                       struct server_db **out_db, struct cordon_diag *diag);
+/* The URL every server_db_open of this process uses (cordon-server run
+ * --db); NULL: each state directory's own. The string must outlive the
+ * opens. */
+void server_db_set_default_url(const char *url);
+/* "sqlite" or "postgresql". */
+const char *server_db_backend(const struct server_db *db);
+
 /* The schema version of the open database. */
 int server_db_schema_version(struct server_db *db, int *out_version, struct cordon_diag *diag);
 
-/* Write a copy of the whole database to a new file at path (0600; -EEXIST
+/* SQLite only (PostgreSQL: -EOPNOTSUPP; pg_dump and pg_restore do this).
+ * Write a copy of the whole database to a new file at path (0600; -EEXIST
  * when path exists) with SQLite's online backup: one consistent snapshot,
  * taken while other handles (the daemon) go on reading and writing. On
  * failure nothing is left at path. */

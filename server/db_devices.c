@@ -4,7 +4,6 @@
 #include "server/db.h"
 
 #include <errno.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,31 +75,31 @@ static int check_device_info(const struct server_db_device_info *info, bool need
   return 0;
 }
 
-static int read_device(sqlite3_stmt *st, struct server_db_device *d) {
+static int read_device(struct db_st *st, struct server_db_device *d) {
   memset(d, 0, sizeof(*d));
   db_col_text(st, 0, d->id, sizeof(d->id));
-  d->user_id = sqlite3_column_int64(st, 1);
+  d->user_id = db_col_int(st, 1);
   db_col_text(st, 2, d->owner, sizeof(d->owner));
   db_col_text(st, 3, d->name, sizeof(d->name));
   db_col_text(st, 4, d->platform, sizeof(d->platform));
   db_col_blob(st, 5, d->public_key, sizeof(d->public_key));
-  const char *level = (const char *)sqlite3_column_text(st, 6);
+  const char *level = db_col_str(st, 6);
   enum sandbox_level lv;
   if (level && sandbox_level_parse(level, &lv) == 0) {
     d->has_level = true;
     d->best_level = lv;
   }
   db_col_text(st, 7, d->downgrade_reason, sizeof(d->downgrade_reason));
-  d->max_jobs = sqlite3_column_int(st, 9);
-  const char *state = (const char *)sqlite3_column_text(st, 10);
+  d->max_jobs = (int)db_col_int(st, 9);
+  const char *state = db_col_str(st, 10);
   d->state =
       state && strcmp(state, "active") == 0 ? SERVER_DB_DEVICE_ACTIVE : SERVER_DB_DEVICE_REVOKED;
-  d->online = sqlite3_column_int(st, 11) != 0;
-  d->last_seen = sqlite3_column_int64(st, 12);
-  d->created = sqlite3_column_int64(st, 13);
-  db_labels_from_json((const char *)sqlite3_column_text(st, 14), &d->labels);
+  d->online = (int)db_col_int(st, 11) != 0;
+  d->last_seen = db_col_int(st, 12);
+  d->created = db_col_int(st, 13);
+  db_labels_from_json(db_col_str(st, 14), &d->labels);
   db_col_text(st, 15, d->address, sizeof(d->address));
-  if (d->state == SERVER_DB_DEVICE_ACTIVE && sqlite3_column_int(st, 16) == 0)
+  if (d->state == SERVER_DB_DEVICE_ACTIVE && (int)db_col_int(st, 16) == 0)
     d->state = SERVER_DB_DEVICE_PENDING;
   return db_col_dup(st, 8, &d->facts_json);
 }
@@ -126,19 +125,19 @@ void server_db_device_list_release(struct server_db_device_list *list) {
  * (except_id: the device itself, or NULL). */
 static int name_taken(struct server_db *db, int64_t user_id, const char *name,
                       const char *except_id, bool *out_taken, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_DEVICE_NAME_TAKEN, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_int(st, 1, user_id, &rc);
   db_bind_text(st, 2, name, &rc);
   db_bind_text(st, 3, except_id, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW)
-    *out_taken = sqlite3_column_int64(st, 0) > 0;
+  rc = db_step(st);
+  if (rc == DB_ROW)
+    *out_taken = db_col_int(st, 0) > 0;
   else
     err = db_fail(db, rc, "check device name", diag);
   db_done(st);
@@ -178,10 +177,10 @@ static int device_insert(struct server_db *db, int64_t user_id,
   int err = free_name(db, user_id, info->name, name, diag);
   if (err)
     return err;
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   if ((err = db_stmt(db, Q_DEVICE_ADD, &st, diag)))
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, id, &rc);
   db_bind_int(st, 2, user_id, &rc);
   db_bind_text(st, 3, name, &rc);
@@ -195,9 +194,9 @@ static int device_insert(struct server_db *db, int64_t user_id,
   db_bind_int(st, 11, info->pending ? 1 : 0, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
-  if (rc != SQLITE_DONE) {
-    err = db_map_rc(db->h, rc);
+  rc = db_step(st);
+  if (rc != DB_DONE) {
+    err = rc;
     if (err == -EEXIST)
       err = cordon_diag_set(diag, -EEXIST, "a device with this public key is already paired");
     else if (err == -ENOENT)
@@ -254,10 +253,10 @@ int server_db_device_resolve(struct server_db *db, const char *text, int64_t use
       return err;
     }
   }
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   if ((err = db_stmt(db, Q_DEVICE_FIND, &st, diag)))
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, text, &rc);
   db_bind_int(st, 2, user_id, &rc);
   db_bind_int(st, 3, id_prefix_valid(text), &rc);
@@ -268,18 +267,18 @@ int server_db_device_resolve(struct server_db *db, const char *text, int64_t use
   char ids[9][CORDON_ID_HEX_SIZE], owners[9][SERVER_DB_NAME_MAX + 1];
   int kinds[9];
   size_t n = 0, per[KINDS] = {0};
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < 9) {
+  while ((rc = db_step(st)) == DB_ROW && n < 9) {
     db_col_text(st, 0, ids[n], sizeof(ids[n]));
     db_col_text(st, 1, owners[n], sizeof(owners[n]));
-    const char *state = (const char *)sqlite3_column_text(st, 2);
-    bool by_name = sqlite3_column_int(st, 3) != 0;
+    const char *state = db_col_str(st, 2);
+    bool by_name = (int)db_col_int(st, 3) != 0;
     kinds[n] = !by_name                                 ? PREFIX
                : state && strcmp(state, "revoked") == 0 ? REVOKED_NAME
                                                         : ACTIVE_NAME;
     per[kinds[n]]++;
     n++;
   }
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+  if (rc != DB_ROW && rc != DB_DONE)
     err = db_fail(db, rc, "find device", diag);
   db_done(st);
   if (err)
@@ -344,25 +343,25 @@ int server_db_pair_complete(struct server_db *db, const char *code_id,
 
 static int device_get(struct server_db *db, enum db_stmt q, const char *id, const uint8_t *key,
                       struct server_db_device *out_dev, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, q, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   if (id)
     db_bind_text(st, 1, id, &rc);
   else
     db_bind_blob(st, 1, key, SERVER_DB_PUBKEY_SIZE, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
+  rc = db_step(st);
   struct server_db_device d;
-  if (rc == SQLITE_ROW) {
+  if (rc == DB_ROW) {
     if (read_device(st, &d) < 0) {
       server_db_device_release(&d);
       err = cordon_diag_set(diag, -ENOMEM, "out of memory");
     }
-  } else if (rc == SQLITE_DONE) {
+  } else if (rc == DB_DONE) {
     err = id ? cordon_diag_set(diag, -ENOENT, "no device '%.*s'", CORDON_ID_HEX_LEN, id)
              : cordon_diag_set(diag, -ENOENT, "no device with this public key");
   } else {
@@ -393,15 +392,15 @@ int server_db_device_get_by_key(struct server_db *db,
 /* After an UPDATE by device id changed nothing: why. */
 static int device_why_unchanged(struct server_db *db, const char *id, bool *out_revoked,
                                 struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, Q_DEVICE_STATE, id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, Q_DEVICE_STATE, id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    const char *s = (const char *)sqlite3_column_text(st, 0);
+  rc = db_step(st);
+  if (rc == DB_ROW) {
+    const char *s = db_col_str(st, 0);
     *out_revoked = s && strcmp(s, "revoked") == 0;
-  } else if (rc == SQLITE_DONE) {
+  } else if (rc == DB_DONE) {
     err = cordon_diag_set(diag, -ENOENT, "no device '%.*s'", CORDON_ID_HEX_LEN, id);
   } else {
     err = db_fail(db, rc, "get device", diag);
@@ -411,12 +410,12 @@ static int device_why_unchanged(struct server_db *db, const char *id, bool *out_
 }
 
 /* Run an UPDATE keyed by device id (?1) whose other bindings are set. */
-static int device_update(struct server_db *db, sqlite3_stmt *st, const char *what, int *out_changes,
+static int device_update(struct server_db *db, struct db_st *st, const char *what, int *out_changes,
                          struct cordon_diag *diag) {
   int err = db_exec_stmt(db, st, what, diag);
   if (err)
     return err;
-  *out_changes = sqlite3_changes(db->h);
+  *out_changes = db_changes(db);
   return 0;
 }
 
@@ -424,11 +423,11 @@ int server_db_device_set_online(struct server_db *db, const char *id, bool onlin
                                 struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(id))
     return cordon_diag_set(diag, -ENOENT, "no such device");
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_DEVICE_SET_ONLINE, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK, changes = 0;
+  int rc = DB_OK, changes = 0;
   db_bind_text(st, 1, id, &rc);
   db_bind_int(st, 2, online ? 1 : 0, &rc);
   db_bind_int(st, 3, server_db_now(db), &rc);
@@ -446,11 +445,11 @@ int server_db_device_set_online(struct server_db *db, const char *id, bool onlin
 int server_db_device_touch(struct server_db *db, const char *id, struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(id))
     return cordon_diag_set(diag, -ENOENT, "no such device");
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_DEVICE_TOUCH, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK, changes = 0;
+  int rc = DB_OK, changes = 0;
   db_bind_text(st, 1, id, &rc);
   db_bind_int(st, 2, server_db_now(db), &rc);
   if ((err = db_bind_check(db, st, rc, diag)) ||
@@ -467,10 +466,10 @@ int server_db_device_update_info(struct server_db *db, const char *id,
   int err = check_device_info(info, false, diag);
   if (err)
     return err;
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   if ((err = db_stmt(db, Q_DEVICE_UPDATE_INFO, &st, diag)))
     return err;
-  int rc = SQLITE_OK, changes = 0;
+  int rc = DB_OK, changes = 0;
   db_bind_text(st, 1, id, &rc);
   db_bind_text(st, 2, info->name, &rc);
   db_bind_text(st, 3, info->platform, &rc);
@@ -493,11 +492,11 @@ int server_db_device_revoke(struct server_db *db, const char *id, struct cordon_
   if (!cordon_id_hex_valid(id))
     return cordon_diag_set(diag, -ENOENT, "no device '%.*s' (ids are %d hex digits)",
                            CORDON_ID_HEX_LEN, id ? id : "", CORDON_ID_HEX_LEN);
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_DEVICE_REVOKE, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK, changes = 0;
+  int rc = DB_OK, changes = 0;
   db_bind_text(st, 1, id, &rc);
   if ((err = db_bind_check(db, st, rc, diag)) ||
       (err = device_update(db, st, "revoke device", &changes, diag)))
@@ -512,24 +511,24 @@ int server_db_device_revoke(struct server_db *db, const char *id, struct cordon_
 
 int server_db_device_list(struct server_db *db, int64_t user_id,
                           struct server_db_device_list *out_list, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_DEVICE_LIST, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_int(st, 1, user_id, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   struct server_db_device_list l = {0};
   size_t cap = 0;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+  while ((rc = db_step(st)) == DB_ROW) {
     struct server_db_device *d = db_list_push((void **)&l.items, &l.count, &cap, sizeof(*d));
     if (!d || read_device(st, d) < 0) {
       err = cordon_diag_set(diag, -ENOMEM, "out of memory");
       break;
     }
   }
-  if (!err && rc != SQLITE_DONE)
+  if (!err && rc != DB_DONE)
     err = db_fail(db, rc, "list devices", diag);
   db_done(st);
   if (err) {
@@ -542,19 +541,19 @@ int server_db_device_list(struct server_db *db, int64_t user_id,
 
 int server_db_device_count_by_state(struct server_db *db, size_t out_counts[2],
                                     struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_DEVICE_COUNT_BY_STATE, &st, diag);
   if (err)
     return err;
   size_t counts[2] = {0, 0};
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-    const char *state = (const char *)sqlite3_column_text(st, 0);
+  while ((rc = db_step(st)) == DB_ROW) {
+    const char *state = db_col_str(st, 0);
     counts[state && strcmp(state, "active") == 0 ? SERVER_DB_DEVICE_ACTIVE
                                                  : SERVER_DB_DEVICE_REVOKED] +=
-        (size_t)sqlite3_column_int64(st, 1);
+        (size_t)db_col_int(st, 1);
   }
-  if (rc != SQLITE_DONE)
+  if (rc != DB_DONE)
     err = db_fail(db, rc, "count devices by state", diag);
   db_done(st);
   if (!err)
@@ -573,10 +572,10 @@ int server_db_device_approve(struct server_db *db, const char *id, struct cordon
     return cordon_diag_set(diag, -EPERM, "device %s is revoked", id);
   if (was != SERVER_DB_DEVICE_PENDING)
     return cordon_diag_set(diag, -EALREADY, "device %s is not pending", id);
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   if ((err = db_stmt(db, Q_DEVICE_APPROVE, &st, diag)))
     return err;
-  int rc = SQLITE_OK, changes = 0;
+  int rc = DB_OK, changes = 0;
   db_bind_text(st, 1, id, &rc);
   if ((err = db_bind_check(db, st, rc, diag)) ||
       (err = device_update(db, st, "approve device", &changes, diag)))
@@ -602,8 +601,8 @@ int server_db_device_rename(struct server_db *db, const char *id, const char *na
   bool taken = false;
   if ((err = db_tx_begin(db, diag)))
     return err;
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, changes = 0;
+  struct db_st *st = NULL;
+  int rc = DB_OK, changes = 0;
   if ((err = name_taken(db, user, name, id, &taken, diag)))
     goto out_rollback;
   if (taken) {
@@ -630,17 +629,18 @@ int server_db_device_sign_key(struct server_db *db, const char *id,
                               uint8_t out_key[SERVER_DB_SIGN_KEY_SIZE], struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(id))
     return cordon_diag_set(diag, -ENOENT, "no such device");
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, Q_DEVICE_SIGN_KEY, id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, Q_DEVICE_SIGN_KEY, id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    if (sqlite3_column_bytes(st, 0) != SERVER_DB_SIGN_KEY_SIZE)
+  rc = db_step(st);
+  if (rc == DB_ROW) {
+    size_t n = 0;
+    if (!db_col_blob_ptr(st, 0, &n) || n != SERVER_DB_SIGN_KEY_SIZE)
       err = cordon_diag_set(diag, -ENODATA, "device %s has no signing key", id);
     else
       db_col_blob(st, 0, out_key, SERVER_DB_SIGN_KEY_SIZE);
-  } else if (rc == SQLITE_DONE) {
+  } else if (rc == DB_DONE) {
     err = cordon_diag_set(diag, -ENOENT, "no device '%s'", id);
   } else {
     err = db_fail(db, rc, "device signing key", diag);
@@ -654,11 +654,11 @@ int server_db_device_register_sign_key(struct server_db *db, const char *id,
                                        struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(id))
     return cordon_diag_set(diag, -ENOENT, "no such device");
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_DEVICE_SET_SIGN_KEY, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK, changes = 0;
+  int rc = DB_OK, changes = 0;
   db_bind_text(st, 1, id, &rc);
   db_bind_blob(st, 2, key, SERVER_DB_SIGN_KEY_SIZE, &rc);
   if ((err = db_bind_check(db, st, rc, diag)) ||

@@ -2,8 +2,12 @@
  * the helpers the per-table files share. The public contract, invariants and
  * errors are in server/db.h.
  *
- *   db.c             open, migrations, the statement cache, transactions,
- *                    binding and column helpers, shared validation
+ *   db.c             open (which driver), migrations, the statement cache,
+ *                    transactions, binding and column helpers, validation
+ *   db_sqlite.c      the SQLite driver: the file, pragmas, its migrations,
+ *                    backup and restore
+ *   db_pg.c          the PostgreSQL driver (libpq): the dialect, its
+ *                    migrations, error mapping
  *   db_users.c       users
  *   db_pair_codes.c  pairing codes (mint, lookup, fail, consume)
  *   db_devices.c     devices, and pairing completion (code + device in one
@@ -21,7 +25,6 @@
 #ifndef CORDON_SERVER_DB_INTERNAL_H
 #define CORDON_SERVER_DB_INTERNAL_H
 
-#include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -54,7 +57,7 @@
 
 /* users (db_users.c) */
 #define DB_USER_STATEMENTS(X)                                                                      \
-  X(USER_ADD, "INSERT INTO users (name, created) VALUES (?1, ?2)")                                 \
+  X(USER_ADD, "INSERT INTO users (name, created) VALUES (?1, ?2) RETURNING id")                    \
   X(USER_GET, "SELECT id, name, created, require_approval, removed FROM users WHERE id = ?1")      \
   X(USER_GET_BY_NAME, "SELECT id, name, created, require_approval, removed FROM users"             \
                       " WHERE name = ?1")                                                          \
@@ -96,7 +99,7 @@
   X(DEVICE_ADD, "INSERT INTO devices (id, user_id, name, platform, public_key, best_level,"        \
                 " downgrade_reason, facts, max_jobs, state, online, last_seen, created, approved)" \
                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 'active', 0, 0, ?10,"                \
-                " CASE WHEN ?11 OR (SELECT require_approval FROM users WHERE id = ?2)"             \
+                " CASE WHEN ?11 <> 0 OR (SELECT require_approval FROM users WHERE id = ?2) <> 0"   \
                 " THEN 0 ELSE 1 END)")                                                             \
   X(DEVICE_APPROVE, "UPDATE devices SET approved = 1 WHERE id = ?1 AND state = 'active'"           \
                     " AND approved = 0")                                                           \
@@ -110,7 +113,7 @@
   X(DEVICE_FIND,                                                                                   \
     "SELECT d.id, u.name, d.state, d.name = ?1 FROM devices d JOIN users u ON u.id = d.user_id"    \
     " WHERE (?2 = 0 OR d.user_id = ?2) AND (d.name = ?1 OR"                                        \
-    " (?3 AND substr(d.id, 1, length(?1)) = ?1))"                                                  \
+    " (?3 <> 0 AND substr(d.id, 1, length(?1)) = ?1))"                                             \
     " ORDER BY d.name = ?1 DESC, d.state = 'revoked', d.id LIMIT 9")                               \
   X(DEVICE_RENAME, "UPDATE devices SET name = ?2 WHERE id = ?1 AND state <> 'revoked'")            \
   X(DEVICE_SET_ONLINE, "UPDATE devices SET online = ?2, last_seen = ?3"                            \
@@ -182,6 +185,13 @@
   DB_LABEL_STATEMENTS(X)                                                                           \
   DB_JOB_STATEMENTS(X)
 
+/* Where PostgreSQL's text is not the translation of SQLite's: a write
+ * transaction takes one lock for the whole database, as BEGIN IMMEDIATE
+ * does in SQLite, so that what SQLite's single writer settled (a count
+ * then an insert, a name check then a rename) stays settled when several
+ * handles and servers write at once. */
+#define DB_PG_STATEMENTS(X) X(BEGIN_IMMEDIATE, "BEGIN; SELECT pg_advisory_xact_lock(1668248164)")
+
 enum db_stmt {
 #define DB_STMT_ENUM_(name, sql) Q_##name,
   DB_STATEMENTS(DB_STMT_ENUM_)
@@ -189,60 +199,152 @@ enum db_stmt {
       Q_COUNT_
 };
 
+/* --- the storage driver --------------------------------------------------
+ *
+ * One statement table, two backends (db_sqlite.c, db_pg.c): the table files
+ * bind, step and read columns through the db_* helpers below, which call
+ * the handle's driver. The SQL of DB_STATEMENTS is SQLite's; the PostgreSQL
+ * driver translates it (?N -> $N, json_group_object -> json_object_agg) and
+ * takes a whole statement from DB_PG_STATEMENTS where the dialects differ.
+ *
+ * Step results: DB_ROW, DB_DONE, or a negative db.h error (already mapped,
+ * the driver's message kept for db_fail). */
+#define DB_OK 0
+#define DB_ROW 100
+#define DB_DONE 101
+#define DB_PARAMS_MAX 16 /* the highest ?N of any statement */
+
+struct db_param {
+  char *value; /* heap; NULL binds NULL */
+  size_t len;
+  unsigned type; /* PostgreSQL type oid, 0 = let the server infer it */
+  bool binary;   /* bytea, sent as bytes */
+};
+
+/* A statement of the table, prepared for the handle's backend. */
+struct db_st {
+  struct server_db *db;
+  void *h; /* SQLite: its sqlite3_stmt; PostgreSQL: the PGresult of the last run */
+  bool ready;
+  /* PostgreSQL only */
+  char *sql; /* translated text */
+  int nparams;
+  struct db_param params[DB_PARAMS_MAX];
+  bool ran;
+  int row, rows;
+  int blob_col, blob_row; /* which column blob holds, decoded */
+  uint8_t *blob;
+  size_t blob_len;
+};
+
+struct db_driver {
+  const char *name; /* "sqlite", "postgresql" */
+  /* migrations[n] takes the backend's schema from n to n + 1; api_version[n]
+   * is the SERVER_DB_SCHEMA_VERSION that backend version n means. */
+  const char *const *migrations;
+  int schema_version;
+  const int *api_version;
+  int (*open)(struct server_db *db, const char *state_dir, const char *url, unsigned flags,
+              struct cordon_diag *diag);
+  void (*close)(struct server_db *db);
+  /* whether the database is empty, ours (schema_version), or foreign */
+  int (*probe)(struct server_db *db, bool *out_has_table, bool *out_empty, bool *out_foreign,
+               struct cordon_diag *diag);
+  int (*exec_script)(struct server_db *db, const char *sql); /* its message: errmsg */
+  int (*prepare)(struct server_db *db, struct db_st *st, const char *sql, const char *pg_sql,
+                 struct cordon_diag *diag);
+  void (*finalize)(struct db_st *st);
+  int (*step)(struct db_st *st);
+  void (*reset)(struct db_st *st);
+  int (*bind)(struct db_st *st, int i, int kind, const void *p, size_t n, int64_t v);
+  int64_t (*col_int)(struct db_st *st, int i);
+  const char *(*col_str)(struct db_st *st, int i);
+  const void *(*col_blob)(struct db_st *st, int i, size_t *out_len);
+  int64_t (*changes)(struct server_db *db);
+  bool (*in_tx)(struct server_db *db);
+  const char *(*errmsg)(struct server_db *db);
+  void (*sync)(struct server_db *db, bool full);
+};
+/* bind's kind; TEXT or BLOB with p NULL binds a NULL of that type */
+enum { DB_BIND_NULL, DB_BIND_INT, DB_BIND_TEXT, DB_BIND_BLOB };
+
+extern const struct db_driver db_sqlite_driver;
+extern const struct db_driver db_pg_driver;
+
 struct server_db {
-  sqlite3 *h;
-  sqlite3_stmt *stmts[Q_COUNT_];
+  const struct db_driver *drv;
+  void *h; /* the driver's connection: sqlite3 * or PGconn * */
+  struct db_st stmts[Q_COUNT_];
   int64_t fixed_now;
-  char path[4096];
+  int64_t changes;  /* PostgreSQL: rows the last statement changed */
+  char errmsg[256]; /* PostgreSQL: the last error, one line */
+  char path[4096];  /* for messages: the SQLite file, or the URL without its password */
 };
 
 /* --- errors --------------------------------------------------------------- */
 
-/* An SQLite result code as a db.h error (0 for OK, DONE and ROW). */
-int db_map_rc(sqlite3 *h, int rc);
-/* Map rc to an error and describe it: "<path>: <what>: <sqlite message>". */
+/* Describe a failed step: "<path>: <what>: <driver message>"; rc is a
+ * negative error (anything else becomes CORDON_E_INTERNAL). */
 int db_fail(struct server_db *db, int rc, const char *what, struct cordon_diag *diag);
 
 /* --- statements and transactions ------------------------------------------ */
 
 /* The cached statement for q, reset and without bindings. */
-int db_stmt(struct server_db *db, enum db_stmt q, sqlite3_stmt **out_st, struct cordon_diag *diag);
+int db_stmt(struct server_db *db, enum db_stmt q, struct db_st **out_st, struct cordon_diag *diag);
+/* DB_ROW, DB_DONE or a negative error. */
+int db_step(struct db_st *st);
 /* Done with a statement: reset it so it holds no locks, drop bindings. */
-void db_done(sqlite3_stmt *st);
+void db_done(struct db_st *st);
 /* Run a bound statement whose rows do not matter, then db_done it. */
-int db_exec_stmt(struct server_db *db, sqlite3_stmt *st, const char *what,
+int db_exec_stmt(struct server_db *db, struct db_st *st, const char *what,
                  struct cordon_diag *diag);
 /* db_exec_stmt of q, which takes no bindings. */
 int db_simple(struct server_db *db, enum db_stmt q, const char *what, struct cordon_diag *diag);
+/* Rows the last finished statement changed. */
+int64_t db_changes(struct server_db *db);
+/* Whether a transaction is open. */
+bool db_in_tx(struct server_db *db);
 
-/* BEGIN IMMEDIATE; COMMIT (rolled back if it fails); ROLLBACK if one is open. */
+/* BEGIN IMMEDIATE (PostgreSQL: BEGIN and the one writer lock); COMMIT
+ * (rolled back if it fails); ROLLBACK if one is open. */
 int db_tx_begin(struct server_db *db, struct cordon_diag *diag);
 int db_tx_commit(struct server_db *db, struct cordon_diag *diag);
 void db_tx_rollback(struct server_db *db);
 
-/* The next commits without a sync (WAL, synchronous=NORMAL: atomic, made
- * durable by the next synced commit or checkpoint), until
- * db_sync_restore. Only for rows whose loss in a crash decides nothing
- * (docs/ARCHITECTURE.md, "Durable writes"). */
+/* The next commits without a sync (SQLite: WAL, synchronous=NORMAL;
+ * PostgreSQL: synchronous_commit off — atomic, made durable by the next
+ * synced commit), until db_sync_restore. Only for rows whose loss in a
+ * crash decides nothing (docs/ARCHITECTURE.md, "Durable writes"). */
 void db_sync_relax(struct server_db *db);
 void db_sync_restore(struct server_db *db);
 
 /* Bind helpers: the first failure is kept in *rc and reported (with the
  * statement reset) by db_bind_check. A NULL string binds NULL. */
-void db_bind_text(sqlite3_stmt *st, int i, const char *s, int *rc);
-void db_bind_int(sqlite3_stmt *st, int i, int64_t v, int *rc);
-void db_bind_blob(sqlite3_stmt *st, int i, const void *p, size_t n, int *rc);
-int db_bind_check(struct server_db *db, sqlite3_stmt *st, int rc, struct cordon_diag *diag);
+void db_bind_text(struct db_st *st, int i, const char *s, int *rc);
+void db_bind_int(struct db_st *st, int i, int64_t v, int *rc);
+void db_bind_blob(struct db_st *st, int i, const void *p, size_t n, int *rc);
+int db_bind_check(struct server_db *db, struct db_st *st, int rc, struct cordon_diag *diag);
 /* db_stmt, then text (a job's, a device's id...) bound as ?1 and checked:
  * the statement ready to step, or the error (nothing to release then). */
-int db_stmt_text(struct server_db *db, enum db_stmt q, const char *text, sqlite3_stmt **out_st,
+int db_stmt_text(struct server_db *db, enum db_stmt q, const char *text, struct db_st **out_st,
                  struct cordon_diag *diag);
 
-/* Column helpers: text into a fixed buffer ("" for NULL, truncated); a heap
- * copy (NULL for NULL; -ENOMEM); a blob of exactly size bytes (else zeros). */
-void db_col_text(sqlite3_stmt *st, int i, char *dst, size_t size);
-int db_col_dup(sqlite3_stmt *st, int i, char **out);
-void db_col_blob(sqlite3_stmt *st, int i, uint8_t *dst, size_t size);
+/* Column helpers: an integer (a boolean is 0 or 1); text (NULL for NULL);
+ * a blob and its length (NULL for NULL); text into a fixed buffer ("" for
+ * NULL, truncated); a heap copy (NULL for NULL; -ENOMEM); a blob of exactly
+ * size bytes (else zeros). */
+int64_t db_col_int(struct db_st *st, int i);
+const char *db_col_str(struct db_st *st, int i);
+const void *db_col_blob_ptr(struct db_st *st, int i, size_t *out_len);
+void db_col_text(struct db_st *st, int i, char *dst, size_t size);
+int db_col_dup(struct db_st *st, int i, char **out);
+void db_col_blob(struct db_st *st, int i, uint8_t *dst, size_t size);
+
+/* The stored schema version (the backend's numbering): 0 for an empty
+ * database, CORDON_E_CONFIG_INVALID for one that is not cordon's. */
+int db_read_schema_version(struct server_db *db, int *out_version, struct cordon_diag *diag);
+/* Migrate up to the driver's newest schema, one transaction per step. */
+int db_migrate(struct server_db *db, struct cordon_diag *diag);
 
 /* Grow an array by one zeroed element; NULL when out of memory. */
 void *db_list_push(void **items, size_t *count, size_t *cap, size_t elem);

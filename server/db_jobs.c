@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <jansson.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,22 +59,22 @@ bool server_db_job_transition_is_legal(enum server_db_job_state from, enum serve
   }
 }
 
-static int read_job(sqlite3_stmt *st, struct server_db_job *j) {
+static int read_job(struct db_st *st, struct server_db_job *j) {
   memset(j, 0, sizeof(*j));
   db_col_text(st, 0, j->id, sizeof(j->id));
-  j->user_id = sqlite3_column_int64(st, 1);
+  j->user_id = db_col_int(st, 1);
   db_col_text(st, 2, j->user, sizeof(j->user));
   db_col_text(st, 3, j->device_id, sizeof(j->device_id));
   db_col_blob(st, 4, j->package_hash, sizeof(j->package_hash));
   enum server_db_job_state s = SERVER_DB_JOB_FAILED;
-  server_db_job_state_parse((const char *)sqlite3_column_text(st, 6), &s);
+  server_db_job_state_parse(db_col_str(st, 6), &s);
   j->state = s;
   db_col_text(st, 7, j->error, sizeof(j->error));
-  j->created = sqlite3_column_int64(st, 9);
-  j->updated = sqlite3_column_int64(st, 10);
-  j->deadline = sqlite3_column_int64(st, 11);
-  j->queue_expires = sqlite3_column_int64(st, 12);
-  db_labels_from_json((const char *)sqlite3_column_text(st, 13), &j->where);
+  j->created = db_col_int(st, 9);
+  j->updated = db_col_int(st, 10);
+  j->deadline = db_col_int(st, 11);
+  j->queue_expires = db_col_int(st, 12);
+  db_labels_from_json(db_col_str(st, 13), &j->where);
   db_col_text(st, 14, j->package_name, sizeof(j->package_name));
   db_col_text(st, 15, j->package_version, sizeof(j->package_version));
   db_col_text(st, 16, j->device_name, sizeof(j->device_name));
@@ -128,12 +127,12 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   char *where = db_labels_dump(job->where, &err);
   if (err)
     return cordon_diag_set(diag, err, "out of memory");
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   if ((err = db_stmt(db, Q_JOB_ADD, &st, diag))) {
     free(where);
     return err;
   }
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, id, &rc);
   db_bind_int(st, 2, job->user_id, &rc);
   db_bind_text(st, 3, job->device_id, &rc);
@@ -156,16 +155,15 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   bool now = job->deadline > 0;
   if (now)
     db_sync_relax(db);
-  rc = sqlite3_step(st);
+  rc = db_step(st);
   if (now)
     db_sync_restore(db);
-  if (rc != SQLITE_DONE) {
-    if (job->key && sqlite3_extended_errcode(db->h) == SQLITE_CONSTRAINT_UNIQUE)
+  if (rc != DB_DONE) {
+    if (job->key && rc == -EEXIST)
       err = cordon_diag_set(diag, -EEXIST, "a job with this key exists");
     else
-      err = db_map_rc(db->h, rc) == -ENOENT
-                ? cordon_diag_set(diag, -ENOENT, "no such user or device for the job")
-                : db_fail(db, rc, "add job", diag);
+      err = rc == -ENOENT ? cordon_diag_set(diag, -ENOENT, "no such user or device for the job")
+                          : db_fail(db, rc, "add job", diag);
   }
   db_done(st);
   if (!err)
@@ -177,18 +175,18 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
 static int job_peek(struct server_db *db, const char *id, enum server_db_job_state *out_state,
                     char out_device[CORDON_ID_HEX_SIZE], bool *out_has_result,
                     struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, Q_JOB_PEEK, id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, Q_JOB_PEEK, id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
+  rc = db_step(st);
+  if (rc == DB_ROW) {
     enum server_db_job_state s = SERVER_DB_JOB_FAILED;
-    server_db_job_state_parse((const char *)sqlite3_column_text(st, 0), &s);
+    server_db_job_state_parse(db_col_str(st, 0), &s);
     *out_state = s;
     db_col_text(st, 1, out_device, CORDON_ID_HEX_SIZE);
-    *out_has_result = sqlite3_column_int(st, 2) != 0;
-  } else if (rc == SQLITE_DONE) {
+    *out_has_result = (int)db_col_int(st, 2) != 0;
+  } else if (rc == DB_DONE) {
     err = cordon_diag_set(diag, -ENOENT, "no job '%s'", id);
   } else {
     err = db_fail(db, rc, "get job", diag);
@@ -209,11 +207,11 @@ int server_db_job_transition(struct server_db *db, const char *id, enum server_d
   if (error_code && !db_valid_token(error_code, SERVER_DB_CODE_MAX))
     return cordon_diag_set(diag, -EINVAL, "error code must be 1..%d of [a-z0-9_-]",
                            SERVER_DB_CODE_MAX);
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_JOB_TRANSITION, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, id, &rc);
   db_bind_text(st, 2, server_db_job_state_name(from), &rc);
   db_bind_text(st, 3, server_db_job_state_name(to), &rc);
@@ -232,7 +230,7 @@ int server_db_job_transition(struct server_db *db, const char *id, enum server_d
     db_sync_restore(db);
   if (err)
     return err;
-  if (sqlite3_changes(db->h) == 1)
+  if (db_changes(db) == 1)
     return 0;
   enum server_db_job_state now_state;
   char dev[CORDON_ID_HEX_SIZE];
@@ -251,26 +249,25 @@ int server_db_job_send(struct server_db *db, const char *id, const char *device_
     return cordon_diag_set(diag, -ENOENT, "no such device");
   if (deadline < 0)
     return cordon_diag_set(diag, -EINVAL, "negative deadline");
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_JOB_SEND, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, id, &rc);
   db_bind_text(st, 2, device_id, &rc);
   db_bind_int(st, 3, deadline, &rc);
   db_bind_int(st, 4, server_db_now(db), &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
-  if (rc != SQLITE_DONE)
-    err = db_map_rc(db->h, rc) == -ENOENT
-              ? cordon_diag_set(diag, -ENOENT, "no device '%s'", device_id)
-              : db_fail(db, rc, "send job", diag);
+  rc = db_step(st);
+  if (rc != DB_DONE)
+    err = rc == -ENOENT ? cordon_diag_set(diag, -ENOENT, "no device '%s'", device_id)
+                        : db_fail(db, rc, "send job", diag);
   db_done(st);
   if (err)
     return err;
-  if (sqlite3_changes(db->h) == 1)
+  if (db_changes(db) == 1)
     return 0;
   enum server_db_job_state s;
   char dev[CORDON_ID_HEX_SIZE];
@@ -308,11 +305,11 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
   if (!result_json || !db_valid_json(result_json, SERVER_DB_RESULT_MAX, true))
     return cordon_diag_set(diag, -EINVAL, "a job result must be a JSON object of at most %d bytes",
                            SERVER_DB_RESULT_MAX);
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_JOB_RECORD_RESULT, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, id, &rc);
   db_bind_text(st, 2, device_id, &rc);
   db_bind_text(st, 3, result_json, &rc);
@@ -323,19 +320,18 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
     db_bind_blob(st, 7, receipt, receipt_len, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
+  rc = db_step(st);
   bool updated = false;
   enum server_db_job_state after = final;
-  if (rc == SQLITE_ROW) {
+  if (rc == DB_ROW) {
     updated = true;
-    server_db_job_state_parse((const char *)sqlite3_column_text(st, 0), &after);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    server_db_job_state_parse(db_col_str(st, 0), &after);
+    while ((rc = db_step(st)) == DB_ROW)
       ;
   }
-  if (rc != SQLITE_DONE)
-    err = db_map_rc(db->h, rc) == -EPERM
-              ? cordon_diag_set(diag, -EALREADY, "job %s already has a result", id)
-              : db_fail(db, rc, "record result", diag);
+  if (rc != DB_DONE)
+    err = rc == -EPERM ? cordon_diag_set(diag, -EALREADY, "job %s already has a result", id)
+                       : db_fail(db, rc, "record result", diag);
   db_done(st);
   if (err)
     return err;
@@ -359,16 +355,16 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
 
 /* The one row of the bound job query st into *out_job: 0, -ENOENT ("no
  * job 'id'", or "no job with this key" when id is NULL) or the error. */
-static int job_one(struct server_db *db, sqlite3_stmt *st, const char *id,
+static int job_one(struct server_db *db, struct db_st *st, const char *id,
                    struct server_db_job *out_job, struct cordon_diag *diag) {
-  int err = 0, rc = sqlite3_step(st);
+  int err = 0, rc = db_step(st);
   struct server_db_job j;
-  if (rc == SQLITE_ROW) {
+  if (rc == DB_ROW) {
     if (read_job(st, &j) < 0) {
       server_db_job_release(&j);
       err = cordon_diag_set(diag, -ENOMEM, "out of memory");
     }
-  } else if (rc == SQLITE_DONE) {
+  } else if (rc == DB_DONE) {
     err = id ? cordon_diag_set(diag, -ENOENT, "no job '%s'", id)
              : cordon_diag_set(diag, -ENOENT, "no job with this key");
   } else {
@@ -385,7 +381,7 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
   if (!cordon_id_hex_valid(id))
     return cordon_diag_set(diag, -ENOENT, "no job '%.*s' (ids are %d hex digits)",
                            CORDON_ID_HEX_LEN, id ? id : "", CORDON_ID_HEX_LEN);
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt_text(db, Q_JOB_GET, id, &st, diag);
   if (err)
     return err;
@@ -410,19 +406,19 @@ json_t *server_db_job_to_json(const struct server_db_job *job) {
 }
 
 /* Collect the rows of a bound job query. */
-static int job_collect(struct server_db *db, sqlite3_stmt *st, struct server_db_job_list *out_list,
+static int job_collect(struct server_db *db, struct db_st *st, struct server_db_job_list *out_list,
                        struct cordon_diag *diag) {
   struct server_db_job_list l = {0};
   size_t cap = 0;
   int rc, err = 0;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+  while ((rc = db_step(st)) == DB_ROW) {
     struct server_db_job *j = db_list_push((void **)&l.items, &l.count, &cap, sizeof(*j));
     if (!j || read_job(st, j) < 0) {
       err = cordon_diag_set(diag, -ENOMEM, "out of memory");
       break;
     }
   }
-  if (!err && rc != SQLITE_DONE)
+  if (!err && rc != DB_DONE)
     err = db_fail(db, rc, "list jobs", diag);
   db_done(st);
   if (err) {
@@ -435,13 +431,13 @@ static int job_collect(struct server_db *db, sqlite3_stmt *st, struct server_db_
 
 int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
                        struct server_db_job_list *out_list, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_JOB_LIST, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_int(st, 1, user_id, &rc);
-  db_bind_int(st, 2, limit == 0 || limit > INT64_MAX ? -1 : (int64_t)limit, &rc);
+  db_bind_int(st, 2, limit == 0 || limit > INT64_MAX ? INT64_MAX : (int64_t)limit, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return job_collect(db, st, out_list, diag);
@@ -449,16 +445,16 @@ int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
 
 int server_db_job_list_filtered(struct server_db *db, const struct server_db_job_filter *f,
                                 struct server_db_job_list *out_list, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_JOB_LIST_FILTERED, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_int(st, 1, f->user_id, &rc);
   db_bind_text(st, 2, f->device_id, &rc);
   db_bind_text(st, 3, f->has_state ? server_db_job_state_name(f->state) : NULL, &rc);
   db_bind_int(st, 4, f->since, &rc);
-  db_bind_int(st, 5, f->limit == 0 || f->limit > INT64_MAX ? -1 : (int64_t)f->limit, &rc);
+  db_bind_int(st, 5, f->limit == 0 || f->limit > INT64_MAX ? INT64_MAX : (int64_t)f->limit, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return job_collect(db, st, out_list, diag);
@@ -469,7 +465,7 @@ int server_db_job_list_active_on_device(struct server_db *db, const char *device
                                         struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(device_id))
     return cordon_diag_set(diag, -ENOENT, "no such device");
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt_text(db, Q_JOB_LIST_ACTIVE_ON_DEVICE, device_id, &st, diag);
   if (err)
     return err;
@@ -479,11 +475,11 @@ int server_db_job_list_active_on_device(struct server_db *db, const char *device
 /* The jobs of a list statement whose ?1, when bind_now, is the clock. */
 static int job_list_by(struct server_db *db, enum db_stmt q, bool bind_now,
                        struct server_db_job_list *out_list, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, q, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   if (bind_now)
     db_bind_int(st, 1, server_db_now(db), &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
@@ -510,14 +506,14 @@ int server_db_job_count_in_flight(struct server_db *db, const char *device_id, s
                                   struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(device_id))
     return cordon_diag_set(diag, -ENOENT, "no such device");
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, Q_JOB_COUNT_IN_FLIGHT, device_id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, Q_JOB_COUNT_IN_FLIGHT, device_id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
+  rc = db_step(st);
   int64_t n = 0;
-  if (rc == SQLITE_ROW)
-    n = sqlite3_column_int64(st, 0);
+  if (rc == DB_ROW)
+    n = db_col_int(st, 0);
   else
     err = db_fail(db, rc, "count jobs", diag);
   db_done(st);
@@ -528,18 +524,18 @@ int server_db_job_count_in_flight(struct server_db *db, const char *device_id, s
 
 int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_DB_JOB_STATE_COUNT],
                                  struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_JOB_COUNT_BY_STATE, &st, diag);
   if (err)
     return err;
   size_t counts[SERVER_DB_JOB_STATE_COUNT] = {0};
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+  while ((rc = db_step(st)) == DB_ROW) {
     enum server_db_job_state s;
-    if (server_db_job_state_parse((const char *)sqlite3_column_text(st, 0), &s) == 0)
-      counts[s] += (size_t)sqlite3_column_int64(st, 1);
+    if (server_db_job_state_parse(db_col_str(st, 0), &s) == 0)
+      counts[s] += (size_t)db_col_int(st, 1);
   }
-  if (rc != SQLITE_DONE)
+  if (rc != DB_DONE)
     err = db_fail(db, rc, "count jobs by state", diag);
   db_done(st);
   if (!err)
@@ -553,19 +549,19 @@ int server_db_job_set_ticket(struct server_db *db, const char *id, const uint8_t
     return cordon_diag_set(diag, -ENOENT, "no such job");
   if (!ticket || len == 0 || len > SERVER_DB_TICKET_MAX)
     return cordon_diag_set(diag, -EINVAL, "a ticket is 1..%d bytes", SERVER_DB_TICKET_MAX);
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_JOB_SET_TICKET, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, id, &rc);
   db_bind_blob(st, 2, ticket, len, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
-  int changes = sqlite3_changes(db->h);
+  rc = db_step(st);
+  int changes = db_changes(db);
   db_done(st);
-  if (rc != SQLITE_DONE)
+  if (rc != DB_DONE)
     return db_fail(db, rc, "set ticket", diag);
   return changes == 1 ? 0 : cordon_diag_set(diag, -ESTALE, "job %s is not queued", id);
 }
@@ -588,14 +584,14 @@ static int job_blob(struct server_db *db, enum db_stmt q, const char *id, const 
                     uint8_t *out, size_t cap, size_t *out_len, struct cordon_diag *diag) {
   if (!cordon_id_hex_valid(id))
     return cordon_diag_set(diag, -ENOENT, "no such job");
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, q, id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, q, id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
-    const void *p = sqlite3_column_blob(st, 0);
-    size_t n = (size_t)sqlite3_column_bytes(st, 0);
+  rc = db_step(st);
+  if (rc == DB_ROW) {
+    size_t n = 0;
+    const void *p = db_col_blob_ptr(st, 0, &n);
     if (!p || n == 0)
       err = cordon_diag_set(diag, -ENODATA, "job %s has no %s", id, what);
     else if (n > cap)
@@ -604,7 +600,7 @@ static int job_blob(struct server_db *db, enum db_stmt q, const char *id, const 
       memcpy(out, p, n);
       *out_len = n;
     }
-  } else if (rc == SQLITE_DONE) {
+  } else if (rc == DB_DONE) {
     err = cordon_diag_set(diag, -ENOENT, "no job '%s'", id);
   } else {
     err = db_fail(db, rc, what, diag);
@@ -635,11 +631,11 @@ bool server_db_job_key_valid(const char *key) {
 
 int server_db_job_get_by_key(struct server_db *db, int64_t user_id, const char *key,
                              struct server_db_job *out_job, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_JOB_GET_BY_KEY, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_int(st, 1, user_id, &rc);
   db_bind_text(st, 2, key, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))

@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <jansson.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,11 +158,11 @@ char *db_labels_dump(const struct server_db_labels *labels, int *out_err) {
 
 static int label_step(struct server_db *db, enum db_stmt q, const char *id, const char *key,
                       const char *value, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, q, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, id, &rc);
   db_bind_text(st, 2, key, &rc);
   if (value)
@@ -175,13 +174,13 @@ static int label_step(struct server_db *db, enum db_stmt q, const char *id, cons
 
 static int label_count(struct server_db *db, const char *id, int64_t *out_n,
                        struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, Q_LABEL_COUNT, id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, Q_LABEL_COUNT, id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW)
-    *out_n = sqlite3_column_int64(st, 0);
+  rc = db_step(st);
+  if (rc == DB_ROW)
+    *out_n = db_col_int(st, 0);
   else
     err = db_fail(db, rc, "count labels", diag);
   db_done(st);
@@ -190,14 +189,14 @@ static int label_count(struct server_db *db, const char *id, int64_t *out_n,
 
 /* Inside the transaction: the device exists. */
 static int device_exists(struct server_db *db, const char *id, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, Q_DEVICE_STATE, id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, Q_DEVICE_STATE, id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_DONE)
+  rc = db_step(st);
+  if (rc == DB_DONE)
     err = cordon_diag_set(diag, -ENOENT, "no device '%s'", id);
-  else if (rc != SQLITE_ROW)
+  else if (rc != DB_ROW)
     err = db_fail(db, rc, "get device", diag);
   db_done(st);
   return err;
@@ -205,13 +204,13 @@ static int device_exists(struct server_db *db, const char *id, struct cordon_dia
 
 static int label_read(struct server_db *db, const char *id, struct server_db_labels *out,
                       struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, Q_LABEL_LIST, id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, Q_LABEL_LIST, id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW)
-    db_labels_from_json((const char *)sqlite3_column_text(st, 0), out);
+  rc = db_step(st);
+  if (rc == DB_ROW)
+    db_labels_from_json(db_col_str(st, 0), out);
   else
     err = db_fail(db, rc, "read labels", diag);
   db_done(st);

@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <sodium.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,17 +57,17 @@ int server_db_code_mint(struct server_db *db, int64_t user_id, int64_t ttl_s,
   struct server_db_user u;
   if ((err = server_db_user_get(db, user_id, &u, diag)))
     goto out_rollback;
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   if ((err = db_stmt(db, Q_CODE_COUNT_USABLE, &st, diag)))
     goto out_rollback;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_int(st, 1, user_id, &rc);
   db_bind_int(st, 2, now, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     goto out_rollback;
-  rc = sqlite3_step(st);
-  int64_t live = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-  if (rc != SQLITE_ROW)
+  rc = db_step(st);
+  int64_t live = rc == DB_ROW ? db_col_int(st, 0) : 0;
+  if (rc != DB_ROW)
     err = db_fail(db, rc, "count codes", diag);
   db_done(st);
   if (err)
@@ -76,7 +75,7 @@ int server_db_code_mint(struct server_db *db, int64_t user_id, int64_t ttl_s,
   /* Forget the user's codes that expired long ago: the table stays small. */
   if ((err = db_stmt(db, Q_CODE_PURGE, &st, diag)))
     goto out_rollback;
-  rc = SQLITE_OK;
+  rc = DB_OK;
   db_bind_int(st, 1, user_id, &rc);
   db_bind_int(st, 2, now - DB_CODE_KEEP_S, &rc);
   if ((err = db_bind_check(db, st, rc, diag)) || (err = db_exec_stmt(db, st, "purge codes", diag)))
@@ -93,7 +92,7 @@ int server_db_code_mint(struct server_db *db, int64_t user_id, int64_t ttl_s,
       break;
     if ((err = db_stmt(db, Q_CODE_ADD, &st, diag)))
       break;
-    rc = SQLITE_OK;
+    rc = DB_OK;
     db_bind_text(st, 1, id, &rc);
     db_bind_int(st, 2, user_id, &rc);
     db_bind_blob(st, 3, key, sizeof(key), &rc);
@@ -102,8 +101,8 @@ int server_db_code_mint(struct server_db *db, int64_t user_id, int64_t ttl_s,
     db_bind_int(st, 6, SERVER_DB_CODE_ATTEMPTS, &rc);
     if ((err = db_bind_check(db, st, rc, diag)))
       break;
-    rc = sqlite3_step(st);
-    err = rc == SQLITE_DONE ? 0 : db_fail(db, rc, "add code", diag);
+    rc = db_step(st);
+    err = rc == DB_DONE ? 0 : db_fail(db, rc, "add code", diag);
     db_done(st);
     if (err != -EEXIST || tries == 4) /* an id collision (2^-50): draw again */
       break;
@@ -145,27 +144,27 @@ int server_db_code_lookup(struct server_db *db, const char *code_id,
                           struct server_db_code *out_code, struct cordon_diag *diag) {
   if (!valid_code_id(code_id))
     return cordon_diag_set(diag, -ENOENT, "no such pairing code");
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, Q_CODE_LOOKUP, code_id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, Q_CODE_LOOKUP, code_id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
+  rc = db_step(st);
+  if (rc == DB_ROW) {
     struct server_db_code *c = out_code;
     memcpy(c->id, code_id, SERVER_DB_CODE_ID_SIZE);
-    c->user_id = sqlite3_column_int64(st, 0);
+    c->user_id = db_col_int(st, 0);
     db_col_blob(st, 1, c->key, sizeof(c->key));
-    c->attempts_left = sqlite3_column_int(st, 2);
-    c->state = code_state_parse((const char *)sqlite3_column_text(st, 3));
-    c->created = sqlite3_column_int64(st, 4);
-    c->expires = sqlite3_column_int64(st, 5);
+    c->attempts_left = (int)db_col_int(st, 2);
+    c->state = code_state_parse(db_col_str(st, 3));
+    c->created = db_col_int(st, 4);
+    c->expires = db_col_int(st, 5);
     db_col_text(st, 6, c->last_failure, sizeof(c->last_failure));
-    c->last_failure_at = sqlite3_column_int64(st, 7);
+    c->last_failure_at = db_col_int(st, 7);
     c->expired = c->expires <= server_db_now(db);
     c->usable = c->state == SERVER_DB_CODE_LIVE && c->attempts_left > 0 && !c->expired;
     if (c->state != SERVER_DB_CODE_LIVE)
       sodium_memzero(c->key, sizeof(c->key));
-  } else if (rc == SQLITE_DONE) {
+  } else if (rc == DB_DONE) {
     err = cordon_diag_set(diag, -ENOENT, "no such pairing code");
   } else {
     err = db_fail(db, rc, "look up code", diag);
@@ -183,20 +182,20 @@ int server_db_code_fail(struct server_db *db, const char *code_id, int *out_atte
                         struct cordon_diag *diag) {
   if (!valid_code_id(code_id))
     return cordon_diag_set(diag, -ENOENT, "no such pairing code");
-  sqlite3_stmt *st = NULL;
-  int rc = SQLITE_OK, err = db_stmt_text(db, Q_CODE_FAIL, code_id, &st, diag);
+  struct db_st *st = NULL;
+  int rc = DB_OK, err = db_stmt_text(db, Q_CODE_FAIL, code_id, &st, diag);
   if (err)
     return err;
-  rc = sqlite3_step(st);
+  rc = db_step(st);
   int left = 0;
-  if (rc == SQLITE_ROW) {
-    left = sqlite3_column_int(st, 0);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+  if (rc == DB_ROW) {
+    left = (int)db_col_int(st, 0);
+    while ((rc = db_step(st)) == DB_ROW)
       ;
-  } else if (rc == SQLITE_DONE) {
+  } else if (rc == DB_DONE) {
     err = cordon_diag_set(diag, -EACCES, "pairing code is not live");
   }
-  if (!err && rc != SQLITE_DONE)
+  if (!err && rc != DB_DONE)
     err = db_fail(db, rc, "record failed attempt", diag);
   db_done(st);
   if (!err && out_attempts_left)
@@ -206,35 +205,35 @@ int server_db_code_fail(struct server_db *db, const char *code_id, int *out_atte
 
 int server_db_code_list(struct server_db *db, int64_t user_id, struct server_db_code_list *out,
                         struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_CODE_LIST, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_int(st, 1, user_id, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   struct server_db_code_list l = {0};
   size_t cap = 0;
   int64_t now = server_db_now(db);
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+  while ((rc = db_step(st)) == DB_ROW) {
     struct server_db_code_info *c = db_list_push((void **)&l.items, &l.count, &cap, sizeof(*c));
     if (!c) {
       err = cordon_diag_set(diag, -ENOMEM, "out of memory");
       break;
     }
     db_col_text(st, 0, c->id, sizeof(c->id));
-    c->user_id = sqlite3_column_int64(st, 1);
+    c->user_id = db_col_int(st, 1);
     db_col_text(st, 2, c->user, sizeof(c->user));
-    c->attempts_left = sqlite3_column_int(st, 3);
-    c->state = code_state_parse((const char *)sqlite3_column_text(st, 4));
-    c->created = sqlite3_column_int64(st, 5);
-    c->expires = sqlite3_column_int64(st, 6);
+    c->attempts_left = (int)db_col_int(st, 3);
+    c->state = code_state_parse(db_col_str(st, 4));
+    c->created = db_col_int(st, 5);
+    c->expires = db_col_int(st, 6);
     c->expired = c->expires <= now;
     db_col_text(st, 7, c->last_failure, sizeof(c->last_failure));
-    c->last_failure_at = sqlite3_column_int64(st, 8);
+    c->last_failure_at = db_col_int(st, 8);
   }
-  if (!err && rc != SQLITE_DONE)
+  if (!err && rc != DB_DONE)
     err = db_fail(db, rc, "list codes", diag);
   db_done(st);
   if (err) {
@@ -262,15 +261,15 @@ int server_db_code_revoke(struct server_db *db, const char *code_id, struct cord
   server_db_code_wipe(&c);
   if (was != SERVER_DB_CODE_LIVE)
     return cordon_diag_set(diag, -EALREADY, "pairing code %s is not live", code_id);
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   if ((err = db_stmt(db, Q_CODE_REVOKE, &st, diag)))
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, code_id, &rc);
   db_bind_int(st, 2, server_db_now(db), &rc);
   if ((err = db_bind_check(db, st, rc, diag)) || (err = db_exec_stmt(db, st, "revoke code", diag)))
     return err;
-  return sqlite3_changes(db->h) == 1
+  return db_changes(db) == 1
              ? 0
              : cordon_diag_set(diag, -EALREADY, "pairing code %s is not live", code_id);
 }
@@ -281,11 +280,11 @@ int server_db_code_note_failure(struct server_db *db, const char *code_id, const
     return cordon_diag_set(diag, -ENOENT, "no such pairing code");
   if (!reason || !db_valid_token(reason, SERVER_DB_CODE_MAX))
     return cordon_diag_set(diag, -EINVAL, "a failure reason is a token");
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_CODE_NOTE_FAILURE, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, code_id, &rc);
   db_bind_text(st, 2, reason, &rc);
   db_bind_int(st, 3, server_db_now(db), &rc);
@@ -293,32 +292,32 @@ int server_db_code_note_failure(struct server_db *db, const char *code_id, const
     return err;
   if ((err = db_exec_stmt(db, st, "note code failure", diag)))
     return err;
-  return sqlite3_changes(db->h) == 1 ? 0 : cordon_diag_set(diag, -ENOENT, "no such pairing code");
+  return db_changes(db) == 1 ? 0 : cordon_diag_set(diag, -ENOENT, "no such pairing code");
 }
 
 int db_code_consume(struct server_db *db, const char *code_id, int64_t *out_user_id,
                     struct cordon_diag *diag) {
   if (!valid_code_id(code_id))
     return cordon_diag_set(diag, -EACCES, "pairing code is not usable");
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_CODE_CONSUME, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, code_id, &rc);
   db_bind_int(st, 2, server_db_now(db), &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
+  rc = db_step(st);
   int64_t user = 0;
-  if (rc == SQLITE_ROW) {
-    user = sqlite3_column_int64(st, 0);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+  if (rc == DB_ROW) {
+    user = db_col_int(st, 0);
+    while ((rc = db_step(st)) == DB_ROW)
       ;
-  } else if (rc == SQLITE_DONE) {
+  } else if (rc == DB_DONE) {
     err = cordon_diag_set(diag, -EACCES, "pairing code is not usable");
   }
-  if (!err && rc != SQLITE_DONE)
+  if (!err && rc != DB_DONE)
     err = db_fail(db, rc, "consume code", diag);
   db_done(st);
   if (!err)

@@ -3,7 +3,6 @@
 #include "server/db.h"
 
 #include <errno.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +24,12 @@ static bool valid_user_name(const char *s) {
   return true;
 }
 
-static void read_user(sqlite3_stmt *st, struct server_db_user *u) {
-  u->id = sqlite3_column_int64(st, 0);
+static void read_user(struct db_st *st, struct server_db_user *u) {
+  u->id = db_col_int(st, 0);
   db_col_text(st, 1, u->name, sizeof(u->name));
-  u->created = sqlite3_column_int64(st, 2);
-  u->require_approval = sqlite3_column_int(st, 3) != 0;
-  u->removed = sqlite3_column_int(st, 4) != 0;
+  u->created = db_col_int(st, 2);
+  u->require_approval = (int)db_col_int(st, 3) != 0;
+  u->removed = (int)db_col_int(st, 4) != 0;
 }
 
 int server_db_user_add(struct server_db *db, const char *name, int64_t *out_id,
@@ -40,24 +39,25 @@ int server_db_user_add(struct server_db *db, const char *name, int64_t *out_id,
                            "user name must be 1..%d of [A-Za-z0-9._-], starting with a letter "
                            "or digit",
                            SERVER_DB_NAME_MAX);
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_USER_ADD, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_text(st, 1, name, &rc);
   db_bind_int(st, 2, server_db_now(db), &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
-  if (rc != SQLITE_DONE) {
-    err = db_map_rc(db->h, rc) == -EEXIST
-              ? cordon_diag_set(diag, -EEXIST, "user '%s' already exists", name)
-              : db_fail(db, rc, "add user", diag);
+  rc = db_step(st);
+  int64_t id = rc == DB_ROW ? db_col_int(st, 0) : 0;
+  while (rc == DB_ROW)
+    rc = db_step(st);
+  if (rc != DB_DONE) {
+    err = rc == -EEXIST ? cordon_diag_set(diag, -EEXIST, "user '%s' already exists", name)
+                        : db_fail(db, rc, "add user", diag);
     db_done(st);
     return err;
   }
-  int64_t id = sqlite3_last_insert_rowid(db->h);
   db_done(st);
   if (out_id)
     *out_id = id;
@@ -66,21 +66,21 @@ int server_db_user_add(struct server_db *db, const char *name, int64_t *out_id,
 
 static int user_get(struct server_db *db, enum db_stmt q, int64_t id, const char *name,
                     struct server_db_user *out_user, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, q, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   if (name)
     db_bind_text(st, 1, name, &rc);
   else
     db_bind_int(st, 1, id, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
-  rc = sqlite3_step(st);
-  if (rc == SQLITE_ROW) {
+  rc = db_step(st);
+  if (rc == DB_ROW) {
     read_user(st, out_user);
-  } else if (rc == SQLITE_DONE) {
+  } else if (rc == DB_DONE) {
     err = name ? cordon_diag_set(diag, -ENOENT, "no user '%s'", name)
                : cordon_diag_set(diag, -ENOENT, "no user with id %lld", (long long)id);
   } else {
@@ -104,17 +104,17 @@ int server_db_user_get_by_name(struct server_db *db, const char *name,
 
 int server_db_user_set_require_approval(struct server_db *db, int64_t id, bool on,
                                         struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_USER_SET_APPROVAL, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_int(st, 1, id, &rc);
   db_bind_int(st, 2, on ? 1 : 0, &rc);
   if ((err = db_bind_check(db, st, rc, diag)) ||
       (err = db_exec_stmt(db, st, "set require_approval", diag)))
     return err;
-  return sqlite3_changes(db->h) == 1
+  return db_changes(db) == 1
              ? 0
              : cordon_diag_set(diag, -ENOENT, "no user with id %lld", (long long)id);
 }
@@ -122,16 +122,16 @@ int server_db_user_set_require_approval(struct server_db *db, int64_t id, bool o
 /* Run q bound to ?1 = id. */
 static int user_exec(struct server_db *db, enum db_stmt q, int64_t id, const char *what,
                      int *out_changes, struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, q, &st, diag);
   if (err)
     return err;
-  int rc = SQLITE_OK;
+  int rc = DB_OK;
   db_bind_int(st, 1, id, &rc);
   if ((err = db_bind_check(db, st, rc, diag)) || (err = db_exec_stmt(db, st, what, diag)))
     return err;
   if (out_changes)
-    *out_changes = sqlite3_changes(db->h);
+    *out_changes = db_changes(db);
   return 0;
 }
 
@@ -161,14 +161,14 @@ out_rollback:
 
 int server_db_user_list(struct server_db *db, struct server_db_user_list *out_list,
                         struct cordon_diag *diag) {
-  sqlite3_stmt *st = NULL;
+  struct db_st *st = NULL;
   int err = db_stmt(db, Q_USER_LIST, &st, diag);
   if (err)
     return err;
   struct server_db_user_list l = {0};
   size_t cap = 0;
   int rc;
-  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+  while ((rc = db_step(st)) == DB_ROW) {
     struct server_db_user *u = db_list_push((void **)&l.items, &l.count, &cap, sizeof(*u));
     if (!u) {
       err = cordon_diag_set(diag, -ENOMEM, "out of memory");
@@ -176,7 +176,7 @@ int server_db_user_list(struct server_db *db, struct server_db_user_list *out_li
     }
     read_user(st, u);
   }
-  if (!err && rc != SQLITE_DONE)
+  if (!err && rc != DB_DONE)
     err = db_fail(db, rc, "list users", diag);
   db_done(st);
   if (err) {

@@ -13,6 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/server/pg_test.h"
+
 #define SERVER_BIN CORDON_BINARY_DIR "/cordon-server"
 #define CLI_RUN_FN static __attribute__((unused))
 
@@ -32,6 +34,7 @@ CLI_RUN_FN void cli_run_setup(const char *prefix) {
 }
 
 CLI_RUN_FN void cli_run_teardown(void) {
+  pg_test_drop();
   char cmd[512];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_dir);
   cr_assert_eq(system(cmd), 0);
@@ -46,8 +49,24 @@ CLI_RUN_FN void slurp(const char *path, char *buf, size_t size) {
 }
 
 /* Run SERVER_BIN with argv (argv[0] included, NULL-terminated) and wait
- * for it; it must exit (not die of a signal). */
-CLI_RUN_FN void cli_run_exec(struct run *r, char *const *argv) {
+ * for it; it must exit (not die of a signal). Under CORDON_TEST_DB
+ * (pg_test.h) every `init` without a --db of its own gets `--db` and the
+ * test's own database. */
+CLI_RUN_FN void cli_run_exec(struct run *r, char *const *argv_in) {
+  char *argv[64];
+  size_t argc = 0;
+  bool has_db = false;
+  for (; argv_in[argc] && argc < 60; argc++) {
+    argv[argc] = argv_in[argc];
+    has_db |= strcmp(argv[argc], "--db") == 0;
+  }
+  if (argc > 1 && strcmp(argv[1], "init") == 0 && pg_test_base() && !has_db) {
+    if (!pg_test_name[0])
+      pg_test_new_db();
+    argv[argc++] = "--db";
+    argv[argc++] = pg_test_url_buf;
+  }
+  argv[argc] = NULL;
   char out_path[400], err_path[400];
   snprintf(out_path, sizeof(out_path), "%s/stdout", tmp_dir);
   snprintf(err_path, sizeof(err_path), "%s/stderr", tmp_dir);

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/server/pg_test.h"
+
 #define E2E_FN static __attribute__((unused))
 #define SERVER CORDON_BINARY_DIR "/cordon-server"
 #define AGENT CORDON_BINARY_DIR "/cordon-agent"
@@ -157,7 +159,10 @@ E2E_FN void e2e_setup(void) {
   chmod(e2e_dir, 0755);
   snprintf(e2e_state, sizeof(e2e_state), "%s/state", e2e_dir);
   snprintf(e2e_server_log, sizeof(e2e_server_log), "%s/server.log", e2e_dir);
-  struct out *o = RUN(SERVER, "init", "--state", e2e_state);
+  /* CORDON_TEST_DB: on a PostgreSQL database of its own (pg_test.h) */
+  const char *db_url = pg_test_new_db();
+  struct out *o = db_url ? RUN(SERVER, "init", "--state", e2e_state, "--db", db_url)
+                         : RUN(SERVER, "init", "--state", e2e_state);
   cr_assert_eq(o->status, 0, "init: %s", o->err);
   free(o);
   o = RUN(SERVER, "user", "add", "alice", "--state", e2e_state);
@@ -170,6 +175,7 @@ E2E_FN void e2e_teardown(void) {
   for (int i = 0; i < E2E_AGENTS; i++)
     e2e_stop(&e2e_agents[i].pid, SIGKILL);
   e2e_stop(&e2e_server_pid, SIGKILL);
+  pg_test_drop();
   if (getenv("CORDON_TEST_KEEP")) /* to read the daemons' logs of a failed run */
     return;
   char cmd[300];

@@ -75,7 +75,9 @@ Test(commands, init_creates_the_database_with_its_schema) {
   init_state();
   char path[512];
   struct stat st;
-  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  /* PostgreSQL: the file naming the database, which may hold a password */
+  snprintf(path, sizeof(path), "%s/%s", state_dir,
+           pg_test_base() ? SERVER_DB_URL_FILE : SERVER_DB_FILE);
   cr_assert_eq(stat(path, &st), 0);
   cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
   struct server_db *db = open_state();
@@ -83,6 +85,45 @@ Test(commands, init_creates_the_database_with_its_schema) {
   cr_assert_eq(server_db_schema_version(db, &v, NULL), 0);
   cr_assert_eq(v, SERVER_DB_SCHEMA_VERSION);
   server_db_close(db);
+}
+
+Test(commands, init_db_that_cannot_connect_names_the_host_and_leaves_nothing) {
+  struct run r;
+  /* port 1 on loopback: nothing listens there */
+  run(&r, "init", "--db", "postgresql://cordon:pw-s3cret@127.0.0.1:1/cordon", NULL);
+  assert_one_line_error(&r, 1, "127.0.0.1");
+  cr_assert(strstr(r.err, "cannot connect"), "%s", r.err);
+  cr_assert_null(strstr(r.err, "pw-s3cret"), "the password is printed: %s", r.err);
+  cr_assert_eq(access(state_dir, F_OK), -1, "init left %s behind", state_dir);
+  run(&r, "init", "--db", "mysql://cordon@127.0.0.1/cordon", NULL);
+  assert_one_line_error(&r, 2, "postgresql://");
+  cr_assert_eq(access(state_dir, F_OK), -1);
+}
+
+Test(commands, backup_and_restore_on_postgresql_are_one_line_naming_pg_dump) {
+  if (!pg_test_base())
+    cr_skip_test("the PostgreSQL pass only");
+  init_state();
+  char file[400];
+  snprintf(file, sizeof(file), "%s/copy.db", tmp_dir);
+  struct run r;
+  run(&r, "backup", file, NULL);
+  assert_one_line_error(&r, 1, "pg_dump");
+  cr_assert_eq(access(file, F_OK), -1, "nothing written");
+  run(&r, "restore", file, NULL);
+  assert_one_line_error(&r, 1, "pg_dump");
+}
+
+Test(commands, run_db_overrides_the_state_and_names_the_host_it_cannot_reach) {
+  init_state();
+  struct run r;
+  run(&r, "run", "--listen", "127.0.0.1:0", "--db", "postgresql://cordon:pw-s3cret@127.0.0.1:1/x",
+      NULL);
+  assert_one_line_error(&r, 1, "127.0.0.1");
+  cr_assert(strstr(r.err, "cannot connect"), "%s", r.err);
+  cr_assert_null(strstr(r.err, "pw-s3cret"), "the password is printed: %s", r.err);
+  run(&r, "run", "--listen", "127.0.0.1:0", "--db", "sqlite:x", NULL);
+  assert_one_line_error(&r, 2, "postgresql://");
 }
 
 Test(commands, commands_without_a_database_say_run_init) {

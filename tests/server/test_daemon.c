@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "prom.h"
+#include "tests/server/pg_test.h"
 
 #define SERVER CORDON_BINARY_DIR "/cordon-server"
 #define AGENT CORDON_BINARY_DIR "/cordon-agent"
@@ -176,7 +177,9 @@ static void setup(void) {
   chmod(dir, 0755);
   snprintf(state, sizeof(state), "%s/state", dir);
   snprintf(agentdir, sizeof(agentdir), "%s/agent", dir);
-  struct out *o = RUN(SERVER, "init", "--state", state);
+  const char *db_url = pg_test_new_db(); /* CORDON_TEST_DB: PostgreSQL */
+  struct out *o = db_url ? RUN(SERVER, "init", "--state", state, "--db", db_url)
+                         : RUN(SERVER, "init", "--state", state);
   cr_assert_eq(o->status, 0, "init: %s", o->err);
   free(o);
   o = RUN(SERVER, "user", "add", "alice", "--state", state);
@@ -190,6 +193,7 @@ static void setup(void) {
 static void teardown(void) {
   stop(&agent_pid, SIGKILL);
   stop(&server_pid, SIGKILL);
+  pg_test_drop();
   char cmd[300];
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   (void)!system(cmd);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "server/db.h"
+#include "tests/server/pg_test.h"
 
 static char state_dir[256];
 
@@ -18,9 +19,11 @@ static void setup(void) {
   cr_assert(sodium_init() >= 0);
   snprintf(state_dir, sizeof(state_dir), "/tmp/cordon-test-db-XXXXXX");
   cr_assert_not_null(mkdtemp(state_dir));
+  pg_test_attach(state_dir);
 }
 
 static void teardown(void) {
+  pg_test_drop();
   char cmd[512];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state_dir);
   cr_assert_eq(system(cmd), 0);
@@ -102,9 +105,15 @@ Test(db, fresh_dir_migrates_to_current_and_reopens) {
   cr_assert_eq(server_db_user_get_by_name(again, "alice", &u, NULL), 0);
   cr_assert_str_eq(u.name, "alice");
   server_db_close(again);
+  /* PostgreSQL numbers its own schema: its version 1 is SQLite's 9 */
+  if (pg_test_base())
+    cr_assert_eq(pg_test_exec("DO $$BEGIN IF (SELECT version FROM schema_version) <> 1"
+                              " THEN RAISE 'not version 1'; END IF; END$$"),
+                 0);
 }
 
 Test(db, opens_in_wal_mode) {
+  PG_TEST_SQLITE_ONLY();
   server_db_close(open_db());
   char path[512];
   snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
@@ -132,6 +141,14 @@ Test(db, missing_database_without_create_is_enoent) {
 
 Test(db, refuses_a_newer_schema) {
   server_db_close(open_db());
+  if (pg_test_base()) {
+    cr_assert_eq(pg_test_exec("UPDATE schema_version SET version = 99"), 0);
+    struct server_db *db = NULL;
+    struct cordon_diag d = {{0}};
+    cr_assert_eq(server_db_open(state_dir, 0, &db, &d), CORDON_E_CONFIG_INVALID);
+    cr_assert(strstr(d.msg, "99") && strstr(d.msg, "newer"), "%s", d.msg);
+    return;
+  }
   char path[512];
   snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
   sqlite3 *h = NULL;
@@ -147,6 +164,14 @@ Test(db, refuses_a_newer_schema) {
 }
 
 Test(db, refuses_a_foreign_database) {
+  if (pg_test_base()) {
+    cr_assert_eq(pg_test_exec("CREATE TABLE t (x int)"), 0);
+    struct server_db *db = NULL;
+    struct cordon_diag d = {{0}};
+    cr_assert_eq(server_db_open(state_dir, SERVER_DB_CREATE, &db, &d), CORDON_E_CONFIG_INVALID);
+    cr_assert(strstr(d.msg, "not a cordon database"), "%s", d.msg);
+    return;
+  }
   char path[512];
   snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
   sqlite3 *h = NULL;
@@ -161,6 +186,7 @@ Test(db, refuses_a_foreign_database) {
 }
 
 Test(db, database_file_is_0600_whatever_the_umask) {
+  PG_TEST_SQLITE_ONLY();
   mode_t old = umask(0);
   struct server_db *db = open_db();
   umask(old);
@@ -179,7 +205,9 @@ Test(db, database_file_is_0600_whatever_the_umask) {
 Test(db, refuses_a_database_readable_by_others) {
   server_db_close(open_db());
   char path[512];
-  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  /* PostgreSQL: the file naming it, which may hold a password */
+  snprintf(path, sizeof(path), "%s/%s", state_dir,
+           pg_test_base() ? SERVER_DB_URL_FILE : SERVER_DB_FILE);
   cr_assert_eq(chmod(path, 0644), 0);
   struct server_db *db = NULL;
   struct cordon_diag d = {{0}};
@@ -305,6 +333,19 @@ Test(db, code_secret_is_not_stored) {
     if (code[i] != '-')
       norm[n++] = code[i];
   norm[n] = '\0';
+  if (pg_test_base()) {
+    /* the whole row as text (bytea in hex, and as escaped text) */
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT 1 FROM pair_codes p WHERE p::text LIKE '%%%.10s%%'"
+             " OR encode(p.key, 'escape') LIKE '%%%.10s%%'",
+             norm + SERVER_DB_CODE_ID_CHARS, norm + SERVER_DB_CODE_ID_CHARS);
+    char probe[400];
+    snprintf(probe, sizeof(probe), "DO $$BEGIN IF EXISTS (%s) THEN RAISE 'secret'; END IF; END$$",
+             sql);
+    cr_assert_eq(pg_test_exec(probe), 0, "a column holds the secret");
+    return;
+  }
   char path[512];
   snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
   sqlite3 *h = NULL;
@@ -739,6 +780,10 @@ Test(db, revoke_is_terminal) {
   server_db_close(db);
 
   /* even raw SQL cannot bring it back */
+  if (pg_test_base()) {
+    cr_assert_neq(pg_test_exec("UPDATE devices SET state = 'active'"), 0);
+    return;
+  }
   char path[512];
   snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
   sqlite3 *h = NULL;
@@ -1073,6 +1118,7 @@ static const char schema_v1[] =
     "  BEGIN SELECT RAISE(ABORT, 'a job result is recorded once'); END;";
 
 Test(db, migrates_a_version_1_database_and_keeps_its_rows) {
+  PG_TEST_SQLITE_ONLY();
   char path[512];
   snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
   sqlite3 *h = NULL;
@@ -1409,6 +1455,7 @@ Test(db, a_code_keeps_why_its_last_attempt_failed) {
 }
 
 Test(db, migration_4_renames_duplicate_device_names_of_a_user) {
+  PG_TEST_SQLITE_ONLY();
   char path[512];
   snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
   sqlite3 *h = NULL;
@@ -1519,5 +1566,150 @@ Test(db, a_name_that_is_another_devices_id_prefix_is_ambiguous) {
   cr_assert_eq(server_db_device_resolve(db, own, 0, &got, &d), 0, "%s", d.msg);
   cr_assert_str_eq(got.id, self);
   server_db_device_release(&got);
+  server_db_close(db);
+}
+
+/* --- the database's URL (PostgreSQL) --- */
+
+Test(db, an_unreachable_postgresql_is_one_line_naming_the_host_never_the_password) {
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  /* port 1 on loopback: nothing listens there */
+  int err =
+      server_db_open_url(state_dir, "postgresql://cordon:s3cret-pw@127.0.0.1:1/cordon", 0, &db, &d);
+  cr_assert_eq(err, -ECONNREFUSED, "%d %s", err, d.msg);
+  cr_assert_null(db);
+  cr_assert(strstr(d.msg, "127.0.0.1") && strstr(d.msg, "cannot connect"), "%s", d.msg);
+  cr_assert_null(strstr(d.msg, "s3cret"), "the password is in the message: %s", d.msg);
+  cr_assert_null(strchr(d.msg, '\n'), "%s", d.msg);
+}
+
+Test(db, a_malformed_postgresql_url_is_refused_without_quoting_it) {
+  struct server_db *db = NULL;
+  struct cordon_diag d = {{0}};
+  /* a bad percent-escape in the password: libpq's message would quote it */
+  int err = server_db_open_url(state_dir, "postgresql://cordon:pw%zzs3cret@127.0.0.1:1/cordon", 0,
+                               &db, &d);
+  cr_assert_eq(err, -EINVAL, "%d %s", err, d.msg);
+  cr_assert_null(db);
+  cr_assert_null(strstr(d.msg, "s3cret"), "the password is in the message: %s", d.msg);
+}
+
+Test(db, the_url_file_is_0600_and_takes_only_postgresql_urls) {
+  char dir[300];
+  snprintf(dir, sizeof(dir), "%s/other", state_dir);
+  cr_assert_eq(mkdir(dir, 0700), 0);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_save_url(dir, "mysql://x/y", &d), -EINVAL);
+  cr_assert_eq(server_db_save_url(dir, "postgresql://a@b/c\nx", &d), -EINVAL);
+  mode_t old = umask(0);
+  cr_assert_eq(server_db_save_url(dir, "postgresql://a:pw@127.0.0.1:1/c", &d), 0, "%s", d.msg);
+  umask(old);
+  cr_assert_eq(server_db_save_url(dir, "postgresql://a@127.0.0.1:1/c", &d), -EEXIST);
+  char path[400];
+  snprintf(path, sizeof(path), "%s/%s", dir, SERVER_DB_URL_FILE);
+  struct stat st;
+  cr_assert_eq(stat(path, &st), 0);
+  cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+  /* the state directory's URL is what server_db_open opens: no SQLite file */
+  struct server_db *db = NULL;
+  cr_assert_eq(server_db_open(dir, SERVER_DB_CREATE, &db, &d), -ECONNREFUSED, "%s", d.msg);
+  snprintf(path, sizeof(path), "%s/%s", dir, SERVER_DB_FILE);
+  cr_assert_neq(access(path, F_OK), 0, "a SQLite file was made");
+}
+
+Test(db, backup_and_restore_refuse_on_postgresql_pointing_to_pg_dump) {
+  if (!pg_test_base())
+    cr_skip_test("the PostgreSQL pass only");
+  struct server_db *db = open_db();
+  cr_assert_str_eq(server_db_backend(db), "postgresql");
+  char path[400];
+  snprintf(path, sizeof(path), "%s/backup.db", state_dir);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_backup(db, path, &d), -EOPNOTSUPP);
+  cr_assert(strstr(d.msg, "pg_dump") && !strchr(d.msg, '\n'), "%s", d.msg);
+  cr_assert_neq(access(path, F_OK), 0, "nothing is written");
+  cr_assert_eq(server_db_restore(db, path, &d), -EOPNOTSUPP);
+  cr_assert(strstr(d.msg, "pg_dump"), "%s", d.msg);
+  server_db_close(db);
+}
+
+Test(db, a_job_result_recorded_by_two_processes_at_once_is_recorded_once) {
+  /* two handles in two processes (two servers on one database), released
+   * together, record the same job's result: exactly one gets 0 */
+  enum { ROUNDS = 10 };
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  for (int round = 0; round < ROUNDS; round++) {
+    char job[CORDON_ID_HEX_SIZE];
+    add_job(db, alice, dev, job);
+    cr_assert_eq(
+        server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL), 0);
+    int go[2];
+    cr_assert_eq(pipe(go), 0);
+    pid_t pids[2];
+    for (int i = 0; i < 2; i++) {
+      pids[i] = fork();
+      cr_assert_neq(pids[i], -1);
+      if (pids[i] == 0) {
+        close(go[1]);
+        struct server_db *mine = NULL;
+        if (server_db_open(state_dir, 0, &mine, NULL) != 0)
+          _exit(3);
+        char c;
+        if (read(go[0], &c, 1) != 0)
+          _exit(3);
+        char result[64];
+        snprintf(result, sizeof(result), "{\"by\": %d}", i);
+        int err = server_db_job_record_result(mine, job, dev, SERVER_DB_JOB_DONE, NULL, result,
+                                              NULL, NULL);
+        server_db_close(mine);
+        _exit(err == 0 ? 0 : err == -EALREADY ? 1 : 2);
+      }
+    }
+    close(go[0]);
+    usleep(50000);
+    close(go[1]);
+    int winners = 0, winner = -1;
+    for (int i = 0; i < 2; i++) {
+      int st = 0;
+      cr_assert_eq(waitpid(pids[i], &st, 0), pids[i]);
+      cr_assert(WIFEXITED(st) && WEXITSTATUS(st) <= 1, "child status %d", WEXITSTATUS(st));
+      if (WEXITSTATUS(st) == 0) {
+        winners++;
+        winner = i;
+      }
+    }
+    cr_assert_eq(winners, 1, "round %d: %d winners", round, winners);
+    struct server_db_job j;
+    cr_assert_eq(server_db_job_get(db, job, &j, NULL), 0);
+    cr_assert_eq(j.state, SERVER_DB_JOB_DONE);
+    char want[64];
+    snprintf(want, sizeof(want), "{\"by\": %d}", winner);
+    cr_assert_str_eq(j.result_json, want, "the winner's result is the one kept");
+    server_db_job_release(&j);
+  }
+  server_db_close(db);
+}
+
+Test(db, a_handle_whose_postgresql_connection_was_killed_connects_again) {
+  if (!pg_test_base())
+    cr_skip_test("the PostgreSQL pass only");
+  struct server_db *db = open_db();
+  add_user(db, "alice");
+  /* the server ends the handle's session, as a restart would */
+  cr_assert_eq(pg_test_exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                            " WHERE datname = current_database() AND pid <> pg_backend_pid()"),
+               0);
+  usleep(100000);
+  struct server_db_user u;
+  struct cordon_diag d = {{0}};
+  int err = server_db_user_get_by_name(db, "alice", &u, &d);
+  cr_assert(err == 0 || err == -EIO, "the statement that met the dead connection: %d %s", err,
+            d.msg);
+  cr_assert_eq(server_db_user_get_by_name(db, "alice", &u, &d), 0, "%s", d.msg);
+  add_user(db, "bob");
   server_db_close(db);
 }

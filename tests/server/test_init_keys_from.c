@@ -1,8 +1,11 @@
-/* cordon-server init --keys-from A: a second server of A's cluster gets A's
- * identity (the Noise key, the ticket and publisher keys and every rotation
- * of them), with the same modes, and nothing else of A's state; a source
- * that is missing a key, holds a link, or has a secret others can read is
- * refused with one line, and nothing is left behind. */
+/* cordon-server init --keys-from A --db URL: a second server of A's
+ * cluster gets A's identity (the Noise key, the ticket and publisher keys
+ * and every rotation of them), with the same modes, and A's database; a
+ * source that is missing a key, holds a link, or has a secret others can
+ * read is refused with one line, and nothing is left behind. Without --db
+ * (SQLite: a file per server) it is refused. The copying tests run on the
+ * PostgreSQL pass (pg_test.h: every init of a test gets the test's one
+ * database, so A and B share it as a cluster does). */
 #include <sys/stat.h>
 
 #include "cli_run.h"
@@ -37,7 +40,25 @@ static mode_t mode_of(const char *p) {
   return st.st_mode & 07777;
 }
 
+Test(init_keys_from, without_a_shared_database_it_is_refused) {
+  if (pg_test_base())
+    cr_skip_test("the SQLite pass's refusal");
+  char a[400], b[400];
+  snprintf(a, sizeof(a), "%s/a", tmp_dir);
+  snprintf(b, sizeof(b), "%s/b", tmp_dir);
+  struct run *r = srv("init", "--state", a, NULL, NULL, NULL);
+  cr_assert_eq(r->status, 0, "%s", r->err);
+  r = srv("init", "--state", b, "--keys-from", a, NULL);
+  cr_assert_eq(r->status, 2, "%s", r->err);
+  cr_assert(strstr(r->err, "--keys-from needs --db"), "%s", r->err);
+  cr_assert_eq(count_lines(r->err), 1, "%s", r->err);
+  struct stat st;
+  cr_assert_neq(stat(b, &st), 0, "%s was made", b);
+}
+
 Test(init_keys_from, copies_the_identity_and_its_rotations_with_their_modes) {
+  if (!pg_test_base())
+    cr_skip_test("a cluster needs PostgreSQL: the pg_ pass runs this");
   char a[400], b[400], pa[600], pb[600];
   snprintf(a, sizeof(a), "%s/a", tmp_dir);
   snprintf(b, sizeof(b), "%s/b", tmp_dir);
@@ -71,12 +92,17 @@ Test(init_keys_from, copies_the_identity_and_its_rotations_with_their_modes) {
     n_keys++;
   cr_assert_eq(n_keys, 4, "init's two keys and the rotation's two: %s", la);
   free(la);
-  /* A's users are not B's: the state is B's own */
+  /* one database: a user A adds, B sees */
   r = srv("user", "add", "alice", "--state", a, NULL);
   cr_assert_eq(r->status, 0, "%s", r->err);
   r = srv("user", "list", "--state", b, NULL, NULL);
   cr_assert_eq(r->status, 0, "%s", r->err);
-  cr_assert_null(strstr(r->out, "alice"), "%s", r->out);
+  cr_assert(strstr(r->out, "alice"), "%s", r->out);
+  /* and nothing of A's state directory but the keys and the URL */
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "cd '%s' && [ \"$(ls -A | sort | tr '\\n' ' ')\" = "
+           "'db-url keys keys.json noise.key publisher.key publisher.pub ticket.key ' ]", b);
+  cr_assert_eq(system(cmd), 0, "B holds more than its keys and db-url");
 }
 
 /* Every refusal: one line naming what was wrong, and no B left. */
@@ -90,6 +116,8 @@ static void refused(const char *a, const char *b, const char *want) {
 }
 
 Test(init_keys_from, a_bad_source_is_refused_and_leaves_nothing) {
+  if (!pg_test_base())
+    cr_skip_test("a cluster needs PostgreSQL: the pg_ pass runs this");
   char a[400], b[400], p[600], q[600];
   snprintf(a, sizeof(a), "%s/a", tmp_dir);
   snprintf(b, sizeof(b), "%s/b", tmp_dir);

@@ -141,18 +141,26 @@ Test(receipt, a_device_without_a_registered_key_registers_one_at_its_next_connec
   e2e_stop(&a->pid, SIGTERM);
   /* as a device paired before receipts: no key on either side */
   char path[600];
-  snprintf(path, sizeof(path), "%s/cordon.db", e2e_state);
   sqlite3 *h = NULL;
-  cr_assert_eq(sqlite3_open(path, &h), SQLITE_OK);
-  sqlite3_busy_timeout(h, 5000);
-  cr_assert_eq(sqlite3_exec(h, "UPDATE devices SET sign_key = NULL", NULL, NULL, NULL), SQLITE_OK);
   sqlite3_stmt *st;
-  cr_assert_eq(
-      sqlite3_prepare_v2(h, "SELECT count(*) FROM devices WHERE sign_key IS NULL", -1, &st, NULL),
-      SQLITE_OK);
-  cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
-  cr_assert_eq(sqlite3_column_int(st, 0), 1);
-  sqlite3_finalize(st);
+  if (pg_test_base()) {
+    cr_assert_eq(pg_test_exec("UPDATE devices SET sign_key = NULL"), 0);
+    cr_assert_eq(pg_test_exec("DO $$BEGIN IF (SELECT count(*) FROM devices WHERE sign_key IS NULL)"
+                              " <> 1 THEN RAISE 'not one'; END IF; END$$"),
+                 0);
+  } else {
+    snprintf(path, sizeof(path), "%s/cordon.db", e2e_state);
+    cr_assert_eq(sqlite3_open(path, &h), SQLITE_OK);
+    sqlite3_busy_timeout(h, 5000);
+    cr_assert_eq(sqlite3_exec(h, "UPDATE devices SET sign_key = NULL", NULL, NULL, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(
+        sqlite3_prepare_v2(h, "SELECT count(*) FROM devices WHERE sign_key IS NULL", -1, &st, NULL),
+        SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(st, 0), 1);
+    sqlite3_finalize(st);
+  }
   snprintf(path, sizeof(path), "%s/signing.key", a->dir);
   cr_assert_eq(unlink(path), 0);
 
@@ -164,12 +172,18 @@ Test(receipt, a_device_without_a_registered_key_registers_one_at_its_next_connec
   struct stat sb;
   cr_assert_eq(stat(path, &sb), 0, "the agent made a new key");
   cr_assert_eq(sb.st_mode & 0777, 0600);
-  cr_assert_eq(sqlite3_prepare_v2(h, "SELECT length(sign_key) FROM devices", -1, &st, NULL),
-               SQLITE_OK);
-  cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
-  cr_assert_eq(sqlite3_column_int(st, 0), 32);
-  sqlite3_finalize(st);
-  sqlite3_close(h);
+  if (pg_test_base()) {
+    cr_assert_eq(pg_test_exec("DO $$BEGIN IF (SELECT length(sign_key) FROM devices) <> 32"
+                              " THEN RAISE 'no key'; END IF; END$$"),
+                 0);
+  } else {
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT length(sign_key) FROM devices", -1, &st, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(st, 0), 32);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+  }
 
   /* and its receipts verify */
   char id[33], trust[400], file[400];

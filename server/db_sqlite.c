@@ -1,0 +1,512 @@
+/* The SQLite driver (server/db_internal.h): STATE/cordon.db, WAL,
+ * synchronous=FULL, foreign keys, a 5 s busy timeout; the schema's
+ * migrations; the online backup and restore. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "server/db.h"
+#include "server/db_internal.h"
+
+#define DB_APPLICATION_ID 0x636f7264 /* "cord" */
+
+/* --- schema --------------------------------------------------------------- */
+
+/* migrations[n] takes the schema from version n to n + 1. Append only: never
+ * edit a migration that has shipped. */
+static const char *const migrations[] = {
+    /* 0 -> 1 */
+    "PRAGMA application_id = 1668248164;" /* DB_APPLICATION_ID */
+    "CREATE TABLE schema_version (version INTEGER NOT NULL);"
+    "INSERT INTO schema_version (version) VALUES (0);"
+    "CREATE TABLE users ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  name TEXT NOT NULL UNIQUE,"
+    "  created INTEGER NOT NULL);"
+    "CREATE TABLE pair_codes ("
+    "  id TEXT PRIMARY KEY,"
+    "  user_id INTEGER NOT NULL REFERENCES users(id),"
+    "  key BLOB CHECK (key IS NULL OR length(key) = 32),"
+    "  created INTEGER NOT NULL,"
+    "  expires INTEGER NOT NULL,"
+    "  attempts INTEGER NOT NULL CHECK (attempts >= 0),"
+    "  state TEXT NOT NULL CHECK (state IN ('live','used','burned')),"
+    "  used_at INTEGER);"
+    "CREATE INDEX pair_codes_user ON pair_codes (user_id, state);"
+    "CREATE TABLE devices ("
+    "  id TEXT PRIMARY KEY,"
+    "  user_id INTEGER NOT NULL REFERENCES users(id),"
+    "  name TEXT NOT NULL,"
+    "  platform TEXT,"
+    "  public_key BLOB NOT NULL UNIQUE CHECK (length(public_key) = 32),"
+    "  best_level TEXT CHECK (best_level IN ('none','contained','isolated')),"
+    "  downgrade_reason TEXT,"
+    "  facts TEXT,"
+    "  max_jobs INTEGER NOT NULL DEFAULT 0,"
+    "  state TEXT NOT NULL CHECK (state IN ('active','revoked')),"
+    "  online INTEGER NOT NULL DEFAULT 0,"
+    "  last_seen INTEGER NOT NULL DEFAULT 0,"
+    "  created INTEGER NOT NULL);"
+    "CREATE INDEX devices_user ON devices (user_id);"
+    "CREATE TRIGGER devices_revoked_is_terminal BEFORE UPDATE OF state ON devices"
+    "  WHEN OLD.state = 'revoked' AND NEW.state <> 'revoked'"
+    "  BEGIN SELECT RAISE(ABORT, 'a revoked device stays revoked'); END;"
+    "CREATE TABLE jobs ("
+    "  id TEXT PRIMARY KEY,"
+    "  user_id INTEGER NOT NULL REFERENCES users(id),"
+    "  device_id TEXT REFERENCES devices(id),"
+    "  package_hash BLOB NOT NULL CHECK (length(package_hash) = 32),"
+    "  args TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN"
+    "    ('queued','sent','running','done','failed','expired','cancelled')),"
+    "  error TEXT,"
+    "  result TEXT,"
+    "  created INTEGER NOT NULL,"
+    "  updated INTEGER NOT NULL,"
+    "  deadline INTEGER NOT NULL DEFAULT 0);"
+    "CREATE INDEX jobs_user ON jobs (user_id, created);"
+    "CREATE INDEX jobs_device_state ON jobs (device_id, state);"
+    "CREATE TRIGGER jobs_result_once BEFORE UPDATE OF result ON jobs"
+    "  WHEN OLD.result IS NOT NULL"
+    "  BEGIN SELECT RAISE(ABORT, 'a job result is recorded once'); END;",
+    /* 1 -> 2: device labels; jobs that wait in the queue for a device */
+    "CREATE TABLE device_labels ("
+    "  device_id TEXT NOT NULL REFERENCES devices(id),"
+    "  key TEXT NOT NULL CHECK (length(key) BETWEEN 1 AND 63),"
+    "  value TEXT NOT NULL CHECK (length(value) BETWEEN 1 AND 63),"
+    "  PRIMARY KEY (device_id, key)) WITHOUT ROWID;"
+    "ALTER TABLE jobs ADD COLUMN queue_expires INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN where_labels TEXT;"
+    "CREATE INDEX jobs_queued ON jobs (created) WHERE state = 'queued';",
+    /* 2 -> 3: why a pairing code's last attempt failed (the agent is told
+     * nothing; the operator sees it in pair-code list) */
+    "ALTER TABLE pair_codes ADD COLUMN last_failure TEXT;"
+    "ALTER TABLE pair_codes ADD COLUMN last_failure_at INTEGER NOT NULL DEFAULT 0;",
+    /* 3 -> 4: device names unique per user among devices not revoked; an
+     * older duplicate keeps its name, a newer one gets its id's first 8
+     * digits appended */
+    "UPDATE devices SET name = substr(name, 1, 55) || '-' || substr(id, 1, 8)"
+    "  WHERE state <> 'revoked' AND EXISTS (SELECT 1 FROM devices o"
+    "    WHERE o.user_id = devices.user_id AND o.name = devices.name"
+    "    AND o.state <> 'revoked' AND o.rowid < devices.rowid);"
+    "CREATE UNIQUE INDEX devices_user_name ON devices (user_id, name) WHERE state <> 'revoked';",
+    /* 4 -> 5: the package's name and version, kept at dispatch (before:
+     * only its hash) */
+    "ALTER TABLE jobs ADD COLUMN package_name TEXT;"
+    "ALTER TABLE jobs ADD COLUMN package_version TEXT;",
+    /* 5 -> 6: the address a device last connected from */
+    "ALTER TABLE devices ADD COLUMN last_addr TEXT;",
+    /* 6 -> 7: enrolment approval (a device waits, pending, until an
+     * operator approves it; per user, or for every user by run
+     * --require-approval) and removed users (their rows stay: jobs keep
+     * their history) */
+    "ALTER TABLE devices ADD COLUMN approved INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE users ADD COLUMN require_approval INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE users ADD COLUMN removed INTEGER NOT NULL DEFAULT 0;",
+    /* 7 -> 8: receipts (docs/protocol/receipt.md): each device's signing
+     * key, the ticket each job was sent with, and its signed receipt */
+    "ALTER TABLE devices ADD COLUMN sign_key BLOB"
+    "  CHECK (sign_key IS NULL OR length(sign_key) = 32);"
+    "ALTER TABLE jobs ADD COLUMN ticket BLOB;"
+    "ALTER TABLE jobs ADD COLUMN receipt BLOB;",
+    /* 8 -> 9: a dispatch's idempotency key, one job per user and key */
+    "ALTER TABLE jobs ADD COLUMN idem_key TEXT CHECK (idem_key IS NULL OR"
+    "  length(idem_key) BETWEEN 1 AND 128);"
+    "CREATE UNIQUE INDEX jobs_idem_key ON jobs (user_id, idem_key) WHERE idem_key IS NOT NULL;",
+};
+
+_Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,
+               "one migration per schema version");
+
+static const int api_version[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+_Static_assert(sizeof(api_version) / sizeof(api_version[0]) == SERVER_DB_SCHEMA_VERSION + 1,
+               "SQLite's versions are the API's");
+
+/* --- errors --------------------------------------------------------------- */
+
+/* An SQLite result code as a db.h error (0 for OK, DONE and ROW). */
+static int map_rc(sqlite3 *h, int rc) {
+  switch (rc & 0xff) {
+  case SQLITE_OK:
+  case SQLITE_DONE:
+  case SQLITE_ROW:
+    return 0;
+  case SQLITE_BUSY:
+  case SQLITE_LOCKED:
+    return -EBUSY;
+  case SQLITE_NOMEM:
+    return -ENOMEM;
+  case SQLITE_FULL:
+    return -ENOSPC;
+  case SQLITE_READONLY:
+    return -EROFS;
+  case SQLITE_PERM:
+  case SQLITE_AUTH:
+    return -EACCES;
+  case SQLITE_IOERR:
+  case SQLITE_CANTOPEN: {
+    int e = h ? sqlite3_system_errno(h) : 0;
+    return e > 0 ? -e : -EIO;
+  }
+  case SQLITE_CONSTRAINT:
+    switch (rc) {
+    case SQLITE_CONSTRAINT_UNIQUE:
+    case SQLITE_CONSTRAINT_PRIMARYKEY:
+      return -EEXIST;
+    case SQLITE_CONSTRAINT_FOREIGNKEY:
+      return -ENOENT;
+    case SQLITE_CONSTRAINT_TRIGGER:
+      return -EPERM;
+    default:
+      return -EINVAL;
+    }
+  case SQLITE_CORRUPT:
+  case SQLITE_NOTADB:
+    return CORDON_E_CONFIG_INVALID;
+  default:
+    return CORDON_E_INTERNAL;
+  }
+}
+
+/* A failed SQLite call: its error, never 0. */
+static int lite_err(sqlite3 *h, int rc) {
+  int err = map_rc(h, rc);
+  return err ? err : CORDON_E_INTERNAL;
+}
+
+static int lite_fail(struct server_db *db, int rc, const char *what, struct cordon_diag *diag) {
+  return cordon_diag_set(diag, lite_err(db->h, rc), "%s: %s: %s", db->path, what,
+                         db->h ? sqlite3_errmsg(db->h) : sqlite3_errstr(rc));
+}
+
+/* --- statements ----------------------------------------------------------- */
+
+static int lite_prepare(struct server_db *db, struct db_st *st, const char *sql, const char *pg_sql,
+                        struct cordon_diag *diag) {
+  sqlite3_stmt *s = NULL;
+  int rc = sqlite3_prepare_v3(db->h, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
+  if (rc != SQLITE_OK)
+    return lite_fail(db, rc, "prepare", diag);
+  st->h = s;
+  return 0;
+}
+
+static void lite_finalize(struct db_st *st) {
+  sqlite3_finalize(st->h);
+  st->h = NULL;
+  st->ready = false;
+}
+
+static int lite_step(struct db_st *st) {
+  int rc = sqlite3_step(st->h);
+  if (rc == SQLITE_ROW)
+    return DB_ROW;
+  if (rc == SQLITE_DONE)
+    return DB_DONE;
+  return lite_err(st->db->h, rc);
+}
+
+static void lite_reset(struct db_st *st) {
+  sqlite3_reset(st->h);
+  sqlite3_clear_bindings(st->h);
+}
+
+static int lite_bind(struct db_st *st, int i, int kind, const void *p, size_t n, int64_t v) {
+  int rc;
+  switch (kind != DB_BIND_INT && !p ? DB_BIND_NULL : kind) {
+  case DB_BIND_INT:
+    rc = sqlite3_bind_int64(st->h, i, v);
+    break;
+  case DB_BIND_TEXT:
+    rc = sqlite3_bind_text(st->h, i, p, (int)n, SQLITE_TRANSIENT);
+    break;
+  case DB_BIND_BLOB:
+    rc = sqlite3_bind_blob(st->h, i, p, (int)n, SQLITE_TRANSIENT);
+    break;
+  default:
+    rc = sqlite3_bind_null(st->h, i);
+    break;
+  }
+  return rc == SQLITE_OK ? DB_OK : lite_err(st->db->h, rc);
+}
+
+static int64_t lite_col_int(struct db_st *st, int i) {
+  return sqlite3_column_int64(st->h, i);
+}
+
+static const char *lite_col_str(struct db_st *st, int i) {
+  return (const char *)sqlite3_column_text(st->h, i);
+}
+
+static const void *lite_col_blob(struct db_st *st, int i, size_t *out_len) {
+  const void *p = sqlite3_column_blob(st->h, i);
+  *out_len = (size_t)sqlite3_column_bytes(st->h, i);
+  return p;
+}
+
+static int64_t lite_changes(struct server_db *db) {
+  return sqlite3_changes(db->h);
+}
+
+static bool lite_in_tx(struct server_db *db) {
+  return !sqlite3_get_autocommit(db->h);
+}
+
+static const char *lite_errmsg(struct server_db *db) {
+  return db->h ? sqlite3_errmsg(db->h) : "";
+}
+
+/* Setting this pragma does no I/O; it fails only when out of memory. */
+static void lite_sync(struct server_db *db, bool full) {
+  (void)sqlite3_exec(db->h, full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
+                     NULL, NULL, NULL);
+}
+
+static int lite_exec_script(struct server_db *db, const char *sql) {
+  char *msg = NULL;
+  int rc = sqlite3_exec(db->h, sql, NULL, NULL, &msg);
+  if (rc == SQLITE_OK)
+    return 0;
+  snprintf(db->errmsg, sizeof(db->errmsg), "%s", msg ? msg : sqlite3_errstr(rc));
+  sqlite3_free(msg);
+  return lite_err(db->h, rc);
+}
+
+static int lite_probe(struct server_db *db, bool *out_has_table, bool *out_empty, bool *out_foreign,
+                      struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(db->h,
+                              "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'table'"
+                              " AND name = 'schema_version'), (SELECT count(*) FROM sqlite_master),"
+                              " (SELECT application_id FROM pragma_application_id)",
+                              -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return lite_fail(db, rc, "read schema", diag);
+  rc = sqlite3_step(st);
+  if (rc != SQLITE_ROW) {
+    int err = lite_fail(db, rc, "read schema", diag);
+    sqlite3_finalize(st);
+    return err;
+  }
+  int64_t has_table = sqlite3_column_int64(st, 0), objects = sqlite3_column_int64(st, 1);
+  int64_t app_id = sqlite3_column_int64(st, 2);
+  sqlite3_finalize(st);
+  *out_has_table = has_table != 0;
+  *out_empty = objects == 0;
+  *out_foreign = app_id != 0 && app_id != DB_APPLICATION_ID;
+  return 0;
+}
+
+/* --- open ----------------------------------------------------------------- */
+
+static int pragma(struct server_db *db, const char *sql, const char *expect,
+                  struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(db->h, sql, -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return lite_fail(db, rc, sql, diag);
+  int err = 0;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const unsigned char *v = sqlite3_column_text(st, 0);
+    if (expect && (!v || strcmp((const char *)v, expect) != 0))
+      err = cordon_diag_set(diag, CORDON_E_INTERNAL, "%s: %s gave '%s', wanted '%s'", db->path, sql,
+                            v ? (const char *)v : "", expect);
+  }
+  if (rc != SQLITE_DONE && !err)
+    err = lite_fail(db, rc, sql, diag);
+  sqlite3_finalize(st);
+  return err;
+}
+
+/* Make sure STATE/cordon.db exists (when asked) as a regular 0600 file, so
+ * that SQLite, which copies the database's mode to its -wal and -shm files,
+ * never makes a world-readable one. */
+static int prepare_file(const char *state_dir, const char *path, unsigned flags,
+                        struct cordon_diag *diag) {
+  struct stat st;
+  if (stat(state_dir, &st) < 0) {
+    int e = errno;
+    if (e == ENOENT)
+      return cordon_diag_set(
+          diag, -ENOENT, "state directory %s does not exist (run cordon-server init)", state_dir);
+    return cordon_diag_set(diag, -e, "%s: %s", state_dir, strerror(e));
+  }
+  if (!S_ISDIR(st.st_mode))
+    return cordon_diag_set(diag, -ENOTDIR, "%s is not a directory", state_dir);
+  int oflags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY;
+  if (flags & SERVER_DB_CREATE)
+    oflags |= O_CREAT;
+  int fd = open(path, oflags, 0600);
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT)
+      return cordon_diag_set(diag, -ENOENT, "no database %s (run cordon-server init)", path);
+    return cordon_diag_set(diag, -e, "%s: %s", path, strerror(e));
+  }
+  int err = 0;
+  if (fstat(fd, &st) < 0) {
+    err = cordon_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+  } else if (!S_ISREG(st.st_mode)) {
+    err = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s is not a regular file", path);
+  } else if (st.st_size == 0 && (st.st_mode & 07777) != 0600) {
+    /* new (or never written): exactly 0600 whatever the umask */
+    if (fchmod(fd, 0600) < 0)
+      err = cordon_diag_set(diag, -errno, "%s: chmod: %s", path, strerror(errno));
+  } else if (st.st_mode & 077) {
+    err = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                          "%s is accessible by group or others (mode %03o); chmod 600 it", path,
+                          (unsigned)(st.st_mode & 0777));
+  }
+  close(fd);
+  return err;
+}
+
+static int lite_open(struct server_db *db, const char *state_dir, const char *url, unsigned flags,
+                     struct cordon_diag *diag) {
+  int n = snprintf(db->path, sizeof(db->path), "%s/%s", state_dir, SERVER_DB_FILE);
+  if (n < 0 || (size_t)n >= sizeof(db->path))
+    return cordon_diag_set(diag, -ENAMETOOLONG, "state directory path too long");
+  int err = prepare_file(state_dir, db->path, flags, diag);
+  if (err)
+    return err;
+  sqlite3 *h = NULL;
+  int rc = sqlite3_open_v2(
+      db->path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_EXRESCODE, NULL);
+  db->h = h;
+  if (rc != SQLITE_OK)
+    return lite_fail(db, rc, "open", diag);
+  sqlite3_extended_result_codes(h, 1);
+  sqlite3_busy_timeout(h, SERVER_DB_BUSY_TIMEOUT_MS);
+  /* These take no user data. */
+  if ((err = pragma(db, "PRAGMA journal_mode = WAL", "wal", diag)) ||
+      (err = pragma(db, "PRAGMA synchronous = FULL", NULL, diag)) ||
+      (err = pragma(db, "PRAGMA foreign_keys = ON", NULL, diag)) ||
+      (err = pragma(db, "PRAGMA trusted_schema = OFF", NULL, diag)) ||
+      (err = pragma(db, "PRAGMA secure_delete = ON", NULL, diag)))
+    return err;
+  return 0;
+}
+
+static void lite_close(struct server_db *db) {
+  sqlite3_close(db->h);
+  db->h = NULL;
+}
+
+const struct db_driver db_sqlite_driver = {
+    .name = "sqlite",
+    .migrations = migrations,
+    .schema_version = SERVER_DB_SCHEMA_VERSION,
+    .api_version = api_version,
+    .open = lite_open,
+    .close = lite_close,
+    .probe = lite_probe,
+    .exec_script = lite_exec_script,
+    .prepare = lite_prepare,
+    .finalize = lite_finalize,
+    .step = lite_step,
+    .reset = lite_reset,
+    .bind = lite_bind,
+    .col_int = lite_col_int,
+    .col_str = lite_col_str,
+    .col_blob = lite_col_blob,
+    .changes = lite_changes,
+    .in_tx = lite_in_tx,
+    .errmsg = lite_errmsg,
+    .sync = lite_sync,
+};
+
+/* --- backup and restore --------------------------------------------------- */
+
+static int refuse_pg(struct server_db *db, const char *what, struct cordon_diag *diag) {
+  return cordon_diag_set(diag, -EOPNOTSUPP,
+                         "%s: cordon-server %s works on SQLite only; for PostgreSQL use "
+                         "pg_dump and pg_restore (docs/OPERATIONS.md, \"PostgreSQL\")",
+                         db->path, what);
+}
+
+/* Copy all of src into dst with SQLite's online backup API, waiting out a
+ * writer that holds the lock (up to the busy timeout). */
+static int copy_database(sqlite3 *dst, sqlite3 *src, const char *what, struct cordon_diag *diag) {
+  sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
+  if (!b)
+    return cordon_diag_set(diag, lite_err(dst, sqlite3_errcode(dst)), "%s: %s", what,
+                           sqlite3_errmsg(dst));
+  int rc, waited_ms = 0;
+  while ((rc = sqlite3_backup_step(b, -1)) == SQLITE_BUSY || rc == SQLITE_LOCKED) {
+    if (waited_ms >= SERVER_DB_BUSY_TIMEOUT_MS)
+      break;
+    sqlite3_sleep(50);
+    waited_ms += 50;
+  }
+  sqlite3_backup_finish(b);
+  if (rc != SQLITE_DONE)
+    return cordon_diag_set(diag, lite_err(dst, rc), "%s: %s", what, sqlite3_errstr(rc));
+  return 0;
+}
+
+int server_db_backup(struct server_db *db, const char *path, struct cordon_diag *diag) {
+  if (db->drv != &db_sqlite_driver)
+    return refuse_pg(db, "backup", diag);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    return cordon_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+  close(fd);
+  sqlite3 *dst = NULL;
+  int rc = sqlite3_open_v2(path, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, NULL);
+  int err = rc == SQLITE_OK ? 0
+                            : cordon_diag_set(diag, lite_err(dst, rc), "%s: %s", path,
+                                              dst ? sqlite3_errmsg(dst) : sqlite3_errstr(rc));
+  if (!err)
+    err = copy_database(dst, db->h, path, diag);
+  if (sqlite3_close(dst) != SQLITE_OK && !err)
+    err = cordon_diag_set(diag, -EIO, "%s: close failed", path);
+  if (err)
+    unlink(path);
+  return err;
+}
+
+int server_db_restore(struct server_db *db, const char *path, struct cordon_diag *diag) {
+  if (db->drv != &db_sqlite_driver)
+    return refuse_pg(db, "restore", diag);
+  struct server_db *src = calloc(1, sizeof(*src));
+  if (!src)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  src->drv = &db_sqlite_driver;
+  snprintf(src->path, sizeof(src->path), "%s", path);
+  int err = 0, version = 0;
+  struct stat st;
+  if (stat(path, &st) < 0)
+    err = cordon_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+  else if (!S_ISREG(st.st_mode))
+    err = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s is not a regular file", path);
+  sqlite3 *sh = NULL;
+  int rc = err ? SQLITE_OK
+               : sqlite3_open_v2(path, &sh, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, NULL);
+  src->h = sh;
+  if (!err && rc != SQLITE_OK)
+    err = lite_fail(src, rc, "open", diag);
+  if (!err)
+    err = db_read_schema_version(src, &version, diag);
+  if (!err && version == 0)
+    err = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: an empty database", path);
+  if (!err && version > SERVER_DB_SCHEMA_VERSION)
+    err = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                          "%s: schema version %d is newer than this cordon-server knows (%d)", path,
+                          version, SERVER_DB_SCHEMA_VERSION);
+  if (!err) {
+    /* the prepared statements of db refer to the schema being replaced */
+    for (size_t i = 0; i < Q_COUNT_; i++)
+      if (db->stmts[i].ready)
+        lite_finalize(&db->stmts[i]);
+    err = copy_database(db->h, src->h, db->path, diag);
+  }
+  server_db_close(src);
+  if (!err)
+    err = db_migrate(db, diag); /* an older backup comes up to this schema */
+  return err;
+}
