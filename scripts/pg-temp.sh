@@ -5,7 +5,9 @@
 #                                  postgresql://USER@/postgres?host=DIR&port=5432
 #   scripts/pg-temp.sh stop DIR    stop it and remove DIR
 # The cluster runs as an unprivileged account: the invoking user when that is
-# not root, else $CORDON_PG_USER (default cordon-test, created when missing).
+# not root, else $CORDON_PG_USER (default cordon-pg, a system account of its
+# own created when missing: never a test account, whose process count the
+# sandbox tests rely on).
 # Nothing listens on the network; trust authentication on the socket only.
 set -euo pipefail
 bindir=${CORDON_PG_BINDIR:-/usr/lib/postgresql/15/bin}
@@ -22,7 +24,7 @@ as_owner() {
 }
 
 if [ "$(id -u)" -eq 0 ]; then
-  owner=${CORDON_PG_USER:-cordon-test}
+  owner=${CORDON_PG_USER:-cordon-pg}
   id "$owner" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$owner"
 else
   owner=$(id -un)
