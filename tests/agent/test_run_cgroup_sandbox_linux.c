@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <pwd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 
 #include "platform/linux/cgroup.h"
@@ -90,25 +91,20 @@ static bool running_n(void) {
   return T.running >= want_running;
 }
 
-/* Our cgroup of v1 controller ctrl, or of v2 (ctrl NULL). */
+/* Our cgroup in the v1 hierarchy whose controller list is exactly ctrl
+ * (as mounted here: one controller each), or in v2 (ctrl ""). */
 static bool own_cgroup(const char *ctrl, char *out, size_t len) {
   FILE *f = fopen("/proc/self/cgroup", "re");
-  char line[4096];
+  char line[4400], ctrls[256] = "", path[4096];
   bool found = false;
   while (f && !found && fgets(line, sizeof(line), f)) {
-    line[strcspn(line, "\n")] = '\0';
-    char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c2)
-      continue;
-    *c2 = '\0';
-    if (!ctrl)
-      found = strcmp(line, "0") == 0;
-    else
-      for (char *sv, *t = strtok_r(c1 + 1, ",", &sv); t && !found; t = strtok_r(NULL, ",", &sv))
-        found = strcmp(t, ctrl) == 0;
-    if (found)
-      snprintf(out, len, "%s", strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1);
+    ctrls[0] = '\0'; /* stays empty for v2's "0::/path" */
+    if (sscanf(line, "%*d:%255[^:]:%4095s", ctrls, path) == 2 ||
+        sscanf(line, "%*d::%4095s", path) == 1)
+      found = strcmp(ctrls, ctrl) == 0;
   }
+  if (found && snprintf(out, len, "%s", strcmp(path, "/") == 0 ? "" : path) >= (int)len)
+    found = false;
   if (f)
     fclose(f);
   return found;
@@ -127,7 +123,7 @@ static void setup(void) {
       snprintf(T.base[T.n_base++], sizeof(T.base[0]), "%s%s", mnt, own);
   }
   if (T.n_base == 0 && access("/sys/fs/cgroup/cgroup.subtree_control", F_OK) == 0 &&
-      own_cgroup(NULL, own, sizeof(own)))
+      own_cgroup("", own, sizeof(own)))
     snprintf(T.base[T.n_base++], sizeof(T.base[0]), "/sys/fs/cgroup%s", own);
   if (T.n_base == 0)
     cr_skip_test("no cgroup hierarchy with memory and pids here");
@@ -504,5 +500,48 @@ Test(agent_cgroup, pooled_cgroups_cap_a_fork_bomb_and_kill_an_allocation_over_me
       cr_assert(r->oom, "the OOM killer acted in the job's cgroup");
       cr_assert_null(strstr(r->out, "allocated"), "the allocation did not succeed: %s", r->out);
     }
+  }
+}
+
+/* cordon-<job id> directly in the agent's cgroup, as earlier versions made
+ * them: the start-up sweep removes an empty one older than a minute, and
+ * leaves a young one (another agent may be about to fill it) and one that
+ * holds a process (maybe another agent's running job). */
+Test(agent_cgroup, legacy_job_dirs_go_only_when_empty_and_older_than_a_minute, .init = setup,
+     .fini = teardown, .timeout = 60) {
+  char old[3][4400], young[3][4400], busy[3][4400];
+  uint8_t rnd[3][16];
+  randombytes_buf(rnd, sizeof(rnd));
+  char hex[3][33];
+  for (int k = 0; k < 3; k++)
+    for (int b = 0; b < 16; b++)
+      snprintf(hex[k] + 2 * b, 3, "%02x", rnd[k][b]);
+  for (size_t i = 0; i < T.n_base; i++) {
+    snprintf(old[i], sizeof(old[i]), "%.4096s/cordon-%s", T.base[i], hex[0]);
+    snprintf(young[i], sizeof(young[i]), "%.4096s/cordon-%s", T.base[i], hex[1]);
+    snprintf(busy[i], sizeof(busy[i]), "%.4096s/cordon-%s", T.base[i], hex[2]);
+    cr_assert_eq(mkdir(old[i], 0700), 0);
+    cr_assert_eq(mkdir(young[i], 0700), 0);
+    cr_assert_eq(mkdir(busy[i], 0700), 0);
+    struct timeval tv[2] = {{time(NULL) - 120, 0}, {time(NULL) - 120, 0}};
+    cr_assert_eq(utimes(old[i], tv), 0);
+    cr_assert_eq(utimes(busy[i], tv), 0);
+  }
+  T.extra[0] = plant(busy, T.n_base);
+  usleep(100 * 1000);
+  S.agent = START("--drain-timeout", "5");
+  cr_assert(spin(10000, connected));
+  for (size_t i = 0; i < T.n_base; i++) {
+    cr_assert_eq(access(old[i], F_OK), -1, "empty and old: removed: %s", old[i]);
+    cr_assert_eq(access(young[i], F_OK), 0, "young: left");
+    pid_t p[2];
+    cr_assert_eq(procs_of(busy[i], p, 2), 1, "busy: left with its process");
+  }
+  kill(T.extra[0], SIGKILL);
+  waitpid(T.extra[0], NULL, 0);
+  T.extra[0] = 0;
+  for (size_t i = 0; i < T.n_base; i++) {
+    cr_assert_eq(rmdir(young[i]), 0);
+    cr_assert_eq(rmdir(busy[i]), 0);
   }
 }
