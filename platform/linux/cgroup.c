@@ -196,11 +196,11 @@ static uint64_t fnv1a(uint64_t h, const char *s) {
   return h;
 }
 
-void cgroup_instance_name(const char *state_dir, char out[CGROUP_INSTANCE_NAME_SIZE]) {
-  char real[PATH_MAX], uid[24];
+void cgroup_instance_name(const char *state_dir, uid_t uid, char out[CGROUP_INSTANCE_NAME_SIZE]) {
+  char real[PATH_MAX], who[24];
   const char *dir = !state_dir ? "" : realpath(state_dir, real) ? real : state_dir;
-  snprintf(uid, sizeof(uid), "%lu:", (unsigned long)getuid());
-  uint64_t h = fnv1a(fnv1a(0xcbf29ce484222325ULL, uid), dir);
+  snprintf(who, sizeof(who), "%lu:", (unsigned long)uid);
+  uint64_t h = fnv1a(fnv1a(0xcbf29ce484222325ULL, who), dir);
   snprintf(out, CGROUP_INSTANCE_NAME_SIZE, CGROUP_INSTANCE_PREFIX "%016" PRIx64, h);
 }
 
@@ -376,7 +376,7 @@ static bool is_owner(const char *inst) {
 int cgroup_job_create(struct cgroup_job *cg, const char *state_dir, uint64_t mem_bytes,
                       unsigned max_pids) {
   char inst[CGROUP_INSTANCE_NAME_SIZE], prefix[40];
-  cgroup_instance_name(state_dir, inst);
+  cgroup_instance_name(state_dir, getuid(), inst);
   if (is_owner(inst))
     snprintf(prefix, sizeof(prefix), CGROUP_JOB_PREFIX "%ld-", (long)getpid());
   else
@@ -800,7 +800,7 @@ static size_t bases(char out[4][4096], bool v2[4]) {
 
 unsigned cgroup_instance_sweep(const char *state_dir) {
   char inst[CGROUP_INSTANCE_NAME_SIZE];
-  cgroup_instance_name(state_dir, inst);
+  cgroup_instance_name(state_dir, getuid(), inst);
   char base[4][4096];
   bool v2[4];
   size_t nb = bases(base, v2);

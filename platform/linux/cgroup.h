@@ -38,8 +38,10 @@
  * any other process of the same instance (`cordon-agent exec`, which may
  * run beside it) names them exec-<pid>-<n>. The sweep kills (cgroup.kill
  * on v2, SIGKILL by pid on v1, waiting on pidfds) and removes every job-*
- * there, and every exec-<pid>-* whose pid is gone; another instance's
- * parent is never read. It also removes, directly below BASE, the empty
+ * there, and every exec-<pid>-* whose pid is gone. In another instance's
+ * parent it only removes empty job directories whose pid is gone (a pool
+ * a kill -9 left) and then the parent if empty; it never kills there. It
+ * also removes, directly below BASE, the empty
  * cordon-<32 hex> directories earlier versions leaked, when older than a
  * minute; a non-empty one is left (only its job id, known to the spool,
  * lets cgroup_job_reap take it).
@@ -60,6 +62,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define CGROUP_AGENT_LEAF "cordon-agent"
 #define CGROUP_INSTANCE_PREFIX "cordon-agent-"
@@ -87,8 +90,8 @@ void cgroup_available(struct cgroup_avail *out);
 
 void cgroup_job_init(struct cgroup_job *cg);
 /* The instance directory's name for the agent of state_dir (NULL: none)
- * and this uid: "cordon-agent-<16 hex>". */
-void cgroup_instance_name(const char *state_dir, char out[CGROUP_INSTANCE_NAME_SIZE]);
+ * running as uid (the agent's own: getuid()): "cordon-agent-<16 hex>". */
+void cgroup_instance_name(const char *state_dir, uid_t uid, char out[CGROUP_INSTANCE_NAME_SIZE]);
 /* Create (or take from the pool) the job's cgroups below the instance of
  * state_dir and write the limits. Never fails hard: what could not be
  * created is left NULL. Returns 0, or -ENOMEM. */

@@ -8,6 +8,7 @@
  * still cap a fork bomb and kill an allocation over memory_mb. */
 #include <dirent.h>
 #include <errno.h>
+#include <grp.h>
 #include <jansson.h>
 #include <pwd.h>
 #include <sys/socket.h>
@@ -34,6 +35,10 @@ static struct {
   size_t n_base;
   char inst[CGROUP_INSTANCE_NAME_SIZE];
   pid_t extra[4]; /* other processes the test started */
+  bool deleg;     /* the agent runs as cordon-test in a delegated subtree */
+  uid_t uid;
+  gid_t gid;
+  const char *job_user; /* who the jobs run as */
 } T;
 
 static bool on_msg(struct net_conn *c, const struct msg *m) {
@@ -128,7 +133,32 @@ static void setup(void) {
   if (T.n_base == 0)
     cr_skip_test("no cgroup hierarchy with memory and pids here");
   ss_setup("cordon-cg", on_msg);
-  cgroup_instance_name(S.cfg, T.inst);
+  cgroup_instance_name(S.cfg, 0, T.inst);
+  T.job_user = "cordon-job";
+}
+
+/* The per-user agent: cordon-test inside a v1 subtree chowned to it (what
+ * a delegated user unit gets); T.base becomes that subtree. */
+static void setup_deleg(void) {
+  setup();
+  if (strstr(T.base[0], "/sys/fs/cgroup/memory") != T.base[0] || T.n_base != 3)
+    cr_skip_test("the delegated mode is tested on v1 hierarchies here");
+  struct passwd *pw = getpwnam("cordon-test");
+  cr_assert(pw, "the test account cordon-test");
+  T.deleg = true;
+  T.uid = pw->pw_uid;
+  T.gid = pw->pw_gid;
+  T.job_user = "cordon-test"; /* a per-user agent's jobs run as itself */
+  for (size_t i = 0; i < T.n_base; i++) {
+    size_t n = strlen(T.base[i]);
+    snprintf(T.base[i] + n, sizeof(T.base[i]) - n, "/cordon-cg-deleg-%ld", (long)getpid());
+    cr_assert_eq(mkdir(T.base[i], 0755), 0, "%s", T.base[i]);
+  }
+  static char cmd[13000];
+  snprintf(cmd, sizeof(cmd), "chown -R cordon-test: %.200s %.4096s %.4096s %.4096s", S.dir,
+           T.base[0], T.base[1], T.base[2]);
+  cr_assert_eq(system(cmd), 0);
+  cgroup_instance_name(S.cfg, T.uid, T.inst);
 }
 
 static void teardown(void) {
@@ -142,7 +172,41 @@ static void teardown(void) {
     waitpid(S.agent, NULL, 0);
     S.agent = 0;
   }
+  for (size_t i = 0; T.deleg && i < T.n_base; i++) {
+    char cmd[4400];
+    snprintf(cmd, sizeof(cmd),
+             "find %.4096s -mindepth 1 -depth -type d -exec rmdir {} + 2>/dev/null", T.base[i]);
+    (void)!system(cmd);
+    rmdir(T.base[i]);
+  }
   ss_teardown();
+}
+
+/* `cordon-agent run` as root, or in the delegated mode as cordon-test
+ * moved into its subtree first while still root (as systemd would). */
+static pid_t start(void) {
+  if (!T.deleg)
+    return START("--drain-timeout", "5");
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    int fd = open(S.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 2);
+    for (size_t i = 0; i < T.n_base; i++) {
+      char path[4200];
+      snprintf(path, sizeof(path), "%.4096s/cgroup.procs", T.base[i]);
+      FILE *f = fopen(path, "we");
+      if (!f || fprintf(f, "0\n") < 0 || fclose(f) != 0)
+        _exit(126);
+    }
+    struct passwd *pw = getpwnam("cordon-test");
+    if (!pw || setgroups(0, NULL) < 0 || setgid(T.gid) < 0 || setuid(T.uid) < 0)
+      _exit(125);
+    setenv("HOME", pw->pw_dir, 1);
+    execl(AGENT, AGENT, "--config", S.cfg, "run", "--drain-timeout", "5", (char *)NULL);
+    _exit(127);
+  }
+  return pid;
 }
 
 /* The instance directory in hierarchy i. */
@@ -238,7 +302,7 @@ static bool pool_full(void) {
 
 Test(agent_cgroup, a_jobs_cgroup_is_a_pooled_one_below_the_instance_parent, .init = setup,
      .fini = teardown, .timeout = 90) {
-  S.agent = START("--drain-timeout", "5");
+  S.agent = start();
   cr_assert(spin(10000, connected));
   cr_assert(spin(5000, pool_full), "the pool is made at start: %zu dirs",
             job_dirs(0, T.inst, NULL, NULL));
@@ -256,7 +320,7 @@ Test(agent_cgroup, a_jobs_cgroup_is_a_pooled_one_below_the_instance_parent, .ini
     snprintf(dir, sizeof(dir), "%s/%s", idir(i, T.inst), name);
     pid_t p[16];
     size_t np = procs_of(dir, p, 16);
-    struct passwd *pw = getpwnam("cordon-job");
+    struct passwd *pw = getpwnam(T.job_user);
     cr_assert(pw);
     for (size_t k = 0; k < np; k++) { /* bwrap and the job, as the job user */
       char path[64];
@@ -289,18 +353,41 @@ static pid_t plant(char dirs[][4400], size_t n) {
       if (!f || fprintf(f, "0\n") < 0 || fclose(f) != 0)
         _exit(126);
     }
-    struct passwd *pw = getpwnam("cordon-job");
-    if (!pw || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
+    struct passwd *pw = getpwnam(T.job_user);
+    if (!pw || setgroups(0, NULL) < 0 || setgid(pw->pw_gid) < 0 || setuid(pw->pw_uid) < 0)
       _exit(125);
     execl("/bin/sleep", "sleep", "1000", (char *)NULL);
     _exit(127);
   }
+  /* back once it is in every one of them */
+  for (int tries = 0; tries < 400; tries++) {
+    bool in_all = true;
+    for (size_t i = 0; i < n && in_all; i++) {
+      pid_t p[4];
+      size_t np = procs_of(dirs[i], p, 4);
+      in_all = false;
+      for (size_t k = 0; k < np; k++)
+        in_all = in_all || p[k] == pid;
+    }
+    if (in_all)
+      return pid;
+    usleep(5000);
+  }
+  cr_assert_fail("the planted process did not join its cgroups");
   return pid;
 }
 
+static void body_kill_9_in_a_job(void);
 Test(agent_cgroup, after_kill_9_in_a_job_the_restarted_agent_leaves_no_job_cgroup_or_process,
      .init = setup, .fini = teardown, .timeout = 120) {
-  S.agent = START("--drain-timeout", "5");
+  body_kill_9_in_a_job();
+}
+Test(agent_cgroup_deleg, after_kill_9_in_a_job_the_restarted_agent_leaves_no_job_cgroup_or_process,
+     .init = setup_deleg, .fini = teardown, .timeout = 120) {
+  body_kill_9_in_a_job();
+}
+static void body_kill_9_in_a_job(void) {
+  S.agent = start();
   cr_assert(spin(10000, connected));
   const uint8_t *id = job_id(0);
   send_job_id(nap_pkg(), id);
@@ -316,20 +403,21 @@ Test(agent_cgroup, after_kill_9_in_a_job_the_restarted_agent_leaves_no_job_cgrou
     cr_assert_eq(busy, 1);
     snprintf(dirs[i], sizeof(dirs[i]), "%s/%s", idir(i, T.inst), name);
   }
-  n_job = procs_of(dirs[0], job_pids, 64);
-  cr_assert_geq(n_job, 2, "bwrap and the job");
+  /* bwrap, its init, the shell and sleep: the whole tree is in */
+  for (int tries = 0; tries < 500 && (n_job = procs_of(dirs[0], job_pids, 64)) < 4; tries++)
+    usleep(10000);
+  cr_assert_geq(n_job, 4, "bwrap, its init and the job");
   kill(S.agent, SIGKILL);
   waitpid(S.agent, NULL, 0);
   S.agent = 0;
   /* bwrap's --die-with-parent has a window in which the sandbox outlives
    * the agent (sandbox_reap_leftovers): one as if it had */
   T.extra[0] = plant(dirs, T.n_base);
-  usleep(100 * 1000);
   pid_t p[4];
   cr_assert_eq(procs_of(dirs[0], p, 4) >= 1, true, "the planted reaper is in the job cgroup");
   cr_assert(spin(10000, disconnected));
 
-  S.agent = START("--drain-timeout", "5");
+  S.agent = start();
   cr_assert(spin(10000, connected));
   struct seen_result *r = wait_result(id, 10000);
   cr_assert_str_eq(r->code, "agent_restarted");
@@ -384,7 +472,7 @@ Test(agent_cgroup, the_sweep_leaves_another_instance_and_a_running_exec_alone, .
   char other[300];
   snprintf(other, sizeof(other), "%s/other", S.dir);
   cr_assert_eq(mkdir(other, 0700), 0);
-  cgroup_instance_name(other, other_inst);
+  cgroup_instance_name(other, 0, other_inst);
   cr_assert_str_neq(other_inst, T.inst, "another config dir is another instance");
   /* an exec of this agent's own config dir, and one of another instance */
   T.extra[0] = exec_pid[0] = exec_bg(S.cfg, "sleep 4; exit 7");
@@ -392,7 +480,8 @@ Test(agent_cgroup, the_sweep_leaves_another_instance_and_a_running_exec_alone, .
   cr_assert(spin(15000, execs_running), "both execs run in their cgroups");
   /* a third instance killed -9 long ago: its empty pool and a job cgroup
    * that still holds a process (pid 999999999 is above any pid_max) */
-  const char *dead = CGROUP_INSTANCE_PREFIX "00000000000000d1";
+  char dead[64];
+  snprintf(dead, sizeof(dead), CGROUP_INSTANCE_PREFIX "d1d1d1d1%08lx", (unsigned long)getpid());
   char pool[3][4400], busy[3][4400];
   for (size_t i = 0; i < T.n_base; i++) {
     cr_assert_eq(mkdir(idir(i, dead), 0755), 0);
@@ -402,7 +491,7 @@ Test(agent_cgroup, the_sweep_leaves_another_instance_and_a_running_exec_alone, .
     cr_assert_eq(mkdir(busy[i], 0700), 0);
   }
   T.extra[2] = plant(busy, T.n_base);
-  S.agent = START("--drain-timeout", "5");
+  S.agent = start();
   cr_assert(spin(10000, connected));
   cr_assert(execs_running(), "the sweep left both alone");
   for (size_t i = 0; i < T.n_base; i++) {
@@ -451,8 +540,16 @@ static bool in_pooled(const char *name) {
   return false;
 }
 
+static void body_pooled_limits(void);
 Test(agent_cgroup, pooled_cgroups_cap_a_fork_bomb_and_kill_an_allocation_over_memory_mb,
      .init = setup, .fini = teardown, .timeout = 120) {
+  body_pooled_limits();
+}
+Test(agent_cgroup_deleg, pooled_cgroups_cap_a_fork_bomb_and_kill_an_allocation_over_memory_mb,
+     .init = setup_deleg, .fini = teardown, .timeout = 120) {
+  body_pooled_limits();
+}
+static void body_pooled_limits(void) {
   struct pkg bomb = make_package(
       "bomb",
       "{\"name\":\"bomb\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
@@ -468,7 +565,7 @@ Test(agent_cgroup, pooled_cgroups_cap_a_fork_bomb_and_kill_an_allocation_over_me
                    "\"limits\":{\"memory_mb\":48}}",
                    "python3 -c 'b = bytearray(200 << 20); b[::4096] = b\"x\" * len(b[::4096]); "
                    "print(\"allocated\")'\n");
-  S.agent = START("--drain-timeout", "5");
+  S.agent = start();
   cr_assert(spin(10000, connected));
   for (int round = 0; round < 2; round++) {
     cr_assert(spin(5000, pool_full), "the pool is back to %d", CGROUP_POOL_SIZE);
@@ -528,8 +625,7 @@ Test(agent_cgroup, legacy_job_dirs_go_only_when_empty_and_older_than_a_minute, .
     cr_assert_eq(utimes(busy[i], tv), 0);
   }
   T.extra[0] = plant(busy, T.n_base);
-  usleep(100 * 1000);
-  S.agent = START("--drain-timeout", "5");
+  S.agent = start();
   cr_assert(spin(10000, connected));
   for (size_t i = 0; i < T.n_base; i++) {
     cr_assert_eq(access(old[i], F_OK), -1, "empty and old: removed: %s", old[i]);
