@@ -256,8 +256,9 @@ static int adhoc_package(const struct agent_config *cfg, const struct agent_exec
   if (r < 0) {
     daemon_lock_release(*out_lock);
     *out_lock = NULL;
-    if (join(path, sizeof(path), out_dir, AGENT_EXEC_LOCK) == 0)
-      unlink(path);
+    char lock[PATH_MAX];
+    if (join(lock, sizeof(lock), out_dir, AGENT_EXEC_LOCK) == 0)
+      unlink(lock);
     rmdir(out_dir);
     return cordon_diag_set(diag, r, "%s: cannot write", path);
   }
