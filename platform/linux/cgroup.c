@@ -343,6 +343,7 @@ static struct {
   bool stop;
   bool refill_failed; /* no cgroup could be made: wait for the next take */
   char prefix[40];    /* job-<pid>-: unique across the instance's restarts */
+  pid_t pid;          /* the owner process (a forked child that exits is not) */
   char inst[CGROUP_INSTANCE_NAME_SIZE];
   struct cgroup_job pool[CGROUP_POOL_SIZE];
   size_t n_pool;
@@ -657,6 +658,8 @@ static void instance_rmdirs(const char *inst) {
 /* At exit: the queued releases done, the pool and the instance
  * directories removed. */
 static void pool_shutdown(void) {
+  if (getpid() != P.pid)
+    return; /* a child forked after the sweep: the worker and pool are not its own */
   pthread_mutex_lock(&P.lock);
   bool running = P.running;
   P.stop = true;
@@ -816,6 +819,7 @@ unsigned cgroup_instance_sweep(const char *state_dir) {
   P.owner = true;
   memcpy(P.inst, inst, sizeof(inst));
   snprintf(P.prefix, sizeof(P.prefix), CGROUP_JOB_PREFIX "%ld-", (long)getpid());
+  P.pid = getpid();
   if (!P.running && !P.stop) {
     /* the worker takes no signal meant for the agent's loop */
     sigset_t all, old;
