@@ -18,9 +18,11 @@
 #include "agent/cli.h"
 #include "agent/commands.h"
 #include "agent/job.h"
+#include "agent/recover.h"
 #include "compat/posix.h"
 #include "core/error.h"
 #include "core/manifest.h"
+#include "platform/daemon.h"
 #include "platform/paths.h"
 #include "platform/sandbox.h"
 
@@ -196,9 +198,12 @@ static json_t *grant_json(const char *path, bool rw) {
 }
 
 /* Write the ad-hoc package (a directory holding manifest.json) into
- * out_dir (a new directory under TMPDIR or /tmp). */
+ * out_dir (a new directory CONFIG/jobs/exec-RANDOM), which holds
+ * AGENT_EXEC_LOCK locked while it exists: the agent's start-up sweep
+ * (agent_recover_staging) removes it only once this process is gone. */
 static int adhoc_package(const struct agent_config *cfg, const struct agent_exec_options *o,
-                         char *out_dir, size_t len, struct cordon_diag *diag) {
+                         char *out_dir, size_t len, struct daemon_lock **out_lock,
+                         struct cordon_diag *diag) {
   if (o->n_args == 0)
     return cordon_diag_set(diag, CORDON_E_USAGE, "exec -- CMD [ARGS...]: no command");
   char cmd[PATH_MAX];
@@ -238,21 +243,34 @@ static int adhoc_package(const struct agent_config *cfg, const struct agent_exec
     json_decref(m);
     return r;
   }
+  if ((r = daemon_lock_take(out_dir, AGENT_EXEC_LOCK, out_lock)) < 0) {
+    json_decref(m);
+    rmdir(out_dir);
+    return cordon_diag_set(diag, r, "%s: cannot lock: %s", out_dir, cordon_err_message(r));
+  }
   char path[PATH_MAX];
   r = join(path, sizeof(path), out_dir, "manifest.json");
   if (r == 0)
     r = json_dump_file(m, path, JSON_INDENT(2)) == 0 ? 0 : -EIO;
   json_decref(m);
   if (r < 0) {
+    daemon_lock_release(*out_lock);
+    *out_lock = NULL;
+    char lock[PATH_MAX];
+    if (join(lock, sizeof(lock), out_dir, AGENT_EXEC_LOCK) == 0)
+      unlink(lock);
     rmdir(out_dir);
     return cordon_diag_set(diag, r, "%s: cannot write", path);
   }
   return 0;
 }
 
-static void adhoc_remove(const char *dir) {
+static void adhoc_remove(const char *dir, struct daemon_lock *lock) {
   char path[PATH_MAX];
   if (join(path, sizeof(path), dir, "manifest.json") == 0)
+    unlink(path);
+  daemon_lock_release(lock); /* before the unlink: Windows keeps an open file */
+  if (join(path, sizeof(path), dir, AGENT_EXEC_LOCK) == 0)
     unlink(path);
   rmdir(dir);
 }
@@ -263,11 +281,12 @@ int agent_cmd_exec(const struct agent_config *cfg, const struct agent_exec_optio
   int rc;
   bool adhoc = o->source == NULL;
   char dir[PATH_MAX];
+  struct daemon_lock *lock = NULL;
   const char *source = o->source;
   char *const *args = o->args;
   size_t n_args = o->n_args;
   if (adhoc) {
-    int r = adhoc_package(cfg, o, dir, sizeof(dir), &diag);
+    int r = adhoc_package(cfg, o, dir, sizeof(dir), &lock, &diag);
     if (r < 0)
       return agent_fail(r, diag.msg);
     source = dir;
@@ -276,7 +295,7 @@ int agent_cmd_exec(const struct agent_config *cfg, const struct agent_exec_optio
   }
   int r = agent_job_prepare(&job, cfg, source, o->trust, &diag);
   if (adhoc)
-    adhoc_remove(dir);
+    adhoc_remove(dir, lock);
   if (r < 0) {
     if (job.result.error) { /* a refused package: the job was attempted */
       rc = adhoc && !o->json ? finish_adhoc(&job.result) : finish_job(&job.result);

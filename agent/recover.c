@@ -7,11 +7,15 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compat/posix.h"
 #include "core/id.h"
+#include "platform/daemon.h"
 #include "platform/fs.h"
+#include "platform/sandbox.h"
 
 struct temps {
   const struct agent_spool *sp;
@@ -53,6 +57,25 @@ static bool only_empty_dirs(int parent, const char *name, int depth) {
   return empty;
 }
 
+int agent_recover_sandbox(const char *config_dir) {
+  int n = sandbox_sweep_leftovers(config_dir);
+  return n > 0 ? n : 0;
+}
+
+/* CONFIG/jobs/exec-*: made before `started` and its exec gone. */
+static bool exec_dir_stale(const char *jobs, const char *name, time_t started) {
+  char dir[PATH_MAX];
+  struct stat st;
+  if (snprintf(dir, sizeof(dir), "%s/%s", jobs, name) >= (int)sizeof(dir) || stat(dir, &st) < 0 ||
+      !S_ISDIR(st.st_mode) || st.st_mtime >= started)
+    return false;
+  struct daemon_lock *lock = NULL;
+  if (daemon_lock_take(dir, AGENT_EXEC_LOCK, &lock) < 0)
+    return false; /* held: the exec runs */
+  daemon_lock_release(lock);
+  return true;
+}
+
 int agent_recover_staging(const char *config_dir, const struct agent_spool *sp) {
   char jobs[PATH_MAX];
   if (snprintf(jobs, sizeof(jobs), "%s/jobs", config_dir) >= (int)sizeof(jobs))
@@ -61,8 +84,14 @@ int agent_recover_staging(const char *config_dir, const struct agent_spool *sp) 
   if (!d)
     return 0;
   int n = 0;
+  time_t started = time(NULL);
   struct dirent *de;
   while ((de = readdir(d))) {
+    if (strncmp(de->d_name, "exec-", 5) == 0) {
+      if (exec_dir_stale(jobs, de->d_name, started) && fs_remove_tree_at(dirfd(d), de->d_name) == 0)
+        n++;
+      continue;
+    }
     if (!cordon_id_hex_valid(de->d_name))
       continue;
     uint8_t id[CORDON_ID_LEN];

@@ -12,11 +12,15 @@
  *   is spooled) or that holds nothing but empty directories is removed.
  *   A staging directory of a job that was running is removed by
  *   agent_dispatch_recover; one of another kind (an `exec` in progress,
- *   with files) is left alone.
+ *   with files) is left alone;
+ * - CONFIG/jobs/exec-*: the ad-hoc package of a `cordon-agent exec`: removed
+ *   when it is older than this sweep and no process holds its
+ *   AGENT_EXEC_LOCK (its exec is gone; a directory without the file, from
+ *   an earlier version, counts as unheld).
  *
- * Call agent_recover_temps, then agent_dispatch_recover, then
- * agent_recover_staging, with the agent lock held. Files only; nothing
- * logged (the counts are returned). */
+ * Call agent_recover_sandbox, agent_recover_temps, then
+ * agent_dispatch_recover, then agent_recover_staging, with the agent lock
+ * held. Nothing logged (the counts are returned). */
 #ifndef CORDON_AGENT_RECOVER_H
 #define CORDON_AGENT_RECOVER_H
 
@@ -28,5 +32,14 @@ int agent_recover_temps(const struct agent_spool *sp, const struct agent_seen *s
 /* The leftover staging directories below CONFIG/jobs: returns how many
  * were removed. */
 int agent_recover_staging(const char *config_dir, const struct agent_spool *sp);
+/* In CONFIG/jobs/exec-*: held locked by the `cordon-agent exec` that made
+ * the directory, for as long as it exists. */
+#define AGENT_EXEC_LOCK ".exec.lock"
+/* What earlier agent processes of this config directory left running or
+ * allocated in the sandbox (sandbox_sweep_leftovers: on Linux the job
+ * cgroups below this instance's parent, their processes killed). Call
+ * once, with the agent lock held, before any job. Returns how many
+ * processes were killed. */
+int agent_recover_sandbox(const char *config_dir);
 
 #endif

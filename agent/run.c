@@ -487,15 +487,17 @@ static void log_start(const struct runner *rn) {
  * (agent/recover.h): the jobs that were running are reported
  * agent_restarted once the session is up. */
 static void recover(struct runner *rn) {
+  int killed = agent_recover_sandbox(rn->cfg->dir);
   int temps = agent_recover_temps(&rn->spool, &rn->seen);
   agent_dispatch_recover(&rn->jobs);
   int dirs = agent_recover_staging(rn->cfg->dir, &rn->spool);
-  if (temps > 0 || dirs > 0) {
-    char t[16], s[16];
+  if (temps > 0 || dirs > 0 || killed > 0) {
+    char t[16], s[16], k[16];
     snprintf(t, sizeof(t), "%d", temps);
     snprintf(s, sizeof(s), "%d", dirs);
+    snprintf(k, sizeof(k), "%d", killed);
     core_log_kv(CORE_LOG_INFO, "removed what a crash left", "temp_files", t, "staging_dirs", s,
-                NULL);
+                "processes_killed", k, NULL);
   }
 }
 

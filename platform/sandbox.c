@@ -193,6 +193,10 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *res) {
   return sandbox_os_run(plan, res);
 }
 
+int sandbox_sweep_leftovers(const char *state_dir) {
+  return sandbox_os_sweep_leftovers(state_dir);
+}
+
 int sandbox_reap_leftovers(const char *job_id) {
   return sandbox_os_reap_leftovers(job_id);
 }

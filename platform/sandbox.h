@@ -86,4 +86,12 @@ int sandbox_run(struct sandbox_plan *plan, struct job_result *result);
  * number of processes killed, or a negated errno. */
 int sandbox_reap_leftovers(const char *job_id);
 
+/* At the start of the agent that holds the agent lock of state_dir (its
+ * config directory), before any job: kill and remove what earlier
+ * processes of this agent instance left in the OS's job containers, and
+ * get ready to run jobs (Linux: the instance's job cgroups, see
+ * platform/linux/cgroup.h; elsewhere nothing). Returns the number of
+ * processes killed, or a negated errno. */
+int sandbox_sweep_leftovers(const char *state_dir);
+
 #endif

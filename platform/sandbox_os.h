@@ -101,6 +101,8 @@ json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_resu
 int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res);
 /* See sandbox_reap_leftovers. */
 int sandbox_os_reap_leftovers(const char *job_id);
+/* See sandbox_sweep_leftovers. */
+int sandbox_os_sweep_leftovers(const char *state_dir);
 
 /* ---- places (grants_<os>.c) ---- */
 

@@ -1,11 +1,15 @@
 #include "platform/linux/cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <linux/magic.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,17 +112,6 @@ static bool has_word(const char *list, const char *word) {
   return false;
 }
 
-static char *make_child(const char *parent, const char *job_id) {
-  char *dir = NULL;
-  if (asprintf(&dir, "%s/cordon-%s", parent, job_id) < 0)
-    return NULL;
-  if (mkdir(dir, 0700) < 0) {
-    free(dir);
-    return NULL;
-  }
-  return dir;
-}
-
 /* The file the child writes "0" to: v1 `tasks`, v2 `cgroup.procs`. */
 static int open_join(const char *dir, const char *name) {
   char path[4096];
@@ -174,96 +167,238 @@ static int v2_enable(const char *parent) {
   return write_file(parent, "cgroup.subtree_control", "+memory +pids");
 }
 
-static int try_v2(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
-                  unsigned max_pids) {
-  char parent[4096];
-  if (v2_parent(parent, sizeof(parent)) < 0)
+/* ---- the instance parent and the job directories (see cgroup.h) ---- */
+
+static const char *const v1_ctrls[3] = {"memory", "pids", "cpuacct"};
+
+/* Where job cgroups of v1 hierarchy ctrl may go: our own cgroup there. */
+static int v1_base(const char *ctrl, char *out, size_t len) {
+  char mnt[64], own[2048];
+  snprintf(mnt, sizeof(mnt), "/sys/fs/cgroup/%s", ctrl);
+  if (!is_fs(mnt, CGROUP_SUPER_MAGIC) || own_cgroup(ctrl, own, sizeof(own)) < 0)
     return -ENOENT;
-  if (!v2_delegates(parent) && v2_enable(parent) < 0)
+  int n = snprintf(out, len, "%s%s", mnt, own);
+  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* v2: the same, with memory and pids delegated to its children. */
+static int v2_base(char *out, size_t len) {
+  if (v2_parent(out, len) < 0)
+    return -ENOENT;
+  if (!v2_delegates(out) && v2_enable(out) < 0)
     return -ENOTSUP;
-  char *dir = make_child(parent, job_id);
-  if (!dir)
-    return -errno;
-  char v[32];
-  snprintf(v, sizeof(v), "%" PRIu64, mem_bytes);
-  int r = write_file(dir, "memory.max", v);
-  if (r == 0)
-    (void)write_file(dir, "memory.swap.max", "0");
-  snprintf(v, sizeof(v), "%u", max_pids);
-  if (r == 0)
-    r = write_file(dir, "pids.max", v);
-  if (r == 0 && (cg->procs_fd[0] = open_join(dir, "cgroup.procs")) < 0)
-    r = -errno;
-  if (r == 0 && (cg->v2_dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-    r = -errno;
-  if (r < 0) {
-    if (cg->procs_fd[0] >= 0)
-      close(cg->procs_fd[0]);
-    cg->procs_fd[0] = -1;
-    rmdir(dir);
-    free(dir);
-    return r;
-  }
-  cg->version = 2;
-  cg->mem_dir = dir;
-  cg->pids_dir = strdup(dir);
-  cg->cpu_dir = strdup(dir); /* cpu.stat exists without the cpu controller */
-  if (!cg->pids_dir || !cg->cpu_dir)
-    return -ENOMEM;
   return 0;
 }
 
-static char *try_v1(const char *ctrl, const char *job_id, const char *file, const char *value,
-                    const char *file2, const char *value2) {
-  char mnt[64], own[2048], parent[4096];
-  snprintf(mnt, sizeof(mnt), "/sys/fs/cgroup/%s", ctrl);
-  if (!is_fs(mnt, CGROUP_SUPER_MAGIC) || own_cgroup(ctrl, own, sizeof(own)) < 0)
-    return NULL;
-  snprintf(parent, sizeof(parent), "%s%s", mnt, own);
-  char *dir = make_child(parent, job_id);
-  if (!dir)
-    return NULL;
-  if (file && write_file(dir, file, value) < 0) {
-    rmdir(dir);
-    free(dir);
-    return NULL;
-  }
-  if (file2)
-    (void)write_file(dir, file2, value2); /* memsw exists only with swap accounting */
-  return dir;
+static uint64_t fnv1a(uint64_t h, const char *s) {
+  for (; *s; s++)
+    h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
+  return h;
 }
 
-int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
-                      unsigned max_pids) {
-  int r = try_v2(cg, job_id, mem_bytes, max_pids);
-  if (r == -ENOMEM)
-    return r;
-  if (r == 0)
+void cgroup_instance_name(const char *state_dir, uid_t uid, char out[CGROUP_INSTANCE_NAME_SIZE]) {
+  char real[PATH_MAX], who[24];
+  const char *dir = !state_dir ? "" : realpath(state_dir, real) ? real : state_dir;
+  snprintf(who, sizeof(who), "%lu:", (unsigned long)uid);
+  uint64_t h = fnv1a(fnv1a(0xcbf29ce484222325ULL, who), dir);
+  snprintf(out, CGROUP_INSTANCE_NAME_SIZE, CGROUP_INSTANCE_PREFIX "%016" PRIx64, h);
+}
+
+/* base/inst, made when missing; on v2 with memory and pids enabled for
+ * its children (it never holds a process itself). */
+static int instance_dir(int version, const char *base, const char *inst, char *out, size_t len) {
+  int n = snprintf(out, len, "%s/%s", base, inst);
+  if (n < 0 || (size_t)n >= len)
+    return -ENAMETOOLONG;
+  if (mkdir(out, 0755) < 0 && errno != EEXIST)
+    return -errno;
+  char ctl[256];
+  if (version == 1 || (read_file(out, "cgroup.subtree_control", ctl, sizeof(ctl)) == 0 &&
+                       has_word(ctl, "memory") && has_word(ctl, "pids")))
     return 0;
+  return write_file(out, "cgroup.subtree_control", "+memory +pids");
+}
+
+static atomic_uint job_seq;
+
+/* A new job directory base/inst/<prefix><n>, n from *seq (the same in
+ * each hierarchy unless taken there: then the next free one). An instance
+ * directory that a `cordon-agent exec` of the same instance removed
+ * meanwhile (it tidies up when empty) is made again. NULL with errno set
+ * on failure. */
+static char *make_child(int version, const char *base, const char *inst, const char *prefix,
+                        unsigned *seq) {
+  char idir[4200];
+  for (int tries = 0; tries < 16; tries++) {
+    int r = instance_dir(version, base, inst, idir, sizeof(idir));
+    if (r < 0) {
+      errno = -r;
+      return NULL;
+    }
+    char *dir = NULL;
+    if (asprintf(&dir, "%s/%s%u", idir, prefix, *seq) < 0) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    if (mkdir(dir, 0700) == 0)
+      return dir;
+    int e = errno;
+    free(dir);
+    if (e != EEXIST && e != ENOENT) {
+      errno = e;
+      return NULL;
+    }
+    if (e == EEXIST)
+      *seq = atomic_fetch_add(&job_seq, 1);
+  }
+  errno = EEXIST;
+  return NULL;
+}
+
+/* The job directories, without limits: one v2 directory, or one per v1
+ * hierarchy. Returns 0 (cg->version 0 when none could be made), or
+ * -ENOMEM. */
+static int make_dirs(struct cgroup_job *cg, const char *inst, const char *prefix, bool v2) {
+  char base[4096];
+  unsigned seq = atomic_fetch_add(&job_seq, 1);
+  if (v2 && v2_base(base, sizeof(base)) == 0) {
+    char *dir = make_child(2, base, inst, prefix, &seq);
+    if (dir) {
+      cg->version = 2;
+      cg->mem_dir = dir;
+      cg->pids_dir = strdup(dir);
+      cg->cpu_dir = strdup(dir); /* cpu.stat exists without the cpu controller */
+      return cg->pids_dir && cg->cpu_dir ? 0 : -ENOMEM;
+    }
+    if (errno == ENOMEM)
+      return -ENOMEM;
+  }
+  char **slots[3] = {&cg->mem_dir, &cg->pids_dir, &cg->cpu_dir};
+  for (int i = 0; i < 3; i++) {
+    if (v1_base(v1_ctrls[i], base, sizeof(base)) == 0 &&
+        (*slots[i] = make_child(1, base, inst, prefix, &seq)) != NULL)
+      cg->version = 1;
+    else if (errno == ENOMEM)
+      return -ENOMEM;
+  }
+  return 0;
+}
+
+static void drop_dir(char **dir) {
+  rmdir(*dir);
+  free(*dir);
+  *dir = NULL;
+}
+
+/* v2: the job's limits and the fds it joins by. */
+static int apply_v2(struct cgroup_job *cg, uint64_t mem_bytes, unsigned max_pids) {
+  char v[32];
+  snprintf(v, sizeof(v), "%" PRIu64, mem_bytes);
+  int r = write_file(cg->mem_dir, "memory.max", v);
+  if (r == 0)
+    (void)write_file(cg->mem_dir, "memory.swap.max", "0");
+  snprintf(v, sizeof(v), "%u", max_pids);
+  if (r == 0)
+    r = write_file(cg->mem_dir, "pids.max", v);
+  if (r == 0 && (cg->procs_fd[0] = open_join(cg->mem_dir, "cgroup.procs")) < 0)
+    r = -errno;
+  if (r == 0 && (cg->v2_dir_fd = open(cg->mem_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+    r = -errno;
+  return r;
+}
+
+/* v1: each hierarchy's limit; a directory whose limit cannot be written
+ * or that the job cannot join limits nothing and is removed. */
+static void apply_v1(struct cgroup_job *cg, uint64_t mem_bytes, unsigned max_pids) {
   char mem[32], pids[32];
   snprintf(mem, sizeof(mem), "%" PRIu64, mem_bytes);
   snprintf(pids, sizeof(pids), "%u", max_pids);
-  cg->mem_dir =
-      try_v1("memory", job_id, "memory.limit_in_bytes", mem, "memory.memsw.limit_in_bytes", mem);
-  cg->pids_dir = try_v1("pids", job_id, "pids.max", pids, NULL, NULL);
-  cg->cpu_dir = try_v1("cpuacct", job_id, NULL, NULL, NULL, NULL);
+  if (cg->mem_dir && write_file(cg->mem_dir, "memory.limit_in_bytes", mem) < 0)
+    drop_dir(&cg->mem_dir);
+  if (cg->mem_dir) /* memsw exists only with swap accounting */
+    (void)write_file(cg->mem_dir, "memory.memsw.limit_in_bytes", mem);
+  if (cg->pids_dir && write_file(cg->pids_dir, "pids.max", pids) < 0)
+    drop_dir(&cg->pids_dir);
   char **dirs[3] = {&cg->mem_dir, &cg->pids_dir, &cg->cpu_dir};
   int n = 0;
   for (int i = 0; i < 3; i++) {
     if (!*dirs[i])
       continue;
-    if ((cg->procs_fd[n] = open_join(*dirs[i], "tasks")) >= 0) {
+    if ((cg->procs_fd[n] = open_join(*dirs[i], "tasks")) >= 0)
       n++;
-      continue;
-    }
-    /* a dir the job cannot join limits nothing */
-    rmdir(*dirs[i]);
-    free(*dirs[i]);
-    *dirs[i] = NULL;
+    else
+      drop_dir(dirs[i]);
   }
-  if (cg->mem_dir || cg->pids_dir || cg->cpu_dir)
-    cg->version = 1;
-  return 0;
+  if (!cg->mem_dir && !cg->pids_dir && !cg->cpu_dir)
+    cg->version = 0;
+}
+
+/* ---- the pool and the release worker (the agent that swept) ---- */
+
+static struct {
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  bool owner;   /* this process swept inst: it names its jobs job-<n> */
+  bool running; /* the worker thread runs */
+  bool stop;
+  bool refill_failed; /* no cgroup could be made: wait for the next take */
+  char prefix[40];    /* job-<pid>-: unique across the instance's restarts */
+  pid_t pid;          /* the owner process (a forked child that exits is not) */
+  char inst[CGROUP_INSTANCE_NAME_SIZE];
+  struct cgroup_job pool[CGROUP_POOL_SIZE];
+  size_t n_pool;
+  struct cgroup_job *released[64];
+  size_t n_released;
+  pthread_t thread;
+} P = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static bool pool_take(const char *inst, struct cgroup_job *cg) {
+  bool got = false;
+  pthread_mutex_lock(&P.lock);
+  if (P.owner && strcmp(P.inst, inst) == 0) {
+    if (P.n_pool > 0) {
+      *cg = P.pool[--P.n_pool];
+      got = true;
+    }
+    P.refill_failed = false;
+    pthread_cond_signal(&P.wake);
+  }
+  pthread_mutex_unlock(&P.lock);
+  return got;
+}
+
+static bool is_owner(const char *inst) {
+  pthread_mutex_lock(&P.lock);
+  bool owner = P.owner && strcmp(P.inst, inst) == 0;
+  pthread_mutex_unlock(&P.lock);
+  return owner;
+}
+
+int cgroup_job_create(struct cgroup_job *cg, const char *state_dir, uint64_t mem_bytes,
+                      unsigned max_pids) {
+  char inst[CGROUP_INSTANCE_NAME_SIZE], prefix[40];
+  cgroup_instance_name(state_dir, getuid(), inst);
+  if (is_owner(inst))
+    snprintf(prefix, sizeof(prefix), CGROUP_JOB_PREFIX "%ld-", (long)getpid());
+  else
+    snprintf(prefix, sizeof(prefix), CGROUP_EXEC_PREFIX "%ld-", (long)getpid());
+  int r = 0;
+  if (!pool_take(inst, cg))
+    r = make_dirs(cg, inst, prefix, true);
+  if (r == 0 && cg->version == 2 && apply_v2(cg, mem_bytes, max_pids) < 0) {
+    /* v2 without the controllers after all: v1 then, as before */
+    if (cg->procs_fd[0] >= 0)
+      close(cg->procs_fd[0]);
+    rmdir(cg->mem_dir);
+    free(cg->mem_dir);
+    free(cg->pids_dir);
+    free(cg->cpu_dir);
+    cgroup_job_init(cg);
+    r = make_dirs(cg, inst, prefix, false);
+  }
+  if (r == 0 && cg->version == 1)
+    apply_v1(cg, mem_bytes, max_pids);
+  return r;
 }
 
 #ifndef SYS_pidfd_open
@@ -365,27 +500,181 @@ int cgroup_job_oom_killed(const struct cgroup_job *cg) {
   return strtoul(p + 9, NULL, 10) > 0 ? 1 : 0;
 }
 
-void cgroup_job_release(struct cgroup_job *cg) {
-  if (!cg)
-    return;
-  cgroup_job_kill(cg);
+/* Kill everything in dir's subtree and remove it, children first (a job
+ * with a delegated subtree may have made some). Each round waits for the
+ * killed processes' pidfds (kill_dir); bounded. Returns how many
+ * processes were signalled. */
+static unsigned remove_tree(const char *dir, bool v2, int depth) {
+  unsigned killed = 0;
+  if (v2) /* the whole subtree at once, where the kernel has it (5.14) */
+    (void)write_file(dir, "cgroup.kill", "1");
+  for (int tries = 0; tries < 50; tries++) {
+    unsigned k = kill_dir(dir);
+    killed += k;
+    DIR *d = depth > 0 ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+      if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+        continue;
+      char sub[4400];
+      if (snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name) < (int)sizeof(sub))
+        killed += remove_tree(sub, v2, depth - 1);
+    }
+    if (d)
+      closedir(d);
+    if (rmdir(dir) == 0 || errno != EBUSY)
+      break;
+    if (k == 0) { /* nothing left to wait for: the kernel's count lags a moment */
+      struct timespec ts = {0, 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return killed;
+}
+
+static void free_dirs(struct cgroup_job *cg) {
+  free(cg->mem_dir);
+  free(cg->pids_dir);
+  free(cg->cpu_dir);
+  cgroup_job_init(cg);
+}
+
+/* Kill what is left and remove the directories; tidy: also the instance
+ * directories when that leaves them empty (not the owner's: its pool is
+ * there). */
+static void release_now(struct cgroup_job *cg, bool tidy) {
+  char *dirs[3];
+  size_t nd = distinct_dirs(cg, dirs);
+  for (size_t i = 0; i < nd; i++) {
+    remove_tree(dirs[i], cg->version == 2, 4);
+    char *slash = tidy ? strrchr(dirs[i], '/') : NULL;
+    if (slash) {
+      *slash = '\0';
+      (void)rmdir(dirs[i]); /* fails while anything else is in it */
+    }
+  }
+  free_dirs(cg);
+}
+
+static void close_fds(struct cgroup_job *cg) {
   for (int i = 0; i < 3; i++)
     if (cg->procs_fd[i] >= 0)
       close(cg->procs_fd[i]);
   if (cg->v2_dir_fd >= 0)
     close(cg->v2_dir_fd);
-  char *dirs[3];
-  size_t nd = distinct_dirs(cg, dirs);
-  for (size_t i = 0; i < nd; i++) {
-    for (int tries = 0; tries < 100 && rmdir(dirs[i]) < 0 && errno == EBUSY; tries++) {
-      struct timespec ts = {0, 2 * 1000 * 1000};
-      nanosleep(&ts, NULL);
-    }
+  cg->procs_fd[0] = cg->procs_fd[1] = cg->procs_fd[2] = -1;
+  cg->v2_dir_fd = -1;
+}
+
+/* The owner hands the release to its worker: the caller goes on to
+ * deliver the result while the kill and rmdir happen. */
+static bool hand_over(struct cgroup_job *cg) {
+  if (cg->version == 0)
+    return false;
+  struct cgroup_job *copy = malloc(sizeof(*copy));
+  if (!copy)
+    return false;
+  bool queued = false;
+  pthread_mutex_lock(&P.lock);
+  if (P.owner && P.running && !P.stop &&
+      P.n_released < sizeof(P.released) / sizeof(P.released[0])) {
+    *copy = *cg;
+    P.released[P.n_released++] = copy;
+    pthread_cond_signal(&P.wake);
+    queued = true;
   }
-  free(cg->mem_dir);
-  free(cg->pids_dir);
-  free(cg->cpu_dir);
-  cgroup_job_init(cg);
+  pthread_mutex_unlock(&P.lock);
+  if (!queued)
+    free(copy);
+  return queued;
+}
+
+void cgroup_job_release(struct cgroup_job *cg) {
+  if (!cg)
+    return;
+  close_fds(cg);
+  if (hand_over(cg)) {
+    cgroup_job_init(cg);
+    return;
+  }
+  pthread_mutex_lock(&P.lock);
+  bool owner = P.owner;
+  pthread_mutex_unlock(&P.lock);
+  release_now(cg, !owner);
+}
+
+/* Releases first (they hold processes), then the pool back to its size. */
+static void *pool_worker(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&P.lock);
+  while (!P.stop) {
+    if (P.n_released > 0) {
+      struct cgroup_job *cg = P.released[--P.n_released];
+      pthread_mutex_unlock(&P.lock);
+      release_now(cg, false);
+      free(cg);
+      pthread_mutex_lock(&P.lock);
+      continue;
+    }
+    if (P.n_pool < CGROUP_POOL_SIZE && !P.refill_failed) {
+      char inst[CGROUP_INSTANCE_NAME_SIZE], prefix[sizeof(P.prefix)];
+      memcpy(inst, P.inst, sizeof(inst));
+      memcpy(prefix, P.prefix, sizeof(prefix));
+      pthread_mutex_unlock(&P.lock);
+      struct cgroup_job e;
+      cgroup_job_init(&e);
+      int r = make_dirs(&e, inst, prefix, true);
+      pthread_mutex_lock(&P.lock);
+      if (r == 0 && e.version != 0 && P.n_pool < CGROUP_POOL_SIZE && !P.stop) {
+        P.pool[P.n_pool++] = e;
+      } else {
+        P.refill_failed = r < 0 || e.version == 0;
+        pthread_mutex_unlock(&P.lock);
+        release_now(&e, false);
+        pthread_mutex_lock(&P.lock);
+      }
+      continue;
+    }
+    pthread_cond_wait(&P.wake, &P.lock);
+  }
+  pthread_mutex_unlock(&P.lock);
+  return NULL;
+}
+
+static size_t bases(char out[4][4096], bool v2[4]);
+
+/* The instance's directories, where empty. */
+static void instance_rmdirs(const char *inst) {
+  char base[4][4096];
+  bool v2[4];
+  size_t nb = bases(base, v2);
+  for (size_t i = 0; i < nb; i++) {
+    char idir[4200];
+    if (snprintf(idir, sizeof(idir), "%s/%s", base[i], inst) < (int)sizeof(idir))
+      (void)rmdir(idir);
+  }
+}
+
+/* At exit: the queued releases done, the pool and the instance
+ * directories removed. */
+static void pool_shutdown(void) {
+  if (getpid() != P.pid)
+    return; /* a child forked after the sweep: the worker and pool are not its own */
+  pthread_mutex_lock(&P.lock);
+  bool running = P.running;
+  P.stop = true;
+  pthread_cond_signal(&P.wake);
+  pthread_mutex_unlock(&P.lock);
+  if (running)
+    pthread_join(P.thread, NULL);
+  while (P.n_released > 0) {
+    struct cgroup_job *cg = P.released[--P.n_released];
+    release_now(cg, false);
+    free(cg);
+  }
+  while (P.n_pool > 0)
+    release_now(&P.pool[--P.n_pool], true);
+  instance_rmdirs(P.inst);
 }
 
 unsigned cgroup_job_reap(const char *job_id) {
@@ -413,6 +702,137 @@ unsigned cgroup_job_reap(const char *job_id) {
   unsigned n = cgroup_job_kill(&cg);
   cgroup_job_release(&cg);
   return n;
+}
+
+/* A job directory named <prefix><pid>-<n> (job- or exec-) whose process
+ * is gone (a reused pid keeps it: the safe side). */
+static bool owner_gone(const char *name) {
+  size_t k = strncmp(name, CGROUP_JOB_PREFIX, strlen(CGROUP_JOB_PREFIX)) == 0
+                 ? strlen(CGROUP_JOB_PREFIX)
+             : strncmp(name, CGROUP_EXEC_PREFIX, strlen(CGROUP_EXEC_PREFIX)) == 0
+                 ? strlen(CGROUP_EXEC_PREFIX)
+                 : 0;
+  if (k == 0)
+    return false;
+  char *end;
+  long pid = strtol(name + k, &end, 10);
+  return end != name + k && *end == '-' && pid > 0 && kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Another instance's directory: only the empty job directories whose
+ * process is gone (a pool left by a kill -9, whose config dir may be gone
+ * too) are removed, then the directory itself if that empties it. Nothing
+ * is killed and nothing a living process made is touched. */
+static void tidy_other_instance(const char *idir) {
+  DIR *d = opendir(idir);
+  if (!d)
+    return;
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (de->d_type == DT_DIR && owner_gone(de->d_name))
+      (void)unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR); /* refused unless empty */
+  closedir(d);
+  (void)rmdir(idir);
+}
+
+/* The job directories below one instance directory that no process of
+ * this instance owns any more. */
+static unsigned sweep_instance(const char *idir, bool v2) {
+  DIR *d = opendir(idir);
+  if (!d)
+    return 0;
+  char names[256][64];
+  size_t n = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) && n < sizeof(names) / sizeof(names[0])) {
+    bool job = strncmp(de->d_name, CGROUP_JOB_PREFIX, strlen(CGROUP_JOB_PREFIX)) == 0;
+    if (de->d_type == DT_DIR && strlen(de->d_name) < sizeof(names[0]) &&
+        (job || owner_gone(de->d_name)))
+      snprintf(names[n++], sizeof(names[0]), "%s", de->d_name);
+  }
+  closedir(d);
+  unsigned killed = 0;
+  for (size_t i = 0; i < n; i++) {
+    char dir[4400];
+    if (snprintf(dir, sizeof(dir), "%s/%s", idir, names[i]) < (int)sizeof(dir))
+      killed += remove_tree(dir, v2, 4);
+  }
+  return killed;
+}
+
+/* Directly below base: other instances' abandoned empty job directories
+ * (tidy_other_instance), and cordon-<job id> directories of earlier versions:
+ * only empty ones (the kernel refuses to remove any other) older than a
+ * minute (never one an older agent just made and is about to fill). */
+static void sweep_legacy(const char *base, const char *inst) {
+  DIR *d = opendir(base);
+  if (!d)
+    return;
+  struct dirent *de;
+  time_t now = time(NULL);
+  while ((de = readdir(d))) {
+    if (de->d_type == DT_DIR &&
+        strncmp(de->d_name, CGROUP_INSTANCE_PREFIX, strlen(CGROUP_INSTANCE_PREFIX)) == 0 &&
+        strcmp(de->d_name, inst) != 0) {
+      char other[4400];
+      if (snprintf(other, sizeof(other), "%s/%s", base, de->d_name) < (int)sizeof(other))
+        tidy_other_instance(other);
+      continue;
+    }
+    const char *id = de->d_name + strlen("cordon-");
+    if (de->d_type != DT_DIR || strncmp(de->d_name, "cordon-", strlen("cordon-")) != 0 ||
+        strlen(id) != 32 || strspn(id, "0123456789abcdef") != 32)
+      continue;
+    struct stat st;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && now - st.st_mtime > 60)
+      (void)unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+  }
+  closedir(d);
+}
+
+/* Each hierarchy's base and whether it is v2. */
+static size_t bases(char out[4][4096], bool v2[4]) {
+  size_t n = 0;
+  if (v2_parent(out[n], sizeof(out[n])) == 0)
+    v2[n++] = true;
+  for (int i = 0; i < 3; i++)
+    if (v1_base(v1_ctrls[i], out[n], sizeof(out[n])) == 0)
+      v2[n++] = false;
+  return n;
+}
+
+unsigned cgroup_instance_sweep(const char *state_dir) {
+  char inst[CGROUP_INSTANCE_NAME_SIZE];
+  cgroup_instance_name(state_dir, getuid(), inst);
+  char base[4][4096];
+  bool v2[4];
+  size_t nb = bases(base, v2);
+  unsigned killed = 0;
+  for (size_t i = 0; i < nb; i++) {
+    char idir[4200];
+    if (snprintf(idir, sizeof(idir), "%s/%s", base[i], inst) < (int)sizeof(idir))
+      killed += sweep_instance(idir, v2[i]);
+    sweep_legacy(base[i], inst);
+  }
+  pthread_mutex_lock(&P.lock);
+  bool first = !P.owner;
+  P.owner = true;
+  memcpy(P.inst, inst, sizeof(inst));
+  snprintf(P.prefix, sizeof(P.prefix), CGROUP_JOB_PREFIX "%ld-", (long)getpid());
+  P.pid = getpid();
+  if (!P.running && !P.stop) {
+    /* the worker takes no signal meant for the agent's loop */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    P.running = pthread_create(&P.thread, NULL, pool_worker, NULL) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+  }
+  pthread_cond_signal(&P.wake);
+  pthread_mutex_unlock(&P.lock);
+  if (first)
+    atexit(pool_shutdown);
+  return killed;
 }
 
 static bool v1_writable(const char *ctrl) {

@@ -23,6 +23,38 @@
  * file, which needs no thread-group lock. Every descendant is forked
  * inside, so the limits hold for the whole tree either way. Where clone3
  * cannot, the launcher falls back to writing "0" to v2's `cgroup.procs`.
+ *
+ * One parent per agent instance: job cgroups do not sit directly in the
+ * agent's cgroup, where other agents (other users' per-user agents in a
+ * shared root cgroup, other config dirs) make theirs too, but in
+ * BASE/cordon-agent-<16 hex>/ in each hierarchy (the v2 one, or each of the
+ * v1 memory, pids and cpuacct), the hex a 64-bit FNV-1a hash of "<uid>:"
+ * and the real path of the agent's config directory (cgroup_instance_name).
+ * BASE is what it was before: the agent's own cgroup (v2: its parent when
+ * the agent sits in CGROUP_AGENT_LEAF).
+ *
+ * Below it, the agent that holds the agent lock (`cordon-agent run`, which
+ * calls cgroup_instance_sweep at start) names its jobs' cgroups job-<pid>-<n>;
+ * any other process of the same instance (`cordon-agent exec`, which may
+ * run beside it) names them exec-<pid>-<n>. The sweep kills (cgroup.kill
+ * on v2, SIGKILL by pid on v1, waiting on pidfds) and removes every job-*
+ * there, and every exec-<pid>-* whose pid is gone. In another instance's
+ * parent it only removes empty job directories whose pid is gone (a pool
+ * a kill -9 left) and then the parent if empty; it never kills there. It
+ * also removes, directly below BASE, the empty
+ * cordon-<32 hex> directories earlier versions leaked, when older than a
+ * minute; a non-empty one is left (only its job id, known to the spool,
+ * lets cgroup_job_reap take it).
+ *
+ * Pool and release (the swept agent only): a worker thread keeps
+ * CGROUP_POOL_SIZE empty job directories made ahead, and does the final
+ * kill and rmdir of a released job after cgroup_job_release returns, so
+ * that neither mkdir nor rmdir is between a job's arrival and its result.
+ * A pooled directory is used once; the job's limits are written into it
+ * when it is taken. At exit (atexit) the worker finishes what is queued
+ * and removes the pool and the instance directories; after a kill -9 the
+ * next start's sweep does. `exec` makes and releases its one directory
+ * itself, and removes the instance directory when that leaves it empty.
  */
 #ifndef CORDON_PLATFORM_LINUX_CGROUP_H
 #define CORDON_PLATFORM_LINUX_CGROUP_H
@@ -30,8 +62,14 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define CGROUP_AGENT_LEAF "cordon-agent"
+#define CGROUP_INSTANCE_PREFIX "cordon-agent-"
+#define CGROUP_INSTANCE_NAME_SIZE 40
+#define CGROUP_JOB_PREFIX "job-"
+#define CGROUP_EXEC_PREFIX "exec-"
+#define CGROUP_POOL_SIZE 2
 
 struct cgroup_job {
   int version;    /* 0 none, 1, 2 */
@@ -51,9 +89,13 @@ struct cgroup_avail {
 void cgroup_available(struct cgroup_avail *out);
 
 void cgroup_job_init(struct cgroup_job *cg);
-/* Create the job's cgroups with the limits. Never fails hard: what could not
- * be created is left NULL. Returns 0, or -ENOMEM. */
-int cgroup_job_create(struct cgroup_job *cg, const char *job_id, uint64_t mem_bytes,
+/* The instance directory's name for the agent of state_dir (NULL: none)
+ * running as uid (the agent's own: getuid()): "cordon-agent-<16 hex>". */
+void cgroup_instance_name(const char *state_dir, uid_t uid, char out[CGROUP_INSTANCE_NAME_SIZE]);
+/* Create (or take from the pool) the job's cgroups below the instance of
+ * state_dir and write the limits. Never fails hard: what could not be
+ * created is left NULL. Returns 0, or -ENOMEM. */
+int cgroup_job_create(struct cgroup_job *cg, const char *state_dir, uint64_t mem_bytes,
                       unsigned max_pids);
 /* CPU time used so far by the job's tree in microseconds, or -1. */
 int64_t cgroup_job_cpu_usec(const struct cgroup_job *cg);
@@ -63,10 +105,19 @@ unsigned cgroup_job_kill(struct cgroup_job *cg);
 /* 1 if the OOM killer acted in the job's memory cgroup, 0 if not, -1 if
  * unknown. */
 int cgroup_job_oom_killed(const struct cgroup_job *cg);
-/* Kill what is left, remove the cgroups, close fds, free. */
+/* Kill what is left, remove the cgroups, close fds, free. In the swept
+ * agent the kill and rmdir happen on the worker after this returns (the
+ * fds are closed and cg reset at once); the caller kills what must be dead
+ * before the result itself (cgroup_job_kill). */
 void cgroup_job_release(struct cgroup_job *cg);
 
-/* Find the cgroups a previous agent process made for job_id (same
+/* At the start of the agent that holds the agent lock for state_dir: kill
+ * and remove what earlier processes of this instance left (see above),
+ * then make this process the instance's owner and start its pool worker.
+ * Returns how many processes were signalled. */
+unsigned cgroup_instance_sweep(const char *state_dir);
+
+/* Find the cgroups an earlier version's agent made for job_id (same
  * hierarchy rules as create), kill what is in them and remove them.
  * Returns how many processes were signalled. */
 unsigned cgroup_job_reap(const char *job_id);

@@ -502,8 +502,10 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
 
   /* bwrap's own two processes count against the process limit too */
   unsigned nproc = m->processes + (iso ? 2 : 0);
-  if (cgroup_job_create(&cg, plan->job->job_id, (uint64_t)m->memory_mb << 20, nproc) < 0)
+  if (cgroup_job_create(&cg, plan->policy->state_dir, (uint64_t)m->memory_mb << 20, nproc) < 0) {
+    cgroup_job_release(&cg);
     return -ENOMEM;
+  }
   struct cgroup_avail got = {cg.mem_dir != NULL, cg.pids_dir != NULL, cg.cpu_dir != NULL};
   set_limits(plan, &got, res);
 
@@ -686,6 +688,10 @@ out:
   posix_output_release(&out);
   cgroup_job_release(&cg);
   return r;
+}
+
+int sandbox_os_sweep_leftovers(const char *state_dir) {
+  return (int)cgroup_instance_sweep(state_dir);
 }
 
 int sandbox_os_reap_leftovers(const char *job_id) {

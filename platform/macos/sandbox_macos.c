@@ -406,6 +406,11 @@ out:
   return r;
 }
 
+int sandbox_os_sweep_leftovers(const char *state_dir) {
+  (void)state_dir; /* no per-job kernel object outlives the agent here */
+  return 0;
+}
+
 int sandbox_os_reap_leftovers(const char *job_id) {
   /* Nothing outlives the agent's own sweep here that a later process could
    * find again: there is no per-job kernel object on macOS. */

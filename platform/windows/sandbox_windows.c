@@ -1094,6 +1094,11 @@ int sandbox_windows_attr_list(HANDLE *inherit, size_t n_inherit, SECURITY_CAPABI
   return 0;
 }
 
+int sandbox_os_sweep_leftovers(const char *state_dir) {
+  (void)state_dir; /* a Job Object dies with its last handle */
+  return 0;
+}
+
 int sandbox_os_reap_leftovers(const char *job_id) {
   /* The Job Object is created KILL_ON_JOB_CLOSE: the agent's death closed
    * its last handle and killed the whole job already. */
