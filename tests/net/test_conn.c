@@ -1915,3 +1915,23 @@ Test(conn, per_address_cap_counts_handshakes_of_each_address) {
     close(own[i]);
   finish();
 }
+
+/* After on_quiet, traffic arms the quiet deadline again at once: the next
+ * signal comes quiet_ms after that traffic, not at the idle deadline that
+ * was the connection's next one while it was quiet. */
+Test(conn, quiet_is_armed_again_by_traffic) {
+  struct net_limits l = test_limits();
+  l.quiet_ms = 50;
+  l.idle_ms = 5000;
+  server_start(MODE_BIT(NOISE_MODE_SESSION), &l);
+  srv.ping_on_quiet = true;
+  struct net_limits al = test_limits();
+  struct agent *a = agent_start(NOISE_MODE_SESSION, port, &al);
+  a->echo = true;
+  cr_assert(RUN_UNTIL(a->ready && srv.ready, 3000));
+  run_for(600);
+  /* about one every 60 ms (50 ms of quiet, a tick, the round trip) */
+  cr_assert_geq(srv.quiet, 5, "on_quiet fired %d times in 600 ms", srv.quiet);
+  cr_assert_eq(srv.closed, 0);
+  finish();
+}

@@ -41,6 +41,11 @@ struct peer {
 static struct dev devs[N_DEV];
 static struct peer first[N_DEV], second[N_DEV];
 static int n_closed_hook, n_online_hook;
+static struct sessions *table;
+/* closing sessions that sessions_find still returned, or counted, when
+ * their connection closed */
+static int found_closing;
+static size_t most_at_close;
 
 static void on_watch(uv_timer_t *t) {
   (void)t;
@@ -141,8 +146,25 @@ static bool hook_message(void *data, struct session *s, struct msg *m) {
 }
 
 static void hook_closed(void *data, struct session *s) {
-  (void)data, (void)s;
+  (void)data;
   n_closed_hook++;
+  if (s->state == SESSION_ACTIVE && s->closing) {
+    found_closing += sessions_find(table, s->device_id) == s;
+    if (sessions_count(table) > most_at_close)
+      most_at_close = sessions_count(table);
+  }
+}
+
+/* A message only the server may send: the server answers with a goaway. */
+static void peer_send_welcome(struct peer *p) {
+  struct msg m = {.type = MSG_WELCOME};
+  m.welcome.version = MSG_PROTO_VERSION_MAX;
+  m.welcome.ping_ms = 15000;
+  uint8_t *buf;
+  size_t len;
+  cr_assert_eq(msg_encode_alloc(&m, &buf, &len, NULL), 0);
+  cr_assert_eq(net_conn_send(p->c, buf, len), 0);
+  free(buf);
 }
 
 static void hook_online(void *data, struct session *s) {
@@ -186,6 +208,7 @@ Test(session, find_is_exact_after_add_replace_and_close) {
       .message = hook_message, .closed = hook_closed, .online = hook_online};
   struct sessions *t = NULL;
   cr_assert_eq(sessions_new(db, server_id, &hooks, &t), 0);
+  table = t;
   cr_assert_eq(noise_keypair_generate(server_pub, server_priv), 0);
   struct net_limits l;
   net_limits_default(&l);
@@ -239,6 +262,9 @@ Test(session, find_is_exact_after_add_replace_and_close) {
     /* the older session's close left the device online */
     cr_assert(db_online(db, devs[i].id), "device %d offline", i);
   }
+  /* an older session was no longer found nor counted once replaced */
+  cr_assert_eq(found_closing, 0);
+  cr_assert_leq(most_at_close, N_DEV);
 
   /* closed: every second device leaves (the newest session, whichever);
    * it is no longer found and is offline, the others are untouched */
@@ -263,6 +289,25 @@ Test(session, find_is_exact_after_add_replace_and_close) {
       cr_assert_not_null(s, "device %d not found", i);
       cr_assert_eq(memcmp(s->session_id, now->session_id, CORDON_ID_LEN), 0);
     }
+  }
+
+  /* sent away: a session the server closes for a protocol error is no
+   * longer found from the goaway on */
+  int sent_away[] = {1, 7, 13};
+  closed_before = n_closed_hook;
+  for (size_t k = 0; k < 3; k++)
+    peer_send_welcome(&first[sent_away[k]]);
+  cr_assert(RUN_UNTIL(n_closed_hook == closed_before + 3 && first[1].closed && first[7].closed &&
+                          first[13].closed,
+                      10000));
+  n_left += 3;
+  cr_assert_eq(found_closing, 0);
+  cr_assert_eq(sessions_count(t), (size_t)(N_DEV - n_left));
+  for (size_t k = 0; k < 3; k++) {
+    int i = sent_away[k];
+    cr_assert_null(sessions_find(t, devs[i].id), "device %d still found", i);
+    cr_assert_str_eq(first[i].goaway, MSG_GOAWAY_PROTOCOL);
+    cr_assert_not(db_online(db, devs[i].id), "device %d online", i);
   }
 
   /* and back: a device that left connects again and is found */
