@@ -1778,7 +1778,9 @@ Test(conn, deadlines_fire_on_time_among_many_connections) {
   cr_assert_eq(net_server_new(&loop, "127.0.0.1", 0, srv_priv, MODE_BIT(NOISE_MODE_SESSION), &l,
                               &many_ops, &srv, &server),
                0);
-  struct crowd cw = {.target = net_server_port(server)};
+  static struct crowd cw; /* static: the thread may outlive a failed assertion */
+  memset(&cw, 0, sizeof(cw));
+  cw.target = net_server_port(server);
   cw.talk_until = now_ms() + 2600;
   pthread_t t = spawn(crowd_main, &cw);
   cr_assert(RUN_UNTIL(atomic_load(&cw.connected), 20000));
