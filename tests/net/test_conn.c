@@ -1156,16 +1156,23 @@ Test(conn, idle_session_gets_on_quiet_then_closes) {
   finish();
 }
 
-Test(conn, pings_on_quiet_keep_a_session_alive) {
+/* A session whose server pings on quiet_ms and closes at idle_ms, and
+ * whose agent answers each ping. */
+static struct agent *pinged_session(uint64_t quiet_ms, uint64_t idle_ms) {
   struct net_limits l = test_limits();
-  l.quiet_ms = 50;
-  l.idle_ms = 200;
+  l.quiet_ms = quiet_ms;
+  l.idle_ms = idle_ms;
   server_start(MODE_BIT(NOISE_MODE_SESSION), &l);
   srv.ping_on_quiet = true;
   struct net_limits al = test_limits(); /* the agent itself never times out here */
   struct agent *a = agent_start(NOISE_MODE_SESSION, port, &al);
-  a->echo = true; /* the agent answers each ping */
+  a->echo = true;
   cr_assert(RUN_UNTIL(a->ready && srv.ready, 3000));
+  return a;
+}
+
+Test(conn, pings_on_quiet_keep_a_session_alive) {
+  struct agent *a = pinged_session(50, 200);
   run_for(700);
   cr_assert_eq(srv.closed, 0, "closed with %d", srv.last_err);
   cr_assert_eq(a->closed, 0);
@@ -1922,15 +1929,7 @@ Test(conn, per_address_cap_counts_handshakes_of_each_address) {
  * signal comes quiet_ms after that traffic, not at the idle deadline that
  * was the connection's next one while it was quiet. */
 Test(conn, quiet_is_armed_again_by_traffic) {
-  struct net_limits l = test_limits();
-  l.quiet_ms = 50;
-  l.idle_ms = 5000;
-  server_start(MODE_BIT(NOISE_MODE_SESSION), &l);
-  srv.ping_on_quiet = true;
-  struct net_limits al = test_limits();
-  struct agent *a = agent_start(NOISE_MODE_SESSION, port, &al);
-  a->echo = true;
-  cr_assert(RUN_UNTIL(a->ready && srv.ready, 3000));
+  pinged_session(50, 5000);
   run_for(600);
   /* about one every 60 ms (50 ms of quiet, a tick, the round trip) */
   cr_assert_geq(srv.quiet, 5, "on_quiet fired %d times in 600 ms", srv.quiet);
