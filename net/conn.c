@@ -14,7 +14,14 @@
 #define READ_BUF_LEN (256u << 10)
 #define SPARE_MAX 64                /* write buffers kept per connection, at most wq_high bytes */
 #define SPARE_KEEP_IDLE (16u << 10) /* after a tick without sends, keep only */
-#define SPARE_KEEP_IDLE_N 2         /* this many spares of at most this size */
+#define SPARE_KEEP_IDLE_N 2         /* this many spares of at most this size; */
+                                    /* after a second such tick, none */
+
+/* The deadline wheel: a connection waits in the slot of the tick at which
+ * its earliest deadline falls (tick number modulo the slots; one that is
+ * more than WHEEL_SLOTS ticks away is passed over until its round). */
+#define WHEEL_SLOTS 512
+#define NO_DEADLINE UINT64_MAX
 
 /* One read buffer, lent to one read at a time. libuv reads into it and
  * on_read consumes it entirely before returning, so all connections of one
@@ -32,27 +39,53 @@ enum conn_state {
   CONN_CLOSING,
 };
 
+/* The deadlines of a server's connections, or of one initiator connection:
+ * one libuv timer every tick_ms, which looks only at the connections whose
+ * slot is due and at those holding buffers to give back. A connection's
+ * place is its earliest deadline when it was scheduled; a later read only
+ * moves its deadlines later, so it is checked again when the slot comes up
+ * and put back further on (events that bring a deadline nearer reschedule
+ * it at once). */
+struct conn_wheel {
+  uv_timer_t timer; /* first: the tick callback casts back */
+  uint64_t tick_ms;
+  uint64_t tick;                       /* ticks up to this one are processed (uv_now / tick_ms) */
+  struct net_conn *slots[WHEEL_SLOTS]; /* by due tick modulo WHEEL_SLOTS */
+  struct net_conn *holding;            /* connections with spare or reader buffers */
+  unsigned n_waiting, n_holding;       /* the timer runs while either is > 0 */
+};
+
+/* Connections of one address still in the handshake (the per-address cap):
+ * a chained hash table keyed by the address text. */
+struct addr_count {
+  struct addr_count *next;
+  unsigned n;
+  char addr[64];
+};
+
 struct net_server {
   uv_loop_t *loop;
   uv_tcp_t listener;
   uv_timer_t retry;     /* accept again after running out of memory */
-  int handles_open;     /* listener and retry until closed */
+  int handles_open;     /* listener, retry and the wheel's timer until closed */
   uint8_t *static_priv; /* sodium_malloc */
   unsigned modes;
   struct net_limits limits;
   const struct net_conn_ops *ops;
   void *data;
-  struct read_buf rbuf;   /* shared by the server's connections */
-  struct net_conn *conns; /* linked list, every connection until freed */
-  unsigned n_conns;       /* length of conns */
-  unsigned n_live;        /* of those, accepted under the caps and not closing */
+  struct read_buf rbuf; /* shared by the server's connections */
+  struct conn_wheel wheel;
+  struct addr_count **preauth; /* n_preauth_buckets chains */
+  unsigned n_preauth_buckets;  /* a power of two */
+  struct net_conn *conns;      /* linked list, every connection until freed */
+  unsigned n_conns;            /* length of conns */
+  unsigned n_live;             /* of those, accepted under the caps and not closing */
   bool closing;
   int port;
 };
 
 struct net_conn {
   uv_tcp_t tcp;
-  uv_timer_t timer;
   uv_connect_t connect_req;
   int handles_open;
   enum conn_state state;
@@ -60,6 +93,13 @@ struct net_conn {
   enum noise_mode mode;
   struct net_server *server; /* responder side */
   struct net_conn *next, **pprev;
+  struct conn_wheel *wheel;         /* the server's, or own_wheel */
+  struct conn_wheel *own_wheel;     /* initiator: malloc, its timer one of handles_open */
+  struct net_conn *wnext, **wpprev; /* in a wheel slot (wpprev NULL: in none) */
+  uint64_t due_tick;                /* the slot's tick */
+  struct net_conn *hnext, **hpprev; /* in wheel->holding (hpprev NULL: not) */
+  unsigned idle_ticks;              /* ticks in a row without sends or reads */
+  struct addr_count *preauth;       /* counted in the server's per-address table */
   uv_loop_t *loop;
   struct net_limits limits;
   const struct net_conn_ops *ops;
@@ -77,6 +117,7 @@ struct net_conn {
   unsigned n_spare;
   size_t spare_bytes;
   bool sent_this_tick;
+  bool read_this_tick;      /* the frame reader was used */
   struct read_buf own_rbuf; /* initiator */
   struct read_buf *rbuf;    /* own_rbuf or the server's */
   int close_err;
@@ -110,6 +151,128 @@ void net_limits_default(struct net_limits *out_limits) {
   };
 }
 
+/* ---- the deadline wheel (struct conn_wheel) ---------------------------- */
+
+static void on_tick(uv_timer_t *t);
+
+static void wheel_init(struct conn_wheel *w, uv_loop_t *loop, uint64_t tick_ms) {
+  memset(w, 0, sizeof(*w));
+  w->tick_ms = tick_ms;
+  w->tick = uv_now(loop) / tick_ms;
+  uv_timer_init(loop, &w->timer);
+}
+
+static void wheel_run(struct conn_wheel *w) {
+  uv_handle_t *h = (uv_handle_t *)&w->timer;
+  if (!uv_is_active(h) && !uv_is_closing(h))
+    uv_timer_start(&w->timer, on_tick, w->tick_ms, w->tick_ms);
+}
+
+static void wheel_link(struct conn_wheel *w, struct net_conn **head, struct net_conn *c) {
+  c->wnext = *head;
+  if (*head)
+    (*head)->wpprev = &c->wnext;
+  c->wpprev = head;
+  *head = c;
+  w->n_waiting++;
+}
+
+static void wheel_unlink(struct net_conn *c) {
+  if (!c->wpprev)
+    return;
+  if (c->wnext)
+    c->wnext->wpprev = c->wpprev;
+  *c->wpprev = c->wnext;
+  c->wnext = NULL;
+  c->wpprev = NULL;
+  c->wheel->n_waiting--;
+}
+
+static uint64_t after(uint64_t t, uint64_t ms) {
+  return ms > NO_DEADLINE - t ? NO_DEADLINE : t + ms;
+}
+
+static uint64_t earlier(uint64_t a, uint64_t b) {
+  return a < b ? a : b;
+}
+
+/* The first moment (uv_now) at which one of c's deadlines has passed. */
+static uint64_t conn_next_deadline(const struct net_conn *c) {
+  const struct net_limits *l = &c->limits;
+  uint64_t d = NO_DEADLINE;
+  switch (c->state) {
+  case CONN_CONNECTING:
+  case CONN_HANDSHAKE:
+    if (l->handshake_ms)
+      d = after(c->started, l->handshake_ms);
+    break;
+  case CONN_FLUSHING:
+    d = after(c->flush_started, l->frame_ms ? l->frame_ms : 1000);
+    break;
+  case CONN_READY:
+    if (l->frame_ms && frame_reader_in_frame(&c->reader))
+      d = after(c->frame_started, l->frame_ms);
+    if (l->idle_ms)
+      d = earlier(d, after(c->last_rx, l->idle_ms));
+    if (l->quiet_ms && !c->quiet_signalled && c->ops && c->ops->on_quiet)
+      d = earlier(d, after(c->last_rx, l->quiet_ms));
+    break;
+  case CONN_CLOSING:
+    break;
+  }
+  return d;
+}
+
+/* Put c in the slot of its next deadline, unless it waits in an earlier
+ * one already (it is checked then and put further on). Called when a
+ * deadline may have come nearer: a new state, a frame begun, the quiet
+ * signal re-armed. */
+static void conn_schedule(struct net_conn *c) {
+  struct conn_wheel *w = c->wheel;
+  if (!w)
+    return;
+  uint64_t d = conn_next_deadline(c);
+  if (d == NO_DEADLINE) {
+    wheel_unlink(c);
+    return;
+  }
+  /* the first tick at or after d; a tick not yet processed */
+  uint64_t k = d / w->tick_ms + (d % w->tick_ms != 0);
+  if (k <= w->tick)
+    k = w->tick + 1;
+  if (c->wpprev && c->due_tick <= k)
+    return;
+  wheel_unlink(c);
+  c->due_tick = k;
+  wheel_link(w, &w->slots[k % WHEEL_SLOTS], c);
+  wheel_run(w);
+}
+
+static void holding_join(struct net_conn *c) {
+  struct conn_wheel *w = c->wheel;
+  if (c->hpprev || !w || c->state == CONN_CLOSING)
+    return;
+  c->idle_ticks = 0;
+  c->hnext = w->holding;
+  if (w->holding)
+    w->holding->hpprev = &c->hnext;
+  c->hpprev = &w->holding;
+  w->holding = c;
+  w->n_holding++;
+  wheel_run(w);
+}
+
+static void holding_leave(struct net_conn *c) {
+  if (!c->hpprev)
+    return;
+  if (c->hnext)
+    c->hnext->hpprev = c->hpprev;
+  *c->hpprev = c->hnext;
+  c->hnext = NULL;
+  c->hpprev = NULL;
+  c->wheel->n_holding--;
+}
+
 static void spares_release(struct net_conn *c, size_t keep_up_to, unsigned keep_n) {
   unsigned kept = 0;
   for (unsigned i = 0; i < c->n_spare; i++) {
@@ -123,8 +286,41 @@ static void spares_release(struct net_conn *c, size_t keep_up_to, unsigned keep_
   c->n_spare = kept;
 }
 
+/* Give back the frame reader's buffer between frames. */
+static void reader_shrink(struct net_conn *c) {
+  if (c->reader.body_cap == 0 || c->reader.err || frame_reader_in_frame(&c->reader))
+    return;
+  uint32_t max = c->reader.max_body;
+  frame_reader_release(&c->reader);
+  (void)frame_reader_init(&c->reader, max); /* cannot fail: max was valid */
+}
+
+/* Connections that hold buffers for reuse: after a tick without sends only
+ * small spares are kept; after a second tick without sends or reads,
+ * nothing, and the connection leaves the list. */
+static void holding_tick(struct conn_wheel *w) {
+  for (struct net_conn *c = w->holding, *next; c; c = next) {
+    next = c->hnext;
+    bool sent = c->sent_this_tick, read = c->read_this_tick;
+    c->sent_this_tick = c->read_this_tick = false;
+    if (!sent && c->n_spare > 0)
+      spares_release(c, SPARE_KEEP_IDLE, SPARE_KEEP_IDLE_N); /* not streaming: give them back */
+    if (sent || read) {
+      c->idle_ticks = 0;
+      continue;
+    }
+    if (++c->idle_ticks < 2)
+      continue;
+    spares_release(c, 0, 0);
+    reader_shrink(c);
+    if (c->n_spare == 0 && c->reader.body_cap == 0)
+      holding_leave(c);
+  }
+}
+
 static void conn_free(struct net_conn *c) {
   spares_release(c, 0, 0);
+  free(c->own_wheel);
   free(c->own_rbuf.base);
   noise_handshake_free(c->hs);
   noise_session_free(c->session);
@@ -134,6 +330,7 @@ static void conn_free(struct net_conn *c) {
 
 static void maybe_free_server(struct net_server *s) {
   if (s->closing && s->handles_open == 0 && s->n_conns == 0) {
+    free(s->preauth); /* its chains are empty: every connection left them */
     free(s->rbuf.base);
     sodium_free(s->static_priv);
     free(s);
@@ -165,6 +362,55 @@ static void conn_unlive(struct net_conn *c) {
   }
 }
 
+/* ---- connections in the handshake, per address (the per-address cap) -- */
+
+static struct addr_count **preauth_bucket(struct net_server *s, const char *addr) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)addr; *p; p++)
+    h = (h ^ *p) * 16777619u;
+  return &s->preauth[h & (s->n_preauth_buckets - 1)];
+}
+
+static unsigned preauth_count(struct net_server *s, const char *addr) {
+  for (struct addr_count *e = *preauth_bucket(s, addr); e; e = e->next)
+    if (strcmp(e->addr, addr) == 0)
+      return e->n;
+  return 0;
+}
+
+/* c (live, in the handshake) counts against its address. 0 or -ENOMEM. */
+static int preauth_enter(struct net_conn *c) {
+  struct addr_count **b = preauth_bucket(c->server, c->peer), *e = *b;
+  while (e && strcmp(e->addr, c->peer) != 0)
+    e = e->next;
+  if (!e) {
+    e = calloc(1, sizeof(*e));
+    if (!e)
+      return -ENOMEM;
+    memcpy(e->addr, c->peer, sizeof(e->addr));
+    e->next = *b;
+    *b = e;
+  }
+  e->n++;
+  c->preauth = e;
+  return 0;
+}
+
+/* c leaves the handshake (ready, flushing or closing). */
+static void preauth_leave(struct net_conn *c) {
+  struct addr_count *e = c->preauth;
+  if (!e)
+    return;
+  c->preauth = NULL;
+  if (--e->n > 0)
+    return;
+  struct addr_count **pp = preauth_bucket(c->server, e->addr);
+  while (*pp != e)
+    pp = &(*pp)->next;
+  *pp = e->next;
+  free(e);
+}
+
 void net_conn_close(struct net_conn *c, int err) {
   if (!c || c->state == CONN_CLOSING)
     return;
@@ -173,8 +419,13 @@ void net_conn_close(struct net_conn *c, int err) {
     c->close_err = err;
   c->state = CONN_CLOSING;
   conn_unlive(c);
-  uv_timer_stop(&c->timer);
-  uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+  preauth_leave(c);
+  wheel_unlink(c);
+  holding_leave(c);
+  if (c->own_wheel) {
+    uv_timer_stop(&c->own_wheel->timer);
+    uv_close((uv_handle_t *)&c->own_wheel->timer, on_handle_closed);
+  }
   uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 }
 
@@ -188,6 +439,7 @@ static void on_write(uv_write_t *req, int status) {
       c->state != CONN_CLOSING) {
     c->spare[c->n_spare++] = w;
     c->spare_bytes += w->cap;
+    holding_join(c);
   } else {
     free(w);
   }
@@ -282,7 +534,9 @@ void net_conn_flush_close(struct net_conn *c, int err) {
   }
   c->close_err = err;
   c->state = CONN_FLUSHING;
+  preauth_leave(c);
   c->flush_started = uv_now(c->loop);
+  conn_schedule(c);
   if (c->reading) {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = false;
@@ -293,10 +547,15 @@ static int become_ready(struct net_conn *c) {
   int r = noise_handshake_split(&c->hs, &c->session);
   if (r < 0)
     return r;
-  r = frame_reader_set_max(&c->reader, FRAME_MAX_SESSION);
+  /* the handshake's frames are read: a fresh reader for records gives back
+   * the buffer they needed, which an idle session would keep */
+  frame_reader_release(&c->reader);
+  r = frame_reader_init(&c->reader, FRAME_MAX_SESSION);
   if (r < 0)
     return r;
   c->state = CONN_READY;
+  preauth_leave(c);
+  conn_schedule(c);
   if (c->ops->on_ready)
     return c->ops->on_ready(c);
   return 0;
@@ -395,7 +654,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   size_t left = (size_t)nread;
   if (left) {
     c->last_rx = uv_now(c->loop);
-    c->quiet_signalled = false;
+    if (c->quiet_signalled) {
+      c->quiet_signalled = false;
+      conn_schedule(c); /* the quiet deadline is armed again */
+    }
   }
   while (left > 0 && (c->state == CONN_HANDSHAKE || c->state == CONN_READY)) {
     if (c->state == CONN_READY && left > FRAME_HEADER_LEN && !frame_reader_in_frame(&c->reader)) {
@@ -430,8 +692,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
       break;
     }
     if (r == 0) {
-      if (!was_in_frame && frame_reader_in_frame(&c->reader))
+      if (!was_in_frame && frame_reader_in_frame(&c->reader)) {
         c->frame_started = uv_now(c->loop);
+        conn_schedule(c);
+      }
       continue;
     }
     if (c->state == CONN_HANDSHAKE) {
@@ -446,6 +710,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     if (r < 0)
       net_conn_close(c, r);
   }
+  if (c->reader.body_cap > 0) {
+    c->read_this_tick = true;
+    holding_join(c);
+  }
   read_buf_return(c, buf);
 }
 
@@ -456,42 +724,79 @@ static void conn_resume(struct net_conn *c) {
     c->reading = true;
 }
 
-static void on_tick(uv_timer_t *t) {
-  struct net_conn *c = t->data;
-  uint64_t now = uv_now(c->loop);
+/* What on_tick does for one connection whose slot is due: close it on a
+ * passed deadline, signal quiet, or put it back for its next deadline. */
+static void conn_check(struct net_conn *c, uint64_t now) {
   const struct net_limits *l = &c->limits;
-  if (!c->sent_this_tick && c->n_spare > 0)
-    spares_release(c, SPARE_KEEP_IDLE, SPARE_KEEP_IDLE_N); /* not streaming: give them back */
-  c->sent_this_tick = false;
-  if (c->state == CONN_CONNECTING || c->state == CONN_HANDSHAKE) {
-    if (l->handshake_ms && now - c->started >= l->handshake_ms)
+  switch (c->state) {
+  case CONN_CONNECTING:
+  case CONN_HANDSHAKE:
+    if (l->handshake_ms && now - c->started >= l->handshake_ms) {
       net_conn_close(c, -ETIMEDOUT);
-    return;
-  }
-  if (c->state == CONN_FLUSHING) {
+      return;
+    }
+    break;
+  case CONN_FLUSHING:
     /* a peer that does not read cannot hold the connection open */
-    if (now - c->flush_started >= (l->frame_ms ? l->frame_ms : 1000))
+    if (now - c->flush_started >= (l->frame_ms ? l->frame_ms : 1000)) {
       net_conn_close(c, c->close_err);
+      return;
+    }
+    break;
+  case CONN_READY:
+    if (l->frame_ms && frame_reader_in_frame(&c->reader) && now - c->frame_started >= l->frame_ms) {
+      net_conn_close(c, -ETIMEDOUT);
+      return;
+    }
+    if (l->idle_ms && now - c->last_rx >= l->idle_ms) {
+      net_conn_close(c, -ETIMEDOUT);
+      return;
+    }
+    if (l->quiet_ms && !c->quiet_signalled && now - c->last_rx >= l->quiet_ms && c->ops->on_quiet) {
+      c->quiet_signalled = true;
+      c->ops->on_quiet(c);
+    }
+    break;
+  case CONN_CLOSING:
     return;
   }
-  if (c->state != CONN_READY)
-    return;
-  if (l->frame_ms && frame_reader_in_frame(&c->reader) && now - c->frame_started >= l->frame_ms) {
-    net_conn_close(c, -ETIMEDOUT);
-    return;
-  }
-  if (l->idle_ms && now - c->last_rx >= l->idle_ms) {
-    net_conn_close(c, -ETIMEDOUT);
-    return;
-  }
-  if (l->quiet_ms && !c->quiet_signalled && now - c->last_rx >= l->quiet_ms && c->ops->on_quiet) {
-    c->quiet_signalled = true;
-    c->ops->on_quiet(c);
-  }
+  conn_schedule(c);
 }
 
+/* Every tick_ms: the connections holding buffers, then the slots from the
+ * last tick processed up to the next one (a deadline of the next tick may
+ * have passed already: each is checked against now, so none fires more
+ * than a tick late). */
+static void on_tick(uv_timer_t *t) {
+  struct conn_wheel *w = (struct conn_wheel *)t;
+  uint64_t now = uv_now(t->loop);
+  holding_tick(w);
+  uint64_t from = w->tick + 1, to = now / w->tick_ms + 1;
+  if (to > w->tick + 1)
+    w->tick = to - 1;
+  for (uint64_t k = from; k <= to && k - from < WHEEL_SLOTS; k++) {
+    /* detached first: a callback may close or schedule any connection */
+    struct net_conn **slot = &w->slots[k % WHEEL_SLOTS], *due = *slot;
+    *slot = NULL;
+    if (due)
+      due->wpprev = &due;
+    while (due) {
+      struct net_conn *c = due;
+      wheel_unlink(c);
+      if (c->due_tick > to) /* a later round */
+        wheel_link(w, &w->slots[c->due_tick % WHEEL_SLOTS], c);
+      else
+        conn_check(c, now);
+    }
+  }
+  if (w->n_waiting == 0 && w->n_holding == 0)
+    uv_timer_stop(&w->timer);
+}
+
+/* wheel: the server's, or NULL for one of the connection's own. */
 static struct net_conn *conn_new(uv_loop_t *loop, const struct net_limits *limits,
-                                 const struct net_conn_ops *ops, void *data) {
+                                 const struct net_conn_ops *ops, void *data,
+                                 struct conn_wheel *wheel) {
   struct net_conn *c = calloc(1, sizeof(*c));
   if (!c)
     return NULL;
@@ -503,12 +808,22 @@ static struct net_conn *conn_new(uv_loop_t *loop, const struct net_limits *limit
     free(c);
     return NULL;
   }
+  if (!wheel) {
+    c->own_wheel = malloc(sizeof(*c->own_wheel));
+    if (!c->own_wheel) {
+      free(c);
+      return NULL;
+    }
+    wheel_init(c->own_wheel, loop, limits->tick_ms);
+    c->own_wheel->timer.data = c;
+    c->handles_open++;
+    wheel = c->own_wheel;
+  }
+  c->wheel = wheel;
   uv_tcp_init(loop, &c->tcp);
-  uv_timer_init(loop, &c->timer);
   c->tcp.data = c;
-  c->timer.data = c;
   c->rbuf = &c->own_rbuf;
-  c->handles_open = 2;
+  c->handles_open++;
   c->started = c->last_rx = uv_now(loop);
   return c;
 }
@@ -532,7 +847,7 @@ static void on_connection(uv_stream_t *listener, int status) {
     return;
   /* a connection's data starts NULL: the application sets it (typically in
    * on_ready) and finds the server's via net_conn_server */
-  struct net_conn *c = conn_new(s->loop, &s->limits, s->ops, NULL);
+  struct net_conn *c = conn_new(s->loop, &s->limits, s->ops, NULL, &s->wheel);
   if (!c) {
     /* libuv holds the connection and stops listening until it is accepted,
      * which needs memory: try again shortly rather than stall for good */
@@ -560,19 +875,20 @@ static void on_connection(uv_stream_t *listener, int status) {
    * cap is the handshake-flood defence: it counts the connections of that
    * address that have not finished their handshake, never the sessions of
    * the many devices behind one NAT. */
-  unsigned same = 0;
-  for (struct net_conn *o = s->conns; o; o = o->next)
-    if (o->live && o->state == CONN_HANDSHAKE && strcmp(o->peer, c->peer) == 0)
-      same++;
-  if (s->n_live >= s->limits.max_conns || same >= s->limits.max_per_addr) {
+  int r = 0;
+  if (s->n_live >= s->limits.max_conns || preauth_count(s, c->peer) >= s->limits.max_per_addr)
+    r = CORDON_E_LIMIT;
+  else
+    r = preauth_enter(c);
+  if (r < 0) {
     c->ops = NULL; /* never seen by the application */
-    net_conn_close(c, CORDON_E_LIMIT);
+    net_conn_close(c, r);
     return;
   }
   c->live = true;
   s->n_live++;
   uv_tcp_nodelay(&c->tcp, 1);
-  uv_timer_start(&c->timer, on_tick, s->limits.tick_ms, s->limits.tick_ms);
+  conn_schedule(c);
   conn_resume(c);
 }
 
@@ -596,6 +912,7 @@ static void on_server_handle_closed(uv_handle_t *h) {
 static void server_close_handles(struct net_server *s) {
   s->closing = true;
   uv_close((uv_handle_t *)&s->retry, on_server_handle_closed);
+  uv_close((uv_handle_t *)&s->wheel.timer, on_server_handle_closed);
   uv_close((uv_handle_t *)&s->listener, on_server_handle_closed);
 }
 
@@ -620,6 +937,16 @@ int net_server_new(uv_loop_t *loop, const char *host, int port,
     free(s);
     return -ENOMEM;
   }
+  /* about two connections a chain when max_conns are in the handshake */
+  s->n_preauth_buckets = 16;
+  while (s->n_preauth_buckets < limits->max_conns / 2 && s->n_preauth_buckets < (1u << 16))
+    s->n_preauth_buckets *= 2;
+  s->preauth = calloc(s->n_preauth_buckets, sizeof(*s->preauth));
+  if (!s->preauth) {
+    sodium_free(s->static_priv);
+    free(s);
+    return -ENOMEM;
+  }
   memcpy(s->static_priv, static_priv, NOISE_KEY_LEN);
   s->loop = loop;
   s->modes = modes;
@@ -628,9 +955,11 @@ int net_server_new(uv_loop_t *loop, const char *host, int port,
   s->data = data;
   uv_tcp_init(loop, &s->listener);
   uv_timer_init(loop, &s->retry);
+  wheel_init(&s->wheel, loop, limits->tick_ms);
   s->listener.data = s;
   s->retry.data = s;
-  s->handles_open = 2;
+  s->wheel.timer.data = s;
+  s->handles_open = 3;
   int r = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0);
   if (r == 0)
     r = uv_listen((uv_stream_t *)&s->listener, NET_LISTEN_BACKLOG, on_connection);
@@ -698,7 +1027,7 @@ int net_connect(uv_loop_t *loop, const char *host, int port,
     return -EINVAL;
   if (sodium_init() < 0)
     return CORDON_E_CRYPTO;
-  struct net_conn *c = conn_new(loop, limits, ops, data);
+  struct net_conn *c = conn_new(loop, limits, ops, data, NULL);
   if (!c)
     return -ENOMEM;
   c->role = NOISE_INITIATOR;
@@ -723,7 +1052,7 @@ int net_connect(uv_loop_t *loop, const char *host, int port,
     net_conn_close(c, r);
     return r;
   }
-  uv_timer_start(&c->timer, on_tick, limits->tick_ms, limits->tick_ms);
+  conn_schedule(c);
   *out_conn = c;
   return 0;
 }

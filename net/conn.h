@@ -15,12 +15,19 @@
  * handshake. docs/protocol/wire.md describes the bytes.
  *
  * Memory: a server's connections share one 256 KiB read buffer (an agent
- * connection has its own); each connection has a frame reader (4 KiB, up to
- * one record while one is arriving) and its send queue (at most wq_hard).
- * Finished write buffers are kept for reuse while a connection keeps
- * sending (at most wq_high bytes of them) and given back after a tick
- * without sends: allocating and freeing 64 KiB per record let the allocator
- * return and re-fault the pages, which cost more than the encryption.
+ * connection has its own); each connection has a frame reader (a buffer of
+ * 4 KiB up to one record while a frame arrives in pieces) and its send
+ * queue (at most wq_hard). Finished write buffers are kept for reuse while
+ * a connection keeps sending (at most wq_high bytes of them): allocating
+ * and freeing 64 KiB per record let the allocator return and re-fault the
+ * pages, which cost more than the encryption. After a tick without sends
+ * only two small ones are kept, after a second tick without sends or reads
+ * none, nor the reader's buffer: an idle session holds no buffer.
+ *
+ * Timers: one libuv timer per server (and one per initiator connection)
+ * drives a wheel of deadlines; a tick costs in proportion to the
+ * connections whose deadline is due and to those holding buffers, not to
+ * all connections. The per-address count of handshakes is a hash table.
  *
  * Nothing here knows what the records mean. docs/protocol/wire.md section 9
  * describes the behaviour on the wire (mode byte, deadlines, limits).

@@ -12,12 +12,18 @@
 #include "server/metrics.h"
 
 #define SESSION_TOUCH_MS 60000 /* how stale last_seen may be while a device pings */
+#define INDEX_MIN_BUCKETS 64
 
 struct sessions {
   struct server_db *db;
   const uint8_t *server_id;
   struct session_hooks hooks;
-  struct session *list;
+  struct session *list; /* every session, doubly linked (pprev) */
+  /* the sessions sessions_find may return (active, not closing), chained
+   * by hnext in n_buckets buckets (a power of two, doubled when there are
+   * more sessions than buckets) */
+  struct session **by_device;
+  size_t n_buckets, n_indexed;
   /* failures before a session is up, by source address (core/ratelimit.h) */
   struct core_ratelimit_table log_by_addr;
   /* run --advertise: every welcome of version 3 or later lists them (borrowed) */
@@ -41,11 +47,66 @@ static bool log_addr_hit(struct sessions *t, const char *addr, char suppressed[2
   return true;
 }
 
+static size_t device_hash(const char *device_id) {
+  uint32_t h = 2166136261u; /* FNV-1a */
+  for (const unsigned char *p = (const unsigned char *)device_id; *p; p++)
+    h = (h ^ *p) * 16777619u;
+  return h;
+}
+
+/* Twice the buckets; on -ENOMEM the chains just grow longer. */
+static void index_grow(struct sessions *t) {
+  size_t n = t->n_buckets * 2;
+  struct session **b = calloc(n, sizeof(*b));
+  if (!b)
+    return;
+  for (size_t i = 0; i < t->n_buckets; i++)
+    for (struct session *s = t->by_device[i], *next; s; s = next) {
+      next = s->hnext;
+      struct session **head = &b[device_hash(s->device_id) & (n - 1)];
+      s->hnext = *head;
+      *head = s;
+    }
+  free(t->by_device);
+  t->by_device = b;
+  t->n_buckets = n;
+}
+
+static void index_add(struct sessions *t, struct session *s) {
+  if (s->indexed || s->closing || s->state != SESSION_ACTIVE)
+    return;
+  if (t->n_indexed >= t->n_buckets)
+    index_grow(t);
+  struct session **head = &t->by_device[device_hash(s->device_id) & (t->n_buckets - 1)];
+  s->hnext = *head;
+  *head = s;
+  s->indexed = true;
+  t->n_indexed++;
+}
+
+static void index_remove(struct sessions *t, struct session *s) {
+  if (!s->indexed)
+    return;
+  struct session **pp = &t->by_device[device_hash(s->device_id) & (t->n_buckets - 1)];
+  while (*pp != s)
+    pp = &(*pp)->hnext;
+  *pp = s->hnext;
+  s->hnext = NULL;
+  s->indexed = false;
+  t->n_indexed--;
+}
+
 int sessions_new(struct server_db *db, const uint8_t *server_id, const struct session_hooks *hooks,
                  struct sessions **out_sessions) {
   struct sessions *t = calloc(1, sizeof(*t));
   if (!t)
     return -ENOMEM;
+  t->n_buckets = INDEX_MIN_BUCKETS;
+  t->by_device = calloc(t->n_buckets, sizeof(*t->by_device));
+  if (!t->by_device) {
+    free(t);
+    return -ENOMEM;
+  }
   t->db = db;
   t->server_id = server_id;
   t->hooks = *hooks;
@@ -55,6 +116,9 @@ int sessions_new(struct server_db *db, const uint8_t *server_id, const struct se
 }
 
 void sessions_free(struct sessions *t) {
+  if (!t)
+    return;
+  free(t->by_device);
   free(t);
 }
 
@@ -87,12 +151,14 @@ void session_goaway(struct session *s, const char *code, const char *message) {
   (void)session_send(s, &m);
   set_reason(s, "goaway.", code);
   s->closing = true;
+  index_remove(s->owner, s);
   net_conn_flush_close(s->conn, 0); /* the goaway must reach the agent */
 }
 
 struct session *sessions_find(struct sessions *t, const char *device_id) {
-  for (struct session *s = t->list; s; s = s->next)
-    if (s->state == SESSION_ACTIVE && !s->closing && strcmp(s->device_id, device_id) == 0)
+  for (struct session *s = t->by_device[device_hash(device_id) & (t->n_buckets - 1)]; s;
+       s = s->hnext)
+    if (strcmp(s->device_id, device_id) == 0)
       return s;
   return NULL;
 }
@@ -109,10 +175,7 @@ void sessions_shutdown(struct sessions *t) {
 }
 
 size_t sessions_count(const struct sessions *t) {
-  size_t n = 0;
-  for (const struct session *s = t->list; s; s = s->next)
-    n += s->state == SESSION_ACTIVE && !s->closing;
-  return n;
+  return t->n_indexed;
 }
 
 void sessions_foreach(struct sessions *t, void (*fn)(struct session *s, void *data), void *data) {
@@ -195,6 +258,7 @@ static void device_hello(struct session *s, const struct msg_hello *h,
   }
   server_db_device_set_online(t->db, dev.id, true, NULL);
   s->state = SESSION_ACTIVE;
+  index_add(t, s);
   s->since = (int64_t)(core_wall_ms() / 1000);
   s->touched_ms = core_mono_ms(); /* set_online wrote last_seen */
   struct msg w = {.type = MSG_WELCOME};
@@ -345,6 +409,9 @@ static int on_ready(struct net_conn *c) {
   core_log_kv(CORE_LOG_DEBUG, "connection", "addr", s->addr, "mode",
               net_conn_mode(c) == NOISE_MODE_PAIRING ? "pairing" : "session", NULL);
   s->next = t->list;
+  if (t->list)
+    t->list->pprev = &s->next;
+  s->pprev = &t->list;
   t->list = s;
   net_conn_set_data(c, s);
   return 0;
@@ -396,12 +463,8 @@ static void on_close(struct net_conn *c, int err) {
   snprintf(secs, sizeof(secs), "%.3f", (double)(core_mono_ms() - s->opened_ms) / 1000.0);
   if (s->state == SESSION_ACTIVE) {
     /* offline only if no newer session took over */
-    bool other = false;
-    for (struct session *o = t->list; o; o = o->next)
-      if (o != s && o->state == SESSION_ACTIVE && !o->closing &&
-          strcmp(o->device_id, s->device_id) == 0)
-        other = true;
-    if (!other)
+    struct session *o = sessions_find(t, s->device_id);
+    if (!o || o == s)
       server_db_device_set_online(t->db, s->device_id, false, NULL);
     core_log_kv(CORE_LOG_INFO, "device disconnected", "device", s->device_id, "user", s->user,
                 "addr", s->addr, "reason", close_reason(s, err), "error",
@@ -411,11 +474,10 @@ static void on_close(struct net_conn *c, int err) {
                 close_reason(s, err), "duration_s", secs, NULL);
   }
   t->hooks.closed(t->hooks.data, s);
-  for (struct session **pp = &t->list; *pp; pp = &(*pp)->next)
-    if (*pp == s) {
-      *pp = s->next;
-      break;
-    }
+  index_remove(t, s);
+  if (s->next)
+    s->next->pprev = s->pprev;
+  *s->pprev = s->next;
   free(s);
 }
 

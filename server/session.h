@@ -60,7 +60,9 @@ struct session {
    * output, stray messages): core/ratelimit.h, per session */
   struct core_ratelimit log_refused, log_output;
   struct sessions *owner;
-  struct session *next;
+  struct session *next, **pprev; /* every session of owner */
+  struct session *hnext;         /* owner's index by device id, while in it */
+  bool indexed;                  /* in the index: SESSION_ACTIVE and not closing */
 };
 
 /* Called on the loop's thread with hooks.data. */
@@ -99,13 +101,14 @@ void sessions_free(struct sessions *t);
 /* The callbacks for net_server_new(); its data must be the struct sessions. */
 extern const struct net_conn_ops sessions_net_ops;
 
-/* The device's active session that is not on its way out, or NULL. */
+/* The device's active session that is not on its way out, or NULL. O(1):
+ * a hash table by device id holds exactly those sessions. */
 struct session *sessions_find(struct sessions *t, const char *device_id);
 /* Shutdown: a goaway `shutdown` to every active session (the listener's
  * close then closes them). */
 void sessions_shutdown(struct sessions *t);
 
-/* Active sessions that are not on their way out. */
+/* Active sessions that are not on their way out (O(1)). */
 size_t sessions_count(const struct sessions *t);
 /* Call fn for each of them, in no particular order. */
 void sessions_foreach(struct sessions *t, void (*fn)(struct session *s, void *data), void *data);

@@ -1156,16 +1156,23 @@ Test(conn, idle_session_gets_on_quiet_then_closes) {
   finish();
 }
 
-Test(conn, pings_on_quiet_keep_a_session_alive) {
+/* A session whose server pings on quiet_ms and closes at idle_ms, and
+ * whose agent answers each ping. */
+static struct agent *pinged_session(uint64_t quiet_ms, uint64_t idle_ms) {
   struct net_limits l = test_limits();
-  l.quiet_ms = 50;
-  l.idle_ms = 200;
+  l.quiet_ms = quiet_ms;
+  l.idle_ms = idle_ms;
   server_start(MODE_BIT(NOISE_MODE_SESSION), &l);
   srv.ping_on_quiet = true;
   struct net_limits al = test_limits(); /* the agent itself never times out here */
   struct agent *a = agent_start(NOISE_MODE_SESSION, port, &al);
-  a->echo = true; /* the agent answers each ping */
+  a->echo = true;
   cr_assert(RUN_UNTIL(a->ready && srv.ready, 3000));
+  return a;
+}
+
+Test(conn, pings_on_quiet_keep_a_session_alive) {
+  struct agent *a = pinged_session(50, 200);
   run_for(700);
   cr_assert_eq(srv.closed, 0, "closed with %d", srv.last_err);
   cr_assert_eq(a->closed, 0);
@@ -1651,5 +1658,281 @@ Test(conn, flush_close_gives_up_after_frame_ms) {
   cr_assert_eq(srv.last_err, 0);
   atomic_store(&sk.stop, 1);
   pthread_join(t, NULL);
+  finish();
+}
+
+/* ======================================================================= */
+/* Deadlines and caps with many connections (one timer for the server)     */
+/* ======================================================================= */
+
+/* Each server connection of these tests has a record of its own. */
+#define MANY 240
+
+struct many_conn {
+  uint64_t ready_ms, quiet_ms, close_ms;
+  int quiet, err;
+  bool ready, closed;
+};
+
+static struct {
+  struct many_conn ready[MANY]; /* by the order of on_ready */
+  int n_ready;
+  uint64_t hs_close_ms[MANY]; /* connections closed before their handshake ended */
+  int hs_err[MANY];
+  int n_hs_closed;
+} many;
+
+static int many_on_ready(struct net_conn *c) {
+  if (many.n_ready >= MANY)
+    return -ENOMEM;
+  struct many_conn *m = &many.ready[many.n_ready++];
+  m->ready = true;
+  m->ready_ms = now_ms();
+  net_conn_set_data(c, m);
+  return 0;
+}
+
+static void many_on_quiet(struct net_conn *c) {
+  struct many_conn *m = net_conn_data(c);
+  if (m->quiet++ == 0)
+    m->quiet_ms = now_ms();
+}
+
+static void many_on_close(struct net_conn *c, int err) {
+  struct many_conn *m = net_conn_data(c);
+  if (!m) {
+    if (many.n_hs_closed < MANY) {
+      many.hs_close_ms[many.n_hs_closed] = now_ms();
+      many.hs_err[many.n_hs_closed] = err;
+    }
+    many.n_hs_closed++;
+    return;
+  }
+  m->closed = true;
+  m->close_ms = now_ms();
+  m->err = err;
+}
+
+static const struct net_conn_ops many_ops = {
+    .on_ready = many_on_ready, .on_quiet = many_on_quiet, .on_close = many_on_close};
+
+#define N_SILENT 80 /* never start the handshake */
+#define N_IDLE 80   /* finish it, then say nothing */
+#define N_TALK 40   /* finish it and send a record every 50 ms */
+
+struct crowd {
+  int target;
+  uint64_t silent_ms;  /* when the silent ones were connected */
+  uint64_t talk_until; /* the talkers stop (and close) after this */
+  int fds[N_SILENT + N_IDLE + N_TALK];
+  int errors;
+  atomic_int connected, stop, done;
+};
+
+static void *crowd_main(void *arg) {
+  struct crowd *cr = arg;
+  struct noise_session *ss[N_IDLE + N_TALK] = {0};
+  char src[32];
+  int n = 0;
+  /* eight addresses, as many behind a NAT would be */
+  cr->silent_ms = now_ms();
+  for (int i = 0; i < N_SILENT; i++, n++) {
+    snprintf(src, sizeof(src), "127.0.2.%d", 1 + i % 8);
+    cr->fds[n] = raw_connect(cr->target, src);
+    cr->errors += cr->fds[n] < 0;
+  }
+  for (int i = 0; i < N_IDLE + N_TALK; i++, n++) {
+    snprintf(src, sizeof(src), "127.0.3.%d", 1 + i % 8);
+    cr->fds[n] = raw_connect(cr->target, src);
+    if (cr->fds[n] < 0 ||
+        raw_handshake(cr->fds[n], raw_priv, NOISE_MODE_SESSION, NOISE_MODE_SESSION, &ss[i]) != 0)
+      cr->errors++;
+  }
+  atomic_store(&cr->connected, 1);
+  /* the talkers: one record each every 50 ms */
+  while (!atomic_load(&cr->stop) && now_ms() < cr->talk_until) {
+    for (int i = N_IDLE; i < N_IDLE + N_TALK; i++) {
+      uint8_t f[64];
+      size_t len = raw_seal(ss[i], "hi", 2, f, sizeof(f));
+      if (!len || raw_send(cr->fds[N_SILENT + i], f, len) < 0)
+        cr->errors++;
+    }
+    usleep(50000);
+  }
+  while (!atomic_load(&cr->stop))
+    usleep(1000);
+  for (int i = 0; i < n; i++)
+    if (cr->fds[i] >= 0)
+      close(cr->fds[i]);
+  for (int i = 0; i < N_IDLE + N_TALK; i++)
+    noise_session_free(ss[i]);
+  atomic_store(&cr->done, 1);
+  return NULL;
+}
+
+/* The handshake, quiet and idle deadlines of many connections, some of
+ * them beyond one turn of the server's deadline wheel (512 ticks of 2 ms),
+ * fire neither early nor late, and connections that talk are left alone. */
+Test(conn, deadlines_fire_on_time_among_many_connections) {
+  memset(&many, 0, sizeof(many));
+  struct net_limits l = test_limits();
+  l.tick_ms = 2;
+  l.handshake_ms = 1500;
+  l.quiet_ms = 300;
+  l.idle_ms = 1200;
+  l.max_conns = 1000;
+  l.max_per_addr = 1000;
+  cr_assert_eq(net_server_new(&loop, "127.0.0.1", 0, srv_priv, MODE_BIT(NOISE_MODE_SESSION), &l,
+                              &many_ops, &srv, &server),
+               0);
+  static struct crowd cw; /* static: the thread may outlive a failed assertion */
+  memset(&cw, 0, sizeof(cw));
+  cw.target = net_server_port(server);
+  cw.talk_until = now_ms() + 2600;
+  pthread_t t = spawn(crowd_main, &cw);
+  cr_assert(RUN_UNTIL(atomic_load(&cw.connected), 20000));
+  cr_assert_eq(cw.errors, 0);
+  cr_assert(RUN_UNTIL(many.n_hs_closed == N_SILENT, 5000), "%d closed in the handshake",
+            many.n_hs_closed);
+  cr_assert(RUN_UNTIL(now_ms() > cw.talk_until + 100, 5000));
+  int idle_closed = 0;
+  /* the idle ones have all timed out by now; wait for their closes */
+  cr_assert(RUN_UNTIL(({
+                        idle_closed = 0;
+                        for (int i = 0; i < many.n_ready; i++)
+                          idle_closed += many.ready[i].closed;
+                        idle_closed >= N_IDLE;
+                      }),
+                      5000),
+            "%d closed of %d idle", idle_closed, N_IDLE);
+  cr_assert_eq(many.n_ready, N_IDLE + N_TALK);
+  for (int i = 0; i < N_SILENT; i++) {
+    uint64_t took = many.hs_close_ms[i] - cw.silent_ms;
+    cr_assert_eq(many.hs_err[i], -ETIMEDOUT, "silent %d: %d", i, many.hs_err[i]);
+    /* the loop's clock (uv_now) is coarser than now_ms: 10 ms of slack */
+    cr_assert_geq(took + 10, 1500, "silent %d: closed after %llu ms", i, (unsigned long long)took);
+    cr_assert_lt(took, 1500 + 1000, "silent %d: closed after %llu ms", i, (unsigned long long)took);
+  }
+  for (int i = 0; i < many.n_ready; i++) {
+    struct many_conn *m = &many.ready[i];
+    if (!m->closed) {
+      cr_assert_eq(m->quiet, 0, "a talker was quiet");
+      continue;
+    }
+    uint64_t quiet = m->quiet_ms - m->ready_ms, idle = m->close_ms - m->ready_ms;
+    cr_assert_eq(m->err, -ETIMEDOUT, "conn %d: %d", i, m->err);
+    cr_assert_eq(m->quiet, 1, "conn %d: on_quiet %d times", i, m->quiet);
+    /* last_rx is message 3, read just before on_ready */
+    cr_assert_geq(quiet + 10, 300, "conn %d: quiet after %llu ms", i, (unsigned long long)quiet);
+    cr_assert_lt(quiet, 300 + 700, "conn %d: quiet after %llu ms", i, (unsigned long long)quiet);
+    cr_assert_geq(idle + 10, 1200, "conn %d: closed after %llu ms", i, (unsigned long long)idle);
+    cr_assert_lt(idle, 1200 + 1000, "conn %d: closed after %llu ms", i, (unsigned long long)idle);
+  }
+  cr_assert_eq(idle_closed, N_IDLE, "a talker was closed: %d closed", idle_closed);
+  cr_assert_eq(net_server_count(server), N_TALK);
+  atomic_store(&cw.stop, 1);
+  cr_assert(RUN_UNTIL(atomic_load(&cw.done), 5000));
+  pthread_join(t, NULL);
+  cr_assert(RUN_UNTIL(net_server_count(server) == 0, 3000));
+  finish();
+}
+
+/* Open a raw connection from src that stays in the handshake; -1 if the
+ * server closed it at once (over a cap), else the fd. */
+static int hold_preauth(const char *src) {
+  int fd = raw_connect(port, src);
+  cr_assert_geq(fd, 0, "connect from %s: %d", src, fd);
+  run_for(30);
+  if (raw_closed(fd)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* The per-address cap counts the connections of an address still in the
+ * handshake, across many addresses; the count goes down when a handshake
+ * finishes, fails or times out. */
+Test(conn, per_address_cap_counts_handshakes_of_each_address) {
+  struct net_limits l = test_limits();
+  l.max_per_addr = 3;
+  l.max_conns = 500;
+  l.handshake_ms = 5000;
+  server_start(MODE_BIT(NOISE_MODE_SESSION), &l);
+  /* 40 addresses, three each: all in; a fourth from any of them is not */
+  static int fds[40][3];
+  char src[32];
+  for (int a = 0; a < 40; a++) {
+    snprintf(src, sizeof(src), "127.0.4.%d", a + 1);
+    for (int i = 0; i < 3; i++)
+      cr_assert_geq(fds[a][i] = raw_connect(port, src), 0);
+  }
+  cr_assert(RUN_UNTIL(net_server_count(server) == 120, 3000), "%u in", net_server_count(server));
+  for (int a = 0; a < 40; a++)
+    for (int i = 0; i < 3; i++)
+      cr_assert_not(raw_closed(fds[a][i]), "127.0.4.%d, connection %d refused", a + 1, i);
+  for (int a = 0; a < 40; a += 7) {
+    snprintf(src, sizeof(src), "127.0.4.%d", a + 1);
+    cr_assert_eq(hold_preauth(src), -1, "a fourth from %s got in", src);
+  }
+  cr_assert_eq(try_conn("127.0.5.1"), 0, "another address was refused");
+  cr_assert(RUN_UNTIL(net_server_count(server) == 120, 3000));
+
+  /* a failed handshake (a zero length) frees its address's place */
+  uint8_t zero[4] = {0};
+  cr_assert_eq(raw_send(fds[3][0], zero, 4), 0);
+  cr_assert(RUN_UNTIL(net_server_count(server) == 119, 3000));
+  cr_assert_eq(srv.last_err, CORDON_E_PROTOCOL);
+  cr_assert_geq(fds[3][0] = hold_preauth("127.0.4.4"), 0, "the failed one's place was not freed");
+  cr_assert_eq(hold_preauth("127.0.4.4"), -1);
+  /* so does a closed one */
+  close(fds[5][1]);
+  cr_assert(RUN_UNTIL(net_server_count(server) == 119, 3000));
+  cr_assert_geq(fds[5][1] = hold_preauth("127.0.4.6"), 0, "the closed one's place was not freed");
+
+  /* 127.0.0.1: three in the handshake, then agents (from 127.0.0.1 too)
+   * get in as places free up, and once ready they no longer count */
+  int own[3];
+  for (int i = 0; i < 3; i++)
+    cr_assert_geq(own[i] = hold_preauth("127.0.0.1"), 0);
+  cr_assert_eq(hold_preauth("127.0.0.1"), -1);
+  close(own[0]);
+  cr_assert(RUN_UNTIL(net_server_count(server) == 122, 3000));
+  struct agent *a0 = agent_start(NOISE_MODE_SESSION, port, &l);
+  cr_assert(RUN_UNTIL(a0->ready && srv.ready == 1, 3000));
+  close(own[1]);
+  cr_assert(RUN_UNTIL(net_server_count(server) == 122, 3000));
+  struct agent *a1 = agent_start(NOISE_MODE_SESSION, port, &l);
+  cr_assert(RUN_UNTIL(a1->ready && srv.ready == 2, 3000));
+  /* two sessions and one handshake of 127.0.0.1: two more places */
+  cr_assert_geq(own[0] = hold_preauth("127.0.0.1"), 0, "a finished handshake still counts");
+  cr_assert_geq(own[1] = hold_preauth("127.0.0.1"), 0, "a finished handshake still counts");
+  cr_assert_eq(hold_preauth("127.0.0.1"), -1);
+  cr_assert_eq(a0->closed + a1->closed, 0);
+
+  /* the handshake deadline frees every place */
+  cr_assert(RUN_UNTIL(net_server_count(server) == 2, 9000), "%u left", net_server_count(server));
+  for (int a = 0; a < 40; a++)
+    for (int i = 0; i < 3; i++)
+      close(fds[a][i]);
+  for (int i = 0; i < 3; i++)
+    close(own[i]);
+  for (int i = 0; i < 3; i++)
+    cr_assert_geq(own[i] = hold_preauth("127.0.4.9"), 0, "a timed-out one's place was not freed");
+  cr_assert_eq(hold_preauth("127.0.4.9"), -1);
+  for (int i = 0; i < 3; i++)
+    close(own[i]);
+  finish();
+}
+
+/* After on_quiet, traffic arms the quiet deadline again at once: the next
+ * signal comes quiet_ms after that traffic, not at the idle deadline that
+ * was the connection's next one while it was quiet. */
+Test(conn, quiet_is_armed_again_by_traffic) {
+  pinged_session(50, 5000);
+  run_for(600);
+  /* about one every 60 ms (50 ms of quiet, a tick, the round trip) */
+  cr_assert_geq(srv.quiet, 5, "on_quiet fired %d times in 600 ms", srv.quiet);
+  cr_assert_eq(srv.closed, 0);
   finish();
 }
