@@ -203,6 +203,8 @@ void server_db_set_clock(struct server_db *db, int64_t now) {
 /* --- statements ----------------------------------------------------------- */
 
 /* The cached statement for q, reset and without bindings. */
+static int group_before_stmt(struct server_db *db, sqlite3_stmt *st, struct cordon_diag *diag);
+
 int db_stmt(struct server_db *db, enum db_stmt q, sqlite3_stmt **out_st, struct cordon_diag *diag) {
   if (!db->stmts[q]) {
     int rc =
@@ -210,6 +212,9 @@ int db_stmt(struct server_db *db, enum db_stmt q, sqlite3_stmt **out_st, struct 
     if (rc != SQLITE_OK)
       return db_fail(db, rc, "prepare", diag);
   }
+  int err = group_before_stmt(db, db->stmts[q], diag); /* group commit */
+  if (err)
+    return err;
   *out_st = db->stmts[q];
   return 0;
 }
@@ -255,11 +260,150 @@ int db_stmt_text(struct server_db *db, enum db_stmt q, const char *text, sqlite3
   return 0;
 }
 
+/* --- transactions and group commit --------------------------------------- */
+
+/* The group's transaction ended: committed (err 0) or rolled back. */
+static void group_ended(struct server_db *db, int err) {
+  struct db_group *g = &db->group;
+  g->open = false;
+  g->ops = 0;
+  if (g->ended)
+    g->ended(g->ended_arg, err);
+}
+
+/* SQLite rolls a transaction back by itself after some errors (disk full,
+ * I/O, out of memory): then the ops still open fail too. */
+static bool group_check_lost(struct server_db *db) {
+  struct db_group *g = &db->group;
+  if (!g->open || !sqlite3_get_autocommit(db->h))
+    return false;
+  int err = db_map_rc(db->h, sqlite3_extended_errcode(db->h));
+  g->lost = g->depth > 0;
+  g->lost_err = err ? err : -EIO;
+  g->tx_nested = 0;
+  group_ended(db, g->lost_err);
+  return true;
+}
+
+/* Before each statement: a write outside an op commits the open group
+ * first (it keeps db.h's contract: committed when it returns); inside an
+ * op whose group was rolled back, nothing more runs. */
+static int group_before_stmt(struct server_db *db, sqlite3_stmt *st, struct cordon_diag *diag) {
+  struct db_group *g = &db->group;
+  if (g->open && g->depth == 0 && !sqlite3_stmt_readonly(st))
+    server_db_group_commit(db, NULL);
+  else if (g->open && g->depth > 0)
+    group_check_lost(db);
+  if (g->lost)
+    return cordon_diag_set(diag, g->lost_err, "%s: the group transaction was rolled back: %s",
+                           db->path, cordon_err_message(g->lost_err));
+  return 0;
+}
+
+static int count_commit(void *arg) {
+  ((struct server_db *)arg)->commits++;
+  return 0; /* go on with the commit */
+}
+
+void server_db_group_enable(struct server_db *db, server_db_group_fn *ended, void *arg) {
+  db->group.ended = ended;
+  db->group.ended_arg = arg;
+}
+
+bool server_db_group_pending(const struct server_db *db) {
+  return db->group.open;
+}
+
+uint64_t server_db_commit_count(const struct server_db *db) {
+  return db->commits;
+}
+
+int server_db_group_commit(struct server_db *db, struct cordon_diag *diag) {
+  struct db_group *g = &db->group;
+  if (!g->open || g->depth > 0)
+    return 0;
+  int err = db_simple(db, Q_COMMIT, "commit", diag);
+  if (err && !sqlite3_get_autocommit(db->h))
+    db_simple(db, Q_ROLLBACK, "rollback", NULL);
+  group_ended(db, err);
+  return err;
+}
+
+int server_db_group_op_begin(struct server_db *db, struct cordon_diag *diag) {
+  struct db_group *g = &db->group;
+  if (g->lost)
+    return cordon_diag_set(diag, g->lost_err, "%s: the group transaction was rolled back",
+                           db->path);
+  if (g->open && g->depth == 0 &&
+      (g->ops >= SERVER_DB_GROUP_OPS_MAX ||
+       (int64_t)core_mono_ms() - g->opened_ms >= SERVER_DB_GROUP_MS_MAX))
+    server_db_group_commit(db, NULL); /* full: its ops are durable sooner */
+  int err;
+  if (!g->open) {
+    if ((err = db_simple(db, Q_BEGIN_IMMEDIATE, "begin", diag)))
+      return err;
+    g->open = true;
+    g->opened_ms = (int64_t)core_mono_ms();
+  }
+  if ((err = db_simple(db, Q_GROUP_SAVEPOINT, "savepoint", diag))) {
+    group_check_lost(db);
+    return err;
+  }
+  g->depth++;
+  g->ops++;
+  return 0;
+}
+
+int server_db_group_op_end(struct server_db *db, int err) {
+  struct db_group *g = &db->group;
+  if (g->depth == 0)
+    return err;
+  if (!g->lost)
+    group_check_lost(db);
+  if (g->lost) {
+    if (!err)
+      err = g->lost_err;
+    if (--g->depth == 0)
+      g->lost = false;
+    return err;
+  }
+  if (err)
+    db_simple(db, Q_GROUP_ROLLBACK_TO, "rollback to", NULL);
+  int rerr = db_simple(db, Q_GROUP_RELEASE, "release", NULL);
+  g->depth--;
+  if (rerr && !err) {
+    err = rerr;
+    if (!group_check_lost(db))
+      db_simple(db, Q_GROUP_ROLLBACK_TO, "rollback to", NULL);
+  }
+  return err;
+}
+
 int db_tx_begin(struct server_db *db, struct cordon_diag *diag) {
+  if (db->group.depth > 0) { /* inside an op: a part of the group's transaction */
+    int err = db_simple(db, Q_TX_SAVEPOINT, "savepoint", diag);
+    if (!err)
+      db->group.tx_nested++;
+    return err;
+  }
+  if (db->group.open)
+    server_db_group_commit(db, NULL);
   return db_simple(db, Q_BEGIN_IMMEDIATE, "begin", diag);
 }
 
 int db_tx_commit(struct server_db *db, struct cordon_diag *diag) {
+  if (db->group.depth > 0) {
+    if (db->group.tx_nested == 0)
+      return cordon_diag_set(diag, db->group.lost ? db->group.lost_err : CORDON_E_INTERNAL,
+                             "%s: commit: no transaction", db->path);
+    db->group.tx_nested--;
+    int err = db_simple(db, Q_TX_RELEASE, "release", diag);
+    if (err) {
+      db_simple(db, Q_TX_ROLLBACK_TO, "rollback to", NULL);
+      db_simple(db, Q_TX_RELEASE, "release", NULL);
+    }
+    return err;
+  }
   int err = db_simple(db, Q_COMMIT, "commit", diag);
   if (err && !sqlite3_get_autocommit(db->h))
     db_simple(db, Q_ROLLBACK, "rollback", NULL);
@@ -267,18 +411,31 @@ int db_tx_commit(struct server_db *db, struct cordon_diag *diag) {
 }
 
 void db_tx_rollback(struct server_db *db) {
+  if (db->group.depth > 0) {
+    if (db->group.tx_nested == 0)
+      return; /* a failed commit ended it already */
+    db->group.tx_nested--;
+    db_simple(db, Q_TX_ROLLBACK_TO, "rollback to", NULL);
+    db_simple(db, Q_TX_RELEASE, "release", NULL);
+    return;
+  }
   if (!sqlite3_get_autocommit(db->h))
     db_simple(db, Q_ROLLBACK, "rollback", NULL);
 }
 
-/* Setting this pragma does no I/O; it fails only when out of memory. */
+/* Setting this pragma does no I/O; it fails only when out of memory. In a
+ * transaction SQLite refuses it, and the group's commit is synced anyway. */
 void db_sync_relax(struct server_db *db) {
-  (void)sqlite3_exec(db->h, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
+  if (sqlite3_get_autocommit(db->h))
+    (void)sqlite3_exec(db->h, "PRAGMA synchronous = NORMAL", NULL, NULL, NULL);
 }
 
 void db_sync_restore(struct server_db *db) {
-  (void)sqlite3_exec(db->h, "PRAGMA synchronous = FULL", NULL, NULL, NULL);
+  if (sqlite3_get_autocommit(db->h))
+    (void)sqlite3_exec(db->h, "PRAGMA synchronous = FULL", NULL, NULL, NULL);
 }
+
+/* --- end of transactions and group commit --------------------------------- */
 
 /* Bind helpers: any failure is remembered and reported by db_bind_check. */
 void db_bind_text(sqlite3_stmt *st, int i, const char *s, int *rc) {
@@ -581,6 +738,7 @@ int server_db_open(const char *state_dir, unsigned flags, struct server_db **out
   }
   sqlite3_extended_result_codes(db->h, 1);
   sqlite3_busy_timeout(db->h, SERVER_DB_BUSY_TIMEOUT_MS);
+  sqlite3_commit_hook(db->h, count_commit, db);
   /* These take no user data. */
   if ((err = pragma(db, "PRAGMA journal_mode = WAL", "wal", diag)) ||
       (err = pragma(db, "PRAGMA synchronous = FULL", NULL, diag)) ||

@@ -49,6 +49,12 @@
   X(BEGIN_IMMEDIATE, "BEGIN IMMEDIATE")                                                            \
   X(COMMIT, "COMMIT")                                                                              \
   X(ROLLBACK, "ROLLBACK")                                                                          \
+  X(GROUP_SAVEPOINT, "SAVEPOINT g")                                                                \
+  X(GROUP_RELEASE, "RELEASE g")                                                                    \
+  X(GROUP_ROLLBACK_TO, "ROLLBACK TO g")                                                            \
+  X(TX_SAVEPOINT, "SAVEPOINT t")                                                                   \
+  X(TX_RELEASE, "RELEASE t")                                                                       \
+  X(TX_ROLLBACK_TO, "ROLLBACK TO t")                                                               \
   X(SCHEMA_VERSION, "SELECT version FROM schema_version")                                          \
   X(SET_SCHEMA_VERSION, "UPDATE schema_version SET version = ?1")
 
@@ -189,11 +195,27 @@ enum db_stmt {
       Q_COUNT_
 };
 
+/* Group commit (server/db.h; db.c, "transactions and group commit"). */
+struct db_group {
+  bool enabled;
+  bool open;          /* its transaction is open */
+  bool lost;          /* SQLite rolled it back under the ops still open */
+  int lost_err;       /* why */
+  unsigned depth;     /* ops open: one SAVEPOINT g each */
+  unsigned tx_nested; /* db_tx_begin inside an op: one SAVEPOINT t each */
+  unsigned ops;       /* ops in the open transaction */
+  int64_t opened_ms;  /* core_mono_ms when it was opened */
+  server_db_group_fn *ended;
+  void *ended_arg;
+};
+
 struct server_db {
   sqlite3 *h;
   sqlite3_stmt *stmts[Q_COUNT_];
   int64_t fixed_now;
   char path[4096];
+  struct db_group group;
+  uint64_t commits; /* sqlite3_commit_hook */
 };
 
 /* --- errors --------------------------------------------------------------- */
@@ -215,7 +237,10 @@ int db_exec_stmt(struct server_db *db, sqlite3_stmt *st, const char *what,
 /* db_exec_stmt of q, which takes no bindings. */
 int db_simple(struct server_db *db, enum db_stmt q, const char *what, struct cordon_diag *diag);
 
-/* BEGIN IMMEDIATE; COMMIT (rolled back if it fails); ROLLBACK if one is open. */
+/* BEGIN IMMEDIATE; COMMIT (rolled back if it fails); ROLLBACK if one is open.
+ * Inside a group op they are a SAVEPOINT t, its RELEASE and its ROLLBACK TO
+ * (then RELEASE): the op's transaction is the group's. Outside an op, with
+ * the group open, db_tx_begin commits the group first. */
 int db_tx_begin(struct server_db *db, struct cordon_diag *diag);
 int db_tx_commit(struct server_db *db, struct cordon_diag *diag);
 void db_tx_rollback(struct server_db *db);
@@ -223,7 +248,8 @@ void db_tx_rollback(struct server_db *db);
 /* The next commits without a sync (WAL, synchronous=NORMAL: atomic, made
  * durable by the next synced commit or checkpoint), until
  * db_sync_restore. Only for rows whose loss in a crash decides nothing
- * (docs/ARCHITECTURE.md, "Durable writes"). */
+ * (docs/ARCHITECTURE.md, "Durable writes"). Nothing inside a transaction
+ * (a group op): the group's commit is synced. */
 void db_sync_relax(struct server_db *db);
 void db_sync_restore(struct server_db *db);
 
