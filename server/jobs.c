@@ -1807,8 +1807,8 @@ static void tick(uv_timer_t *t) {
   expire_overdue(js);
   expire_queue(js);
   drain(js);
-  if (!server_db_group_pending(js->db)) /* what it reads is durable */
-    answer_waiters(js, NULL);           /* e.g. a cancelled job whose deadline passed */
+  group_flush(js);          /* what answer_waiters reads is durable */
+  answer_waiters(js, NULL); /* e.g. a cancelled job whose deadline passed */
 }
 
 /* At start: STATE/queue holds only the packages of jobs still queued. */
