@@ -19,7 +19,7 @@
 #include "core/file.h"
 #include "core/log.h"
 
-#define ADMIN_BACKLOG 16
+#define ADMIN_BACKLOG ADMIN_CONN_MAX /* a client may have as many connecting as it may hold */
 #define ADMIN_DROP_GRACE_MS 2000 /* a dropped stream's last lines, then it is closed anyway */
 #define ADMIN_GROUPS_MAX 4096    /* supplementary groups looked at */
 #define ADMIN_UID_CONN_MAX 16    /* connections of one uid other than the daemon's and root */

@@ -824,6 +824,12 @@ static void on_admin_request(void *data, struct admin_conn *c, const json_t *req
                              const char *body) {
   struct daemon *d = data;
   log_admin(c, op, req);
+  /* Group commit (server/jobs.c): a dispatch joins the loop turn's commit
+   * group and is answered once it is durable. Every other op that reads
+   * the database answers at once, so the group is committed first: no
+   * reply tells of a change that is not durable. */
+  if (op != ADMIN_OP_DISPATCH && op != ADMIN_OP_HELLO && op != ADMIN_OP_PING)
+    server_db_group_commit(d->db, NULL);
   op_handlers[op](d, c, req, body);
 }
 
@@ -849,6 +855,7 @@ static void on_http(void *data, const struct http_request *req, struct http_resp
       .connections = net_server_count(d->srv),
       .draining = d->phase != DAEMON_RUNNING,
       .start_time_s = d->start_time_s,
+      .db_commits = server_db_commit_count(d->db),
   };
   size_t devs[2], jobs[SERVER_DB_JOB_STATE_COUNT];
   if (server_db_device_count_by_state(d->db, devs, NULL) == 0 &&

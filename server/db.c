@@ -55,6 +55,19 @@ void server_db_set_clock(struct server_db *db, int64_t now) {
 /* --- statements ----------------------------------------------------------- */
 
 /* The cached statement for q, reset and without bindings. */
+static int group_before_stmt(struct server_db *db, struct db_st *st, struct cordon_diag *diag);
+
+/* Whether sql commits nothing by itself: a query or a transaction statement
+ * (the group's rule for "a write outside an op", and the commit count). */
+static bool sql_readonly(const char *sql) {
+  static const char *const heads[] = {"SELECT", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT",
+                                      "RELEASE"};
+  for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++)
+    if (strncmp(sql, heads[i], strlen(heads[i])) == 0)
+      return true;
+  return false;
+}
+
 int db_stmt(struct server_db *db, enum db_stmt q, struct db_st **out_st, struct cordon_diag *diag) {
   struct db_st *st = &db->stmts[q];
   if (!st->ready) {
@@ -63,19 +76,34 @@ int db_stmt(struct server_db *db, enum db_stmt q, struct db_st **out_st, struct 
     if (err)
       return err;
     st->ready = true;
+    st->readonly = sql_readonly(stmt_sql[q]);
+    st->is_commit = strcmp(stmt_sql[q], "COMMIT") == 0;
   }
+  int err = group_before_stmt(db, st, diag); /* group commit */
+  if (err)
+    return err;
   *out_st = st;
   return 0;
 }
 
 int db_step(struct db_st *st) {
-  return st->db->drv->step(st);
+  struct server_db *db = st->db;
+  bool autocommit_write = !st->readonly && !st->counted && !db_in_tx(db);
+  int rc = db->drv->step(st);
+  db->last_err = rc < 0 ? rc : 0;
+  if ((rc == DB_ROW || rc == DB_DONE) && (autocommit_write || (st->is_commit && rc == DB_DONE))) {
+    db->commits++; /* a write transaction of its own, or the end of one */
+    st->counted = true;
+  }
+  return rc;
 }
 
 /* Done with a statement: reset it so it holds no locks, drop bindings. */
 void db_done(struct db_st *st) {
-  if (st && st->ready)
+  if (st && st->ready) {
     st->db->drv->reset(st);
+    st->counted = false;
+  }
 }
 
 /* Run a statement that returns no rows (or whose rows do not matter). */
@@ -119,11 +147,145 @@ bool db_in_tx(struct server_db *db) {
   return db->drv->in_tx(db);
 }
 
+/* --- transactions and group commit --------------------------------------- */
+
+/* The group's transaction ended: committed (err 0) or rolled back. */
+static void group_ended(struct server_db *db, int err) {
+  struct db_group *g = &db->group;
+  g->open = false;
+  g->ops = 0;
+  if (g->ended)
+    g->ended(g->ended_arg, err);
+}
+
+/* SQLite rolls a transaction back by itself after some errors (disk full,
+ * I/O, out of memory): then the ops still open fail too. */
+static bool group_check_lost(struct server_db *db) {
+  struct db_group *g = &db->group;
+  if (!g->open || db_in_tx(db))
+    return false;
+  int err = db->last_err;
+  g->lost = g->depth > 0;
+  g->lost_err = err ? err : -EIO;
+  g->tx_nested = 0;
+  group_ended(db, g->lost_err);
+  return true;
+}
+
+/* Before each statement: a write outside an op commits the open group
+ * first (it keeps db.h's contract: committed when it returns); inside an
+ * op whose group was rolled back, nothing more runs. */
+static int group_before_stmt(struct server_db *db, struct db_st *st, struct cordon_diag *diag) {
+  struct db_group *g = &db->group;
+  if (g->open && g->depth == 0 && !st->readonly)
+    server_db_group_commit(db, NULL);
+  else if (g->open && g->depth > 0)
+    group_check_lost(db);
+  if (g->lost)
+    return cordon_diag_set(diag, g->lost_err, "%s: the group transaction was rolled back: %s",
+                           db->path, cordon_err_message(g->lost_err));
+  return 0;
+}
+
+void server_db_group_enable(struct server_db *db, server_db_group_fn *ended, void *arg) {
+  db->group.ended = ended;
+  db->group.ended_arg = arg;
+}
+
+bool server_db_group_pending(const struct server_db *db) {
+  return db->group.open;
+}
+
+uint64_t server_db_commit_count(const struct server_db *db) {
+  return db->commits;
+}
+
+int server_db_group_commit(struct server_db *db, struct cordon_diag *diag) {
+  struct db_group *g = &db->group;
+  if (!g->open || g->depth > 0)
+    return 0;
+  int err = db_simple(db, Q_COMMIT, "commit", diag);
+  if (err && db_in_tx(db))
+    db_simple(db, Q_ROLLBACK, "rollback", NULL);
+  group_ended(db, err);
+  return err;
+}
+
+int server_db_group_op_begin(struct server_db *db, struct cordon_diag *diag) {
+  struct db_group *g = &db->group;
+  if (g->lost)
+    return cordon_diag_set(diag, g->lost_err, "%s: the group transaction was rolled back",
+                           db->path);
+  if (g->open && g->depth == 0 &&
+      (g->ops >= SERVER_DB_GROUP_OPS_MAX ||
+       (int64_t)core_mono_ms() - g->opened_ms >= SERVER_DB_GROUP_MS_MAX))
+    server_db_group_commit(db, NULL); /* full: its ops are durable sooner */
+  int err;
+  if (!g->open) {
+    if ((err = db_simple(db, Q_BEGIN_IMMEDIATE, "begin", diag)))
+      return err;
+    g->open = true;
+    g->opened_ms = (int64_t)core_mono_ms();
+  }
+  if ((err = db_simple(db, Q_GROUP_SAVEPOINT, "savepoint", diag))) {
+    group_check_lost(db);
+    return err;
+  }
+  g->depth++;
+  g->ops++;
+  return 0;
+}
+
+int server_db_group_op_end(struct server_db *db, int err) {
+  struct db_group *g = &db->group;
+  if (g->depth == 0)
+    return err;
+  if (!g->lost)
+    group_check_lost(db);
+  if (g->lost) {
+    if (!err)
+      err = g->lost_err;
+    if (--g->depth == 0)
+      g->lost = false;
+    return err;
+  }
+  if (err)
+    db_simple(db, Q_GROUP_ROLLBACK_TO, "rollback to", NULL);
+  int rerr = db_simple(db, Q_GROUP_RELEASE, "release", NULL);
+  g->depth--;
+  if (rerr && !err) {
+    err = rerr;
+    if (!group_check_lost(db))
+      db_simple(db, Q_GROUP_ROLLBACK_TO, "rollback to", NULL);
+  }
+  return err;
+}
+
 int db_tx_begin(struct server_db *db, struct cordon_diag *diag) {
+  if (db->group.depth > 0) { /* inside an op: a part of the group's transaction */
+    int err = db_simple(db, Q_TX_SAVEPOINT, "savepoint", diag);
+    if (!err)
+      db->group.tx_nested++;
+    return err;
+  }
+  if (db->group.open)
+    server_db_group_commit(db, NULL);
   return db_simple(db, Q_BEGIN_IMMEDIATE, "begin", diag);
 }
 
 int db_tx_commit(struct server_db *db, struct cordon_diag *diag) {
+  if (db->group.depth > 0) {
+    if (db->group.tx_nested == 0)
+      return cordon_diag_set(diag, db->group.lost ? db->group.lost_err : CORDON_E_INTERNAL,
+                             "%s: commit: no transaction", db->path);
+    db->group.tx_nested--;
+    int err = db_simple(db, Q_TX_RELEASE, "release", diag);
+    if (err) {
+      db_simple(db, Q_TX_ROLLBACK_TO, "rollback to", NULL);
+      db_simple(db, Q_TX_RELEASE, "release", NULL);
+    }
+    return err;
+  }
   int err = db_simple(db, Q_COMMIT, "commit", diag);
   if (err && db_in_tx(db))
     db_simple(db, Q_ROLLBACK, "rollback", NULL);
@@ -131,17 +293,31 @@ int db_tx_commit(struct server_db *db, struct cordon_diag *diag) {
 }
 
 void db_tx_rollback(struct server_db *db) {
+  if (db->group.depth > 0) {
+    if (db->group.tx_nested == 0)
+      return; /* a failed commit ended it already */
+    db->group.tx_nested--;
+    db_simple(db, Q_TX_ROLLBACK_TO, "rollback to", NULL);
+    db_simple(db, Q_TX_RELEASE, "release", NULL);
+    return;
+  }
   if (db_in_tx(db))
     db_simple(db, Q_ROLLBACK, "rollback", NULL);
 }
 
+/* Not in a transaction: SQLite refuses the pragma there, and the group's
+ * commit is synced anyway. */
 void db_sync_relax(struct server_db *db) {
-  db->drv->sync(db, false);
+  if (!db_in_tx(db))
+    db->drv->sync(db, false);
 }
 
 void db_sync_restore(struct server_db *db) {
-  db->drv->sync(db, true);
+  if (!db_in_tx(db))
+    db->drv->sync(db, true);
 }
+
+/* --- end of transactions and group commit --------------------------------- */
 
 /* Bind helpers: any failure is remembered and reported by db_bind_check. */
 static void bind(struct db_st *st, int i, int kind, const void *p, size_t n, int64_t v, int *rc) {

@@ -152,6 +152,49 @@ int server_db_restore(struct server_db *db, const char *path, struct cordon_diag
 void server_db_set_clock(struct server_db *db, int64_t now);
 int64_t server_db_now(const struct server_db *db);
 
+/* --- group commit (the daemon) ------------------------------------------ */
+
+/* Without it, every function above and below commits itself. With it (the
+ * daemon, server/jobs.c), the operations a caller brackets with
+ * server_db_group_op_begin/_end share one transaction: the first opens it
+ * (BEGIN IMMEDIATE), each runs in its own SAVEPOINT (an op that fails rolls
+ * back only itself), and server_db_group_commit commits them all with one
+ * sync. So a function that returns 0 inside an op has NOT committed: the
+ * caller must wait for the group's end before acting on the change.
+ *
+ * What is not bracketed keeps the contract of the header: a write outside
+ * an op while the group is open (a statement that changes something, or a
+ * transaction of its own) first commits the group, then commits itself.
+ * Reads see the group's writes (one connection).
+ *
+ * ended(arg, err) is called once each time the group's transaction ends:
+ * err 0 when it was committed (durable), else the error of the commit, or
+ * of the statement under which SQLite rolled the whole transaction back
+ * (disk full, I/O): then none of its ops happened. It is called from inside
+ * the call that ended the group (an op_begin that found the group full, a
+ * write outside an op, server_db_group_commit): it must only take note.
+ * A group holds at most SERVER_DB_GROUP_OPS_MAX ops and stays open at most
+ * SERVER_DB_GROUP_MS_MAX: the op_begin after that commits it first. */
+#define SERVER_DB_GROUP_OPS_MAX 512
+#define SERVER_DB_GROUP_MS_MAX 20
+typedef void server_db_group_fn(void *arg, int err);
+void server_db_group_enable(struct server_db *db, server_db_group_fn *ended, void *arg);
+/* Start an op (the group's transaction first, when none is open). Ops
+ * nest. 0, or an error (then the op did not start: do not end it). */
+int server_db_group_op_begin(struct server_db *db, struct cordon_diag *diag);
+/* End the op: err 0 keeps its changes in the group, else they are rolled
+ * back. Returns err, or the error that undid the op anyway (the group was
+ * rolled back under it). */
+int server_db_group_op_end(struct server_db *db, int err);
+/* Commit the open group (nothing when none is open): 0 or the error, both
+ * also given to ended. */
+int server_db_group_commit(struct server_db *db, struct cordon_diag *diag);
+/* Whether a group transaction is open (its ops not yet durable). */
+bool server_db_group_pending(const struct server_db *db);
+/* Write transactions this handle committed (each one sync, or none for a
+ * relaxed one): for the metrics and the tests. */
+uint64_t server_db_commit_count(const struct server_db *db);
+
 /* --- users ---------------------------------------------------------------- */
 
 struct server_db_user {

@@ -52,6 +52,12 @@
   X(BEGIN_IMMEDIATE, "BEGIN IMMEDIATE")                                                            \
   X(COMMIT, "COMMIT")                                                                              \
   X(ROLLBACK, "ROLLBACK")                                                                          \
+  X(GROUP_SAVEPOINT, "SAVEPOINT g")                                                                \
+  X(GROUP_RELEASE, "RELEASE g")                                                                    \
+  X(GROUP_ROLLBACK_TO, "ROLLBACK TO g")                                                            \
+  X(TX_SAVEPOINT, "SAVEPOINT t")                                                                   \
+  X(TX_RELEASE, "RELEASE t")                                                                       \
+  X(TX_ROLLBACK_TO, "ROLLBACK TO t")                                                               \
   X(SCHEMA_VERSION, "SELECT version FROM schema_version")                                          \
   X(SET_SCHEMA_VERSION, "UPDATE schema_version SET version = ?1")
 
@@ -226,6 +232,9 @@ struct db_st {
   struct server_db *db;
   void *h; /* SQLite: its sqlite3_stmt; PostgreSQL: the PGresult of the last run */
   bool ready;
+  bool readonly;  /* a query or a transaction statement: writes nothing itself */
+  bool is_commit; /* COMMIT */
+  bool counted;   /* its write was counted in db->commits since its last reset */
   /* PostgreSQL only */
   char *sql; /* translated text */
   int nparams;
@@ -271,6 +280,20 @@ enum { DB_BIND_NULL, DB_BIND_INT, DB_BIND_TEXT, DB_BIND_BLOB };
 extern const struct db_driver db_sqlite_driver;
 extern const struct db_driver db_pg_driver;
 
+/* Group commit (server/db.h; db.c, "transactions and group commit"). */
+struct db_group {
+  bool enabled;
+  bool open;          /* its transaction is open */
+  bool lost;          /* the backend rolled it back under the ops still open */
+  int lost_err;       /* why */
+  unsigned depth;     /* ops open: one SAVEPOINT g each */
+  unsigned tx_nested; /* db_tx_begin inside an op: one SAVEPOINT t each */
+  unsigned ops;       /* ops in the open transaction */
+  int64_t opened_ms;  /* core_mono_ms when it was opened */
+  server_db_group_fn *ended;
+  void *ended_arg;
+};
+
 struct server_db {
   const struct db_driver *drv;
   void *h; /* the driver's connection: sqlite3 * or PGconn * */
@@ -279,6 +302,9 @@ struct server_db {
   int64_t changes;  /* PostgreSQL: rows the last statement changed */
   char errmsg[256]; /* PostgreSQL: the last error, one line */
   char path[4096];  /* for messages: the SQLite file, or the URL without its password */
+  int last_err;     /* the last failed step's error (0 after a success) */
+  struct db_group group;
+  uint64_t commits; /* write transactions committed: COMMITs and autocommit writes */
 };
 
 /* --- errors --------------------------------------------------------------- */
@@ -306,7 +332,10 @@ int64_t db_changes(struct server_db *db);
 bool db_in_tx(struct server_db *db);
 
 /* BEGIN IMMEDIATE (PostgreSQL: BEGIN and the one writer lock); COMMIT
- * (rolled back if it fails); ROLLBACK if one is open. */
+ * (rolled back if it fails); ROLLBACK if one is open. Inside a group op
+ * they are a SAVEPOINT t, its RELEASE and its ROLLBACK TO (then RELEASE):
+ * the op's transaction is the group's. Outside an op, with the group open,
+ * db_tx_begin commits the group first. */
 int db_tx_begin(struct server_db *db, struct cordon_diag *diag);
 int db_tx_commit(struct server_db *db, struct cordon_diag *diag);
 void db_tx_rollback(struct server_db *db);
@@ -314,7 +343,8 @@ void db_tx_rollback(struct server_db *db);
 /* The next commits without a sync (SQLite: WAL, synchronous=NORMAL;
  * PostgreSQL: synchronous_commit off — atomic, made durable by the next
  * synced commit), until db_sync_restore. Only for rows whose loss in a
- * crash decides nothing (docs/ARCHITECTURE.md, "Durable writes"). */
+ * crash decides nothing (docs/ARCHITECTURE.md, "Durable writes"). Nothing
+ * inside a transaction (a group op): the group's commit is synced. */
 void db_sync_relax(struct server_db *db);
 void db_sync_restore(struct server_db *db);
 

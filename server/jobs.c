@@ -96,6 +96,12 @@ struct jobs {
   struct waiter *waiters;
   struct held *held;
   struct pkgcache *pkgs; /* verified package indexes (server/pkgcache.h); NULL: none */
+  /* group commit: what waits for the group's commit, oldest first;
+   * after_open is the first whose group is still open */
+  uv_check_t commit_check; /* once per loop turn: commit, then run what waited */
+  uv_idle_t commit_idle;   /* while something waits: the loop does not block in poll */
+  bool group_on;
+  struct after *after, **after_tail, *after_open;
 };
 
 /* ---- results held by a connected agent ---- */
@@ -371,15 +377,15 @@ static struct flight *flight_find(struct jobs *js, const char *id) {
 }
 
 static void flight_add(struct jobs *js, const char *id, const char *user, const char *device_id,
-                       const struct manifest *m) {
+                       const char *package, uint64_t live_cap) {
   struct flight *f = calloc(1, sizeof(*f));
   if (!f)
     return; /* only the log loses its package name, and followers its live output */
   snprintf(f->id, sizeof(f->id), "%s", id);
   snprintf(f->user, sizeof(f->user), "%s", user);
   snprintf(f->device_id, sizeof(f->device_id), "%s", device_id);
-  f->live_cap = (uint64_t)m->output_kb * 1024;
-  snprintf(f->package, sizeof(f->package), "%s@%s", m->name, m->version);
+  f->live_cap = live_cap;
+  snprintf(f->package, sizeof(f->package), "%s", package);
   f->sent_ms = core_mono_ms();
   f->next = js->flights;
   js->flights = f;
@@ -457,16 +463,153 @@ static void pump(uv_timer_t *t) {
   }
 }
 
-/* The job (queued in the database) goes to s: queued -> sent with its
- * device and deadline committed first, then the ticket and the chunks. The
- * package's fd is taken over. */
-static int send_job(struct jobs *js, const char *job_id, const char *user, struct session *s,
-                    struct pkg *p, char **argv, size_t n_args, int64_t deadline,
-                    const char *queued_path, struct cordon_diag *diag) {
-  struct sending *x = calloc(1, sizeof(*x));
-  if (!x)
+/* ---- group commit: what waits for the database ---- */
+
+/* What a change of the current commit group makes happen once the group
+ * is durable (docs/ARCHITECTURE.md, "Durable writes"): nothing of it
+ * reaches a device, an admin client or the events before. When the group
+ * fails, each takes its failure path, and nothing in memory was changed
+ * for it. */
+enum after_kind {
+  AFTER_SENT,       /* queued -> sent: the ticket and the package go */
+  AFTER_DISPATCHED, /* the dispatch's reply (behind its AFTER_SENT) */
+  AFTER_RESULT,     /* a result recorded (now or before): the ack */
+  AFTER_CANCELLED,  /* the cancel's reply; the device is told */
+  AFTER_RUNNING,    /* sent -> running: the event and the latency */
+};
+
+struct after_send {
+  struct sending *x; /* ready, not linked: the fd, size, ids, queued copy */
+  uint8_t ticket[TICKET_BODY_LEN];
+  uint8_t pkg_hash[CPKG_HASH_SIZE];
+  char **argv; /* one heap block */
+  size_t n_args;
+  char user[SERVER_DB_NAME_MAX + 1];
+  char package[160]; /* name@version */
+  uint64_t live_cap;
+  int64_t deadline;
+};
+
+struct after {
+  enum after_kind kind;
+  bool ended; /* its group is over; err: how (0 committed) */
+  int err;
+  char id[CORDON_ID_HEX_SIZE];
+  struct session *s;       /* the device's session; NULL once it closed */
+  struct admin_conn *conn; /* AFTER_DISPATCHED, AFTER_CANCELLED */
+  json_t *reply;           /* AFTER_DISPATCHED */
+  bool wait;
+  struct after_send send;             /* AFTER_SENT */
+  struct job_result result;           /* AFTER_RESULT: what the log needs, no output */
+  int rc;                             /* AFTER_RESULT: the record's, 0 or -EALREADY */
+  enum server_db_job_state state;     /* AFTER_RESULT: after it; AFTER_CANCELLED: before */
+  char device_id[CORDON_ID_HEX_SIZE]; /* AFTER_CANCELLED */
+  struct after *next;
+};
+
+static void idle_noop(uv_idle_t *h) {
+  (void)h;
+}
+
+/* server/db.h's ended: the group is over; what waited for it learns how. */
+static void group_ended(void *arg, int err) {
+  struct jobs *js = arg;
+  for (struct after *a = js->after_open; a; a = a->next) {
+    a->ended = true;
+    a->err = err;
+  }
+  js->after_open = NULL;
+  metrics_db_group(err);
+}
+
+static int op_begin(struct jobs *js, struct cordon_diag *diag) {
+  int r = server_db_group_op_begin(js->db, diag);
+  if (r == 0 && js->group_on)
+    uv_idle_start(&js->commit_idle, idle_noop);
+  return r;
+}
+
+static struct after *after_new(enum after_kind kind, const char *id) {
+  struct after *a = calloc(1, sizeof(*a));
+  if (a) {
+    a->kind = kind;
+    snprintf(a->id, sizeof(a->id), "%s", id);
+  }
+  return a;
+}
+
+static void after_run_ended(struct jobs *js);
+
+/* a (and the chain at a->next) waits for the open group, an op of which
+ * just succeeded. Without the loop's handles (after jobs_close) the group
+ * is committed now. */
+static void after_push(struct jobs *js, struct after *a) {
+  *js->after_tail = a;
+  if (!js->after_open)
+    js->after_open = a;
+  while (a->next)
+    a = a->next;
+  js->after_tail = &a->next;
+  if (js->group_on) {
+    uv_idle_start(&js->commit_idle, idle_noop);
+    return;
+  }
+  server_db_group_commit(js->db, NULL);
+  after_run_ended(js);
+}
+
+static void after_free(struct after *a) {
+  if (a->send.x) {
+    if (a->send.x->fd >= 0)
+      close(a->send.x->fd);
+    free(a->send.x);
+  }
+  free(a->send.argv);
+  json_decref(a->reply);
+  free(a);
+}
+
+/* argv as one heap block (the pointers, then the strings). */
+static char **argv_copy(char **argv, size_t n) {
+  size_t bytes = (n + 1) * sizeof(char *);
+  for (size_t i = 0; i < n; i++)
+    bytes += strlen(argv[i]) + 1;
+  char **out = malloc(bytes);
+  if (!out)
+    return NULL;
+  char *p = (char *)(out + n + 1);
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strlen(argv[i]) + 1;
+    memcpy(p, argv[i], len);
+    out[i] = p;
+    p += len;
+  }
+  out[n] = NULL;
+  return out;
+}
+
+/* ---- sending a job ---- */
+
+/* Inside an op: the job (queued in the database) goes to s, queued -> sent
+ * with its device, deadline and ticket in the group. *out_a: the
+ * AFTER_SENT that sends the ticket and the chunks once that is durable
+ * (the caller pushes it after its op). The package's fd is taken over on
+ * success (send_unprepare gives it back). */
+static int send_prepare(struct jobs *js, const char *job_id, const char *user, struct session *s,
+                        struct pkg *p, char **argv, size_t n_args, int64_t deadline,
+                        const char *queued_path, struct after **out_a, struct cordon_diag *diag) {
+  struct after *a = after_new(AFTER_SENT, job_id);
+  struct sending *x = a ? calloc(1, sizeof(*x)) : NULL;
+  char **args = x ? argv_copy(argv, n_args) : NULL;
+  if (!args) {
+    free(x);
+    free(a);
     return cordon_diag_set(diag, -ENOMEM, "out of memory");
-  /* the ticket is stored first: the job's receipt is checked against it */
+  }
+  struct after_send *as = &a->send;
+  as->argv = args;
+  as->n_args = n_args;
+  /* the ticket is stored with the job: its receipt is checked against it */
   struct ticket t = {0};
   cordon_id_from_hex(job_id, t.job_id);
   cordon_id_from_hex(s->device_id, t.device_id);
@@ -476,24 +619,66 @@ static int send_job(struct jobs *js, const char *job_id, const char *user, struc
   ticket_args_hash(argv, n_args, t.args_hash);
   t.issued_ms = core_wall_ms();
   t.expires_ms = t.issued_ms + JOB_TICKET_TTL_S * 1000ull;
-  uint8_t body[TICKET_BODY_LEN];
-  ticket_encode(&t, body);
-  /* the ticket and queued -> sent: one commit */
-  int r = server_db_job_send_with_ticket(js->db, job_id, s->device_id, deadline, body, sizeof(body),
-                                         diag);
+  ticket_encode(&t, as->ticket);
+  /* the ticket and queued -> sent: one change of the group */
+  int r = server_db_job_send_with_ticket(js->db, job_id, s->device_id, deadline, as->ticket,
+                                         sizeof(as->ticket), diag);
   if (r < 0) {
     free(x);
+    after_free(a);
     return r;
   }
-  publish_state(js, job_id);
   x->owner = js;
   x->fd = p->fd;
   p->fd = -1;
   x->size = p->size;
-  x->session = s;
   snprintf(x->id, sizeof(x->id), "%s", job_id);
   snprintf(x->queued_path, sizeof(x->queued_path), "%s", queued_path ? queued_path : "");
   cordon_id_from_hex(job_id, x->raw_id);
+  as->x = x;
+  memcpy(as->pkg_hash, p->hash, CPKG_HASH_SIZE);
+  snprintf(as->user, sizeof(as->user), "%s", user);
+  snprintf(as->package, sizeof(as->package), "%s@%s", p->m->name, p->m->version);
+  as->live_cap = (uint64_t)p->m->output_kb * 1024;
+  as->deadline = deadline;
+  a->s = s;
+  *out_a = a;
+  return 0;
+}
+
+/* The op that held send_prepare's change failed: the package is the
+ * caller's again, nothing waits. */
+static void send_unprepare(struct after *a, struct pkg *p) {
+  p->fd = a->send.x->fd;
+  a->send.x->fd = -1;
+  after_free(a);
+}
+
+/* The job's queued -> sent is durable: the ticket, then the chunks paced by
+ * the connection's queue. Its session gone meanwhile, nothing is sent: the
+ * deadline decides the job (device_lost), as for a session lost while the
+ * package streams. */
+static void sent_run(struct jobs *js, struct after *a) {
+  struct after_send *as = &a->send;
+  struct sending *x = as->x;
+  if (a->err) { /* not sent after all: still queued (from the queue) or never there */
+    core_log_kv(CORE_LOG_WARN, "job not sent: its commit failed", "job", a->id, "error",
+                cordon_err_message(a->err), NULL);
+    return;
+  }
+  publish_state(js, a->id);
+  metrics_job_dispatched();
+  struct session *s = a->s;
+  if (!s || s->state != SESSION_ACTIVE || js->closing) {
+    if (x->queued_path[0])
+      unlink(x->queued_path); /* no longer queued */
+    core_log_kv(CORE_LOG_WARN,
+                "job committed as sent, but its session is gone: its deadline decides it", "job",
+                a->id, "user", as->user, "package", as->package, NULL);
+    return;
+  }
+  as->x = NULL;
+  x->session = s;
   uv_timer_init(js->loop, &x->pump);
   x->pump.data = x;
   x->next = js->sends;
@@ -501,25 +686,43 @@ static int send_job(struct jobs *js, const char *job_id, const char *user, struc
 
   struct msg jm = {.type = MSG_JOB};
   memcpy(jm.job.job_id, x->raw_id, CORDON_ID_LEN);
-  jm.job.ticket.data = body;
-  jm.job.ticket.len = sizeof(body);
-  ticket_sign(body, js->ticket_sk, jm.job.ticket_sig);
-  memcpy(jm.job.pkg_hash, p->hash, CPKG_HASH_SIZE);
-  jm.job.pkg_size = p->size;
-  jm.job.args = argv;
-  jm.job.n_args = n_args;
+  jm.job.ticket.data = as->ticket;
+  jm.job.ticket.len = sizeof(as->ticket);
+  ticket_sign(as->ticket, js->ticket_sk, jm.job.ticket_sig);
+  memcpy(jm.job.pkg_hash, as->pkg_hash, CPKG_HASH_SIZE);
+  jm.job.pkg_size = x->size;
+  jm.job.args = as->argv;
+  jm.job.n_args = as->n_args;
   session_send(s, &jm);
   uv_timer_start(&x->pump, pump, 0, 2);
-  flight_add(js, job_id, user, s->device_id, p->m);
-  metrics_job_dispatched();
+  flight_add(js, a->id, as->user, s->device_id, as->package, as->live_cap);
   char sz[24], dl[24], na[16];
-  snprintf(sz, sizeof(sz), "%llu", (unsigned long long)p->size);
-  snprintf(dl, sizeof(dl), "%lld", (long long)deadline);
-  snprintf(na, sizeof(na), "%zu", n_args);
-  struct flight *f = flight_find(js, job_id);
-  core_log_kv(CORE_LOG_INFO, "job sent", "job", job_id, "user", user, "device", s->device_id,
-              "package", f ? f->package : "-", "size", sz, "args", na, "deadline", dl, "from",
-              queued_path ? "queue" : "dispatch", NULL);
+  snprintf(sz, sizeof(sz), "%llu", (unsigned long long)x->size);
+  snprintf(dl, sizeof(dl), "%lld", (long long)as->deadline);
+  snprintf(na, sizeof(na), "%zu", as->n_args);
+  core_log_kv(CORE_LOG_INFO, "job sent", "job", a->id, "user", as->user, "device", s->device_id,
+              "package", as->package, "size", sz, "args", na, "deadline", dl, "from",
+              x->queued_path[0] ? "queue" : "dispatch", NULL);
+}
+
+/* A queued job goes to s, in an op of its own; sent once durable. */
+static int send_job(struct jobs *js, const char *job_id, const char *user, struct session *s,
+                    struct pkg *p, char **argv, size_t n_args, int64_t deadline,
+                    const char *queued_path, struct cordon_diag *diag) {
+  int r = op_begin(js, diag);
+  if (r < 0)
+    return r;
+  struct after *a = NULL;
+  r = send_prepare(js, job_id, user, s, p, argv, n_args, deadline, queued_path, &a, diag);
+  r = server_db_group_op_end(js->db, r);
+  if (r < 0) {
+    if (a)
+      send_unprepare(a, p);
+    if (!diag->msg[0])
+      cordon_diag_set(diag, r, "%s", cordon_err_message(r));
+    return r;
+  }
+  after_push(js, a);
   return 0;
 }
 
@@ -717,6 +920,8 @@ struct dispatch_req {
   long long ttl;
 };
 
+/* The job added and sent in one op of the group; the ticket and the reply
+ * (with its id) wait for the group's commit. */
 static void dispatch_now(struct jobs *js, struct admin_conn *c, const struct dispatch_req *d,
                          struct pkg *p, struct cand *to) {
   char *args_json = d->args ? json_dumps(d->args, JSON_COMPACT) : strdup("[]");
@@ -734,23 +939,45 @@ static void dispatch_now(struct jobs *js, struct admin_conn *c, const struct dis
   };
   char job_id[CORDON_ID_HEX_SIZE];
   struct cordon_diag diag = {{0}};
-  int r = server_db_job_add(js->db, &nj, job_id, &diag);
+  struct after *sent = NULL, *answer = NULL;
+  int r = op_begin(js, &diag);
+  if (r == 0) {
+    r = server_db_job_add(js->db, &nj, job_id, &diag);
+    if (r == 0)
+      r = send_prepare(js, job_id, d->user, to->s, p, d->argv, d->n_args, deadline, NULL, &sent,
+                       &diag);
+    if (r == 0 && !(answer = after_new(AFTER_DISPATCHED, job_id)))
+      r = cordon_diag_set(&diag, -ENOMEM, "out of memory");
+    r = server_db_group_op_end(js->db, r); /* on failure neither the job nor its send is there */
+  }
   free(args_json);
   if (r < 0) {
-    admin_conn_reply(c, admin_reply_error(r, diag.msg));
+    if (sent)
+      send_unprepare(sent, p);
+    free(answer);
+    admin_conn_reply(c, admin_reply_error(r, diag.msg[0] ? diag.msg : cordon_err_message(r)));
     return;
   }
-  r = send_job(js, job_id, d->user, to->s, p, d->argv, d->n_args, deadline, NULL, &diag);
-  if (r < 0) {
-    server_db_job_transition(js->db, job_id, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_FAILED,
-                             "internal_error", NULL);
-    publish_state(js, job_id);
-    admin_conn_reply(c, admin_reply_error(r, diag.msg));
+  answer->conn = c;
+  answer->wait = d->wait;
+  answer->reply = json_pack("{s:b, s:s, s:s, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB_ID, job_id,
+                            ADMIN_REPLY_DEVICE, to->dev->id, ADMIN_REPLY_STATE, "sent");
+  sent->next = answer; /* the ticket, then the reply */
+  after_push(js, sent);
+}
+
+/* The dispatch's job is durable: its id goes to the client (or its wait
+ * begins); else the error, and there is no job. */
+static void dispatched_run(struct jobs *js, struct after *a) {
+  if (a->err) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the job could not be committed: %s", cordon_err_message(a->err));
+    admin_conn_reply(a->conn, admin_reply_error(a->err, msg));
     return;
   }
-  dispatch_answer(js, c, d->wait, job_id,
-                  json_pack("{s:b, s:s, s:s, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_JOB_ID, job_id,
-                            ADMIN_REPLY_DEVICE, to->dev->id, ADMIN_REPLY_STATE, "sent"));
+  json_t *reply = a->reply;
+  a->reply = NULL;
+  dispatch_answer(js, a->conn, a->wait, a->id, reply);
 }
 
 /* No device now, but one would fit: the job waits in the database, its
@@ -818,6 +1045,12 @@ static bool dispatch_known(struct jobs *js, struct admin_conn *c, const json_t *
   const char *key = admin_request_string(req, ADMIN_ARG_KEY);
   struct server_db_job job;
   int r = key ? server_db_job_get_by_key(js->db, user_id, key, &job, NULL) : -ENOENT;
+  if (r == 0 && server_db_group_pending(js->db)) {
+    /* it may be of the open group: answered only once durable */
+    server_db_job_release(&job);
+    server_db_group_commit(js->db, NULL);
+    r = server_db_job_get_by_key(js->db, user_id, key, &job, NULL);
+  }
   if (r == -ENOENT)
     return false;
   if (r < 0) {
@@ -1020,15 +1253,40 @@ void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
     admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "the job has already finished"));
     return;
   }
+  /* recorded first (in an op of the group); the device is told and the
+   * client answered once that is durable. The device's late result is
+   * still stored, the state stays. */
+  struct after *a = after_new(AFTER_CANCELLED, id);
+  int r = a ? op_begin(js, NULL) : -ENOMEM;
+  if (r == 0)
+    r = server_db_group_op_end(
+        js->db,
+        server_db_job_transition(js->db, id, st, SERVER_DB_JOB_CANCELLED, "cancelled", NULL));
+  if (r < 0) {
+    free(a);
+    admin_conn_reply(c, admin_reply_error(r, r == -ESTALE
+                                                 ? "the job changed state meanwhile; try again"
+                                                 : cordon_err_message(r)));
+    return;
+  }
+  a->conn = c;
+  a->state = st;
+  snprintf(a->device_id, sizeof(a->device_id), "%s", dev);
+  after_push(js, a);
+}
+
+static void cancelled_run(struct jobs *js, struct after *a) {
+  const char *id = a->id, *dev = a->device_id;
+  enum server_db_job_state st = a->state;
+  if (a->err) {
+    char msg[160];
+    snprintf(msg, sizeof(msg), "the cancel could not be committed: %s", cordon_err_message(a->err));
+    admin_conn_reply(a->conn, admin_reply_error(a->err, msg));
+    return;
+  }
   /* a queued job was never sent: nobody to tell */
   struct session *s =
       dev[0] && st != SERVER_DB_JOB_QUEUED ? sessions_find(js->sessions, dev) : NULL;
-  /* recorded first; the device's late result is still stored, state stays */
-  int r = server_db_job_transition(js->db, id, st, SERVER_DB_JOB_CANCELLED, "cancelled", NULL);
-  if (r < 0) {
-    admin_conn_reply(c, admin_reply_error(r, "the job changed state meanwhile; try again"));
-    return;
-  }
   if (st == SERVER_DB_JOB_QUEUED) {
     char path[PATH_MAX];
     queue_path(js, id, path);
@@ -1047,7 +1305,8 @@ void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
   core_log_kv(CORE_LOG_INFO, "job cancelled", "job", id, "device", dev[0] ? dev : "-", "was",
               server_db_job_state_name(st), "device_told", s ? "yes" : "no", NULL);
   flight_drop(js, id);
-  admin_conn_reply(c, json_pack("{s:b, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_STATE, "cancelled"));
+  admin_conn_reply(a->conn,
+                   json_pack("{s:b, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_STATE, "cancelled"));
   answer_waiters(js, id);
 }
 
@@ -1145,7 +1404,7 @@ static int check_receipt(struct jobs *js, struct session *s, const char *id,
 
 /* One line per result the server could read, saying what became of it
  * (and the metrics); refused ones are logged by refuse_result. */
-static void log_result(struct jobs *js, struct session *s, const char *id,
+static void log_result(struct jobs *js, struct session *s, const char *device_id, const char *id,
                        const struct job_result *r, bool readable, int rc,
                        enum server_db_job_state after, const struct cordon_diag *diag) {
   char user[SERVER_DB_NAME_MAX + 1] = "-", code[16] = "-", sig[16] = "-", secs[24];
@@ -1168,7 +1427,7 @@ static void log_result(struct jobs *js, struct session *s, const char *id,
   if (rc == 0 && after != SERVER_DB_JOB_EXPIRED) {
     /* a cancelled job was counted when it was cancelled */
     metrics_job_finished(after == SERVER_DB_JOB_CANCELLED ? -1 : (int)after, (int64_t)r->wall_ms);
-    core_log_kv(CORE_LOG_INFO, "job finished", "job", id, "user", user, "device", s->device_id,
+    core_log_kv(CORE_LOG_INFO, "job finished", "job", id, "user", user, "device", device_id,
                 "package", pkg, "outcome", server_db_job_state_name(after), "exit_code", code,
                 "signal", sig, "error", err, "timed_out", r->timed_out ? "yes" : "no", "level",
                 level ? level : "-", "mechanism", r->mechanism[0] ? r->mechanism : "-",
@@ -1199,11 +1458,11 @@ static void log_result(struct jobs *js, struct session *s, const char *id,
 #undef REFUSAL_NAME_
   };
   metrics_result_refused(why);
-  uint64_t n;
+  uint64_t n = 0;
   char sup[24];
-  if (core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
+  if (!s || core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
     core_log_kv(lvl, why == METRICS_REFUSAL_LATE ? "late result" : "result refused", "job", id,
-                "user", user, "device", s->device_id, "package", pkg, "code", codes[why], "detail",
+                "user", user, "device", device_id, "package", pkg, "code", codes[why], "detail",
                 what, "exit_code", code, "signal", sig, "level", level ? level : "-", "duration_s",
                 secs, "suppressed", core_ratelimit_fmt(n, sup), NULL);
 }
@@ -1244,42 +1503,78 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
   enum server_db_job_state after = SERVER_DB_JOB_QUEUED;
   struct cordon_diag diag = {{0}};
-  rc = text ? server_db_job_record_signed_result(
-                  js->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
-                  r.error ? cordon_err_name(r.error) : NULL, text, vr == 0 ? receipt : NULL,
-                  receipt_len, &after, &diag)
-            : -ENOMEM;
+  /* recorded in an op of the group: the ack waits for its commit */
+  struct after *a = text ? after_new(AFTER_RESULT, id) : NULL;
+  rc = a ? op_begin(js, &diag) : -ENOMEM;
+  if (rc == 0) {
+    rc = server_db_job_record_signed_result(js->db, id, s->device_id,
+                                            ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
+                                            r.error ? cordon_err_name(r.error) : NULL, text,
+                                            vr == 0 ? receipt : NULL, receipt_len, &after, &diag);
+    int e = server_db_group_op_end(js->db, rc == -EALREADY ? 0 : rc);
+    if (e < 0 && (rc == 0 || rc == -EALREADY))
+      rc = e;
+  }
   free(text);
+  if (rc == 0 || rc == -EALREADY) {
+    a->s = s;
+    snprintf(a->device_id, sizeof(a->device_id), "%s", s->device_id);
+    a->rc = rc;
+    a->state = after;
+    a->result = r; /* the scalars the log needs; the output stays with r */
+    memset(&a->result.out, 0, sizeof(a->result.out));
+    memset(&a->result.err, 0, sizeof(a->result.err));
+    a->result.downgrade_reason = NULL;
+    job_result_release(&r);
+    after_push(js, a);
+    return;
+  }
+  free(a);
   if (rc != -ENOENT && rc != -ESTALE)
-    log_result(js, s, id, &r, readable, rc, after, &diag);
+    log_result(js, s, s->device_id, id, &r, readable, rc, after, &diag);
   job_result_release(&r);
   if (rc == -ENOENT || rc == -ESTALE) {
     /* unknown, another device's, or still queued: never sent to this one */
     refuse_result(s, mr->job_id, id, rc == -ESTALE, "no job with this id was sent to this device");
     return;
   }
-  if (rc == 0)
-    publish_state(js, id); /* a cancelled or expired job's state stays, with its result now */
-  if (rc == 0 || rc == -EALREADY) {
-    /* recorded (now or before): the agent may forget it */
-    held_drop(js, id);
-    struct msg ack = {.type = MSG_ACK};
-    memcpy(ack.ack.job_id, mr->job_id, CORDON_ID_LEN);
-    session_send(s, &ack);
-  } else if (readable && rc != -EINVAL) {
+  if (readable && rc != -EINVAL) {
     /* the store failed for a reason that passes (disk full, busy): the
      * agent keeps it and sends it again on this session */
     held_add(js, s, mr->job_id, id);
-    return;
-  } else {
-    /* not recorded, not acked: the agent sends it again on its next session */
+  }
+  /* else not recorded, not acked: the agent sends it again on its next session */
+}
+
+/* The result is durable (recorded now or before): the ack lets the agent
+ * forget it. The group failed: not recorded after all, the agent is asked
+ * to send it again (as for a store that failed at once). */
+static void result_run(struct jobs *js, struct after *a) {
+  struct session *s = a->s;
+  uint8_t raw[CORDON_ID_LEN];
+  cordon_id_from_hex(a->id, raw);
+  if (a->err) {
+    struct cordon_diag diag;
+    cordon_diag_set(&diag, a->err, "the result's commit failed: %s", cordon_err_message(a->err));
+    log_result(js, s, a->device_id, a->id, &a->result, true, a->err, a->state, &diag);
+    if (s)
+      held_add(js, s, raw, a->id);
     return;
   }
-  flight_drop(js, id);
-  struct sending *x = sending_find(js, id);
+  log_result(js, s, a->device_id, a->id, &a->result, true, a->rc, a->state, NULL);
+  if (a->rc == 0)
+    publish_state(js, a->id); /* a cancelled or expired job's state stays, with its result now */
+  held_drop(js, a->id);
+  if (s) {
+    struct msg ack = {.type = MSG_ACK};
+    memcpy(ack.ack.job_id, raw, CORDON_ID_LEN);
+    session_send(s, &ack);
+  }
+  flight_drop(js, a->id);
+  struct sending *x = sending_find(js, a->id);
   if (x) /* refused before its package arrived: no more chunks */
     sending_free(x);
-  answer_waiters(js, id);
+  answer_waiters(js, a->id);
   drain(js); /* the device has room again */
 }
 
@@ -1333,27 +1628,28 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
     cordon_id_to_hex(m->running.job_id, id);
     struct server_db_job job;
     if (server_db_job_get(js->db, id, &job, NULL) == 0) {
-      int r = strcmp(job.device_id, s->device_id) == 0 /* only its own device's word */
-                  ? server_db_job_transition(js->db, id, SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING,
-                                             NULL, NULL)
-                  : -EPERM;
+      bool own = strcmp(job.device_id, s->device_id) == 0; /* only its own device's word */
       server_db_job_release(&job);
+      struct after *a = own ? after_new(AFTER_RUNNING, id) : NULL;
+      int r = a ? op_begin(js, NULL) : -EPERM;
       if (r == 0)
-        publish_state(js, id);
-      struct flight *f = flight_find(js, id);
-      char ms[24] = "-";
-      if (f && r == 0) {
-        int64_t lat = core_mono_ms() - f->sent_ms;
-        metrics_dispatch_latency((uint64_t)(lat > 0 ? lat : 0));
-        snprintf(ms, sizeof(ms), "%.3f", (double)lat / 1000.0);
+        r = server_db_group_op_end(js->db,
+                                   server_db_job_transition(js->db, id, SERVER_DB_JOB_SENT,
+                                                            SERVER_DB_JOB_RUNNING, NULL, NULL));
+      if (r == 0) {
+        a->s = s;
+        snprintf(a->device_id, sizeof(a->device_id), "%s", s->device_id);
+        after_push(js, a);
+        return true;
       }
+      free(a);
+      struct flight *f = flight_find(js, id);
       uint64_t n = 0; /* a stray `running` is the peer's to repeat: limited */
       char sup[24];
-      if (r == 0 || core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
-        core_log_kv(r == 0 ? CORE_LOG_INFO : CORE_LOG_DEBUG, "job running", "job", id, "user",
-                    f ? f->user : "-", "device", s->device_id, "package", f ? f->package : "-",
-                    "latency_s", ms, "recorded", r == 0 ? "yes" : "no", "suppressed",
-                    core_ratelimit_fmt(n, sup), NULL);
+      if (core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
+        core_log_kv(CORE_LOG_DEBUG, "job running", "job", id, "user", f ? f->user : "-", "device",
+                    s->device_id, "package", f ? f->package : "-", "latency_s", "-", "recorded",
+                    "no", "suppressed", core_ratelimit_fmt(n, sup), NULL);
     }
     return true;
   }
@@ -1369,6 +1665,9 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
 }
 
 void jobs_on_session_closed(struct jobs *js, struct session *s) {
+  for (struct after *a = js->after; a; a = a->next)
+    if (a->s == s)
+      a->s = NULL;
   for (struct held **pp = &js->held; *pp;) {
     struct held *h = *pp;
     if (h->session == s) {
@@ -1385,6 +1684,71 @@ void jobs_on_session_closed(struct jobs *js, struct session *s) {
       sending_free(x);
     }
   }
+}
+
+/* sent -> running is in the group: its event and latency once durable. */
+static void running_run(struct jobs *js, struct after *a) {
+  if (a->err)
+    return; /* the job is `sent` still, decided as a running one */
+  publish_state(js, a->id);
+  struct flight *f = flight_find(js, a->id);
+  char ms[24] = "-";
+  if (f) {
+    int64_t lat = core_mono_ms() - f->sent_ms;
+    metrics_dispatch_latency((uint64_t)(lat > 0 ? lat : 0));
+    snprintf(ms, sizeof(ms), "%.3f", (double)lat / 1000.0);
+  }
+  core_log_kv(CORE_LOG_INFO, "job running", "job", a->id, "user", f ? f->user : "-", "device",
+              a->device_id, "package", f ? f->package : "-", "latency_s", ms, "recorded", "yes",
+              "suppressed", "0", NULL);
+}
+
+/* ---- the group's commit, once per loop turn ---- */
+
+/* Run, oldest first, what waited for groups that are over. What they start
+ * (a queued job sent to a device with room) joins the next group. */
+static void after_run_ended(struct jobs *js) {
+  while (js->after && js->after->ended) {
+    struct after *a = js->after;
+    js->after = a->next;
+    if (!js->after)
+      js->after_tail = &js->after;
+    switch (a->kind) {
+    case AFTER_SENT:
+      sent_run(js, a);
+      break;
+    case AFTER_DISPATCHED:
+      dispatched_run(js, a);
+      break;
+    case AFTER_RESULT:
+      result_run(js, a);
+      break;
+    case AFTER_CANCELLED:
+      cancelled_run(js, a);
+      break;
+    case AFTER_RUNNING:
+      running_run(js, a);
+      break;
+    }
+    after_free(a);
+  }
+}
+
+static void group_flush(struct jobs *js) {
+  struct cordon_diag diag = {{0}};
+  if (server_db_group_pending(js->db) && server_db_group_commit(js->db, &diag) < 0)
+    core_log_kv(CORE_LOG_ERROR, "cannot commit the jobs' changes: each takes its failure path",
+                "error", diag.msg, NULL);
+  after_run_ended(js);
+}
+
+/* After the loop's poll: what this turn changed is committed with one sync,
+ * then acted on. */
+static void on_commit_check(uv_check_t *h) {
+  struct jobs *js = h->data;
+  group_flush(js);
+  if (!js->after && !server_db_group_pending(js->db))
+    uv_idle_stop(&js->commit_idle);
 }
 
 /* ---- every second ---- */
@@ -1443,6 +1807,7 @@ static void tick(uv_timer_t *t) {
   expire_overdue(js);
   expire_queue(js);
   drain(js);
+  group_flush(js);          /* what answer_waiters reads is durable */
   answer_waiters(js, NULL); /* e.g. a cancelled job whose deadline passed */
 }
 
@@ -1521,6 +1886,8 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   js->queue_ttl_s = cfg->queue_ttl_s ? cfg->queue_ttl_s : JOBS_DEFAULT_QUEUE_TTL_S;
   snprintf(js->queue_dir, sizeof(js->queue_dir), "%s/%s", cfg->state_dir ? cfg->state_dir : ".",
            JOBS_QUEUE_DIR);
+  js->after_tail = &js->after;
+  server_db_group_enable(js->db, group_ended, js);
   /* without it (out of memory) every dispatch verifies its package */
   (void)pkgcache_new(PKGCACHE_MAX, &js->pkgs);
   *out_jobs = js;
@@ -1545,11 +1912,24 @@ void jobs_start(struct jobs *js) {
   uv_timer_init(js->loop, &js->tick);
   js->tick.data = js;
   uv_timer_start(&js->tick, tick, JOB_TICK_MS, JOB_TICK_MS);
+  uv_check_init(js->loop, &js->commit_check);
+  js->commit_check.data = js;
+  uv_check_start(&js->commit_check, on_commit_check);
+  uv_idle_init(js->loop, &js->commit_idle);
+  js->group_on = true;
   js->started = true;
 }
 
 void jobs_close(struct jobs *js) {
   js->closing = true;
+  /* what waits is committed and acted on now (no job is sent any more);
+   * from here each op commits at once */
+  group_flush(js);
+  if (js->group_on) {
+    js->group_on = false;
+    uv_close((uv_handle_t *)&js->commit_check, NULL);
+    uv_close((uv_handle_t *)&js->commit_idle, NULL);
+  }
   if (js->started && !uv_is_closing((uv_handle_t *)&js->tick))
     uv_close((uv_handle_t *)&js->tick, NULL);
   while (js->sends)
@@ -1571,8 +1951,16 @@ void jobs_drain(struct jobs *js) {
 }
 
 void jobs_free(struct jobs *js) {
-  if (js)
+  if (js) {
+    server_db_group_commit(js->db, NULL);
+    server_db_group_enable(js->db, NULL, NULL);
+    js->after_open = NULL;
+    for (struct after *a = js->after, *n; a; a = n) {
+      n = a->next;
+      after_free(a);
+    }
     pkgcache_free(js->pkgs);
+  }
   free(js);
 }
 

@@ -46,6 +46,7 @@ static struct {
   uint64_t dispatched;
   uint64_t finished[METRICS_JOB_STATES];
   uint64_t refusals[METRICS_REFUSAL_COUNT_];
+  uint64_t groups[2]; /* committed, failed */
   struct histogram latency, duration;
 } m = {
     .latency = {latency_bounds, sizeof(latency_bounds) / sizeof(latency_bounds[0]), {0}, 0, 0},
@@ -93,6 +94,10 @@ void metrics_job_finished(int final_state, int64_t wall_ms) {
 void metrics_result_refused(enum metrics_result_refusal why) {
   if ((unsigned)why < METRICS_REFUSAL_COUNT_)
     m.refusals[why]++;
+}
+
+void metrics_db_group(int err) {
+  m.groups[err != 0]++;
 }
 
 void metrics_reset(void) {
@@ -192,6 +197,13 @@ int metrics_render(const struct metrics_gauges *g, char **out_text, size_t *out_
   for (int i = 0; i < METRICS_REFUSAL_COUNT_; i++)
     put(&t, "cordon_result_refusals_total{code=\"%s\"} %llu\n", refusal_labels[i],
         (unsigned long long)m.refusals[i]);
+  head(&t, "cordon_db_commits_total", "counter",
+       "Write transactions the daemon's database handle committed (each one sync at most).");
+  put(&t, "cordon_db_commits_total %llu\n", (unsigned long long)g->db_commits);
+  head(&t, "cordon_db_groups_total", "counter",
+       "Commit groups of the jobs' changes, by outcome (docs/ARCHITECTURE.md, Durable writes).");
+  put(&t, "cordon_db_groups_total{outcome=\"committed\"} %llu\n", (unsigned long long)m.groups[0]);
+  put(&t, "cordon_db_groups_total{outcome=\"failed\"} %llu\n", (unsigned long long)m.groups[1]);
   head(&t, "cordon_pairings_total", "counter", "Devices paired.");
   put(&t, "cordon_pairings_total %llu\n", (unsigned long long)m.pairings);
   head(&t, "cordon_pairing_failures_total", "counter", "Failed pairing attempts, by reason.");

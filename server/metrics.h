@@ -70,6 +70,8 @@ void metrics_dispatch_latency(uint64_t ms);
  * wall_ms, or without one (wall_ms < 0: expired). */
 void metrics_job_finished(int final_state, int64_t wall_ms);
 void metrics_result_refused(enum metrics_result_refusal why);
+/* A commit group of the jobs ended: committed (err 0) or failed. */
+void metrics_db_group(int err);
 
 /* --- the gauges, read at scrape time --------------------------------------- */
 
@@ -81,6 +83,7 @@ struct metrics_gauges {
   uint64_t jobs[METRICS_JOB_STATES]; /* by server_db_job_state */
   bool draining;
   uint64_t start_time_s;
+  uint64_t db_commits; /* server_db_commit_count */
 };
 
 /* The exposition text (heap, NUL-terminated) of the counters so far and g.
