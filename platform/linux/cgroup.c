@@ -746,9 +746,9 @@ static unsigned sweep_instance(const char *idir, bool v2) {
   struct dirent *de;
   while ((de = readdir(d)) && n < sizeof(names) / sizeof(names[0])) {
     bool job = strncmp(de->d_name, CGROUP_JOB_PREFIX, strlen(CGROUP_JOB_PREFIX)) == 0;
-    if (de->d_type == DT_DIR && strlen(de->d_name) < sizeof(names[0]) &&
-        (job || owner_gone(de->d_name)))
-      snprintf(names[n++], sizeof(names[0]), "%s", de->d_name);
+    size_t len = strlen(de->d_name);
+    if (de->d_type == DT_DIR && len < sizeof(names[0]) && (job || owner_gone(de->d_name)))
+      memcpy(names[n++], de->d_name, len + 1); /* fits: checked */
   }
   closedir(d);
   unsigned killed = 0;

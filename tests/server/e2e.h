@@ -126,9 +126,36 @@ E2E_FN void e2e_stop(pid_t *pid, int sig) {
   }
 }
 
+/* A daemon built with sanitizers reports to its log and dies or goes on;
+ * either way the test that drove it must not pass. A report found fails
+ * the run (abort: criterion counts no assertion from a fini), and the
+ * directory is kept for reading. Called before a log is truncated and at
+ * teardown. */
+E2E_FN bool e2e_sanitizer_report(const char *log) {
+  FILE *f = fopen(log, "r");
+  char line[2048];
+  bool found = false;
+  while (f && !found && fgets(line, sizeof(line), f))
+    found = strstr(line, "ERROR: AddressSanitizer") || strstr(line, "ERROR: LeakSanitizer") ||
+            (strstr(line, "runtime error: ") && strstr(line, ".c:"));
+  if (f)
+    fclose(f);
+  if (found)
+    fprintf(stderr, "e2e: a sanitizer report in %s: %s", log, line);
+  return found;
+}
+
+E2E_FN void e2e_check_sanitizers(const char *log) {
+  if (e2e_sanitizer_report(log)) {
+    fprintf(stderr, "e2e: kept %s\n", e2e_dir);
+    abort();
+  }
+}
+
 /* The first start picks a free port; later starts reuse it (agents pin the
  * address at pairing). */
 E2E_FN void start_server(void) {
+  e2e_check_sanitizers(e2e_server_log);
   (void)!truncate(e2e_server_log, 0);
   const char *argv[] = {SERVER,        "run", "--state",  e2e_state,
                         "--job-grace", "5",   "--listen", e2e_addr[0] ? e2e_addr : "127.0.0.1:0",
@@ -176,6 +203,13 @@ E2E_FN void e2e_teardown(void) {
     e2e_stop(&e2e_agents[i].pid, SIGKILL);
   e2e_stop(&e2e_server_pid, SIGKILL);
   pg_test_drop();
+  bool reported = e2e_sanitizer_report(e2e_server_log);
+  for (int i = 0; i < E2E_AGENTS; i++)
+    reported |= e2e_agents[i].log[0] && e2e_sanitizer_report(e2e_agents[i].log);
+  if (reported) {
+    fprintf(stderr, "e2e: kept %s\n", e2e_dir);
+    abort();
+  }
   if (getenv("CORDON_TEST_KEEP")) /* to read the daemons' logs of a failed run */
     return;
   char cmd[300];
