@@ -23,6 +23,7 @@
 #include "server/admin_sock.h"
 #include "server/admin_view.h"
 #include "server/cli.h"
+#include "server/cluster.h"
 #include "server/db.h"
 #include "server/events.h"
 #include "server/http.h"
@@ -59,6 +60,7 @@ struct daemon {
   struct net_limits limits;
   struct net_server *srv;
   struct sessions *sessions;
+  struct cluster *cluster; /* the device sessions of other instances (server/cluster.h) */
   struct pair_ctx *pair;
   struct events *events;
   struct jobs *jobs;
@@ -116,6 +118,7 @@ static void on_session_online(void *data, struct session *s) {
   send_keys(s, d);
   const struct event ev = {.kind = EVENT_DEVICE_ONLINE, .device_id = s->device_id, .user = s->user};
   events_publish(d->events, &ev);
+  cluster_on_session_online(d->cluster, s); /* cluster: the device's row is this instance's */
   jobs_on_device_online(d->jobs, s);
 }
 
@@ -145,6 +148,7 @@ static void on_session_closed(void *data, struct session *s) {
         .kind = EVENT_DEVICE_OFFLINE, .device_id = s->device_id, .user = s->user};
     events_publish(d->events, &ev);
   }
+  cluster_on_session_closed(d->cluster, s); /* cluster: its row goes, if still its own */
   jobs_on_session_closed(d->jobs, s);
   pair_on_closed(d->pair, s);
 }
@@ -439,7 +443,8 @@ static void daemon_op_follow(struct daemon *d, struct admin_conn *c, const json_
 }
 
 static json_t *online_of(struct daemon *d, const char *device_id) {
-  return device_id && device_id[0] ? json_boolean(sessions_find(d->sessions, device_id) != NULL)
+  /* cluster: a session here or a live lease on another instance */
+  return device_id && device_id[0] ? json_boolean(cluster_device_online(d->cluster, device_id))
                                    : json_null();
 }
 
@@ -884,6 +889,7 @@ static void daemon_shutdown(struct daemon *d) {
   uv_close((uv_handle_t *)&d->status_timer, NULL);
   uv_close((uv_handle_t *)&d->watchdog_timer, NULL);
   uv_close((uv_handle_t *)&d->drain_timer, NULL);
+  cluster_close(d->cluster);
   jobs_close(d->jobs);
 }
 
@@ -997,6 +1003,8 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
     return -ENOMEM;
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
   if (r == 0)
+    r = cluster_new(d->loop, d->db, d->sessions, &d->cluster);
+  if (r == 0)
     r = pair_new(d->db, d->ticket_pk, d->publisher_pk, &d->pair);
   if (r == 0)
     pair_set_require_approval(d->pair, opt->require_approval);
@@ -1104,7 +1112,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   if (r == 0 && notify_bad) /* not fatal: only systemd would have listened */
     core_log_kv(CORE_LOG_WARN, "no readiness notifications", "error", notify_diag.msg, NULL);
   if (r == 0)
-    r = server_db_device_set_all_offline(d->db, diag);
+    r = cluster_recover_devices(d->db, diag); /* cluster: not another instance's devices */
   if (r < 0)
     goto out_free;
   raise_fd_limit(d->limits.max_conns);
@@ -1160,6 +1168,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   }
   start_handles(d);
   jobs_start(d->jobs);
+  cluster_start(d->cluster);
   log_keys(d);
   char listen[300], metrics[300] = "-";
   format_addr(opt->host, net_server_port(d->srv), listen, sizeof(listen));
@@ -1195,6 +1204,7 @@ out_free:
   events_free(d->events);
   admin_sock_free(d->admin);
   pair_free(d->pair);
+  cluster_free(d->cluster);
   sessions_free(d->sessions);
   server_db_close(d->db);
   notify_close(d->notify);

@@ -26,6 +26,7 @@
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
 #include "server/admin_ops.h"
+#include "server/cluster.h"
 #include "server/events.h"
 #include "server/metrics.h"
 #include "server/pkgcache.h"
@@ -798,6 +799,7 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
     return;
   }
   fsync_dir(js->queue_dir);
+  cluster_package_keep(js->db, job_id, path); /* cluster: any instance may send it */
   publish_state(js, job_id);
   char ttl[24], pkg[160];
   snprintf(ttl, sizeof(ttl), "%lld", (long long)d->ttl);
@@ -948,6 +950,11 @@ static void drain_one(struct jobs *js, const struct server_db_job *job) {
   char **argv = NULL;
   size_t n_args = 0;
   struct cordon_diag diag = {{0}};
+  /* cluster: a job another instance queued has its package in the database
+   * (not there yet while that instance stores it: a later scan) */
+  if (server_db_is_shared(js->db) && access(path, F_OK) < 0 &&
+      cluster_package_fetch(js->db, job->id, path) < 0)
+    return;
   int r = pkg_open(js, path, &p, &diag);
   if (r == 0 && memcmp(p.hash, job->package_hash, CPKG_HASH_SIZE) != 0)
     r = cordon_diag_set(&diag, CORDON_E_PACKAGE_CORRUPT,

@@ -1,0 +1,259 @@
+/* Device sessions across a cluster's instances (server/cluster.h). */
+#include "server/cluster.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/id.h"
+#include "core/log.h"
+#include "proto/msg.h"
+
+#define CLUSTER_PURGE_TICKS 5 /* the packages of sent jobs go every 5th tick */
+
+struct cluster {
+  uv_loop_t *loop;
+  struct server_db *db;
+  struct sessions *sessions;
+  bool shared; /* PostgreSQL: there may be other instances */
+  bool started;
+  char instance[CORDON_ID_HEX_SIZE];
+  uv_timer_t tick;
+  unsigned ticks;
+};
+
+int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
+                struct cluster **out_cluster) {
+  struct cluster *c = calloc(1, sizeof(*c));
+  if (!c)
+    return -ENOMEM;
+  c->loop = loop;
+  c->db = db;
+  c->sessions = sessions;
+  c->shared = server_db_is_shared(db);
+  uint8_t id[CORDON_ID_LEN];
+  cordon_id_random(id);
+  cordon_id_to_hex(id, c->instance);
+  *out_cluster = c;
+  return 0;
+}
+
+void cluster_close(struct cluster *c) {
+  if (c && c->started && !uv_is_closing((uv_handle_t *)&c->tick))
+    uv_close((uv_handle_t *)&c->tick, NULL);
+}
+
+void cluster_free(struct cluster *c) {
+  free(c);
+}
+
+const char *cluster_instance(const struct cluster *c) {
+  return c->instance;
+}
+
+int cluster_recover_devices(struct server_db *db, struct cordon_diag *diag) {
+  if (!server_db_is_shared(db))
+    return server_db_device_set_all_offline(db, diag);
+  return server_db_session_expire(db, true, diag);
+}
+
+static int64_t lease_end(const struct cluster *c) {
+  return server_db_now(c->db) + CLUSTER_LEASE_S;
+}
+
+static void claim(struct cluster *c, struct session *s) {
+  char sid[CORDON_ID_HEX_SIZE];
+  cordon_id_to_hex(s->session_id, sid);
+  struct cordon_diag diag = {{0}};
+  if (server_db_session_claim(c->db, s->device_id, c->instance, sid, lease_end(c), &diag) < 0)
+    core_log_kv(CORE_LOG_WARN, "cannot record the device's session: claimed again next tick",
+                "device", s->device_id, "error", diag.msg, NULL);
+}
+
+void cluster_on_session_online(struct cluster *c, struct session *s) {
+  if (c->shared)
+    claim(c, s);
+}
+
+void cluster_on_session_closed(struct cluster *c, struct session *s) {
+  if (!c->shared || !s->since)
+    return;
+  char sid[CORDON_ID_HEX_SIZE];
+  cordon_id_to_hex(s->session_id, sid);
+  if (server_db_session_release(c->db, s->device_id, c->instance, sid, NULL) != -ENOENT)
+    return;
+  /* another session holds the row: when it is another instance's, the
+   * device is still online (session.c has just marked it offline) */
+  char inst[CORDON_ID_HEX_SIZE];
+  int64_t lease = 0;
+  if (server_db_session_get(c->db, s->device_id, inst, NULL, &lease, NULL) == 0 &&
+      strcmp(inst, c->instance) != 0 && lease > server_db_now(c->db))
+    (void)server_db_device_set_online(c->db, s->device_id, true, NULL);
+}
+
+bool cluster_device_online(struct cluster *c, const char *device_id) {
+  if (sessions_find(c->sessions, device_id))
+    return true;
+  if (!c->shared || !cordon_id_hex_valid(device_id))
+    return false;
+  int64_t lease = 0;
+  return server_db_session_get(c->db, device_id, NULL, NULL, &lease, NULL) == 0 &&
+         lease > server_db_now(c->db);
+}
+
+/* ---- the tick ---- */
+
+static int row_cmp(const void *a, const void *b) {
+  return strcmp(((const struct server_db_session_row *)a)->session_id,
+                ((const struct server_db_session_row *)b)->session_id);
+}
+
+struct check {
+  struct cluster *c;
+  struct server_db_session_rows rows; /* sorted by session id */
+};
+
+/* A local session whose row this instance no longer holds: replaced by a
+ * newer session elsewhere, or (its lease passed, or its claim failed) to
+ * be claimed again. */
+static void check_session(struct session *s, void *data) {
+  struct check *k = data;
+  struct cluster *c = k->c;
+  struct server_db_session_row key;
+  memset(&key, 0, sizeof(key));
+  cordon_id_to_hex(s->session_id, key.session_id);
+  if (bsearch(&key, k->rows.items, k->rows.count, sizeof(key), row_cmp))
+    return;
+  char inst[CORDON_ID_HEX_SIZE], sid[CORDON_ID_HEX_SIZE];
+  int r = server_db_session_get(c->db, s->device_id, inst, sid, NULL, NULL);
+  if (r == -ENOENT ||
+      (r == 0 && strcmp(inst, c->instance) == 0 && strcmp(sid, key.session_id) == 0)) {
+    claim(c, s);
+    return;
+  }
+  if (r < 0 || strcmp(inst, c->instance) == 0)
+    return; /* the database is busy, or a newer session here: session.c replaces */
+  core_log_kv(CORE_LOG_INFO, "session replaced", "device", s->device_id, "addr", s->addr, "by",
+              "another server", "instance", inst, NULL);
+  session_goaway(s, MSG_GOAWAY_REPLACED, "a newer session of this device took over");
+}
+
+static void on_tick(uv_timer_t *t) {
+  struct cluster *c = t->data;
+  struct cordon_diag diag = {{0}};
+  size_t held = 0;
+  if (server_db_session_renew(c->db, c->instance, lease_end(c), &held, &diag) < 0) {
+    core_log_kv(CORE_LOG_WARN, "cannot renew the session leases", "error", diag.msg, NULL);
+    return;
+  }
+  /* one UPDATE when every session still holds its row; a list only when
+   * one may have been taken */
+  if (held < sessions_count(c->sessions)) {
+    struct check k = {.c = c};
+    if (server_db_session_list(c->db, c->instance, &k.rows, NULL) == 0) {
+      qsort(k.rows.items, k.rows.count, sizeof(*k.rows.items), row_cmp);
+      sessions_foreach(c->sessions, check_session, &k);
+      server_db_session_rows_release(&k.rows);
+    }
+  }
+  (void)server_db_session_expire(c->db, false, NULL);
+  if (++c->ticks % CLUSTER_PURGE_TICKS == 0)
+    (void)server_db_job_package_purge(c->db, NULL);
+}
+
+void cluster_start(struct cluster *c) {
+  core_log_kv(CORE_LOG_INFO, "server instance", "instance", c->instance, "cluster",
+              c->shared ? "yes" : "no", NULL);
+  if (!c->shared)
+    return;
+  uv_timer_init(c->loop, &c->tick);
+  c->tick.data = c;
+  uv_timer_start(&c->tick, on_tick, CLUSTER_RENEW_MS, CLUSTER_RENEW_MS);
+  c->started = true;
+}
+
+/* ---- queued packages ---- */
+
+void cluster_package_keep(struct server_db *db, const char *job_id, const char *path) {
+  if (!server_db_is_shared(db))
+    return;
+  struct cordon_diag diag = {{0}};
+  int r = 0;
+  uint8_t *buf = NULL;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0) {
+    r = cordon_diag_set(&diag, -errno, "%s: %s", path, strerror(errno));
+    goto out;
+  }
+  if ((uint64_t)st.st_size > SERVER_DB_PACKAGE_STORE_MAX) {
+    r = cordon_diag_set(&diag, -EFBIG, "%lld bytes: above the %u the database keeps",
+                        (long long)st.st_size, SERVER_DB_PACKAGE_STORE_MAX);
+    goto out;
+  }
+  size_t len = (size_t)st.st_size, got = 0;
+  buf = malloc(len ? len : 1);
+  if (!buf) {
+    r = cordon_diag_set(&diag, -ENOMEM, "out of memory");
+    goto out;
+  }
+  while (got < len) {
+    ssize_t n = read(fd, buf + got, len - got);
+    if (n <= 0) {
+      r = cordon_diag_set(&diag, -EIO, "%s: short read", path);
+      goto out;
+    }
+    got += (size_t)n;
+  }
+  r = server_db_job_package_put(db, job_id, buf, len, &diag);
+out:
+  if (r < 0)
+    core_log_kv(CORE_LOG_WARN, "queued package not kept in the database: only this server sends it",
+                "job", job_id, "error", diag.msg, NULL);
+  free(buf);
+  if (fd >= 0)
+    close(fd);
+}
+
+int cluster_package_fetch(struct server_db *db, const char *job_id, const char *path) {
+  if (!server_db_is_shared(db))
+    return -ENOENT;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  int r = server_db_job_package_get(db, job_id, &buf, &len, NULL);
+  if (r < 0)
+    return r;
+  char tmp[4200];
+  snprintf(tmp, sizeof(tmp), "%s.part", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    r = -errno;
+    goto out_free;
+  }
+  size_t put = 0;
+  while (put < len) {
+    ssize_t n = write(fd, buf + put, len - put);
+    if (n <= 0) {
+      r = n < 0 ? -errno : -EIO;
+      break;
+    }
+    put += (size_t)n;
+  }
+  if (r == 0 && fsync(fd) < 0)
+    r = -errno;
+  close(fd);
+  if (r == 0 && rename(tmp, path) < 0)
+    r = -errno;
+  if (r < 0) {
+    unlink(tmp);
+    core_log_kv(CORE_LOG_WARN, "cannot write a queued package fetched from the database", "job",
+                job_id, "error", strerror(-r), NULL);
+  }
+out_free:
+  free(buf);
+  return r;
+}
