@@ -24,6 +24,7 @@ struct cluster {
   char instance[CORDON_ID_HEX_SIZE];
   uv_timer_t tick;
   unsigned ticks;
+  int64_t cancel_since; /* the last tick's clock: cancels from then on are relayed */
 };
 
 int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
@@ -142,6 +143,45 @@ static void check_session(struct session *s, void *data) {
   session_goaway(s, MSG_GOAWAY_REPLACED, "a newer session of this device took over");
 }
 
+/* Devices revoked through another instance: their sessions here close. */
+static void close_revoked(struct cluster *c) {
+  struct server_db_session_rows rows = {0};
+  if (server_db_session_list_revoked(c->db, c->instance, &rows, NULL) < 0)
+    return;
+  for (size_t i = 0; i < rows.count; i++) {
+    struct session *s = sessions_find(c->sessions, rows.items[i].device_id);
+    if (!s)
+      continue;
+    core_log_kv(CORE_LOG_INFO, "device revoked through another server: session closed", "device",
+                s->device_id, "addr", s->addr, NULL);
+    session_goaway(s, MSG_GOAWAY_REVOKED, "this device was revoked");
+  }
+  server_db_session_rows_release(&rows);
+}
+
+/* Jobs cancelled (through any instance) on devices connected here: their
+ * agents are told. A cancel this instance sent itself goes again, which
+ * the agent ignores (docs/protocol/messages.md, `cancel`). */
+static void relay_cancels(struct cluster *c) {
+  int64_t now = server_db_now(c->db);
+  struct server_db_session_rows rows = {0};
+  if (server_db_session_list_cancelled(c->db, c->instance, c->cancel_since, &rows, NULL) < 0)
+    return;
+  c->cancel_since = now;
+  for (size_t i = 0; i < rows.count; i++) {
+    struct session *s = sessions_find(c->sessions, rows.items[i].device_id);
+    if (!s)
+      continue;
+    struct msg m = {.type = MSG_CANCEL};
+    if (cordon_id_from_hex(rows.items[i].job_id, m.cancel.job_id) < 0)
+      continue;
+    (void)session_send(s, &m);
+    core_log_kv(CORE_LOG_DEBUG, "job cancel relayed", "job", rows.items[i].job_id, "device",
+                s->device_id, NULL);
+  }
+  server_db_session_rows_release(&rows);
+}
+
 static void on_tick(uv_timer_t *t) {
   struct cluster *c = t->data;
   struct cordon_diag diag = {{0}};
@@ -161,6 +201,8 @@ static void on_tick(uv_timer_t *t) {
     }
   }
   (void)server_db_session_expire(c->db, false, NULL);
+  close_revoked(c);
+  relay_cancels(c);
   if (++c->ticks % CLUSTER_PURGE_TICKS == 0)
     (void)server_db_job_package_purge(c->db, NULL);
 }
@@ -170,6 +212,7 @@ void cluster_start(struct cluster *c) {
               c->shared ? "yes" : "no", NULL);
   if (!c->shared)
     return;
+  c->cancel_since = server_db_now(c->db);
   uv_timer_init(c->loop, &c->tick);
   c->tick.data = c;
   uv_timer_start(&c->tick, on_tick, CLUSTER_RENEW_MS, CLUSTER_RENEW_MS);

@@ -647,6 +647,7 @@ int server_db_job_count_in_flight(struct server_db *db, const char *device_id, s
 struct server_db_session_row {
   char device_id[CORDON_ID_HEX_SIZE];
   char session_id[CORDON_ID_HEX_SIZE];
+  char job_id[CORDON_ID_HEX_SIZE]; /* server_db_session_list_cancelled only */
 };
 struct server_db_session_rows {
   struct server_db_session_row *items; /* heap */
@@ -671,6 +672,15 @@ int server_db_session_renew(struct server_db *db, const char *instance, int64_t 
 /* The rows instance holds. */
 int server_db_session_list(struct server_db *db, const char *instance,
                            struct server_db_session_rows *out, struct cordon_diag *diag);
+/* The rows instance holds of devices revoked since (their sessions must
+ * close). */
+int server_db_session_list_revoked(struct server_db *db, const char *instance,
+                                   struct server_db_session_rows *out, struct cordon_diag *diag);
+/* Jobs cancelled at or after since (Unix seconds), without a result yet, on
+ * devices instance holds: the agent must be told (the cancel may have come
+ * through another instance). */
+int server_db_session_list_cancelled(struct server_db *db, const char *instance, int64_t since,
+                                     struct server_db_session_rows *out, struct cordon_diag *diag);
 /* The device's row: its instance, session id (each CORDON_ID_HEX_SIZE) and
  * lease; -ENOENT when it has none. Any out may be NULL. */
 int server_db_session_get(struct server_db *db, const char *device_id, char *out_instance,

@@ -190,6 +190,13 @@
   X(SESSION_RENEW, "UPDATE device_sessions SET lease_expires = ?2 WHERE instance = ?1")            \
   X(SESSION_LIST_INSTANCE,                                                                         \
     "SELECT device_id, session_id FROM device_sessions WHERE instance = ?1")                       \
+  X(SESSION_LIST_REVOKED, "SELECT s.device_id, s.session_id FROM device_sessions s"                \
+                          " JOIN devices d ON d.id = s.device_id WHERE s.instance = ?1"            \
+                          " AND d.state = 'revoked'")                                              \
+  X(SESSION_LIST_CANCELLED, "SELECT j.device_id, s.session_id, j.id FROM jobs j"                   \
+                            " JOIN device_sessions s ON s.device_id = j.device_id"                 \
+                            " WHERE s.instance = ?1 AND j.state = 'cancelled'"                     \
+                            " AND j.result IS NULL AND j.updated >= ?2")                           \
   X(SESSION_GET, "SELECT instance, session_id, lease_expires FROM device_sessions"                 \
                  " WHERE device_id = ?1")                                                          \
   X(SESSION_OFFLINE_UNLEASED, "UPDATE devices SET online = 0 WHERE online <> 0 AND NOT EXISTS"     \

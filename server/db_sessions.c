@@ -65,12 +65,20 @@ int server_db_session_renew(struct server_db *db, const char *instance, int64_t 
   return 0;
 }
 
-int server_db_session_list(struct server_db *db, const char *instance,
-                           struct server_db_session_rows *out, struct cordon_diag *diag) {
+/* Rows of q (instance as ?1, since as ?2 when since >= 0): device id,
+ * session id and, when q has a third column, a job id. */
+static int list_rows(struct server_db *db, enum db_stmt q, const char *instance, int64_t since,
+                     struct server_db_session_rows *out, struct cordon_diag *diag) {
   struct db_st *st = NULL;
-  int err = db_stmt_text(db, Q_SESSION_LIST_INSTANCE, instance, &st, diag);
+  int err = db_stmt_text(db, q, instance, &st, diag);
   if (err)
     return err;
+  if (since >= 0) {
+    int rc = DB_OK;
+    db_bind_int(st, 2, since, &rc);
+    if ((err = db_bind_check(db, st, rc, diag)))
+      return err;
+  }
   struct server_db_session_rows rows = {0};
   size_t cap = 0;
   int step;
@@ -83,6 +91,8 @@ int server_db_session_list(struct server_db *db, const char *instance,
     }
     db_col_text(st, 0, r->device_id, sizeof(r->device_id));
     db_col_text(st, 1, r->session_id, sizeof(r->session_id));
+    if (q == Q_SESSION_LIST_CANCELLED)
+      db_col_text(st, 2, r->job_id, sizeof(r->job_id));
   }
   if (step != DB_DONE) {
     err = db_fail(db, step, "list the session leases", diag);
@@ -93,6 +103,21 @@ int server_db_session_list(struct server_db *db, const char *instance,
   db_done(st);
   *out = rows;
   return 0;
+}
+
+int server_db_session_list(struct server_db *db, const char *instance,
+                           struct server_db_session_rows *out, struct cordon_diag *diag) {
+  return list_rows(db, Q_SESSION_LIST_INSTANCE, instance, -1, out, diag);
+}
+
+int server_db_session_list_revoked(struct server_db *db, const char *instance,
+                                   struct server_db_session_rows *out, struct cordon_diag *diag) {
+  return list_rows(db, Q_SESSION_LIST_REVOKED, instance, -1, out, diag);
+}
+
+int server_db_session_list_cancelled(struct server_db *db, const char *instance, int64_t since,
+                                     struct server_db_session_rows *out, struct cordon_diag *diag) {
+  return list_rows(db, Q_SESSION_LIST_CANCELLED, instance, since, out, diag);
 }
 
 int server_db_session_get(struct server_db *db, const char *device_id, char *out_instance,

@@ -235,3 +235,37 @@ Test(route, a_server_killed_during_a_job_loses_nothing) {
   free(jb);
   free(pkg);
 }
+
+Test(route, a_revoke_or_a_cancel_through_one_server_reaches_the_device_on_the_other) {
+  cluster_setup();
+  start_a();
+  start_b();
+  struct e2e_agent *a = pair_agent(0, "box", NULL);
+  agent_on_b(a);
+  start_a();
+  char *pkg = pack("r", manifest, "sleep 30; echo late\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
+  o = RUN(SERVER, "cancel", id, "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "cancel through A: %s", o->err);
+  free(o);
+  /* B tells its agent: the job stops and its result comes long before 30 s */
+  char needle[100];
+  snprintf(needle, sizeof(needle), "msg=\"job finished\" job=%s", id);
+  cr_assert(wait_in(log_b, needle, 10000), "the agent on B stopped the job cancelled through A");
+  cr_expect_str_eq(job_state(id, NULL), "cancelled");
+
+  o = RUN(SERVER, "revoke", "box", "--state", e2e_state);
+  cr_assert_eq(o->status, 0, "revoke through A: %s", o->err);
+  free(o);
+  cr_assert(wait_in(log_b, "msg=\"device revoked through another server: session closed\"", 8000),
+            "B closed the revoked device's session");
+  cr_expect(wait_in(log_b, "reason=goaway.revoked", 3000));
+  for (int i = 0; i < 300 && device_online(a->id); i++)
+    msleep(20);
+  cr_expect(!device_online(a->id), "a revoked device is offline everywhere");
+  free(pkg);
+}
