@@ -289,8 +289,9 @@ static void daemon_op_sessions(struct daemon *d, struct admin_conn *c, const jso
   (void)body;
   json_t *list = json_array();
   sessions_foreach(d->sessions, add_session, list);
-  admin_conn_reply(c, json_pack("{s:b, s:o, s:b}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_SESSIONS, list,
-                                ADMIN_REPLY_DRAINING, d->phase != DAEMON_RUNNING));
+  admin_conn_reply(c, json_pack("{s:b, s:o, s:b, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_SESSIONS,
+                                list, ADMIN_REPLY_DRAINING, d->phase != DAEMON_RUNNING, "instance",
+                                cluster_instance(d->cluster)));
 }
 
 /* A database error as a reply, with the command line's codes (-ENOENT
@@ -854,6 +855,7 @@ static void on_http(void *data, const struct http_request *req, struct http_resp
       .connections = net_server_count(d->srv),
       .draining = d->phase != DAEMON_RUNNING,
       .start_time_s = d->start_time_s,
+      .instance = cluster_instance(d->cluster),
   };
   size_t devs[2], jobs[SERVER_DB_JOB_STATE_COUNT];
   if (server_db_device_count_by_state(d->db, devs, NULL) == 0 &&

@@ -81,6 +81,7 @@ struct metrics_gauges {
   uint64_t jobs[METRICS_JOB_STATES]; /* by server_db_job_state */
   bool draining;
   uint64_t start_time_s;
+  const char *instance; /* server/cluster.h: this process's instance id (NULL: none) */
 };
 
 /* The exposition text (heap, NUL-terminated) of the counters so far and g.
