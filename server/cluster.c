@@ -15,11 +15,22 @@
 
 #define CLUSTER_PURGE_TICKS 5 /* the packages of sent jobs go every 5th tick */
 
+/* A handle of its own that LISTENs for queued jobs, and its poll. */
+struct listener {
+  uv_poll_t poll;
+  struct server_db *db;
+  struct cluster *c;
+};
+
 struct cluster {
   uv_loop_t *loop;
   struct server_db *db;
   struct sessions *sessions;
-  bool shared; /* PostgreSQL: there may be other instances */
+  const char *state_dir;
+  void (*queued)(void *data);
+  void *data;
+  struct listener *listener; /* NULL: not listening (the next tick tries again) */
+  bool shared;               /* PostgreSQL: there may be other instances */
   bool started;
   char instance[CORDON_ID_HEX_SIZE];
   uv_timer_t tick;
@@ -28,11 +39,15 @@ struct cluster {
 };
 
 int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
+                const char *state_dir, void (*queued)(void *data), void *data,
                 struct cluster **out_cluster) {
   struct cluster *c = calloc(1, sizeof(*c));
   if (!c)
     return -ENOMEM;
   c->loop = loop;
+  c->state_dir = state_dir;
+  c->queued = queued;
+  c->data = data;
   c->db = db;
   c->sessions = sessions;
   c->shared = server_db_is_shared(db);
@@ -43,8 +58,67 @@ int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions
   return 0;
 }
 
+/* ---- LISTEN ---- */
+
+static void listener_closed(uv_handle_t *h) {
+  struct listener *l = h->data;
+  server_db_close(l->db);
+  free(l);
+}
+
+static void listen_stop(struct cluster *c) {
+  if (!c->listener)
+    return;
+  uv_poll_stop(&c->listener->poll);
+  uv_close((uv_handle_t *)&c->listener->poll, listener_closed);
+  c->listener = NULL;
+}
+
+static void on_notified(uv_poll_t *p, int status, int events) {
+  (void)events;
+  struct listener *l = p->data;
+  struct cluster *c = l->c;
+  int n = status < 0 ? status : server_db_queue_notifications(l->db);
+  if (n < 0) {
+    core_log_kv(CORE_LOG_WARN, "the queue's LISTEN connection broke: polling until it is back",
+                "error", cordon_err_message(n), NULL);
+    listen_stop(c);
+    return;
+  }
+  if (n > 0 && c->queued)
+    c->queued(c->data);
+}
+
+/* A second handle LISTENs; failures leave the poll of the queue alone. */
+static void listen_start(struct cluster *c) {
+  struct cordon_diag diag = {{0}};
+  struct listener *l = calloc(1, sizeof(*l));
+  int fd = -1;
+  int r = l ? server_db_open(c->state_dir, 0, &l->db, &diag) : -ENOMEM;
+  if (r == 0)
+    r = server_db_queue_listen(l->db, &fd, &diag);
+  if (r == 0)
+    r = uv_poll_init(c->loop, &l->poll, fd);
+  if (r < 0) {
+    if (!c->ticks) /* once, not at every retry */
+      core_log_kv(CORE_LOG_WARN, "cannot LISTEN for queued jobs: the queue is polled", "error",
+                  diag.msg[0] ? diag.msg : cordon_err_message(r), NULL);
+    if (l)
+      server_db_close(l->db);
+    free(l);
+    return;
+  }
+  l->c = c;
+  l->poll.data = l;
+  uv_poll_start(&l->poll, UV_READABLE, on_notified);
+  c->listener = l;
+}
+
 void cluster_close(struct cluster *c) {
-  if (c && c->started && !uv_is_closing((uv_handle_t *)&c->tick))
+  if (!c)
+    return;
+  listen_stop(c);
+  if (c->started && !uv_is_closing((uv_handle_t *)&c->tick))
     uv_close((uv_handle_t *)&c->tick, NULL);
 }
 
@@ -201,6 +275,8 @@ static void on_tick(uv_timer_t *t) {
     }
   }
   (void)server_db_session_expire(c->db, false, NULL);
+  if (!c->listener)
+    listen_start(c);
   close_revoked(c);
   relay_cancels(c);
   if (++c->ticks % CLUSTER_PURGE_TICKS == 0)
@@ -213,6 +289,7 @@ void cluster_start(struct cluster *c) {
   if (!c->shared)
     return;
   c->cancel_since = server_db_now(c->db);
+  listen_start(c);
   uv_timer_init(c->loop, &c->tick);
   c->tick.data = c;
   uv_timer_start(&c->tick, on_tick, CLUSTER_RENEW_MS, CLUSTER_RENEW_MS);
@@ -221,7 +298,8 @@ void cluster_start(struct cluster *c) {
 
 /* ---- queued packages ---- */
 
-void cluster_package_keep(struct server_db *db, const char *job_id, const char *path) {
+/* Its package into the database. */
+static void package_keep(struct server_db *db, const char *job_id, const char *path) {
   if (!server_db_is_shared(db))
     return;
   struct cordon_diag diag = {{0}};
@@ -260,6 +338,16 @@ out:
   free(buf);
   if (fd >= 0)
     close(fd);
+}
+
+void cluster_job_queued(struct server_db *db, const char *job_id, const char *path) {
+  if (!server_db_is_shared(db))
+    return;
+  package_keep(db, job_id, path);
+  struct cordon_diag diag = {{0}};
+  if (server_db_queue_notify(db, &diag) < 0)
+    core_log_kv(CORE_LOG_WARN, "cannot NOTIFY the queued job: the others' poll finds it", "job",
+                job_id, "error", diag.msg, NULL);
 }
 
 int cluster_package_fetch(struct server_db *db, const char *job_id, const char *path) {

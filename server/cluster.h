@@ -11,7 +11,8 @@
  * Jobs reach a device on another instance through the queue: the dispatch
  * finds no local session, queues the job (its package kept in job_packages
  * too), and the instance the device is connected to sends it at its next
- * queue scan (server/jobs.c: a second at most).
+ * queue scan: at once when its LISTEN hears the NOTIFY of the queueing
+ * instance, else at the scan's poll (server/jobs.c: a second at most).
  *
  * With SQLite (one server) nothing here writes: cluster_new gives a cluster
  * whose calls only consult the local sessions. */
@@ -30,8 +31,11 @@
 
 struct cluster;
 
-/* db, sessions and loop are borrowed for the cluster's lifetime. 0 or -ENOMEM. */
+/* db, sessions, state_dir and loop are borrowed for the cluster's
+ * lifetime. queued(data) runs when another instance queued a job (its
+ * LISTEN; the queue scan's poll remains the fallback). 0 or -ENOMEM. */
 int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
+                const char *state_dir, void (*queued)(void *data), void *data,
                 struct cluster **out_cluster);
 /* Its timer goes (before the loop's last run). NULL-safe. */
 void cluster_close(struct cluster *c);
@@ -59,12 +63,13 @@ void cluster_on_session_closed(struct cluster *c, struct session *s);
  * another instance. */
 bool cluster_device_online(struct cluster *c, const char *device_id);
 
-/* Queued packages (PostgreSQL only; no-ops with SQLite): keep the package
- * file of queued job_id in the database (failures are logged: the job is
- * then sent only by this instance); fetch it into path (written whole,
+/* Queued jobs (PostgreSQL only; no-ops with SQLite): job_id was queued
+ * with its package in path: the package is kept in the database (failures
+ * are logged: the job is then sent only by this instance) and the other
+ * instances are told (NOTIFY). Fetch a package into path (written whole,
  * then renamed) when this instance does not have it: 0, -ENOENT when the
  * database has none (yet), or an error. */
-void cluster_package_keep(struct server_db *db, const char *job_id, const char *path);
+void cluster_job_queued(struct server_db *db, const char *job_id, const char *path);
 int cluster_package_fetch(struct server_db *db, const char *job_id, const char *path);
 
 #endif

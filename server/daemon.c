@@ -990,6 +990,12 @@ static void log_keys(struct daemon *d) {
               "publisher_public", p, NULL);
 }
 
+/* cluster: another server queued a job, perhaps for a device here */
+static void on_cluster_queued(void *data) {
+  struct daemon *d = data;
+  jobs_scan_queue(d->jobs);
+}
+
 /* The parts, before anything listens. 0 or -ENOMEM. */
 static int compose(struct daemon *d, const struct daemon_options *opt) {
   const struct session_hooks hooks = {
@@ -1005,7 +1011,7 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
     return -ENOMEM;
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
   if (r == 0)
-    r = cluster_new(d->loop, d->db, d->sessions, &d->cluster);
+    r = cluster_new(d->loop, d->db, d->sessions, d->state_dir, on_cluster_queued, d, &d->cluster);
   if (r == 0)
     r = pair_new(d->db, d->ticket_pk, d->publisher_pk, &d->pair);
   if (r == 0)

@@ -703,4 +703,16 @@ int server_db_job_package_get(struct server_db *db, const char *job_id, uint8_t 
 /* The packages of jobs no longer queued go. */
 int server_db_job_package_purge(struct server_db *db, struct cordon_diag *diag);
 
+/* PostgreSQL's LISTEN/NOTIFY on the channel SERVER_DB_QUEUE_CHANNEL: a job
+ * was queued. server_db_queue_listen makes db (a handle of its own, used
+ * for nothing else) listen, with *out_fd the socket to poll for reading;
+ * server_db_queue_notifications reads what arrived: how many (0 or more),
+ * or a negative error when the connection broke (listen on a new handle).
+ * server_db_queue_notify tells every listener. -EOPNOTSUPP on SQLite
+ * (notify: 0, nothing to tell). */
+#define SERVER_DB_QUEUE_CHANNEL "cordon_queue"
+int server_db_queue_listen(struct server_db *db, int *out_fd, struct cordon_diag *diag);
+int server_db_queue_notifications(struct server_db *db);
+int server_db_queue_notify(struct server_db *db, struct cordon_diag *diag);
+
 #endif

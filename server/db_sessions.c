@@ -1,6 +1,7 @@
 /* A cluster's device sessions and queued packages (server/db.h): the
  * device_sessions and job_packages tables. */
 #include <errno.h>
+#include <libpq-fe.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,4 +221,38 @@ int server_db_job_package_get(struct server_db *db, const char *job_id, uint8_t 
 
 int server_db_job_package_purge(struct server_db *db, struct cordon_diag *diag) {
   return db_simple(db, Q_PACKAGE_PURGE, "drop the packages of sent jobs", diag);
+}
+
+int server_db_queue_listen(struct server_db *db, int *out_fd, struct cordon_diag *diag) {
+  if (!server_db_is_shared(db))
+    return cordon_diag_set(diag, -EOPNOTSUPP, "LISTEN: PostgreSQL only");
+  int err = db->drv->exec_script(db, "LISTEN " SERVER_DB_QUEUE_CHANNEL);
+  if (err)
+    return cordon_diag_set(diag, err, "%s: LISTEN: %s", db->path, db->drv->errmsg(db));
+  int fd = PQsocket(db->h);
+  if (fd < 0)
+    return cordon_diag_set(diag, -ENOTCONN, "%s: LISTEN: no socket", db->path);
+  *out_fd = fd;
+  return 0;
+}
+
+int server_db_queue_notifications(struct server_db *db) {
+  if (!server_db_is_shared(db))
+    return -EOPNOTSUPP;
+  if (!PQconsumeInput(db->h) || PQstatus(db->h) != CONNECTION_OK)
+    return -ECONNRESET;
+  int n = 0;
+  PGnotify *note;
+  while ((note = PQnotifies(db->h))) {
+    n++;
+    PQfreemem(note);
+  }
+  return n;
+}
+
+int server_db_queue_notify(struct server_db *db, struct cordon_diag *diag) {
+  if (!server_db_is_shared(db))
+    return 0;
+  int err = db->drv->exec_script(db, "NOTIFY " SERVER_DB_QUEUE_CHANNEL);
+  return err ? cordon_diag_set(diag, err, "%s: NOTIFY: %s", db->path, db->drv->errmsg(db)) : 0;
 }

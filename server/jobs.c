@@ -799,7 +799,7 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
     return;
   }
   fsync_dir(js->queue_dir);
-  cluster_package_keep(js->db, job_id, path); /* cluster: any instance may send it */
+  cluster_job_queued(js->db, job_id, path); /* cluster: any instance may send it */
   publish_state(js, job_id);
   char ttl[24], pkg[160];
   snprintf(ttl, sizeof(ttl), "%lld", (long long)d->ttl);
@@ -1007,6 +1007,10 @@ static void drain(struct jobs *js) {
 
 void jobs_on_device_online(struct jobs *js, struct session *s) {
   (void)s;
+  drain(js);
+}
+
+void jobs_scan_queue(struct jobs *js) { /* server/cluster.h: another server queued a job */
   drain(js);
 }
 

@@ -1,7 +1,7 @@
 /* server/cluster.c: two real `cordon-server run` daemons on one real
  * PostgreSQL database (B made with `init --keys-from A`), real agents on
  * loopback. A dispatch through A reaches a device connected to B (queued
- * by A, its package from the database, sent by B); restarting A does not
+ * by A, its package from the database, sent by B when A's NOTIFY comes); restarting A does not
  * mark B's device offline; a job queued for an offline device is sent by
  * the server it connects to; a newer session on A replaces B's (B's log
  * says so); a kill -9 of the server running a job: the device reconnects
@@ -155,6 +155,7 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
   cr_expect_eq(count_in(log_b, needle), 1, "B sent it");
   cr_expect_eq(count_in(e2e_server_log, needle), 0, "A did not");
   cr_expect_eq(connected_in(e2e_server_log), 0, "the device never came to A");
+  cr_expect_eq(count_in(log_b, "cannot LISTEN"), 0, "B listens for queued jobs");
   char *ja = job_json(e2e_state, id), *jb = job_json(state_b, id);
   cr_expect_str_eq(ja, jb, "job --json is the same through either server");
   free(ja);
