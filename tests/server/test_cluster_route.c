@@ -270,3 +270,46 @@ Test(route, a_revoke_or_a_cancel_through_one_server_reaches_the_device_on_the_ot
   cr_expect(!device_online(a->id), "a revoked device is offline everywhere");
   free(pkg);
 }
+
+Test(route, a_dead_servers_devices_go_offline_after_the_lease_and_its_jobs_end_device_lost) {
+  cluster_setup();
+  start_a();
+  start_b();
+  struct e2e_agent *a = pair_agent(0, "box", NULL);
+  start_agent(a); /* on A */
+  char *pkg = pack("s",
+                   "{\"name\":\"s\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+                   "\"timeout_s\":2}",
+                   "sleep 60\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
+  /* the server and its device die together: nobody closes the session */
+  e2e_stop(&a->pid, SIGKILL);
+  e2e_stop(&e2e_server_pid, SIGKILL);
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  char *j = job_json(state_b, id);
+  cr_expect(strstr(j, "\"device_online\": true"),
+            "through B the device is online while A's lease lasts: %s", j);
+  free(j);
+  snprintf(e2e_state, sizeof(e2e_state), "%.290s", state_b); /* the helpers ask B now */
+  bool off = false;
+  for (int i = 0; i < 400 && !(off = !device_online(a->id)); i++)
+    msleep(50);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+  cr_assert(off, "B took the device offline when A's lease passed");
+  cr_expect_lt(ms, 10000 + 2000 + 1500, "within the lease and a renewal tick: %ld ms", ms);
+  cr_assert(wait_state(id, "expired", 15000), "%s", job_state(id, NULL));
+  json_t *job;
+  job_state(id, &job);
+  cr_expect_str_eq(json_string_value(json_object_get(job, "error")), "device_lost");
+  json_decref(job);
+  char needle[100];
+  snprintf(needle, sizeof(needle), "msg=\"job expired\" job=%s", id);
+  cr_expect_eq(count_in(log_b, needle), 1, "B ended it");
+  free(pkg);
+}
