@@ -4,10 +4,12 @@
  * takes devices offline only when their lease passed (and, at a start,
  * those without a lease); queued packages are kept, read once stored, and
  * go when their job leaves the queue; revoked devices and cancelled jobs
- * of an instance's rows are listed; LISTEN hears NOTIFY (PostgreSQL). */
+ * of an instance's rows are listed; LISTEN hears NOTIFY (PostgreSQL); two
+ * servers racing to record one result record it once. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -236,4 +238,54 @@ Test(db_sessions, a_listening_handle_hears_a_notify) {
     usleep(10000);
   cr_expect_eq(n, 1);
   server_db_close(ear);
+}
+
+/* Two servers (two handles, two threads) recording one job's result at
+ * the same moment: one records it, the other is told it was (-EALREADY). */
+struct racer {
+  struct server_db *h;
+  const char *job, *dev, *text;
+  int rc;
+};
+
+static void *record(void *arg) {
+  struct racer *r = arg;
+  enum server_db_job_state after;
+  r->rc = server_db_job_record_result(r->h, r->job, r->dev, SERVER_DB_JOB_DONE, NULL, r->text,
+                                      &after, NULL);
+  return NULL;
+}
+
+Test(db_sessions, two_servers_racing_to_record_a_result_record_it_once) {
+  char dev[CORDON_ID_HEX_SIZE];
+  add_device(1, "box", dev);
+  for (int round = 0; round < 20; round++) {
+    char job[CORDON_ID_HEX_SIZE];
+    uint8_t hash[32] = {7};
+    struct server_db_job_new nj = {
+        .user_id = user, .device_id = dev, .package_hash = hash, .args_json = "[]"};
+    cr_assert_eq(server_db_job_add(db, &nj, job, NULL), 0);
+    uint8_t ticket[8] = {1};
+    cr_assert_eq(server_db_job_send_with_ticket(db, job, dev, 5000, ticket, sizeof(ticket), NULL),
+                 0);
+    struct racer r[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+      r[i] = (struct racer){.job = job, .dev = dev, .text = i ? "{\"b\":1}" : "{\"a\":1}"};
+      cr_assert_eq(server_db_open(state_dir, 0, &r[i].h, NULL), 0);
+    }
+    for (int i = 0; i < 2; i++)
+      cr_assert_eq(pthread_create(&t[i], NULL, record, &r[i]), 0);
+    for (int i = 0; i < 2; i++) {
+      pthread_join(t[i], NULL);
+      server_db_close(r[i].h);
+    }
+    cr_assert((r[0].rc == 0 && r[1].rc == -EALREADY) || (r[1].rc == 0 && r[0].rc == -EALREADY),
+              "round %d: %d and %d", round, r[0].rc, r[1].rc);
+    struct server_db_job j;
+    cr_assert_eq(server_db_job_get(db, job, &j, NULL), 0);
+    cr_expect_str_eq(j.result_json, r[0].rc == 0 ? r[0].text : r[1].text, "the winner's result");
+    cr_expect_eq(j.state, SERVER_DB_JOB_DONE);
+    server_db_job_release(&j);
+  }
 }
