@@ -132,14 +132,20 @@ static void agent_on_b(struct e2e_agent *a) {
             "the agent reached B");
 }
 
-Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
+/* Both servers up, the device paired through A and connected to B. */
+static struct e2e_agent *a_device_on_b(void) {
   cluster_setup();
   start_a();
   start_b();
   struct e2e_agent *a = pair_agent(0, "box", NULL);
   agent_on_b(a);
-  /* A starts again: B's device stays online (in the column, and to A) */
   start_a();
+  return a;
+}
+
+Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
+  /* A starts again (a_device_on_b): B's device stays online (in the column, and to A) */
+  struct e2e_agent *a = a_device_on_b();
   cr_expect(online_column(a->id), "A's start did not mark B's device offline");
   cr_expect(device_online(a->id), "A sees the device online through B's lease");
 
@@ -181,12 +187,7 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
 }
 
 Test(route, a_newer_session_on_the_other_server_replaces_the_older) {
-  cluster_setup();
-  start_a();
-  start_b();
-  struct e2e_agent *a = pair_agent(0, "box", NULL);
-  agent_on_b(a);
-  start_a();
+  struct e2e_agent *a = a_device_on_b();
   /* the device's newer session is on A (a peer with its keys): B's closes */
   struct peer p;
   peer_session(&p, a);
@@ -238,12 +239,7 @@ Test(route, a_server_killed_during_a_job_loses_nothing) {
 }
 
 Test(route, a_revoke_or_a_cancel_through_one_server_reaches_the_device_on_the_other) {
-  cluster_setup();
-  start_a();
-  start_b();
-  struct e2e_agent *a = pair_agent(0, "box", NULL);
-  agent_on_b(a);
-  start_a();
+  struct e2e_agent *a = a_device_on_b();
   char *pkg = pack("r", manifest, "sleep 30; echo late\n");
   struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
   char id[33];
