@@ -27,8 +27,7 @@ struct cluster {
   struct server_db *db;
   struct sessions *sessions;
   const char *state_dir;
-  void (*queued)(void *data);
-  void *data;
+  struct cluster_hooks hooks;
   struct listener *listener; /* NULL: not listening (the next tick tries again) */
   bool shared;               /* PostgreSQL: there may be other instances */
   bool started;
@@ -39,15 +38,14 @@ struct cluster {
 };
 
 int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
-                const char *state_dir, void (*queued)(void *data), void *data,
+                const char *state_dir, const struct cluster_hooks *hooks,
                 struct cluster **out_cluster) {
   struct cluster *c = calloc(1, sizeof(*c));
   if (!c)
     return -ENOMEM;
   c->loop = loop;
   c->state_dir = state_dir;
-  c->queued = queued;
-  c->data = data;
+  c->hooks = *hooks;
   c->db = db;
   c->sessions = sessions;
   c->shared = server_db_is_shared(db);
@@ -85,8 +83,8 @@ static void on_notified(uv_poll_t *p, int status, int events) {
     listen_stop(c);
     return;
   }
-  if (n > 0 && c->queued)
-    c->queued(c->data);
+  if (n > 0 && c->hooks.queued)
+    c->hooks.queued(c->hooks.data);
 }
 
 /* A second handle LISTENs; failures leave the poll of the queue alone. */
@@ -207,7 +205,10 @@ static void check_session(struct session *s, void *data) {
   int r = server_db_session_get(c->db, s->device_id, inst, sid, NULL, NULL);
   if (r == -ENOENT ||
       (r == 0 && strcmp(inst, c->instance) == 0 && strcmp(sid, key.session_id) == 0)) {
+    /* its lease passed (a stalled tick: another instance's expiry took
+     * the row and the device offline) or its claim failed */
     claim(c, s);
+    (void)server_db_device_set_online(c->db, s->device_id, true, NULL);
     return;
   }
   if (r < 0 || strcmp(inst, c->instance) == 0)
@@ -279,8 +280,11 @@ static void on_tick(uv_timer_t *t) {
     listen_start(c);
   close_revoked(c);
   relay_cancels(c);
-  if (++c->ticks % CLUSTER_PURGE_TICKS == 0)
+  if (++c->ticks % CLUSTER_PURGE_TICKS == 0) {
     (void)server_db_job_package_purge(c->db, NULL);
+    if (c->hooks.sweep)
+      c->hooks.sweep(c->hooks.data);
+  }
 }
 
 void cluster_start(struct cluster *c) {

@@ -31,11 +31,21 @@
 
 struct cluster;
 
+/* What the cluster asks of the daemon, with data. */
+struct cluster_hooks {
+  void *data;
+  /* another instance queued a job (its NOTIFY): scan the queue now (the
+   * queue scan's poll remains the fallback) */
+  void (*queued)(void *data);
+  /* now and then: drop the local copies of packages whose jobs left the
+   * queue (another instance may have sent them) */
+  void (*sweep)(void *data);
+};
+
 /* db, sessions, state_dir and loop are borrowed for the cluster's
- * lifetime. queued(data) runs when another instance queued a job (its
- * LISTEN; the queue scan's poll remains the fallback). 0 or -ENOMEM. */
+ * lifetime. 0 or -ENOMEM. */
 int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
-                const char *state_dir, void (*queued)(void *data), void *data,
+                const char *state_dir, const struct cluster_hooks *hooks,
                 struct cluster **out_cluster);
 /* Its timer goes (before the loop's last run). NULL-safe. */
 void cluster_close(struct cluster *c);

@@ -996,8 +996,15 @@ static void on_cluster_queued(void *data) {
   jobs_scan_queue(d->jobs);
 }
 
+static void on_cluster_sweep(void *data) {
+  struct daemon *d = data;
+  jobs_sweep_queue(d->jobs);
+}
+
 /* The parts, before anything listens. 0 or -ENOMEM. */
 static int compose(struct daemon *d, const struct daemon_options *opt) {
+  const struct cluster_hooks cluster_hooks = {
+      .data = d, .queued = on_cluster_queued, .sweep = on_cluster_sweep};
   const struct session_hooks hooks = {
       .data = d,
       .pair_hello = on_pair_hello,
@@ -1011,7 +1018,7 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
     return -ENOMEM;
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
   if (r == 0)
-    r = cluster_new(d->loop, d->db, d->sessions, d->state_dir, on_cluster_queued, d, &d->cluster);
+    r = cluster_new(d->loop, d->db, d->sessions, d->state_dir, &cluster_hooks, &d->cluster);
   if (r == 0)
     r = pair_new(d->db, d->ticket_pk, d->publisher_pk, &d->pair);
   if (r == 0)

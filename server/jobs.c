@@ -1538,6 +1538,10 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   return 0;
 }
 
+void jobs_sweep_queue(struct jobs *js) { /* server/cluster.h: now and then */
+  queue_sweep(js);
+}
+
 void jobs_recover(struct jobs *js) {
   if (mkdir(js->queue_dir, 0700) < 0 && errno != EEXIST)
     core_log_kv(CORE_LOG_ERROR, "cannot make the queue directory: jobs cannot be queued", "path",

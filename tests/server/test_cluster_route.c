@@ -176,6 +176,9 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
   job_id_of(o, id);
   free(o);
   cr_assert_str_eq(job_state(id, NULL), "queued");
+  char copy[500];
+  snprintf(copy, sizeof(copy), "%s/queue/%s.cpkg", e2e_state, id);
+  cr_assert_eq(access(copy, F_OK), 0, "A keeps the package it queued");
   int before = connected_in(log_b);
   const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
   a->pid = spawn_logged(a->log, argv);
@@ -183,6 +186,11 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
   cr_assert(wait_state(id, "done", 15000), "the queued job ran: %s", job_state(id, NULL));
   snprintf(needle, sizeof(needle), "msg=\"job sent\" job=%s", id);
   cr_expect_eq(count_in(log_b, needle), 1, "B sent the job A queued");
+  /* A's copy of the package goes at A's next sweep (every 5th renewal tick) */
+  bool gone = false;
+  for (int i = 0; i < 300 && !(gone = access(copy, F_OK) != 0); i++)
+    msleep(50);
+  cr_expect(gone, "A dropped its copy of the package B sent");
   free(pkg);
 }
 
