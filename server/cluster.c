@@ -168,14 +168,16 @@ void cluster_on_session_closed(struct cluster *c, struct session *s) {
     (void)server_db_device_set_online(c->db, s->device_id, true, NULL);
 }
 
-bool cluster_device_online(struct cluster *c, const char *device_id) {
-  if (sessions_find(c->sessions, device_id))
-    return true;
-  if (!c->shared || !cordon_id_hex_valid(device_id))
+bool cluster_device_leased(struct server_db *db, const char *device_id) {
+  if (!server_db_is_shared(db) || !cordon_id_hex_valid(device_id))
     return false;
   int64_t lease = 0;
-  return server_db_session_get(c->db, device_id, NULL, NULL, &lease, NULL) == 0 &&
-         lease > server_db_now(c->db);
+  return server_db_session_get(db, device_id, NULL, NULL, &lease, NULL) == 0 &&
+         lease > server_db_now(db);
+}
+
+bool cluster_device_online(struct cluster *c, const char *device_id) {
+  return sessions_find(c->sessions, device_id) || cluster_device_leased(c->db, device_id);
 }
 
 /* ---- the tick ---- */
@@ -199,7 +201,7 @@ static void check_session(struct session *s, void *data) {
   struct server_db_session_row key;
   memset(&key, 0, sizeof(key));
   cordon_id_to_hex(s->session_id, key.session_id);
-  if (bsearch(&key, k->rows.items, k->rows.count, sizeof(key), row_cmp))
+  if (k->rows.count && bsearch(&key, k->rows.items, k->rows.count, sizeof(key), row_cmp))
     return;
   char inst[CORDON_ID_HEX_SIZE], sid[CORDON_ID_HEX_SIZE];
   int r = server_db_session_get(c->db, s->device_id, inst, sid, NULL, NULL);
@@ -270,7 +272,8 @@ static void on_tick(uv_timer_t *t) {
   if (held < sessions_count(c->sessions)) {
     struct check k = {.c = c};
     if (server_db_session_list(c->db, c->instance, &k.rows, NULL) == 0) {
-      qsort(k.rows.items, k.rows.count, sizeof(*k.rows.items), row_cmp);
+      if (k.rows.count) /* items is NULL without rows */
+        qsort(k.rows.items, k.rows.count, sizeof(*k.rows.items), row_cmp);
       sessions_foreach(c->sessions, check_session, &k);
       server_db_session_rows_release(&k.rows);
     }

@@ -72,6 +72,9 @@ void cluster_on_session_closed(struct cluster *c, struct session *s);
 /* Whether the device has a live session here or, through a live lease, on
  * another instance. */
 bool cluster_device_online(struct cluster *c, const char *device_id);
+/* Whether the device has a live lease (PostgreSQL; false with SQLite): for
+ * a device with no session here, it is connected to another instance. */
+bool cluster_device_leased(struct server_db *db, const char *device_id);
 
 /* Queued jobs (PostgreSQL only; no-ops with SQLite): job_id was queued
  * with its package in path: the package is kept in the database (failures

@@ -611,6 +611,20 @@ static int choose(struct jobs *js, int64_t user_id, const char *want, const stru
   return 0;
 }
 
+/* cluster (server/cluster.h): the candidates that fit, have room and are
+ * connected to another server say so; whether there is one. */
+static bool mark_elsewhere(struct jobs *js, struct choice *ch) {
+  bool any = false;
+  for (size_t i = 0; server_db_is_shared(js->db) && i < ch->n; i++) {
+    struct cand *c = &ch->c[i];
+    if (c->fits && !c->s && c->running < c->max && cluster_device_leased(js->db, c->dev->id)) {
+      snprintf(c->why, sizeof(c->why), "connected to another server: it sends the job");
+      any = true;
+    }
+  }
+  return any;
+}
+
 static const char *choice_decision(const struct choice *ch, bool no_queue) {
   return ch->best >= 0 ? "send" : ch->any_fits && !no_queue ? "queue" : "refuse";
 }
@@ -902,6 +916,10 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
     admin_conn_reply(c, admin_reply_error(r, "cannot read the devices"));
     goto out;
   }
+  /* cluster: a device on another server takes the job through the queue,
+   * --no-queue or not (it could run it now) */
+  if (ch.best < 0 && mark_elsewhere(js, &ch))
+    no_queue = false;
   if (explain) {
     admin_conn_reply(c, explain_reply(&ch, device, no_queue));
   } else if (ch.best >= 0) {

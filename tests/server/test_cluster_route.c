@@ -166,6 +166,12 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
   cr_expect_str_eq(ja, jb, "job --json is the same through either server");
   free(ja);
   free(jb);
+  /* --no-queue: the device on B can run it now, so it goes (through the queue) */
+  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--no-queue", "--detach", "--state",
+          e2e_state);
+  job_id_of(o, id);
+  free(o);
+  cr_expect(wait_state(id, "done", 15000), "--no-queue through A: %s", job_state(id, NULL));
 
   /* a job queued while the device is offline goes out through the server
    * it connects to (B, which it prefers now), its package from the database */
@@ -290,9 +296,11 @@ Test(route, a_dead_servers_devices_go_offline_after_the_lease_and_its_jobs_end_d
   job_id_of(o, id);
   free(o);
   cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
-  /* the server and its device die together: nobody closes the session */
-  e2e_stop(&a->pid, SIGKILL);
+  /* the server and its device die together: nobody closes the session
+   * (the agent frozen first, so that A never sees its connection end) */
+  kill(a->pid, SIGSTOP);
   e2e_stop(&e2e_server_pid, SIGKILL);
+  e2e_stop(&a->pid, SIGKILL);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   char *j = job_json(state_b, id);
