@@ -172,6 +172,11 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
   job_id_of(o, id);
   free(o);
   cr_expect(wait_state(id, "done", 15000), "--no-queue through A: %s", job_state(id, NULL));
+  /* --wait through A: answered when B records the result */
+  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state);
+  cr_expect_eq(o->status, 0, "dispatch --wait through A: %s", o->err);
+  cr_expect(strstr(o->out, "routed"), "with the job's output: %s", o->out);
+  free(o);
 
   /* a job queued while the device is offline goes out through the server
    * it connects to (B, which it prefers now), its package from the database */
