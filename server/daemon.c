@@ -23,6 +23,7 @@
 #include "server/admin_sock.h"
 #include "server/admin_view.h"
 #include "server/cli.h"
+#include "server/cluster.h"
 #include "server/db.h"
 #include "server/events.h"
 #include "server/http.h"
@@ -59,6 +60,7 @@ struct daemon {
   struct net_limits limits;
   struct net_server *srv;
   struct sessions *sessions;
+  struct cluster *cluster; /* the device sessions of other instances (server/cluster.h) */
   struct pair_ctx *pair;
   struct events *events;
   struct jobs *jobs;
@@ -116,6 +118,7 @@ static void on_session_online(void *data, struct session *s) {
   send_keys(s, d);
   const struct event ev = {.kind = EVENT_DEVICE_ONLINE, .device_id = s->device_id, .user = s->user};
   events_publish(d->events, &ev);
+  cluster_on_session_online(d->cluster, s); /* cluster: the device's row is this instance's */
   jobs_on_device_online(d->jobs, s);
 }
 
@@ -145,6 +148,7 @@ static void on_session_closed(void *data, struct session *s) {
         .kind = EVENT_DEVICE_OFFLINE, .device_id = s->device_id, .user = s->user};
     events_publish(d->events, &ev);
   }
+  cluster_on_session_closed(d->cluster, s); /* cluster: its row goes, if still its own */
   jobs_on_session_closed(d->jobs, s);
   pair_on_closed(d->pair, s);
 }
@@ -285,8 +289,9 @@ static void daemon_op_sessions(struct daemon *d, struct admin_conn *c, const jso
   (void)body;
   json_t *list = json_array();
   sessions_foreach(d->sessions, add_session, list);
-  admin_conn_reply(c, json_pack("{s:b, s:o, s:b}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_SESSIONS, list,
-                                ADMIN_REPLY_DRAINING, d->phase != DAEMON_RUNNING));
+  admin_conn_reply(c, json_pack("{s:b, s:o, s:b, s:s}", ADMIN_REPLY_OK, 1, ADMIN_REPLY_SESSIONS,
+                                list, ADMIN_REPLY_DRAINING, d->phase != DAEMON_RUNNING, "instance",
+                                cluster_instance(d->cluster)));
 }
 
 /* A database error as a reply, with the command line's codes (-ENOENT
@@ -439,7 +444,8 @@ static void daemon_op_follow(struct daemon *d, struct admin_conn *c, const json_
 }
 
 static json_t *online_of(struct daemon *d, const char *device_id) {
-  return device_id && device_id[0] ? json_boolean(sessions_find(d->sessions, device_id) != NULL)
+  /* cluster: a session here or a live lease on another instance */
+  return device_id && device_id[0] ? json_boolean(cluster_device_online(d->cluster, device_id))
                                    : json_null();
 }
 
@@ -856,6 +862,7 @@ static void on_http(void *data, const struct http_request *req, struct http_resp
       .draining = d->phase != DAEMON_RUNNING,
       .start_time_s = d->start_time_s,
       .db_commits = server_db_commit_count(d->db),
+      .instance = cluster_instance(d->cluster),
   };
   size_t devs[2], jobs[SERVER_DB_JOB_STATE_COUNT];
   if (server_db_device_count_by_state(d->db, devs, NULL) == 0 &&
@@ -891,6 +898,7 @@ static void daemon_shutdown(struct daemon *d) {
   uv_close((uv_handle_t *)&d->status_timer, NULL);
   uv_close((uv_handle_t *)&d->watchdog_timer, NULL);
   uv_close((uv_handle_t *)&d->drain_timer, NULL);
+  cluster_close(d->cluster);
   jobs_close(d->jobs);
 }
 
@@ -989,8 +997,21 @@ static void log_keys(struct daemon *d) {
               "publisher_public", p, NULL);
 }
 
+/* cluster: another server queued a job, perhaps for a device here */
+static void on_cluster_queued(void *data) {
+  struct daemon *d = data;
+  jobs_scan_queue(d->jobs);
+}
+
+static void on_cluster_sweep(void *data) {
+  struct daemon *d = data;
+  jobs_sweep_queue(d->jobs);
+}
+
 /* The parts, before anything listens. 0 or -ENOMEM. */
 static int compose(struct daemon *d, const struct daemon_options *opt) {
+  const struct cluster_hooks cluster_hooks = {
+      .data = d, .queued = on_cluster_queued, .sweep = on_cluster_sweep};
   const struct session_hooks hooks = {
       .data = d,
       .pair_hello = on_pair_hello,
@@ -1003,6 +1024,8 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
   if (!d->events)
     return -ENOMEM;
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
+  if (r == 0)
+    r = cluster_new(d->loop, d->db, d->sessions, d->state_dir, &cluster_hooks, &d->cluster);
   if (r == 0)
     r = pair_new(d->db, d->ticket_pk, d->publisher_pk, &d->pair);
   if (r == 0)
@@ -1111,7 +1134,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   if (r == 0 && notify_bad) /* not fatal: only systemd would have listened */
     core_log_kv(CORE_LOG_WARN, "no readiness notifications", "error", notify_diag.msg, NULL);
   if (r == 0)
-    r = server_db_device_set_all_offline(d->db, diag);
+    r = cluster_recover_devices(d->db, diag); /* cluster: not another instance's devices */
   if (r < 0)
     goto out_free;
   raise_fd_limit(d->limits.max_conns);
@@ -1167,6 +1190,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   }
   start_handles(d);
   jobs_start(d->jobs);
+  cluster_start(d->cluster);
   log_keys(d);
   char listen[300], metrics[300] = "-";
   format_addr(opt->host, net_server_port(d->srv), listen, sizeof(listen));
@@ -1202,6 +1226,7 @@ out_free:
   events_free(d->events);
   admin_sock_free(d->admin);
   pair_free(d->pair);
+  cluster_free(d->cluster);
   sessions_free(d->sessions);
   server_db_close(d->db);
   notify_close(d->notify);

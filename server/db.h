@@ -65,7 +65,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 9 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 10 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -675,5 +675,87 @@ int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_
 /* Number of sent or running jobs on a device (its concurrency in use). */
 int server_db_job_count_in_flight(struct server_db *db, const char *device_id, size_t *out_count,
                                   struct cordon_diag *diag);
+
+/* ---- a cluster's device sessions and queued packages (db_sessions.c) ----
+ *
+ * Several `cordon-server run` processes on one PostgreSQL database each
+ * have an instance id (server/cluster.h). device_sessions holds, per device,
+ * the instance and session id of its newest live session and the lease
+ * (Unix seconds) its instance keeps renewing; job_packages the bytes of
+ * queued jobs' packages, so that the server a device connects to can send
+ * them. With SQLite (one server) neither table is used. */
+
+#define SERVER_DB_PACKAGE_STORE_MAX (64u << 20) /* bytes of a package kept in job_packages */
+
+struct server_db_session_row {
+  char device_id[CORDON_ID_HEX_SIZE];
+  char session_id[CORDON_ID_HEX_SIZE];
+  char job_id[CORDON_ID_HEX_SIZE]; /* server_db_session_list_cancelled only */
+};
+struct server_db_session_rows {
+  struct server_db_session_row *items; /* heap */
+  size_t count;
+};
+void server_db_session_rows_release(struct server_db_session_rows *rows);
+
+/* Whether the backend is shared by several servers (PostgreSQL). */
+bool server_db_is_shared(const struct server_db *db);
+/* The device's live session is (instance, session_id) until lease_expires:
+ * the row is taken whoever held it. */
+int server_db_session_claim(struct server_db *db, const char *device_id, const char *instance,
+                            const char *session_id, int64_t lease_expires,
+                            struct cordon_diag *diag);
+/* The row goes if it is still (instance, session_id): 0, or -ENOENT when
+ * another session (here or elsewhere) holds it or it is gone. */
+int server_db_session_release(struct server_db *db, const char *device_id, const char *instance,
+                              const char *session_id, struct cordon_diag *diag);
+/* Every row of instance: lease_expires. *out_count: the rows it still has. */
+int server_db_session_renew(struct server_db *db, const char *instance, int64_t lease_expires,
+                            size_t *out_count, struct cordon_diag *diag);
+/* The rows instance holds. */
+int server_db_session_list(struct server_db *db, const char *instance,
+                           struct server_db_session_rows *out, struct cordon_diag *diag);
+/* The rows instance holds of devices revoked since (their sessions must
+ * close). */
+int server_db_session_list_revoked(struct server_db *db, const char *instance,
+                                   struct server_db_session_rows *out, struct cordon_diag *diag);
+/* Jobs cancelled at or after since (Unix seconds), without a result yet, on
+ * devices instance holds: the agent must be told (the cancel may have come
+ * through another instance). */
+int server_db_session_list_cancelled(struct server_db *db, const char *instance, int64_t since,
+                                     struct server_db_session_rows *out, struct cordon_diag *diag);
+/* The device's row: its instance, session id (each CORDON_ID_HEX_SIZE) and
+ * lease; -ENOENT when it has none. Any out may be NULL. */
+int server_db_session_get(struct server_db *db, const char *device_id, char *out_instance,
+                          char *out_session_id, int64_t *out_lease_expires,
+                          struct cordon_diag *diag);
+/* Devices whose row's lease has passed go offline and their rows go; with
+ * at_start, also every device online without a live lease (left so by a
+ * server that died before any lease). Conditional statements: safe with
+ * several servers running it. */
+int server_db_session_expire(struct server_db *db, bool at_start, struct cordon_diag *diag);
+/* Every row goes (a single server's start: none of them is live). */
+int server_db_session_clear(struct server_db *db, struct cordon_diag *diag);
+/* Keep the bytes of queued job id's package (at most
+ * SERVER_DB_PACKAGE_STORE_MAX). A second put of the same job does nothing. */
+int server_db_job_package_put(struct server_db *db, const char *job_id, const void *bytes,
+                              size_t len, struct cordon_diag *diag);
+/* The package of job id into *out (heap, free()): -ENOENT when none. */
+int server_db_job_package_get(struct server_db *db, const char *job_id, uint8_t **out,
+                              size_t *out_len, struct cordon_diag *diag);
+/* The packages of jobs no longer queued go. */
+int server_db_job_package_purge(struct server_db *db, struct cordon_diag *diag);
+
+/* PostgreSQL's LISTEN/NOTIFY on the channel SERVER_DB_QUEUE_CHANNEL: a job
+ * was queued. server_db_queue_listen makes db (a handle of its own, used
+ * for nothing else) listen, with *out_fd the socket to poll for reading;
+ * server_db_queue_notifications reads what arrived: how many (0 or more),
+ * or a negative error when the connection broke (listen on a new handle).
+ * server_db_queue_notify tells every listener. -EOPNOTSUPP on SQLite
+ * (notify: 0, nothing to tell). */
+#define SERVER_DB_QUEUE_CHANNEL "cordon_queue"
+int server_db_queue_listen(struct server_db *db, int *out_fd, struct cordon_diag *diag);
+int server_db_queue_notifications(struct server_db *db);
+int server_db_queue_notify(struct server_db *db, struct cordon_diag *diag);
 
 #endif

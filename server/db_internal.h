@@ -16,6 +16,8 @@
  *                    label helpers dispatch constraints share
  *   db_jobs.c        jobs: the state graph, transitions, the queue, results,
  *                    lists
+ *   db_sessions.c    a cluster's device sessions (which server instance
+ *                    holds each device, and its lease) and queued packages
  *
  * Calls go one way: every table file calls db.c; db_devices.c also calls
  * db_pair_codes.c (consuming the code), which calls db_users.c (the user a
@@ -183,13 +185,47 @@
   X(JOB_TICKET, "SELECT ticket FROM jobs WHERE id = ?1")                                           \
   X(JOB_RECEIPT, "SELECT receipt FROM jobs WHERE id = ?1")
 
+/* a cluster's device sessions and queued packages (db_sessions.c) */
+#define DB_SESSION_STATEMENTS(X)                                                                   \
+  X(SESSION_CLAIM, "INSERT INTO device_sessions (device_id, instance, session_id, lease_expires)"  \
+                   " VALUES (?1, ?2, ?3, ?4) ON CONFLICT (device_id) DO UPDATE SET"                \
+                   " instance = excluded.instance, session_id = excluded.session_id,"              \
+                   " lease_expires = excluded.lease_expires")                                      \
+  X(SESSION_RELEASE, "DELETE FROM device_sessions WHERE device_id = ?1 AND instance = ?2"          \
+                     " AND session_id = ?3")                                                       \
+  X(SESSION_RENEW, "UPDATE device_sessions SET lease_expires = ?2 WHERE instance = ?1")            \
+  X(SESSION_LIST_INSTANCE,                                                                         \
+    "SELECT device_id, session_id FROM device_sessions WHERE instance = ?1")                       \
+  X(SESSION_LIST_REVOKED, "SELECT s.device_id, s.session_id FROM device_sessions s"                \
+                          " JOIN devices d ON d.id = s.device_id WHERE s.instance = ?1"            \
+                          " AND d.state = 'revoked'")                                              \
+  X(SESSION_LIST_CANCELLED, "SELECT j.device_id, s.session_id, j.id FROM jobs j"                   \
+                            " JOIN device_sessions s ON s.device_id = j.device_id"                 \
+                            " WHERE s.instance = ?1 AND j.state = 'cancelled'"                     \
+                            " AND j.result IS NULL AND j.updated >= ?2")                           \
+  X(SESSION_GET, "SELECT instance, session_id, lease_expires FROM device_sessions"                 \
+                 " WHERE device_id = ?1")                                                          \
+  X(SESSION_OFFLINE_UNLEASED, "UPDATE devices SET online = 0 WHERE online <> 0 AND NOT EXISTS"     \
+                              " (SELECT 1 FROM device_sessions s WHERE s.device_id = devices.id"   \
+                              " AND s.lease_expires > ?1)")                                        \
+  X(SESSION_OFFLINE_EXPIRED, "UPDATE devices SET online = 0 WHERE online <> 0 AND id IN"           \
+                             " (SELECT device_id FROM device_sessions WHERE lease_expires <= ?1)") \
+  X(SESSION_DELETE_EXPIRED, "DELETE FROM device_sessions WHERE lease_expires <= ?1")               \
+  X(SESSION_DELETE_ALL, "DELETE FROM device_sessions")                                             \
+  X(PACKAGE_PUT, "INSERT INTO job_packages (job_id, bytes) VALUES (?1, ?2)"                        \
+                 " ON CONFLICT (job_id) DO NOTHING")                                               \
+  X(PACKAGE_GET, "SELECT bytes FROM job_packages WHERE job_id = ?1")                               \
+  X(PACKAGE_PURGE, "DELETE FROM job_packages WHERE job_id IN"                                      \
+                   " (SELECT id FROM jobs WHERE state <> 'queued')")
+
 #define DB_STATEMENTS(X)                                                                           \
   DB_TX_STATEMENTS(X)                                                                              \
   DB_USER_STATEMENTS(X)                                                                            \
   DB_CODE_STATEMENTS(X)                                                                            \
   DB_DEVICE_STATEMENTS(X)                                                                          \
   DB_LABEL_STATEMENTS(X)                                                                           \
-  DB_JOB_STATEMENTS(X)
+  DB_JOB_STATEMENTS(X)                                                                             \
+  DB_SESSION_STATEMENTS(X)
 
 /* Where PostgreSQL's text is not the translation of SQLite's: a write
  * transaction takes one lock for the whole database, as BEGIN IMMEDIATE

@@ -26,7 +26,7 @@
 #define T " TEXT COLLATE \"C\""
 
 /* migrations[n] takes the PostgreSQL schema from version n to n + 1.
- * Append only. Version 1 is SQLite's version 9 (api_version). */
+ * Append only. Version 1 is SQLite's version 9, 2 is 10 (api_version). */
 static const char *const migrations[] = {
     /* 0 -> 1: SQLite's schema 9 */
     "CREATE TABLE schema_version (version BIGINT NOT NULL);"
@@ -109,11 +109,21 @@ static const char *const migrations[] = {
     "  $$BEGIN RAISE EXCEPTION 'a job result is recorded once'; END$$;"
     "CREATE TRIGGER jobs_result_once BEFORE UPDATE OF result ON jobs"
     "  FOR EACH ROW WHEN (OLD.result IS NOT NULL) EXECUTE FUNCTION jobs_result_once();",
+    /* 1 -> 2: SQLite's 9 -> 10, a cluster's sessions and queued packages */
+    "CREATE TABLE device_sessions ("
+    "  device_id" T " PRIMARY KEY REFERENCES devices(id),"
+    "  instance" T " NOT NULL,"
+    "  session_id" T " NOT NULL,"
+    "  lease_expires BIGINT NOT NULL);"
+    "CREATE INDEX device_sessions_instance ON device_sessions (instance);"
+    "CREATE TABLE job_packages ("
+    "  job_id" T " PRIMARY KEY REFERENCES jobs(id),"
+    "  bytes BYTEA NOT NULL);",
 };
 #define PG_SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* api_version[n]: the SERVER_DB_SCHEMA_VERSION PostgreSQL's version n means */
-static const int api_version[] = {0, 9};
+static const int api_version[] = {0, 9, 10};
 _Static_assert(sizeof(api_version) / sizeof(api_version[0]) ==
                    sizeof(migrations) / sizeof(migrations[0]) + 1,
                "one API version per PostgreSQL schema version");

@@ -118,12 +118,24 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN idem_key TEXT CHECK (idem_key IS NULL OR"
     "  length(idem_key) BETWEEN 1 AND 128);"
     "CREATE UNIQUE INDEX jobs_idem_key ON jobs (user_id, idem_key) WHERE idem_key IS NOT NULL;",
+    /* 9 -> 10: a cluster (server/cluster.h): which server instance holds
+     * each device's live session, until when; and the packages of queued
+     * jobs, so that any server can send them */
+    "CREATE TABLE device_sessions ("
+    "  device_id TEXT PRIMARY KEY REFERENCES devices(id),"
+    "  instance TEXT NOT NULL,"
+    "  session_id TEXT NOT NULL,"
+    "  lease_expires INTEGER NOT NULL);"
+    "CREATE INDEX device_sessions_instance ON device_sessions (instance);"
+    "CREATE TABLE job_packages ("
+    "  job_id TEXT PRIMARY KEY REFERENCES jobs(id),"
+    "  bytes BLOB NOT NULL);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,
                "one migration per schema version");
 
-static const int api_version[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+static const int api_version[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
 _Static_assert(sizeof(api_version) / sizeof(api_version[0]) == SERVER_DB_SCHEMA_VERSION + 1,
                "SQLite's versions are the API's");
 

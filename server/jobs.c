@@ -26,6 +26,7 @@
 #include "proto/result_msg.h"
 #include "proto/ticket.h"
 #include "server/admin_ops.h"
+#include "server/cluster.h"
 #include "server/events.h"
 #include "server/metrics.h"
 #include "server/pkgcache.h"
@@ -813,6 +814,20 @@ static int choose(struct jobs *js, int64_t user_id, const char *want, const stru
   return 0;
 }
 
+/* cluster (server/cluster.h): the candidates that fit, have room and are
+ * connected to another server say so; whether there is one. */
+static bool mark_elsewhere(struct jobs *js, struct choice *ch) {
+  bool any = false;
+  for (size_t i = 0; server_db_is_shared(js->db) && i < ch->n; i++) {
+    struct cand *c = &ch->c[i];
+    if (c->fits && !c->s && c->running < c->max && cluster_device_leased(js->db, c->dev->id)) {
+      snprintf(c->why, sizeof(c->why), "connected to another server: it sends the job");
+      any = true;
+    }
+  }
+  return any;
+}
+
 static const char *choice_decision(const struct choice *ch, bool no_queue) {
   return ch->best >= 0 ? "send" : ch->any_fits && !no_queue ? "queue" : "refuse";
 }
@@ -1025,6 +1040,7 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
     return;
   }
   fsync_dir(js->queue_dir);
+  cluster_job_queued(js->db, job_id, path); /* cluster: any instance may send it */
   publish_state(js, job_id);
   char ttl[24], pkg[160];
   snprintf(ttl, sizeof(ttl), "%lld", (long long)d->ttl);
@@ -1133,6 +1149,10 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
     admin_conn_reply(c, admin_reply_error(r, "cannot read the devices"));
     goto out;
   }
+  /* cluster: a device on another server takes the job through the queue,
+   * --no-queue or not (it could run it now) */
+  if (ch.best < 0 && mark_elsewhere(js, &ch))
+    no_queue = false;
   if (explain) {
     admin_conn_reply(c, explain_reply(&ch, device, no_queue));
   } else if (ch.best >= 0) {
@@ -1181,6 +1201,11 @@ static void drain_one(struct jobs *js, const struct server_db_job *job) {
   char **argv = NULL;
   size_t n_args = 0;
   struct cordon_diag diag = {{0}};
+  /* cluster: a job another instance queued has its package in the database
+   * (not there yet while that instance stores it: a later scan) */
+  if (server_db_is_shared(js->db) && access(path, F_OK) < 0 &&
+      cluster_package_fetch(js->db, job->id, path) < 0)
+    return;
   int r = pkg_open(js, path, &p, &diag);
   if (r == 0 && memcmp(p.hash, job->package_hash, CPKG_HASH_SIZE) != 0)
     r = cordon_diag_set(&diag, CORDON_E_PACKAGE_CORRUPT,
@@ -1233,6 +1258,10 @@ static void drain(struct jobs *js) {
 
 void jobs_on_device_online(struct jobs *js, struct session *s) {
   (void)s;
+  drain(js);
+}
+
+void jobs_scan_queue(struct jobs *js) { /* server/cluster.h: another server queued a job */
   drain(js);
 }
 
@@ -1892,6 +1921,10 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   (void)pkgcache_new(PKGCACHE_MAX, &js->pkgs);
   *out_jobs = js;
   return 0;
+}
+
+void jobs_sweep_queue(struct jobs *js) { /* server/cluster.h: now and then */
+  queue_sweep(js);
 }
 
 void jobs_recover(struct jobs *js) {

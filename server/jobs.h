@@ -90,6 +90,11 @@ bool jobs_on_message(struct jobs *j, struct session *s, struct msg *m);
 void jobs_on_session_closed(struct jobs *j, struct session *s);
 /* A device's session is active: its queued jobs may go. */
 void jobs_on_device_online(struct jobs *j, struct session *s);
+/* Another server queued a job (server/cluster.h): the queue is scanned now. */
+void jobs_scan_queue(struct jobs *j);
+/* STATE/queue keeps only the packages of jobs still queued (another server
+ * may have sent one this server queued). */
+void jobs_sweep_queue(struct jobs *j);
 
 /* Admin ops (server/admin_ops.h), on checked requests. */
 /* A dispatch whose key names a job of its user: answered with that job

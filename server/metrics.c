@@ -175,6 +175,11 @@ int metrics_render(const struct metrics_gauges *g, char **out_text, size_t *out_
   put(&t, "cordon_draining %d\n", g->draining ? 1 : 0);
   head(&t, "cordon_start_time_seconds", "gauge", "When the daemon started (Unix time).");
   put(&t, "cordon_start_time_seconds %llu\n", (unsigned long long)g->start_time_s);
+  if (g->instance) {
+    head(&t, "cordon_instance_info", "gauge",
+         "This process's cluster instance id (random per start).");
+    put(&t, "cordon_instance_info{instance=\"%s\"} 1\n", g->instance);
+  }
   if (g->have_db) {
     head(&t, "cordon_devices", "gauge", "Paired devices by state.");
     put(&t, "cordon_devices{state=\"active\"} %zu\n", g->devices_active);

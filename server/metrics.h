@@ -84,6 +84,7 @@ struct metrics_gauges {
   bool draining;
   uint64_t start_time_s;
   uint64_t db_commits; /* server_db_commit_count */
+  const char *instance; /* server/cluster.h: this process's instance id (NULL: none) */
 };
 
 /* The exposition text (heap, NUL-terminated) of the counters so far and g.

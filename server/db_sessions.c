@@ -1,0 +1,258 @@
+/* A cluster's device sessions and queued packages (server/db.h): the
+ * device_sessions and job_packages tables. */
+#include <errno.h>
+#include <libpq-fe.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/db.h"
+#include "server/db_internal.h"
+
+bool server_db_is_shared(const struct server_db *db) {
+  return db && db->drv == &db_pg_driver;
+}
+
+void server_db_session_rows_release(struct server_db_session_rows *rows) {
+  if (!rows)
+    return;
+  free(rows->items);
+  rows->items = NULL;
+  rows->count = 0;
+}
+
+int server_db_session_claim(struct server_db *db, const char *device_id, const char *instance,
+                            const char *session_id, int64_t lease_expires,
+                            struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt_text(db, Q_SESSION_CLAIM, device_id, &st, diag);
+  if (err)
+    return err;
+  int rc = DB_OK;
+  db_bind_text(st, 2, instance, &rc);
+  db_bind_text(st, 3, session_id, &rc);
+  db_bind_int(st, 4, lease_expires, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  return db_exec_stmt(db, st, "claim a device session", diag);
+}
+
+int server_db_session_release(struct server_db *db, const char *device_id, const char *instance,
+                              const char *session_id, struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt_text(db, Q_SESSION_RELEASE, device_id, &st, diag);
+  if (err)
+    return err;
+  int rc = DB_OK;
+  db_bind_text(st, 2, instance, &rc);
+  db_bind_text(st, 3, session_id, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = db_exec_stmt(db, st, "release a device session", diag)))
+    return err;
+  return db_changes(db) == 1 ? 0 : -ENOENT;
+}
+
+int server_db_session_renew(struct server_db *db, const char *instance, int64_t lease_expires,
+                            size_t *out_count, struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt_text(db, Q_SESSION_RENEW, instance, &st, diag);
+  if (err)
+    return err;
+  int rc = DB_OK;
+  db_bind_int(st, 2, lease_expires, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)) ||
+      (err = db_exec_stmt(db, st, "renew the session leases", diag)))
+    return err;
+  *out_count = (size_t)db_changes(db);
+  return 0;
+}
+
+/* Rows of q (instance as ?1, since as ?2 when since >= 0): device id,
+ * session id and, when q has a third column, a job id. */
+static int list_rows(struct server_db *db, enum db_stmt q, const char *instance, int64_t since,
+                     struct server_db_session_rows *out, struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt_text(db, q, instance, &st, diag);
+  if (err)
+    return err;
+  if (since >= 0) {
+    int rc = DB_OK;
+    db_bind_int(st, 2, since, &rc);
+    if ((err = db_bind_check(db, st, rc, diag)))
+      return err;
+  }
+  struct server_db_session_rows rows = {0};
+  size_t cap = 0;
+  int step;
+  while ((step = db_step(st)) == DB_ROW) {
+    struct server_db_session_row *r =
+        db_list_push((void **)&rows.items, &rows.count, &cap, sizeof(*rows.items));
+    if (!r) {
+      step = -ENOMEM;
+      break;
+    }
+    db_col_text(st, 0, r->device_id, sizeof(r->device_id));
+    db_col_text(st, 1, r->session_id, sizeof(r->session_id));
+    if (q == Q_SESSION_LIST_CANCELLED)
+      db_col_text(st, 2, r->job_id, sizeof(r->job_id));
+  }
+  if (step != DB_DONE) {
+    err = db_fail(db, step, "list the session leases", diag);
+    db_done(st);
+    server_db_session_rows_release(&rows);
+    return err;
+  }
+  db_done(st);
+  *out = rows;
+  return 0;
+}
+
+int server_db_session_list(struct server_db *db, const char *instance,
+                           struct server_db_session_rows *out, struct cordon_diag *diag) {
+  return list_rows(db, Q_SESSION_LIST_INSTANCE, instance, -1, out, diag);
+}
+
+int server_db_session_list_revoked(struct server_db *db, const char *instance,
+                                   struct server_db_session_rows *out, struct cordon_diag *diag) {
+  return list_rows(db, Q_SESSION_LIST_REVOKED, instance, -1, out, diag);
+}
+
+int server_db_session_list_cancelled(struct server_db *db, const char *instance, int64_t since,
+                                     struct server_db_session_rows *out, struct cordon_diag *diag) {
+  return list_rows(db, Q_SESSION_LIST_CANCELLED, instance, since, out, diag);
+}
+
+int server_db_session_get(struct server_db *db, const char *device_id, char *out_instance,
+                          char *out_session_id, int64_t *out_lease_expires,
+                          struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt_text(db, Q_SESSION_GET, device_id, &st, diag);
+  if (err)
+    return err;
+  int step = db_step(st);
+  if (step == DB_ROW) {
+    if (out_instance)
+      db_col_text(st, 0, out_instance, CORDON_ID_HEX_SIZE);
+    if (out_session_id)
+      db_col_text(st, 1, out_session_id, CORDON_ID_HEX_SIZE);
+    if (out_lease_expires)
+      *out_lease_expires = db_col_int(st, 2);
+    err = 0;
+  } else if (step == DB_DONE) {
+    err = -ENOENT;
+  } else {
+    err = db_fail(db, step, "read a device session", diag);
+  }
+  db_done(st);
+  return err;
+}
+
+/* q bound with now as ?1, run. */
+static int exec_now(struct server_db *db, enum db_stmt q, const char *what,
+                    struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt(db, q, &st, diag);
+  if (err)
+    return err;
+  int rc = DB_OK;
+  db_bind_int(st, 1, server_db_now(db), &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  return db_exec_stmt(db, st, what, diag);
+}
+
+int server_db_session_expire(struct server_db *db, bool at_start, struct cordon_diag *diag) {
+  int err = 0;
+  if (at_start)
+    err = exec_now(db, Q_SESSION_OFFLINE_UNLEASED, "set unleased devices offline", diag);
+  if (!err)
+    err = exec_now(db, Q_SESSION_OFFLINE_EXPIRED, "set expired devices offline", diag);
+  if (!err)
+    err = exec_now(db, Q_SESSION_DELETE_EXPIRED, "drop expired session leases", diag);
+  return err;
+}
+
+int server_db_session_clear(struct server_db *db, struct cordon_diag *diag) {
+  return db_simple(db, Q_SESSION_DELETE_ALL, "drop the session leases", diag);
+}
+
+int server_db_job_package_put(struct server_db *db, const char *job_id, const void *bytes,
+                              size_t len, struct cordon_diag *diag) {
+  if (len > SERVER_DB_PACKAGE_STORE_MAX)
+    return cordon_diag_set(diag, -EFBIG, "a package of %zu bytes is not kept in the database", len);
+  struct db_st *st = NULL;
+  int err = db_stmt_text(db, Q_PACKAGE_PUT, job_id, &st, diag);
+  if (err)
+    return err;
+  int rc = DB_OK;
+  db_bind_blob(st, 2, bytes, len, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  return db_exec_stmt(db, st, "keep a queued package", diag);
+}
+
+int server_db_job_package_get(struct server_db *db, const char *job_id, uint8_t **out,
+                              size_t *out_len, struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt_text(db, Q_PACKAGE_GET, job_id, &st, diag);
+  if (err)
+    return err;
+  int step = db_step(st);
+  if (step == DB_ROW) {
+    size_t len = 0;
+    const void *p = db_col_blob_ptr(st, 0, &len);
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy) {
+      err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+    } else {
+      if (len)
+        memcpy(copy, p, len);
+      *out = copy;
+      *out_len = len;
+      err = 0;
+    }
+  } else if (step == DB_DONE) {
+    err = -ENOENT;
+  } else {
+    err = db_fail(db, step, "read a queued package", diag);
+  }
+  db_done(st);
+  return err;
+}
+
+int server_db_job_package_purge(struct server_db *db, struct cordon_diag *diag) {
+  return db_simple(db, Q_PACKAGE_PURGE, "drop the packages of sent jobs", diag);
+}
+
+int server_db_queue_listen(struct server_db *db, int *out_fd, struct cordon_diag *diag) {
+  if (!server_db_is_shared(db))
+    return cordon_diag_set(diag, -EOPNOTSUPP, "LISTEN: PostgreSQL only");
+  int err = db->drv->exec_script(db, "LISTEN " SERVER_DB_QUEUE_CHANNEL);
+  if (err)
+    return cordon_diag_set(diag, err, "%s: LISTEN: %s", db->path, db->drv->errmsg(db));
+  int fd = PQsocket(db->h);
+  if (fd < 0)
+    return cordon_diag_set(diag, -ENOTCONN, "%s: LISTEN: no socket", db->path);
+  *out_fd = fd;
+  return 0;
+}
+
+int server_db_queue_notifications(struct server_db *db) {
+  if (!server_db_is_shared(db))
+    return -EOPNOTSUPP;
+  if (!PQconsumeInput(db->h) || PQstatus(db->h) != CONNECTION_OK)
+    return -ECONNRESET;
+  int n = 0;
+  PGnotify *note;
+  while ((note = PQnotifies(db->h))) {
+    n++;
+    PQfreemem(note);
+  }
+  return n;
+}
+
+int server_db_queue_notify(struct server_db *db, struct cordon_diag *diag) {
+  if (!server_db_is_shared(db))
+    return 0;
+  int err = db->drv->exec_script(db, "NOTIFY " SERVER_DB_QUEUE_CHANNEL);
+  return err ? cordon_diag_set(diag, err, "%s: NOTIFY: %s", db->path, db->drv->errmsg(db)) : 0;
+}
