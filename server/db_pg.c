@@ -26,7 +26,7 @@
 #define T " TEXT COLLATE \"C\""
 
 /* migrations[n] takes the PostgreSQL schema from version n to n + 1.
- * Append only. Version 1 is SQLite's version 9, 2 is 10 (api_version). */
+ * Append only. Version 1 is SQLite's version 9, 2 is 10, 3 is 11 (api_version). */
 static const char *const migrations[] = {
     /* 0 -> 1: SQLite's schema 9 */
     "CREATE TABLE schema_version (version BIGINT NOT NULL);"
@@ -119,11 +119,13 @@ static const char *const migrations[] = {
     "CREATE TABLE job_packages ("
     "  job_id" T " PRIMARY KEY REFERENCES jobs(id),"
     "  bytes BYTEA NOT NULL);",
+    /* 2 -> 3: SQLite's 10 -> 11, the live jobs by state and deadline */
+    "CREATE INDEX jobs_state_deadline ON jobs (state, deadline);",
 };
 #define PG_SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* api_version[n]: the SERVER_DB_SCHEMA_VERSION PostgreSQL's version n means */
-static const int api_version[] = {0, 9, 10};
+static const int api_version[] = {0, 9, 10, 11};
 _Static_assert(sizeof(api_version) / sizeof(api_version[0]) ==
                    sizeof(migrations) / sizeof(migrations[0]) + 1,
                "one API version per PostgreSQL schema version");

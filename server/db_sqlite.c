@@ -130,12 +130,15 @@ static const char *const migrations[] = {
     "CREATE TABLE job_packages ("
     "  job_id TEXT PRIMARY KEY REFERENCES jobs(id),"
     "  bytes BLOB NOT NULL);",
+    /* 10 -> 11: the once-a-second expiry and queue scans read the live jobs
+     * by state and deadline, not the whole table (it only grows) */
+    "CREATE INDEX jobs_state_deadline ON jobs (state, deadline);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,
                "one migration per schema version");
 
-static const int api_version[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+static const int api_version[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
 _Static_assert(sizeof(api_version) / sizeof(api_version[0]) == SERVER_DB_SCHEMA_VERSION + 1,
                "SQLite's versions are the API's");
 
