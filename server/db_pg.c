@@ -6,7 +6,7 @@
  * messages name the database by user, host, port and name only. */
 #include <ctype.h>
 #include <errno.h>
-#include <libpq-fe.h>
+#include "server/pq.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +264,9 @@ static int pg_open(struct server_db *db, const char *state_dir, const char *url,
                : cordon_diag_set(diag, -errno, "%s: %s", state_dir, strerror(errno));
   if (!S_ISDIR(sb.st_mode))
     return cordon_diag_set(diag, -ENOTDIR, "%s is not a directory", state_dir);
+  int lerr = pq_load(diag); /* libpq is loaded on the first PostgreSQL open only */
+  if (lerr)
+    return lerr;
   if (!describe(db, url))
     return cordon_diag_set(diag, -EINVAL,
                            "the database URL is not a valid postgresql:// URL (libpq's form: "

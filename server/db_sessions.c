@@ -1,7 +1,7 @@
 /* A cluster's device sessions and queued packages (server/db.h): the
  * device_sessions and job_packages tables. */
 #include <errno.h>
-#include <libpq-fe.h>
+#include "server/pq.h"
 #include <stdlib.h>
 #include <string.h>
 
