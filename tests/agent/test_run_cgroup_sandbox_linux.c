@@ -218,7 +218,7 @@ static const char *idir(size_t i, const char *inst) {
 
 /* The pids in dir's cgroup.procs (at most max). */
 static size_t procs_of(const char *dir, pid_t *out, size_t max) {
-  char path[4400];
+  char path[8192]; /* dir is at most 4800 bytes: every path fits */
   snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
   FILE *f = fopen(path, "re");
   size_t n = 0;
