@@ -40,8 +40,11 @@ start)
   as_owner "$bindir/initdb" -D "$dir/data" -U "$owner" -A trust -E UTF8 --locale=C.UTF-8 \
     --no-sync >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }
   # a socket in DIR only; fsync off: a throwaway cluster, fast tests
+  # (CORDON_PG_FSYNC=on for the benchmarks: durable as SQLite's commits are)
+  fsync=${CORDON_PG_FSYNC:-off}
+  case "$fsync" in on|off) ;; *) echo "pg-temp: CORDON_PG_FSYNC must be on or off" >&2; exit 2 ;; esac
   as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-    -o "-c listen_addresses='' -c unix_socket_directories='$dir' -c fsync=off -c max_connections=200" \
+    -o "-c listen_addresses='' -c unix_socket_directories='$dir' -c fsync=$fsync -c max_connections=200" \
     start >/dev/null || { cat "$dir/postgres.log" >&2; exit 1; }
   echo "postgresql://$owner@/postgres?host=$dir&port=5432"
   ;;
