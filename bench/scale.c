@@ -47,6 +47,10 @@
 #define SERVER_DEFAULT_MAX_CONNS 1024 /* net_limits_default() */
 
 static char dir[512], state[600], pkg[600], ids[600], jobs_log[600], slog[600];
+/* when this run began, as `jobs --since` reads it: a cached state holds the
+ * jobs of earlier runs too, which are not this run's to check (and all of
+ * them would be more than one admin reply holds) */
+static char run_start[32];
 static bool smoke;
 static int failures;
 
@@ -261,12 +265,14 @@ static int cmp_str(const void *a, const void *b) {
 }
 
 /* The job ids of lines [from, to) of the jobs log, against the jobs table
- * (`cordon-server jobs --json --limit 0`): how many are not 'done' (a
+ * (`cordon-server jobs --json --limit 0 --since <this run's start>`): how
+ * many are not 'done' (a
  * result stored; lost), and how many appear twice (duplicated). */
 static void check_jobs(long from, long to, long *out_lost, long *out_dup, long *out_checked) {
   *out_lost = *out_dup = *out_checked = -1;
   char cmd[2048];
-  snprintf(cmd, sizeof(cmd), "'%s' jobs --json --limit 0 --state '%s' 2>/dev/null", SERVER, state);
+  snprintf(cmd, sizeof(cmd), "'%s' jobs --json --limit 0 --since '%s' --state '%s' 2>/dev/null",
+           SERVER, run_start, state);
   FILE *p = popen(cmd, "r");
   json_t *arr = p ? json_loadf(p, 0, NULL) : NULL;
   if (p)
@@ -357,6 +363,10 @@ static int setup_state(void) {
 int main(int argc, char **argv) {
   unsigned devices = 10000;
   const char *cache = NULL;
+  time_t t0 = time(NULL) - 1;
+  struct tm tm0;
+  gmtime_r(&t0, &tm0);
+  strftime(run_start, sizeof(run_start), "%Y-%m-%dT%H:%M:%SZ", &tm0);
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc)
       devices = (unsigned)atoi(argv[++i]);

@@ -130,7 +130,10 @@ int admin_stream_next(struct admin_stream *st, json_t **out_line, struct cordon_
     }
     if (st->len + 1 >= st->cap) {
       if (st->cap >= ADMIN_REPLY_MAX)
-        return cordon_diag_set(diag, CORDON_E_LIMIT, "admin reply too large");
+        return cordon_diag_set(diag, CORDON_E_LIMIT,
+                               "the daemon's reply is over %u MiB: ask for less (e.g. jobs "
+                               "--limit N or --since TIME)",
+                               ADMIN_REPLY_MAX >> 20);
       size_t cap = st->cap ? st->cap * 2 : 65536;
       char *nb = realloc(st->buf, cap);
       if (!nb)
