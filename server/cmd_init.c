@@ -42,9 +42,9 @@ struct init_key {
   mode_t mode;
 };
 
-
-/* Remove what a failed init made in the (formerly empty) state directory:
- * its files and the keys/ directory's files. */
+/* Remove what a failed init made in the state directory, which was empty
+ * when it began (so all of it is init's): the key files, the keys/
+ * directory and its files, the URL file, the database. */
 static void remove_made(int dirfd) {
   for (size_t i = 0; server_keys_top_files[i]; i++)
     unlinkat(dirfd, server_keys_top_files[i], 0);
@@ -65,38 +65,42 @@ static void remove_made(int dirfd) {
   unlinkat(dirfd, SERVER_DB_FILE "-shm", 0);
 }
 
-/* init --keys-from A --db URL: a second server of A's cluster, on the
- * database URL names (A's), with A's identity (the Noise key agents pin, the
- * ticket and publisher keys and their rotations) and nothing else of A's
- * state (docs/SECURITY.md, "Several
- * servers"). */
-static int init_from_keys(const char *state, const char *from, const char *db_url, int dirfd,
-                          int created) {
+/* The keys of a new cluster, written into dirfd; *comment ("id=<the
+ * publisher key's id>") for the message. A CLI status (0 or the printed
+ * failure). */
+static int make_keys(int dirfd, const char *state, char *comment, size_t comment_size) {
   struct cordon_diag diag = {{0}};
-  int status = 0, err = server_keys_copy(from, state, &diag);
-  if (err)
-    status = server_cli_fail(err, &diag);
-  if (status == 0 && (err = server_db_save_url(state, db_url, &diag)) != 0)
-    status = server_cli_fail(err, &diag);
-  if (status == 0) {
-    struct server_db *db = NULL;
-    err = server_db_open(state, SERVER_DB_CREATE, &db, &diag);
-    server_db_close(db);
+  const struct init_key files[] = {
+      {SERVER_TICKET_KEY_FILE, KEYFILE_TICKET_SECRET, 0600},
+      {SERVER_NOISE_KEY_FILE, KEYFILE_NOISE_SECRET, 0600},
+      {SERVER_PUBLISHER_KEY_FILE, KEYFILE_PUBLISHER_SECRET, 0600},
+      {SERVER_PUBLISHER_PUB_FILE, KEYFILE_PUBLISHER_PUBLIC, 0644},
+  };
+  uint8_t *secrets = sodium_malloc(3 * KEYFILE_KEY_SIZE + crypto_sign_SECRETKEYBYTES);
+  if (!secrets)
+    return server_cli_failf(-ENOMEM, "out of memory");
+  uint8_t *ticket_seed = secrets, *noise_secret = secrets + 32, *pub_seed = secrets + 64;
+  uint8_t *pub_sk = secrets + 96;
+  uint8_t pub_pk[crypto_sign_PUBLICKEYBYTES], key_id[CORDON_ID_LEN];
+  randombytes_buf(ticket_seed, 32);
+  randombytes_buf(noise_secret, 32); /* X25519 private key; clamped where it is used */
+  randombytes_buf(pub_seed, 32);
+  crypto_sign_seed_keypair(pub_pk, pub_sk, pub_seed);
+  cpkg_key_id(pub_pk, key_id);
+  char key_hex[CORDON_ID_HEX_SIZE];
+  cordon_id_to_hex(key_id, key_hex);
+  snprintf(comment, comment_size, "id=%s", key_hex);
+  const uint8_t *keys[] = {ticket_seed, noise_secret, pub_seed, pub_pk};
+  int status = 0;
+  for (size_t i = 0; status == 0 && i < sizeof(files) / sizeof(files[0]); i++) {
+    bool publisher =
+        files[i].kind == KEYFILE_PUBLISHER_PUBLIC || files[i].kind == KEYFILE_PUBLISHER_SECRET;
+    int err = keys_write_file(dirfd, files[i].name, files[i].kind, keys[i], files[i].mode,
+                              publisher ? comment : NULL, &diag);
     if (err)
-      status = server_cli_fail(err, &diag);
+      status = server_cli_failf(err, "%s/%s", state, diag.msg);
   }
-  if (status == 0 && fsync(dirfd) < 0)
-    status = server_cli_failf(-errno, "%s: %s", state, strerror(errno));
-  if (status != 0) {
-    remove_made(dirfd);
-    if (created)
-      rmdir(state);
-  } else {
-    fprintf(stderr, "%s: initialised %s with the keys of %s (one identity: agents paired "
-                    "with either trust both)\n",
-            SERVER_PROG, state, from);
-  }
-  close(dirfd);
+  sodium_free(secrets);
   return status;
 }
 
@@ -165,46 +169,18 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
       return server_cli_failf(-e, "%s: %s", state, strerror(e));
     }
   }
-  if (keys_from)
-    return init_from_keys(state, keys_from, db_url, dirfd, created);
-  int status = 0;
+  /* the keys: a new identity, or (--keys-from A --db URL) A's, for a
+   * second server of A's cluster on A's database, with nothing else of A's
+   * state (docs/SECURITY.md, "Several servers, one identity") */
   struct cordon_diag diag = {{0}};
-  const struct init_key files[] = {
-      {SERVER_TICKET_KEY_FILE, KEYFILE_TICKET_SECRET, 0600},
-      {SERVER_NOISE_KEY_FILE, KEYFILE_NOISE_SECRET, 0600},
-      {SERVER_PUBLISHER_KEY_FILE, KEYFILE_PUBLISHER_SECRET, 0600},
-      {SERVER_PUBLISHER_PUB_FILE, KEYFILE_PUBLISHER_PUBLIC, 0644},
-  };
-  size_t n_files = sizeof(files) / sizeof(files[0]), written = 0;
-  uint8_t *secrets = sodium_malloc(3 * KEYFILE_KEY_SIZE + crypto_sign_SECRETKEYBYTES);
-  if (!secrets) {
-    status = server_cli_failf(-ENOMEM, "out of memory");
-    goto out_close;
-  }
-  uint8_t *ticket_seed = secrets, *noise_secret = secrets + 32, *pub_seed = secrets + 64;
-  uint8_t *pub_sk = secrets + 96;
-  uint8_t pub_pk[crypto_sign_PUBLICKEYBYTES], key_id[CORDON_ID_LEN];
-  randombytes_buf(ticket_seed, 32);
-  randombytes_buf(noise_secret, 32); /* X25519 private key; clamped where it is used */
-  randombytes_buf(pub_seed, 32);
-  crypto_sign_seed_keypair(pub_pk, pub_sk, pub_seed);
-  cpkg_key_id(pub_pk, key_id);
-  char key_hex[CORDON_ID_HEX_SIZE], comment[sizeof("id=") + CORDON_ID_HEX_LEN];
-  cordon_id_to_hex(key_id, key_hex);
-  snprintf(comment, sizeof(comment), "id=%s", key_hex);
-  const uint8_t *keys[] = {ticket_seed, noise_secret, pub_seed, pub_pk};
-  for (written = 0; written < n_files; written++) {
-    int err = keys_write_file(dirfd, files[written].name, files[written].kind, keys[written],
-                              files[written].mode,
-                              files[written].kind == KEYFILE_PUBLISHER_PUBLIC ||
-                                      files[written].kind == KEYFILE_PUBLISHER_SECRET
-                                  ? comment
-                                  : NULL,
-                              &diag);
-    if (err) {
-      status = server_cli_failf(err, "%s/%s", state, diag.msg);
-      break;
-    }
+  char comment[sizeof("id=") + CORDON_ID_HEX_LEN] = "";
+  int status = 0;
+  if (!keys_from)
+    status = make_keys(dirfd, state, comment, sizeof(comment));
+  else {
+    int err = server_keys_copy(keys_from, state, &diag);
+    if (err)
+      status = server_cli_fail(err, &diag);
   }
   if (status == 0 && db_url) {
     /* PostgreSQL: the URL is kept in the state directory (0600, it may
@@ -224,21 +200,18 @@ int server_cmd_init(const struct server_cli *cli, int argc, char **argv) {
   if (status == 0 && fsync(dirfd) < 0)
     status = server_cli_failf(-errno, "%s: %s", state, strerror(errno));
   if (status != 0) {
-    /* Leave nothing half-made behind. */
-    for (size_t i = 0; i < written && i < n_files; i++)
-      unlinkat(dirfd, files[i].name, 0);
-    unlinkat(dirfd, SERVER_DB_URL_FILE, 0);
-    unlinkat(dirfd, SERVER_DB_FILE, 0);
-    unlinkat(dirfd, SERVER_DB_FILE "-wal", 0);
-    unlinkat(dirfd, SERVER_DB_FILE "-shm", 0);
+    remove_made(dirfd); /* leave nothing half-made behind */
     if (created)
       rmdir(state);
+  } else if (keys_from) {
+    fprintf(stderr,
+            "%s: initialised %s with the keys of %s (one identity: agents paired "
+            "with either trust both)\n",
+            SERVER_PROG, state, keys_from);
   } else {
     fprintf(stderr, "%s: initialised %s; publisher key %s, public half in %s/%s\n", SERVER_PROG,
             state, comment, state, SERVER_PUBLISHER_PUB_FILE);
   }
-  sodium_free(secrets);
-out_close:
   close(dirfd);
   return status;
 }
