@@ -15,20 +15,8 @@
 static char state_b[320], log_b[400], addr_b[64], adv_a[80], adv_b[80];
 static pid_t pid_b = -1;
 
-/* A loopback port nothing listens on now. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  cr_assert(fd >= 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-  socklen_t len = sizeof(sa);
-  cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-  close(fd);
-  return ntohs(sa.sin_port);
-}
-
 static pid_t start_daemon(const char *state, const char *listen, const char *log) {
-  (void)!truncate(log, 0);
+  e2e_log_restart(log);
   const char *argv[] = {SERVER,        "run", "--state",     state, "--listen", listen,
                         "--advertise", adv_a, "--advertise", adv_b, NULL};
   pid_t pid = spawn_logged(log, argv);
@@ -55,9 +43,9 @@ static void setup(void) {
   o = RUN(SERVER, "user", "add", "alice", "--state", e2e_state);
   cr_assert_eq(o->status, 0);
   free(o);
-  int pa = free_port(), pb = free_port();
+  int pa = e2e_free_port(), pb = e2e_free_port();
   while (pb == pa)
-    pb = free_port();
+    pb = e2e_free_port();
   snprintf(e2e_addr, sizeof(e2e_addr), "127.0.0.1:%d", pa);
   snprintf(addr_b, sizeof(addr_b), "127.0.0.1:%d", pb);
   snprintf(adv_a, sizeof(adv_a), "%s", e2e_addr);

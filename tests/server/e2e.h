@@ -6,15 +6,19 @@
 #ifndef CORDON_TESTS_SERVER_E2E_H
 #define CORDON_TESTS_SERVER_E2E_H
 
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -152,11 +156,28 @@ E2E_FN void e2e_check_sanitizers(const char *log) {
   }
 }
 
+/* Empty a daemon's log before it starts again, after its check. */
+E2E_FN void e2e_log_restart(const char *log) {
+  e2e_check_sanitizers(log);
+  (void)!truncate(log, 0);
+}
+
+/* A loopback port nothing listens on now. */
+E2E_FN int e2e_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert(fd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  socklen_t len = sizeof(sa);
+  cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+  close(fd);
+  return ntohs(sa.sin_port);
+}
+
 /* The first start picks a free port; later starts reuse it (agents pin the
  * address at pairing). */
 E2E_FN void start_server(void) {
-  e2e_check_sanitizers(e2e_server_log);
-  (void)!truncate(e2e_server_log, 0);
+  e2e_log_restart(e2e_server_log);
   const char *argv[] = {SERVER,        "run", "--state",  e2e_state,
                         "--job-grace", "5",   "--listen", e2e_addr[0] ? e2e_addr : "127.0.0.1:0",
                         NULL};
@@ -203,9 +224,19 @@ E2E_FN void e2e_teardown(void) {
     e2e_stop(&e2e_agents[i].pid, SIGKILL);
   e2e_stop(&e2e_server_pid, SIGKILL);
   pg_test_drop();
-  bool reported = e2e_sanitizer_report(e2e_server_log);
-  for (int i = 0; i < E2E_AGENTS; i++)
-    reported |= e2e_agents[i].log[0] && e2e_sanitizer_report(e2e_agents[i].log);
+  /* every daemon's log: the server's, the agents', a test's own */
+  bool reported = false;
+  DIR *d = e2e_dir[0] ? opendir(e2e_dir) : NULL;
+  struct dirent *de;
+  while (d && (de = readdir(d)) != NULL) {
+    size_t n = strlen(de->d_name);
+    char path[600];
+    if (n > 4 && strcmp(de->d_name + n - 4, ".log") == 0 &&
+        snprintf(path, sizeof(path), "%s/%s", e2e_dir, de->d_name) < (int)sizeof(path))
+      reported |= e2e_sanitizer_report(path);
+  }
+  if (d)
+    closedir(d);
   if (reported) {
     fprintf(stderr, "e2e: kept %s\n", e2e_dir);
     abort();

@@ -65,7 +65,7 @@ Test(enrolment, a_user_that_requires_approval_gets_pending_devices) {
 
 Test(enrolment, run_require_approval_makes_every_new_device_pending) {
   e2e_stop(&e2e_server_pid, SIGTERM);
-  (void)!truncate(e2e_server_log, 0);
+  e2e_log_restart(e2e_server_log);
   const char *argv[] = {SERVER,     "run",         "--state", e2e_state, "--require-approval",
                         "--listen", "127.0.0.1:0", NULL};
   e2e_server_pid = spawn_logged(e2e_server_log, argv);

@@ -19,7 +19,7 @@ TestSuite(flood, .init = setup, .fini = e2e_teardown, .timeout = 300);
 /* The server again with a metrics listener: its port. */
 static int restart_with_metrics(void) {
   e2e_stop(&e2e_server_pid, SIGTERM);
-  (void)!truncate(e2e_server_log, 0);
+  e2e_log_restart(e2e_server_log);
   const char *argv[] = {SERVER,   "run",       "--state",     e2e_state, "--listen",
                         e2e_addr, "--metrics", "127.0.0.1:0", NULL};
   e2e_server_pid = spawn_logged(e2e_server_log, argv);

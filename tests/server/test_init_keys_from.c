@@ -10,15 +10,17 @@
 
 #include "cli_run.h"
 
-static void setup(void) { cli_run_setup("cordon-keysfrom"); }
+static void setup(void) {
+  cli_run_setup("cordon-keysfrom");
+}
 
 TestSuite(init_keys_from, .init = setup, .fini = cli_run_teardown, .timeout = 60);
 
 static struct run *srv(const char *a1, const char *a2, const char *a3, const char *a4,
                        const char *a5, const char *a6) {
   static struct run r;
-  char *argv[] = {"cordon-server", (char *)a1, (char *)a2, (char *)a3, (char *)a4,
-                  (char *)a5,      (char *)a6, NULL};
+  char *argv[] = {"cordon-server", (char *)a1, (char *)a2, (char *)a3,
+                  (char *)a4,      (char *)a5, (char *)a6, NULL};
   cli_run_exec(&r, argv);
   return &r;
 }
@@ -69,8 +71,7 @@ Test(init_keys_from, copies_the_identity_and_its_rotations_with_their_modes) {
   r = srv("init", "--state", b, "--keys-from", a, NULL);
   cr_assert_eq(r->status, 0, "%s", r->err);
   cr_assert(strstr(r->err, "with the keys of"), "%s", r->err);
-  const char *files[] = {"noise.key", "ticket.key", "publisher.key", "publisher.pub",
-                         "keys.json"};
+  const char *files[] = {"noise.key", "ticket.key", "publisher.key", "publisher.pub", "keys.json"};
   for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
     path_in(pa, sizeof(pa), a, files[i]);
     path_in(pb, sizeof(pb), b, files[i]);
@@ -100,8 +101,10 @@ Test(init_keys_from, copies_the_identity_and_its_rotations_with_their_modes) {
   cr_assert(strstr(r->out, "alice"), "%s", r->out);
   /* and nothing of A's state directory but the keys and the URL */
   char cmd[1024];
-  snprintf(cmd, sizeof(cmd), "cd '%s' && [ \"$(ls -A | sort | tr '\\n' ' ')\" = "
-           "'db-url keys keys.json noise.key publisher.key publisher.pub ticket.key ' ]", b);
+  snprintf(cmd, sizeof(cmd),
+           "cd '%s' && [ \"$(ls -A | sort | tr '\\n' ' ')\" = "
+           "'db-url keys keys.json noise.key publisher.key publisher.pub ticket.key ' ]",
+           b);
   cr_assert_eq(system(cmd), 0, "B holds more than its keys and db-url");
 }
 

@@ -13,7 +13,7 @@
 /* The daemon again, logging at debug level (same state and address). */
 static void restart_server_at_debug(void) {
   e2e_stop(&e2e_server_pid, SIGTERM);
-  (void)!truncate(e2e_server_log, 0);
+  e2e_log_restart(e2e_server_log);
   const char *argv[] = {SERVER,   "run",         "--state", e2e_state, "--listen",
                         e2e_addr, "--log-level", "debug",   NULL};
   e2e_server_pid = spawn_logged(e2e_server_log, argv);
