@@ -307,42 +307,17 @@ void cluster_start(struct cluster *c) {
 
 /* Its package into the database. */
 static void package_keep(struct server_db *db, const char *job_id, const char *path) {
-  if (!server_db_is_shared(db))
-    return;
   struct cordon_diag diag = {{0}};
-  int r = 0;
-  uint8_t *buf = NULL;
+  int r;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0) {
+  if (fd < 0 || fstat(fd, &st) < 0)
     r = cordon_diag_set(&diag, -errno, "%s: %s", path, strerror(errno));
-    goto out;
-  }
-  if ((uint64_t)st.st_size > SERVER_DB_PACKAGE_STORE_MAX) {
-    r = cordon_diag_set(&diag, -EFBIG, "%lld bytes: above the %u the database keeps",
-                        (long long)st.st_size, SERVER_DB_PACKAGE_STORE_MAX);
-    goto out;
-  }
-  size_t len = (size_t)st.st_size, got = 0;
-  buf = malloc(len ? len : 1);
-  if (!buf) {
-    r = cordon_diag_set(&diag, -ENOMEM, "out of memory");
-    goto out;
-  }
-  while (got < len) {
-    ssize_t n = read(fd, buf + got, len - got);
-    if (n <= 0) {
-      r = cordon_diag_set(&diag, -EIO, "%s: short read", path);
-      goto out;
-    }
-    got += (size_t)n;
-  }
-  r = server_db_job_package_put(db, job_id, buf, len, &diag);
-out:
+  else
+    r = server_db_job_package_store(db, job_id, fd, (uint64_t)st.st_size, &diag);
   if (r < 0)
     core_log_kv(CORE_LOG_WARN, "queued package not kept in the database: only this server sends it",
                 "job", job_id, "error", diag.msg, NULL);
-  free(buf);
   if (fd >= 0)
     close(fd);
 }
@@ -360,38 +335,24 @@ void cluster_job_queued(struct server_db *db, const char *job_id, const char *pa
 int cluster_package_fetch(struct server_db *db, const char *job_id, const char *path) {
   if (!server_db_is_shared(db))
     return -ENOENT;
-  uint8_t *buf = NULL;
-  size_t len = 0;
-  int r = server_db_job_package_get(db, job_id, &buf, &len, NULL);
-  if (r < 0)
-    return r;
   char tmp[4200];
   snprintf(tmp, sizeof(tmp), "%s.part", path);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    r = -errno;
-    goto out_free;
-  }
-  size_t put = 0;
-  while (put < len) {
-    ssize_t n = write(fd, buf + put, len - put);
-    if (n <= 0) {
-      r = n < 0 ? -errno : -EIO;
-      break;
-    }
-    put += (size_t)n;
-  }
+  if (fd < 0)
+    return -errno;
+  struct cordon_diag diag = {{0}};
+  uint64_t size = 0;
+  int r = server_db_job_package_load(db, job_id, fd, &size, &diag);
   if (r == 0 && fsync(fd) < 0)
-    r = -errno;
+    r = cordon_diag_set(&diag, -errno, "fsync: %s", strerror(errno));
   close(fd);
   if (r == 0 && rename(tmp, path) < 0)
-    r = -errno;
+    r = cordon_diag_set(&diag, -errno, "rename: %s", strerror(errno));
   if (r < 0) {
     unlink(tmp);
-    core_log_kv(CORE_LOG_WARN, "cannot write a queued package fetched from the database", "job",
-                job_id, "error", strerror(-r), NULL);
+    if (r != -ENOENT)
+      core_log_kv(CORE_LOG_WARN, "cannot write a queued package fetched from the database", "job",
+                  job_id, "error", diag.msg[0] ? diag.msg : strerror(-r), NULL);
   }
-out_free:
-  free(buf);
   return r;
 }

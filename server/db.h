@@ -65,7 +65,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 11 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 12 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -683,9 +683,14 @@ int server_db_job_count_in_flight(struct server_db *db, const char *device_id, s
  * the instance and session id of its newest live session and the lease
  * (Unix seconds) its instance keeps renewing; job_packages the bytes of
  * queued jobs' packages, so that the server a device connects to can send
- * them. With SQLite (one server) neither table is used. */
+ * them: one row for a package of at most SERVER_DB_PACKAGE_STORE_MAX bytes
+ * (what servers before schema 12 read too), job_package_parts rows of
+ * SERVER_DB_PACKAGE_PART bytes for a larger one. With SQLite (one server)
+ * none of these tables is used. */
 
 #define SERVER_DB_PACKAGE_STORE_MAX (64u << 20) /* bytes of a package kept in job_packages */
+#define SERVER_DB_PACKAGE_PART (8u << 20)       /* bytes per job_package_parts row */
+#define SERVER_DB_PACKAGE_MAX (16ull << 30)     /* bytes of a package read back, at most */
 
 struct server_db_session_row {
   char device_id[CORDON_ID_HEX_SIZE];
@@ -743,7 +748,20 @@ int server_db_job_package_put(struct server_db *db, const char *job_id, const vo
 /* The package of job id into *out (heap, free()): -ENOENT when none. */
 int server_db_job_package_get(struct server_db *db, const char *job_id, uint8_t **out,
                               size_t *out_len, struct cordon_diag *diag);
-/* The packages of jobs no longer queued go. */
+/* Keep queued job id's package, the size bytes of fd from its start
+ * (pread: fd's offset stays): in job_packages when it fits, else in parts,
+ * every part in one transaction (all or none; inside a group op, a part of
+ * it). A second store of the same job adds nothing. -EFBIG above
+ * SERVER_DB_PACKAGE_MAX. */
+int server_db_job_package_store(struct server_db *db, const char *job_id, int fd, uint64_t size,
+                                struct cordon_diag *diag);
+/* Write job id's package into fd (at its offset, with write) from
+ * job_packages, else from its parts in order: 0 with *out_size, -ENOENT
+ * when the database has none, -EFBIG when the parts pass
+ * SERVER_DB_PACKAGE_MAX (nothing more is written then), else the error. */
+int server_db_job_package_load(struct server_db *db, const char *job_id, int fd,
+                               uint64_t *out_size, struct cordon_diag *diag);
+/* The packages (rows and parts) of jobs no longer queued go. */
 int server_db_job_package_purge(struct server_db *db, struct cordon_diag *diag);
 
 /* PostgreSQL's LISTEN/NOTIFY on the channel SERVER_DB_QUEUE_CHANNEL: a job

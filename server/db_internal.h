@@ -216,7 +216,13 @@
                  " ON CONFLICT (job_id) DO NOTHING")                                               \
   X(PACKAGE_GET, "SELECT bytes FROM job_packages WHERE job_id = ?1")                               \
   X(PACKAGE_PURGE, "DELETE FROM job_packages WHERE job_id IN"                                      \
-                   " (SELECT id FROM jobs WHERE state <> 'queued')")
+                   " (SELECT id FROM jobs WHERE state <> 'queued')")                               \
+  X(PACKAGE_PART_PUT, "INSERT INTO job_package_parts (job_id, part, bytes) VALUES (?1, ?2, ?3)"     \
+                      " ON CONFLICT (job_id, part) DO NOTHING")                                     \
+  X(PACKAGE_PART_GET, "SELECT bytes FROM job_package_parts WHERE job_id = ?1 AND part = ?2")        \
+  X(PACKAGE_PART_COUNT, "SELECT count(*) FROM job_package_parts WHERE job_id = ?1")                \
+  X(PACKAGE_PART_PURGE, "DELETE FROM job_package_parts WHERE job_id IN"                             \
+                        " (SELECT id FROM jobs WHERE state <> 'queued')")
 
 #define DB_STATEMENTS(X)                                                                           \
   DB_TX_STATEMENTS(X)                                                                              \

@@ -121,11 +121,17 @@ static const char *const migrations[] = {
     "  bytes BYTEA NOT NULL);",
     /* 2 -> 3: SQLite's 10 -> 11, the live jobs by state and deadline */
     "CREATE INDEX jobs_state_deadline ON jobs (state, deadline);",
+    /* 3 -> 4: SQLite's 11 -> 12, queued packages above 64 MiB in parts */
+    "CREATE TABLE job_package_parts ("
+    "  job_id" T " NOT NULL REFERENCES jobs(id),"
+    "  part BIGINT NOT NULL CHECK (part >= 0),"
+    "  bytes BYTEA NOT NULL,"
+    "  PRIMARY KEY (job_id, part));",
 };
 #define PG_SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* api_version[n]: the SERVER_DB_SCHEMA_VERSION PostgreSQL's version n means */
-static const int api_version[] = {0, 9, 10, 11};
+static const int api_version[] = {0, 9, 10, 11, 12};
 _Static_assert(sizeof(api_version) / sizeof(api_version[0]) ==
                    sizeof(migrations) / sizeof(migrations[0]) + 1,
                "one API version per PostgreSQL schema version");

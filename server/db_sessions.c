@@ -1,6 +1,7 @@
 /* A cluster's device sessions and queued packages (server/db.h): the
- * device_sessions and job_packages tables. */
+ * device_sessions, job_packages and job_package_parts tables. */
 #include <errno.h>
+#include <unistd.h>
 #include "server/pq.h"
 #include <stdlib.h>
 #include <string.h>
@@ -219,8 +220,156 @@ int server_db_job_package_get(struct server_db *db, const char *job_id, uint8_t 
   return err;
 }
 
+/* n bytes of fd at off into buf: 0, or an error (a short file is -EIO). */
+static int read_at(int fd, uint8_t *buf, size_t n, uint64_t off, struct cordon_diag *diag) {
+  for (size_t got = 0; got < n;) {
+    ssize_t r = pread(fd, buf + got, n - got, (off_t)(off + got));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return cordon_diag_set(diag, -errno, "read the package: %s", strerror(errno));
+    if (r == 0)
+      return cordon_diag_set(diag, -EIO, "read the package: it ended early");
+    got += (size_t)r;
+  }
+  return 0;
+}
+
+static int write_all(int fd, const void *p, size_t n, struct cordon_diag *diag) {
+  const uint8_t *b = p;
+  for (size_t put = 0; put < n;) {
+    ssize_t r = write(fd, b + put, n - put);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return cordon_diag_set(diag, r < 0 ? -errno : -EIO, "write the package: %s",
+                             r < 0 ? strerror(errno) : "short write");
+    put += (size_t)r;
+  }
+  return 0;
+}
+
+static int part_put(struct server_db *db, const char *job_id, int64_t part, const uint8_t *bytes,
+                    size_t len, struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt_text(db, Q_PACKAGE_PART_PUT, job_id, &st, diag);
+  if (err)
+    return err;
+  int rc = DB_OK;
+  db_bind_int(st, 2, part, &rc);
+  db_bind_blob(st, 3, bytes, len, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  return db_exec_stmt(db, st, "keep a part of a queued package", diag);
+}
+
+int server_db_job_package_store(struct server_db *db, const char *job_id, int fd, uint64_t size,
+                                struct cordon_diag *diag) {
+  if (size > SERVER_DB_PACKAGE_MAX)
+    return cordon_diag_set(diag, -EFBIG, "a package of %llu bytes is not kept in the database",
+                           (unsigned long long)size);
+  size_t chunk = size <= SERVER_DB_PACKAGE_STORE_MAX ? (size_t)size : SERVER_DB_PACKAGE_PART;
+  uint8_t *buf = malloc(chunk ? chunk : 1);
+  if (!buf)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  int err;
+  if (size <= SERVER_DB_PACKAGE_STORE_MAX) { /* one row, as servers before schema 12 read it */
+    err = read_at(fd, buf, chunk, 0, diag);
+    if (!err)
+      err = server_db_job_package_put(db, job_id, buf, chunk, diag);
+    free(buf);
+    return err;
+  }
+  if ((err = db_tx_begin(db, diag))) {
+    free(buf);
+    return err;
+  }
+  int64_t part = 0;
+  for (uint64_t off = 0; off < size && !err; off += chunk, part++) {
+    size_t n = size - off < chunk ? (size_t)(size - off) : chunk;
+    err = read_at(fd, buf, n, off, diag);
+    if (!err)
+      err = part_put(db, job_id, part, buf, n, diag);
+  }
+  free(buf);
+  if (err) {
+    db_tx_rollback(db);
+    return err;
+  }
+  return db_tx_commit(db, diag);
+}
+
+/* Part number part of job id into fd: 0, -ENOENT (no such part), or an error. */
+static int part_load(struct server_db *db, const char *job_id, int64_t part, int fd,
+                     uint64_t *io_size, struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt_text(db, Q_PACKAGE_PART_GET, job_id, &st, diag);
+  if (err)
+    return err;
+  int rc = DB_OK;
+  db_bind_int(st, 2, part, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
+    return err;
+  int step = db_step(st);
+  if (step == DB_ROW) {
+    size_t len = 0;
+    const void *p = db_col_blob_ptr(st, 0, &len);
+    if (len == 0 || len > SERVER_DB_PACKAGE_PART ||
+        len > SERVER_DB_PACKAGE_MAX - *io_size) /* the store never writes such a part */
+      err = cordon_diag_set(diag, -EFBIG, "part %lld of the queued package: %zu bytes",
+                            (long long)part, len);
+    else if (!(err = write_all(fd, p, len, diag)))
+      *io_size += len;
+  } else if (step == DB_DONE) {
+    err = -ENOENT;
+  } else {
+    err = db_fail(db, step, "read a part of a queued package", diag);
+  }
+  db_done(st);
+  return err;
+}
+
+int server_db_job_package_load(struct server_db *db, const char *job_id, int fd,
+                               uint64_t *out_size, struct cordon_diag *diag) {
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  int err = server_db_job_package_get(db, job_id, &buf, &len, diag);
+  if (err != -ENOENT) {
+    if (!err && !(err = write_all(fd, buf, len, diag)))
+      *out_size = len;
+    free(buf);
+    return err;
+  }
+  /* a large one: its parts, counted first (a store commits them all at
+   * once, a purge drops them all at once: a part missing on the way means
+   * the job left the queue, not a shorter package) */
+  struct db_st *st = NULL;
+  if ((err = db_stmt_text(db, Q_PACKAGE_PART_COUNT, job_id, &st, diag)))
+    return err;
+  int step = db_step(st);
+  int64_t parts = step == DB_ROW ? db_col_int(st, 0) : -1;
+  if (step != DB_ROW)
+    err = db_fail(db, step, "count the parts of a queued package", diag);
+  db_done(st);
+  if (err)
+    return err;
+  if (parts <= 0)
+    return -ENOENT;
+  if ((uint64_t)parts > SERVER_DB_PACKAGE_MAX / SERVER_DB_PACKAGE_PART + 1)
+    return cordon_diag_set(diag, -EFBIG, "a queued package of %lld parts", (long long)parts);
+  uint64_t size = 0;
+  for (int64_t part = 0; part < parts; part++)
+    if ((err = part_load(db, job_id, part, fd, &size, diag)))
+      return err;
+  *out_size = size;
+  return 0;
+}
+
 int server_db_job_package_purge(struct server_db *db, struct cordon_diag *diag) {
-  return db_simple(db, Q_PACKAGE_PURGE, "drop the packages of sent jobs", diag);
+  int err = db_simple(db, Q_PACKAGE_PURGE, "drop the packages of sent jobs", diag);
+  if (!err)
+    err = db_simple(db, Q_PACKAGE_PART_PURGE, "drop the parts of sent jobs' packages", diag);
+  return err;
 }
 
 int server_db_queue_listen(struct server_db *db, int *out_fd, struct cordon_diag *diag) {

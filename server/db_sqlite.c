@@ -133,12 +133,19 @@ static const char *const migrations[] = {
     /* 10 -> 11: the once-a-second expiry and queue scans read the live jobs
      * by state and deadline, not the whole table (it only grows) */
     "CREATE INDEX jobs_state_deadline ON jobs (state, deadline);",
+    /* 11 -> 12: queued packages above SERVER_DB_PACKAGE_STORE_MAX, in parts
+     * (job_packages keeps a smaller one in one row, as before) */
+    "CREATE TABLE job_package_parts ("
+    "  job_id TEXT NOT NULL REFERENCES jobs(id),"
+    "  part INTEGER NOT NULL CHECK (part >= 0),"
+    "  bytes BLOB NOT NULL,"
+    "  PRIMARY KEY (job_id, part));",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,
                "one migration per schema version");
 
-static const int api_version[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+static const int api_version[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
 _Static_assert(sizeof(api_version) / sizeof(api_version[0]) == SERVER_DB_SCHEMA_VERSION + 1,
                "SQLite's versions are the API's");
 

@@ -319,3 +319,50 @@ Test(route, a_dead_servers_devices_go_offline_after_the_lease_and_its_jobs_end_d
   cr_expect_eq(count_in(log_b, needle), 1, "B ended it");
   free(pkg);
 }
+
+Test(route, a_queued_package_above_what_one_row_keeps_reaches_the_device_through_the_other,
+     .timeout = 240) {
+  cluster_setup();
+  start_a();
+  start_b();
+  struct e2e_agent *a = pair_agent(0, "box", NULL);
+  e2e_stop(&a->pid, SIGKILL);
+  for (int i = 0; i < 300 && device_online(a->id); i++)
+    msleep(20);
+  /* a package above SERVER_DB_PACKAGE_STORE_MAX (64 MiB): kept in parts */
+  char dir[400], cmd[1200];
+  snprintf(dir, sizeof(dir), "%s/big", e2e_dir);
+  mkdir(dir, 0755);
+  snprintf(cmd, sizeof(cmd),
+           "head -c %u /dev/urandom > %s/blob && sha256sum < %s/blob | cut -c1-64 > %s/want",
+           (64u << 20) + (9u << 20) + 77u, dir, dir, e2e_dir);
+  cr_assert_eq(system(cmd), 0);
+  char *pkg = pack("big", manifest, "sha256sum < blob | cut -c1-64\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  cr_assert_str_eq(job_state(id, NULL), "queued");
+  /* the queueing server dies: only the database's copy can reach the device */
+  e2e_stop(&e2e_server_pid, SIGKILL);
+  int before = connected_in(log_b);
+  const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
+  a->pid = spawn_logged(a->log, argv);
+  cr_assert(wait_count(log_b, "msg=\"device connected\"", before + 1, 15000));
+  cr_assert(wait_state(id, "done", 90000), "the job ran: %s", job_state(id, NULL));
+  char needle[100];
+  snprintf(needle, sizeof(needle), "msg=\"job sent\" job=%s", id);
+  cr_expect_eq(count_in(log_b, needle), 1, "B sent the job A queued");
+  cr_expect_eq(count_in(log_b, "queued package not kept"), 0);
+  cr_expect_eq(count_in(e2e_server_log, "queued package not kept"), 0);
+  o = RUN(SERVER, "job", id, "--state", state_b);
+  char want[80] = "", path[500];
+  snprintf(path, sizeof(path), "%s/want", e2e_dir);
+  FILE *f = fopen(path, "r");
+  cr_assert(f && fgets(want, sizeof(want), f));
+  fclose(f);
+  want[64] = 0;
+  cr_expect(strstr(o->out, want), "the device got the package's bytes: %s", o->out);
+  free(o);
+  free(pkg);
+}

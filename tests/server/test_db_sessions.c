@@ -3,14 +3,16 @@
  * that holds it releases it; an instance renews only its own rows; expiry
  * takes devices offline only when their lease passed (and, at a start,
  * those without a lease); queued packages are kept, read once stored, and
- * go when their job leaves the queue; revoked devices and cancelled jobs
+ * go when their job leaves the queue, a large one in parts, all or none; revoked devices and cancelled jobs
  * of an instance's rows are listed; LISTEN hears NOTIFY (PostgreSQL); two
  * servers racing to record one result record it once. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <poll.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +176,119 @@ Test(db_sessions, a_queued_package_is_kept_until_its_job_leaves_the_queue) {
   cr_expect_eq(server_db_job_package_get(db, job, &got, &len, NULL), -ENOENT);
   cr_expect_eq(server_db_job_package_put(db, job, bytes, SERVER_DB_PACKAGE_STORE_MAX + 1ul, NULL),
                -EFBIG);
+}
+
+/* SQL on the test's database, whichever backend holds it. */
+static void exec_sql(const char *sql) {
+  if (pg_test_base()) {
+    cr_assert_eq(pg_test_exec(sql), 0, "%s", sql);
+    return;
+  }
+  char path[400];
+  snprintf(path, sizeof(path), "%s/cordon.db", state_dir);
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open(path, &h), SQLITE_OK);
+  char *err = NULL;
+  cr_assert_eq(sqlite3_exec(h, sql, NULL, NULL, &err), SQLITE_OK, "%s: %s", sql, err);
+  sqlite3_close(h);
+}
+
+/* A file of size bytes that differ from part to part. */
+static int pattern_file(const char *path, uint64_t size) {
+  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  cr_assert(fd >= 0);
+  static uint8_t buf[1 << 16];
+  for (uint64_t off = 0; off < size;) {
+    size_t n = size - off < sizeof(buf) ? (size_t)(size - off) : sizeof(buf);
+    for (size_t i = 0; i < n; i++)
+      buf[i] = (uint8_t)((off + i) * 31 + ((off + i) >> 20));
+    cr_assert_eq(write(fd, buf, n), (ssize_t)n);
+    off += n;
+  }
+  return fd;
+}
+
+static bool same_files(int a, int b) {
+  off_t sa = lseek(a, 0, SEEK_END), sb = lseek(b, 0, SEEK_END);
+  if (sa != sb)
+    return false;
+  static uint8_t x[1 << 16], y[1 << 16];
+  for (off_t off = 0; off < sa;) {
+    ssize_t n = pread(a, x, sizeof(x), off);
+    if (n <= 0 || pread(b, y, (size_t)n, off) != n || memcmp(x, y, (size_t)n) != 0)
+      return false;
+    off += n;
+  }
+  return true;
+}
+
+Test(db_sessions, a_large_queued_package_is_kept_in_parts_all_or_none, .timeout = 120) {
+  char dev[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE], small[CORDON_ID_HEX_SIZE];
+  add_device(1, "box", dev);
+  uint8_t hash[32] = {7};
+  struct server_db_job_new nj = {.user_id = user,
+                                 .device_id = dev,
+                                 .package_hash = hash,
+                                 .args_json = "[]",
+                                 .queue_expires = 2000};
+  cr_assert_eq(server_db_job_add(db, &nj, job, NULL), 0);
+  cr_assert_eq(server_db_job_add(db, &nj, small, NULL), 0);
+  char src[320], dst[320];
+  snprintf(src, sizeof(src), "%s/pkg", state_dir);
+  snprintf(dst, sizeof(dst), "%s/back", state_dir);
+  /* above what one row keeps: three parts, the last a short one */
+  uint64_t size = SERVER_DB_PACKAGE_STORE_MAX + SERVER_DB_PACKAGE_PART + 12345;
+  int in = pattern_file(src, size);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_job_package_store(db, job, in, size, &d), 0, "%s", d.msg);
+  uint8_t *got = NULL;
+  size_t len = 0;
+  cr_expect_eq(server_db_job_package_get(db, job, &got, &len, NULL), -ENOENT,
+               "not in one row: servers before schema 12 read that and would take it whole");
+  int out = open(dst, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  cr_assert(out >= 0);
+  uint64_t back = 0;
+  cr_assert_eq(server_db_job_package_load(db, job, out, &back, &d), 0, "%s", d.msg);
+  cr_expect_eq(back, size);
+  cr_expect(same_files(in, out), "the same bytes back");
+  /* a second store adds nothing */
+  cr_assert_eq(server_db_job_package_store(db, job, in, size, &d), 0, "%s", d.msg);
+  cr_assert_eq(ftruncate(out, 0), 0);
+  cr_assert_eq(lseek(out, 0, SEEK_SET), 0);
+  cr_assert_eq(server_db_job_package_load(db, job, out, &back, &d), 0, "%s", d.msg);
+  cr_expect_eq(back, size, "still once");
+  /* a small one: one row, read back the same way */
+  uint64_t small_size = 5000;
+  cr_assert_eq(server_db_job_package_store(db, small, in, small_size, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_job_package_get(db, small, &got, &len, NULL), 0, "one row");
+  cr_expect_eq(len, small_size);
+  free(got);
+  /* a part that went (a purge racing the read) is no package, never a
+   * shorter one */
+  exec_sql("DELETE FROM job_package_parts WHERE part = 1");
+  cr_assert_eq(ftruncate(out, 0), 0);
+  cr_assert_eq(lseek(out, 0, SEEK_SET), 0);
+  cr_expect_eq(server_db_job_package_load(db, job, out, &back, NULL), -ENOENT);
+  /* a store that fails half-way keeps nothing (here: the file is shorter
+   * than it is said to be, after the first part) */
+  exec_sql("DELETE FROM job_package_parts");
+  cr_expect_lt(server_db_job_package_store(db, job, in, size + SERVER_DB_PACKAGE_PART, NULL), 0);
+  cr_expect_eq(server_db_job_package_load(db, job, out, &back, NULL), -ENOENT,
+               "no part of a failed store stays");
+  cr_expect_eq(server_db_job_package_store(db, job, in, SERVER_DB_PACKAGE_MAX + 1, NULL), -EFBIG);
+  /* the parts go when the job leaves the queue */
+  cr_assert_eq(server_db_job_package_store(db, job, in, size, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_job_package_purge(db, NULL), 0);
+  cr_assert_eq(ftruncate(out, 0), 0);
+  cr_assert_eq(lseek(out, 0, SEEK_SET), 0);
+  cr_assert_eq(server_db_job_package_load(db, job, out, &back, NULL), 0, "still queued: kept");
+  cr_assert_eq(server_db_job_transition(db, job, SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_CANCELLED,
+                                        "cancelled", NULL),
+               0);
+  cr_assert_eq(server_db_job_package_purge(db, NULL), 0);
+  cr_expect_eq(server_db_job_package_load(db, job, out, &back, NULL), -ENOENT);
+  close(in);
+  close(out);
 }
 
 Test(db_sessions, an_instance_lists_its_revoked_devices_and_cancelled_jobs) {
