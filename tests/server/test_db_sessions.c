@@ -144,16 +144,21 @@ Test(db_sessions, expiry_takes_offline_only_the_devices_whose_lease_passed) {
   cr_expect(online(live), "twice is the same");
 }
 
-Test(db_sessions, a_queued_package_is_kept_until_its_job_leaves_the_queue) {
-  char dev[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE];
-  add_device(1, "box", dev);
+/* A job queued for device dev until 2000. */
+static void queued_job(const char *dev, char out_id[CORDON_ID_HEX_SIZE]) {
   uint8_t hash[32] = {7};
   struct server_db_job_new nj = {.user_id = user,
                                  .device_id = dev,
                                  .package_hash = hash,
                                  .args_json = "[]",
                                  .queue_expires = 2000};
-  cr_assert_eq(server_db_job_add(db, &nj, job, NULL), 0);
+  cr_assert_eq(server_db_job_add(db, &nj, out_id, NULL), 0);
+}
+
+Test(db_sessions, a_queued_package_is_kept_until_its_job_leaves_the_queue) {
+  char dev[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE];
+  add_device(1, "box", dev);
+  queued_job(dev, job);
   uint8_t bytes[3000];
   for (size_t i = 0; i < sizeof(bytes); i++)
     bytes[i] = (uint8_t)(i * 7);
@@ -225,14 +230,8 @@ static bool same_files(int a, int b) {
 Test(db_sessions, a_large_queued_package_is_kept_in_parts_all_or_none, .timeout = 120) {
   char dev[CORDON_ID_HEX_SIZE], job[CORDON_ID_HEX_SIZE], small[CORDON_ID_HEX_SIZE];
   add_device(1, "box", dev);
-  uint8_t hash[32] = {7};
-  struct server_db_job_new nj = {.user_id = user,
-                                 .device_id = dev,
-                                 .package_hash = hash,
-                                 .args_json = "[]",
-                                 .queue_expires = 2000};
-  cr_assert_eq(server_db_job_add(db, &nj, job, NULL), 0);
-  cr_assert_eq(server_db_job_add(db, &nj, small, NULL), 0);
+  queued_job(dev, job);
+  queued_job(dev, small);
   char src[320], dst[320];
   snprintf(src, sizeof(src), "%s/pkg", state_dir);
   snprintf(dst, sizeof(dst), "%s/back", state_dir);
