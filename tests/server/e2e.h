@@ -12,14 +12,17 @@
 #include <errno.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -375,6 +378,43 @@ E2E_FN void job_id_of(const struct out *o, char out[33]) {
   cr_assert_eq(o->status, 0, "dispatch: %s", o->err);
   cr_assert_eq(strlen(o->out), 33, "a job id and a newline: '%s'", o->out);
   snprintf(out, 33, "%.32s", o->out);
+}
+
+/* ---- a full disk under the state ---- */
+
+/* Move the state directory onto a tmpfs of size_mb in a mount namespace
+ * of this test's own (start the daemon after it, inside it; agents outside
+ * only see its port). Use e2e_tmpfs_teardown as the suite's .fini. */
+E2E_FN void e2e_state_on_tmpfs(int size_mb) {
+  cr_assert_eq(unshare(CLONE_NEWNS), 0, "unshare: %s", strerror(errno));
+  cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+  char cmd[1200], opts[32];
+  snprintf(cmd, sizeof(cmd), "cp -a %s %s.copy", e2e_state, e2e_state);
+  cr_assert_eq(system(cmd), 0);
+  snprintf(opts, sizeof(opts), "size=%dm,mode=0700", size_mb);
+  cr_assert_eq(mount("tmpfs", e2e_state, "tmpfs", 0, opts), 0, "mount: %s", strerror(errno));
+  snprintf(cmd, sizeof(cmd), "cp -a %s.copy/. %s/ && rm -rf %s.copy", e2e_state, e2e_state,
+           e2e_state);
+  cr_assert_eq(system(cmd), 0);
+}
+
+/* The suite's teardown, after the state's tmpfs is gone (a failed test
+ * leaves it mounted, and a mount point cannot be removed). */
+E2E_FN void e2e_tmpfs_teardown(void) {
+  e2e_stop(&e2e_server_pid, SIGKILL);
+  umount2(e2e_state, MNT_DETACH);
+  e2e_teardown();
+}
+
+/* Fill the state's file system with the file path (remove it to free the
+ * space again). */
+E2E_FN void e2e_fill_state(const char *path) {
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of=%s bs=64k >/dev/null 2>&1", path);
+  (void)!system(cmd); /* ends at ENOSPC */
+  struct statvfs vs;
+  cr_assert_eq(statvfs(e2e_state, &vs), 0);
+  cr_assert_lt(vs.f_bavail * vs.f_bsize, 64 * 1024, "the state's file system is full");
 }
 
 #endif

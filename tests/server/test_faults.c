@@ -288,50 +288,17 @@ static void id_told(const char *log, char id[33]) {
   snprintf(id, 33, "%.32s", p + 4);
 }
 
-/* ---- the server's disk fills while a job runs ---- */
-
-/* Move the state directory onto a tmpfs of size_mb in a mount namespace
- * of this test's own (the daemon is stopped meanwhile and started again
- * inside it; agents outside only see its port). */
-static void state_on_tmpfs(int size_mb) {
-  cr_assert_eq(unshare(CLONE_NEWNS), 0, "unshare: %s", strerror(errno));
-  cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
-  char cmd[1200], opts[32];
-  snprintf(cmd, sizeof(cmd), "cp -a %s %s.copy", e2e_state, e2e_state);
-  cr_assert_eq(system(cmd), 0);
-  snprintf(opts, sizeof(opts), "size=%dm,mode=0700", size_mb);
-  cr_assert_eq(mount("tmpfs", e2e_state, "tmpfs", 0, opts), 0, "mount: %s", strerror(errno));
-  snprintf(cmd, sizeof(cmd), "cp -a %s.copy/. %s/ && rm -rf %s.copy", e2e_state, e2e_state,
-           e2e_state);
-  cr_assert_eq(system(cmd), 0);
-}
-
-/* The suite's teardown, after the state's tmpfs is gone (a failed test
- * leaves it mounted, and a mount point cannot be removed). */
-static void tmpfs_teardown(void) {
-  e2e_stop(&e2e_server_pid, SIGKILL);
-  umount2(e2e_state, MNT_DETACH);
-  e2e_teardown();
-}
-
-static void fill_state(const char *fill) {
-  char cmd[600];
-  snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of=%s bs=64k >/dev/null 2>&1", fill);
-  (void)!system(cmd); /* ends at ENOSPC */
-  struct statvfs vs;
-  cr_assert_eq(statvfs(e2e_state, &vs), 0);
-  cr_assert_lt(vs.f_bavail * vs.f_bsize, 64 * 1024, "the state's file system is full");
-}
+/* ---- the server's disk fills while a job runs (e2e_state_on_tmpfs) ---- */
 
 Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_freed_not_expired,
-     .fini = tmpfs_teardown) {
+     .fini = e2e_tmpfs_teardown) {
   PG_TEST_SQLITE_ONLY(); /* it fills the state directory's disk, where SQLite writes */
   if (geteuid() != 0)
     cr_skip_test("needs root for a mount namespace");
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
   e2e_stop(&e2e_server_pid, SIGTERM);
-  state_on_tmpfs(8);
+  e2e_state_on_tmpfs(8);
   start_server();
   for (int i = 0; i < 250 && !device_online(a->id); i++)
     msleep(20);
@@ -353,7 +320,7 @@ Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_free
   cr_assert(wait_state(id, "running", 10000));
   char fill[400];
   snprintf(fill, sizeof(fill), "%s/fill", e2e_state);
-  fill_state(fill);
+  e2e_fill_state(fill);
   cr_assert(wait_in(a->log, "the server could not record a result", 10000),
             "the server asked for it again:\n%s", e2e_server_log);
   /* past its deadline (timeout_s 2 + --job-grace 5) with the disk still full */

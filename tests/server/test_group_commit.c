@@ -225,27 +225,6 @@ Test(group_commit, a_kill_during_a_burst_loses_no_answered_job_and_runs_none_twi
 
 /* ---- a commit that fails ---- */
 
-/* The state directory on a tmpfs of size_mb in a mount namespace of this
- * test's own (as tests/server/test_faults.c does). */
-static void state_on_tmpfs(int size_mb) {
-  cr_assert_eq(unshare(CLONE_NEWNS), 0, "unshare: %s", strerror(errno));
-  cr_assert_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
-  char cmd[1200], opts[32];
-  snprintf(cmd, sizeof(cmd), "cp -a %s %s.copy", e2e_state, e2e_state);
-  cr_assert_eq(system(cmd), 0);
-  snprintf(opts, sizeof(opts), "size=%dm,mode=0700", size_mb);
-  cr_assert_eq(mount("tmpfs", e2e_state, "tmpfs", 0, opts), 0, "mount: %s", strerror(errno));
-  snprintf(cmd, sizeof(cmd), "cp -a %s.copy/. %s/ && rm -rf %s.copy", e2e_state, e2e_state,
-           e2e_state);
-  cr_assert_eq(system(cmd), 0);
-}
-
-static void tmpfs_teardown(void) {
-  e2e_stop(&e2e_server_pid, SIGKILL);
-  umount2(e2e_state, MNT_DETACH);
-  e2e_teardown();
-}
-
 static int seen_entries(const struct e2e_agent *a) {
   char path[400];
   snprintf(path, sizeof(path), "%s/seen", a->dir);
@@ -261,25 +240,20 @@ static int seen_entries(const struct e2e_agent *a) {
 }
 
 Test(group_commit, a_failed_commit_answers_each_dispatch_with_an_error_and_sends_none,
-     .fini = tmpfs_teardown) {
+     .fini = e2e_tmpfs_teardown) {
   PG_TEST_SQLITE_ONLY(); /* it fills the state directory's disk, where SQLite writes */
   if (geteuid() != 0)
     cr_skip_test("needs root for a mount namespace");
   struct e2e_agent *a = pair_agent(0, "laptop", "{\"max_jobs\": 64}");
   e2e_stop(&e2e_server_pid, SIGTERM);
-  state_on_tmpfs(8);
+  e2e_state_on_tmpfs(8);
   start_server_metrics();
   start_agent(a);
   char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
   int seen_before = seen_entries(a);
   char fill[400];
   snprintf(fill, sizeof(fill), "%s/fill", e2e_state);
-  char cmd[600];
-  snprintf(cmd, sizeof(cmd), "dd if=/dev/zero of=%s bs=64k >/dev/null 2>&1", fill);
-  (void)!system(cmd); /* ends at ENOSPC */
-  struct statvfs vs;
-  cr_assert_eq(statvfs(e2e_state, &vs), 0);
-  cr_assert_lt(vs.f_bavail * vs.f_bsize, 64 * 1024, "the state's file system is full");
+  e2e_fill_state(fill);
   /* jobs of some 7 KB of arguments each: the group needs new blocks */
   char ok_ids[3 * BURST][33];
   int n_ok = 0, n_err = 0;
