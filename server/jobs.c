@@ -1514,12 +1514,18 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
                        CORDON_E_SIGNATURE_INVALID, why.msg);
     return;
   }
-  if (vr < 0) { /* the database: not recorded, not acked; it comes again */
+  if (vr < 0) {
+    /* the database failed (busy, its connection lost): not recorded; as
+     * for a store that failed, the agent is asked to send it again on this
+     * session (without the ack it would wait for its next session, and
+     * the job would stay running until then) */
     uint64_t n;
     char sup[24];
     if (core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
-      core_log_kv(CORE_LOG_ERROR, "cannot check a result's receipt", "job", id, "device",
-                  s->device_id, "detail", why.msg, "suppressed", core_ratelimit_fmt(n, sup), NULL);
+      core_log_kv(CORE_LOG_ERROR, "cannot check a result's receipt: asking the agent again", "job",
+                  id, "device", s->device_id, "detail", why.msg, "suppressed",
+                  core_ratelimit_fmt(n, sup), NULL);
+    held_add(js, s, mr->job_id, id);
     return;
   }
   struct job_result r;

@@ -1,0 +1,123 @@
+/* The database fails under a running server (PostgreSQL only: the pg
+ * pass; with SQLite the database is a file in the state, whose failures
+ * are tests/server/test_faults.c's full disk). Its connections are cut in
+ * the middle of a burst of jobs (pg_terminate_backend: a restart, a
+ * failover, a proxy that dropped them): the server reconnects, every
+ * dispatch is answered, every job it accepted ends exactly once, and it
+ * goes on dispatching. The database refuses connections for a while: a
+ * dispatch fails with one clear line and no hang, and the server works
+ * again once the database is back. */
+#include "e2e.h"
+
+static const char quick_manifest[] =
+    "{\"name\":\"quick\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}";
+
+static void pg_setup(void) {
+  if (!pg_test_base())
+    cr_skip_test("the database's failures: PostgreSQL only (CORDON_TEST_PG)");
+  e2e_setup();
+}
+
+TestSuite(pg_outage, .init = pg_setup, .fini = e2e_teardown, .timeout = 240);
+
+/* Cut every connection to the test's database (asked through another). */
+static void cut_connections(void) {
+  char sql[300];
+  snprintf(sql, sizeof(sql),
+           "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+           " WHERE datname = '%s'",
+           pg_test_name);
+  cr_assert_eq(pg_test_exec_on(NULL, sql), 0);
+}
+
+/* Whether the database lets connections in (as the cluster's superuser). */
+static void allow_connections(bool allow) {
+  char sql[200];
+  snprintf(sql, sizeof(sql), "ALTER DATABASE %s ALLOW_CONNECTIONS %s", pg_test_name,
+           allow ? "true" : "false");
+  cr_assert_eq(pg_test_exec_on(NULL, sql), 0);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int server_alive(void) {
+  return e2e_server_pid > 0 && kill(e2e_server_pid, 0) == 0;
+}
+
+Test(pg_outage, connections_cut_mid_burst_every_accepted_job_ends_once_and_dispatch_goes_on) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
+  enum { N = 24 };
+  char ids[N][33];
+  int accepted = 0, refused = 0;
+  for (int i = 0; i < N; i++) {
+    if (i % 4 == 3) /* six cuts, at different phases of the jobs in flight */
+      cut_connections();
+    char arg[16];
+    snprintf(arg, sizeof(arg), "%d", i);
+    struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state",
+                        e2e_state, "--", arg);
+    if (o->status == 0) {
+      job_id_of(o, ids[accepted++]);
+    } else {
+      refused++;
+      cr_expect(strchr(o->err, '\n') == strrchr(o->err, '\n'), "one line: %s", o->err);
+    }
+    free(o);
+  }
+  cr_assert(server_alive(), "the server lived through it");
+  cr_assert_gt(accepted, N / 2, "most went (accepted %d, refused %d)", accepted, refused);
+  for (int i = 0; i < accepted; i++) {
+    cr_assert(wait_state(ids[i], "done", 30000), "job %s: %s", ids[i], job_state(ids[i], NULL));
+    char needle[100];
+    snprintf(needle, sizeof(needle), "msg=\"job finished\" job=%s", ids[i]);
+    int n = count_in(e2e_server_log, needle);
+    cr_expect_eq(n, 1, "job %s recorded once (%d)", ids[i], n);
+  }
+  /* and after: dispatch with --wait, the result back through the admin API */
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state,
+                      "--", "after");
+  cr_expect_eq(o->status, 0, "a dispatch after the cut: %s", o->err);
+  cr_expect(strstr(o->out, "job after"), "%s", o->out);
+  free(o);
+  free(pkg);
+}
+
+Test(pg_outage, a_database_that_refuses_connections_fails_dispatch_in_one_line_then_recovers) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
+  allow_connections(false);
+  cut_connections();
+  int64_t t0 = now_ms();
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state,
+                      "--", "down");
+  int64_t took = now_ms() - t0;
+  cr_expect_neq(o->status, 0, "no database, no job: %s", o->out);
+  cr_expect(o->err[0] && strchr(o->err, '\n') == strrchr(o->err, '\n'), "one line: %s", o->err);
+  cr_expect_lt(took, 15000, "answered, not hung (%lld ms)", (long long)took);
+  free(o);
+  msleep(2500); /* a renewal tick or more without the database */
+  cr_assert(server_alive(), "the server lives without its database");
+  allow_connections(true);
+  /* back: within a few seconds a dispatch goes through and runs */
+  int status = -1;
+  for (int i = 0; i < 40 && status != 0; i++) {
+    o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state, "--",
+            "back");
+    status = o->status;
+    if (status == 0)
+      cr_expect(strstr(o->out, "job back"), "%s", o->out);
+    free(o);
+    if (status != 0)
+      msleep(250);
+  }
+  cr_expect_eq(status, 0, "dispatch works again once the database is back");
+  cr_expect(server_alive());
+  free(pkg);
+}
