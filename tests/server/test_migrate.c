@@ -145,6 +145,17 @@ static void assert_refused(struct out *o, int status, const char *what, const ch
   free(o);
 }
 
+/* The daemon stopped, and another state made with init --db on the target
+ * (the cordon schema, no row): its directory. */
+static const char *other_state_on_target(void) {
+  static char other[400];
+  snprintf(other, sizeof(other), "%s/other", e2e_dir);
+  struct out *o = RUN(SERVER, "init", "--state", other, "--db", target);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  free(o);
+  return other;
+}
+
 Test(migrate, the_whole_state_moves_and_the_agent_runs_a_new_job_without_pairing_again) {
   struct e2e_agent *a = pair_agent(0, "box", NULL);
   start_agent(a);
@@ -270,11 +281,8 @@ Test(migrate, refused_while_the_daemon_runs) {
 
 Test(migrate, refused_into_a_database_that_holds_cordon_rows) {
   e2e_stop(&e2e_server_pid, SIGTERM);
-  char other[400];
-  snprintf(other, sizeof(other), "%s/other", e2e_dir);
-  struct out *o = RUN(SERVER, "init", "--state", other, "--db", target);
-  cr_assert_eq(o->status, 0, "%s", o->err);
-  free(o);
+  const char *other = other_state_on_target();
+  struct out *o;
   o = RUN(SERVER, "user", "add", "bob", "--state", other);
   cr_assert_eq(o->status, 0, "%s", o->err);
   free(o);
@@ -287,33 +295,35 @@ Test(migrate, refused_into_a_database_that_holds_cordon_rows) {
 
 Test(migrate, an_empty_cordon_schema_is_an_empty_target) {
   e2e_stop(&e2e_server_pid, SIGTERM);
-  char other[400];
-  snprintf(other, sizeof(other), "%s/other", e2e_dir);
-  struct out *o = RUN(SERVER, "init", "--state", other, "--db", target);
-  cr_assert_eq(o->status, 0, "%s", o->err);
-  free(o);
-  o = migrate_to(target);
+  (void)other_state_on_target();
+  struct out *o = migrate_to(target);
   cr_assert_eq(o->status, 0, "%s", o->err);
   free(o);
   cr_assert(pg_holds("(SELECT name FROM users) = 'alice'"));
 }
 
-Test(migrate, refused_with_a_table_it_does_not_know) {
+/* The daemon stopped, sql run on STATE/cordon.db: migrate is refused
+ * (config_invalid, exit 2) naming what, and nothing changes. */
+static void refused_after(const char *sql, const char *what) {
   e2e_stop(&e2e_server_pid, SIGTERM);
-  sqlite_exec("CREATE TABLE audit (at INTEGER, what TEXT); INSERT INTO audit VALUES (1, 'x')");
+  sqlite_exec(sql);
   char *before = sqlite_rows();
-  struct out *o = migrate_to(target);
-  assert_refused(o, 2, "a table audit that this cordon-server does not know", before, NO_TABLES);
+  assert_refused(migrate_to(target), 2, what, before, NO_TABLES);
   free(before);
 }
 
+Test(migrate, refused_with_a_table_it_does_not_know) {
+  refused_after("CREATE TABLE audit (at INTEGER, what TEXT); INSERT INTO audit VALUES (1, 'x')",
+                "a table audit that this cordon-server does not know");
+}
+
+Test(migrate, refused_with_a_column_it_does_not_know) {
+  refused_after("ALTER TABLE devices ADD COLUMN owner_note TEXT",
+                "a column devices.owner_note that postgresql://");
+}
+
 Test(migrate, refused_with_an_older_schema) {
-  e2e_stop(&e2e_server_pid, SIGTERM);
-  sqlite_exec("UPDATE schema_version SET version = 10");
-  char *before = sqlite_rows();
-  struct out *o = migrate_to(target);
-  assert_refused(o, 2, "schema version 10", before, NO_TABLES);
-  free(before);
+  refused_after("UPDATE schema_version SET version = 10", "schema version 10");
 }
 
 Test(migrate, refused_with_a_bad_url_and_never_prints_its_password) {
@@ -350,11 +360,8 @@ Test(migrate, a_row_refused_midway_leaves_the_target_as_it_was) {
 
 Test(migrate, a_row_the_target_changes_is_caught_by_the_read_back) {
   e2e_stop(&e2e_server_pid, SIGTERM);
-  char other[400];
-  snprintf(other, sizeof(other), "%s/other", e2e_dir);
-  struct out *o = RUN(SERVER, "init", "--state", other, "--db", target);
-  cr_assert_eq(o->status, 0, "%s", o->err);
-  free(o);
+  (void)other_state_on_target();
+  struct out *o;
   /* every insert goes through, but one value is not the one sent */
   cr_assert_eq(pg_test_exec("CREATE FUNCTION skew() RETURNS trigger LANGUAGE plpgsql AS"
                             " $$BEGIN NEW.created := NEW.created + 1; RETURN NEW; END$$;"
