@@ -61,7 +61,9 @@ struct copy {
   crypto_generichash_state h;
   struct server_db *dst;
   struct cordon_diag *diag;
-  int state_col, expires_col;         /* jobs: where state and queue_expires are */
+  /* where the columns read are: jobs' id, state and queue_expires;
+   * job_packages' job_id and bytes (-1: none) */
+  int id_col, state_col, expires_col, bytes_col;
   char (*queued)[CORDON_ID_HEX_SIZE]; /* jobs: ids of the jobs waiting in the queue */
   size_t n_queued, cap_queued;
   char (*kept)[CORDON_ID_HEX_SIZE]; /* job_packages: the rows SQLite had */
@@ -115,38 +117,39 @@ static int copy_row(void *arg, const struct server_db_value *row, size_t n) {
   if (c->state_col >= 0 && row[c->state_col].kind == SERVER_DB_VALUE_TEXT &&
       strcmp(row[c->state_col].p, "queued") == 0 &&
       row[c->expires_col].kind == SERVER_DB_VALUE_INT && row[c->expires_col].i != 0)
-    err = push_id(&c->queued, &c->n_queued, &c->cap_queued, &row[0]);
-  if (!err && strcmp(c->t->name, "job_packages") == 0)
-    err = push_id(&c->kept, &c->n_kept, &c->cap_kept, &row[0]);
+    err = push_id(&c->queued, &c->n_queued, &c->cap_queued, &row[c->id_col]);
+  if (!err && c->bytes_col >= 0)
+    err = push_id(&c->kept, &c->n_kept, &c->cap_kept, &row[c->id_col]);
   if (err)
     return cordon_diag_set(c->diag, err, "out of memory");
   return server_db_move_target_insert(c->dst, c->t->name, &c->cols, row, c->diag);
+}
+
+static int id_cmp(const void *a, const void *b) {
+  return strcmp(a, b);
 }
 
 /* A row read back from the target: into the digest, unless it is a
  * package put from STATE/queue, which is compared on its own. */
 static int check_row(void *arg, const struct server_db_value *row, size_t n) {
   struct copy *c = arg;
-  if (c->n_added && row[0].kind == SERVER_DB_VALUE_TEXT) {
-    for (size_t i = 0; i < c->n_added; i++) {
-      if (strcmp(c->added[i].id, row[0].p) != 0)
-        continue;
-      uint8_t d[crypto_generichash_BYTES];
-      crypto_generichash(d, sizeof(d), n > 1 ? row[1].p : NULL, n > 1 ? row[1].len : 0, NULL, 0);
-      if (n < 2 || row[1].kind != SERVER_DB_VALUE_BLOB ||
-          sodium_memcmp(d, c->added[i].digest, sizeof(d)))
-        c->added_bad = true;
-      c->added_seen++;
-      return 0;
-    }
+  const struct server_db_value *id = c->n_added ? &row[c->id_col] : NULL;
+  /* added is in id order; its id is its first member */
+  const struct added *a = id && id->kind == SERVER_DB_VALUE_TEXT
+                              ? bsearch(id->p, c->added, c->n_added, sizeof(*c->added), id_cmp)
+                              : NULL;
+  if (a) {
+    const struct server_db_value *b = &row[c->bytes_col];
+    uint8_t d[crypto_generichash_BYTES];
+    crypto_generichash(d, sizeof(d), b->p, b->len, NULL, 0);
+    if (b->kind != SERVER_DB_VALUE_BLOB || sodium_memcmp(d, a->digest, sizeof(d)) != 0)
+      c->added_bad = true;
+    c->added_seen++;
+    return 0;
   }
   hash_row(&c->h, row, n);
   c->rows++;
   return 0;
-}
-
-static int id_cmp(const void *a, const void *b) {
-  return strcmp(a, b);
 }
 
 /* The columns a table is copied with: the target's, each of which the
@@ -179,27 +182,23 @@ static int plan_columns(struct server_db *src, struct server_db *dst, struct cop
           CORDON_E_CONFIG_INVALID, "%s has a column %s.%s that %s lacks: nothing was copied",
           server_db_move_where(src), c->t->name, s.items[j].name, server_db_move_where(dst));
   }
-  c->state_col = c->expires_col = -1;
-  if (strcmp(c->t->name, "jobs") == 0) {
-    for (size_t i = 0; i < c->cols.count; i++) {
-      if (strcmp(c->cols.items[i].name, "state") == 0)
-        c->state_col = (int)i;
-      else if (strcmp(c->cols.items[i].name, "queue_expires") == 0)
-        c->expires_col = (int)i;
-    }
-    if (strcmp(c->cols.items[0].name, "id") != 0 && c->cols.count > 1 &&
-        strcmp(c->cols.items[1].name, "id") == 0) {
-      /* the id first: the queued ids are read from row[0] */
-      struct server_db_move_column tmp = c->cols.items[0];
-      c->cols.items[0] = c->cols.items[1];
-      c->cols.items[1] = tmp;
-      c->state_col = c->state_col == 0 ? 1 : c->state_col == 1 ? 0 : c->state_col;
-      c->expires_col = c->expires_col == 0 ? 1 : c->expires_col == 1 ? 0 : c->expires_col;
-    }
-    if (c->state_col < 0 || c->expires_col < 0 || strcmp(c->cols.items[0].name, "id") != 0)
-      return server_cli_failf(CORDON_E_INTERNAL,
-                              "the jobs table has no id, state or queue_expires");
+  c->id_col = c->state_col = c->expires_col = c->bytes_col = -1;
+  bool jobs = strcmp(c->t->name, "jobs") == 0, pkgs = strcmp(c->t->name, "job_packages") == 0;
+  for (size_t i = 0; (jobs || pkgs) && i < c->cols.count; i++) {
+    const char *name = c->cols.items[i].name;
+    if (strcmp(name, jobs ? "id" : "job_id") == 0)
+      c->id_col = (int)i;
+    else if (jobs && strcmp(name, "state") == 0)
+      c->state_col = (int)i;
+    else if (jobs && strcmp(name, "queue_expires") == 0)
+      c->expires_col = (int)i;
+    else if (pkgs && strcmp(name, "bytes") == 0)
+      c->bytes_col = (int)i;
   }
+  if ((jobs && (c->id_col < 0 || c->state_col < 0 || c->expires_col < 0)) ||
+      (pkgs && (c->id_col < 0 || c->bytes_col < 0)))
+    return server_cli_failf(CORDON_E_INTERNAL, "table %s lacks the columns of a queued job",
+                            c->t->name);
   return 0;
 }
 

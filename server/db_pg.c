@@ -795,7 +795,7 @@ int server_db_move_target_read(struct server_db *dst, const char *table,
   struct server_db_value row[SERVER_DB_MOVE_COLUMNS_MAX];
   uint8_t *blobs[SERVER_DB_MOVE_COLUMNS_MAX] = {NULL};
   for (;;) {
-    if ((err = move_query(dst, "FETCH 256 FROM cordon_move", 0, NULL, table, &res, diag)))
+    if ((err = move_query(dst, "FETCH 8 FROM cordon_move", 0, NULL, table, &res, diag)))
       return err; /* the transaction is lost: nothing to close */
     int rows = PQntuples(res);
     if (rows == 0 || PQnfields(res) != (int)cols->count) {
