@@ -277,7 +277,8 @@ static int put_packages(const char *state, struct server_db *dst, struct copy *j
     free(buf);
     if (err) {
       free(added);
-      return server_cli_fail(err, &diag);
+      return server_cli_failf(err, "%s; rolled back: %s is as it was", diag.msg,
+                              server_db_move_where(dst));
     }
   }
   *out_added = added;
