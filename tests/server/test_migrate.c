@@ -428,9 +428,15 @@ Test(migrate_tables, the_list_is_every_table_of_the_sqlite_schema) {
                    "add it to server_migrate_tables, in foreign-key order");
 }
 
-Test(migrate_tables, the_list_is_every_table_of_the_postgresql_schema) {
+static void list_setup_pg(void) {
   if (!pg_test_base())
     cr_skip_test("needs PostgreSQL (CORDON_TEST_PG)");
+  list_setup();
+}
+
+TestSuite(migrate_tables_pg, .init = list_setup_pg, .fini = migrate_teardown, .timeout = 60);
+
+Test(migrate_tables_pg, the_list_is_every_table_of_the_postgresql_schema) {
   const char *url = pg_test_new_db();
   struct out *o = RUN(SERVER, "init", "--state", e2e_state, "--db", url);
   cr_assert_eq(o->status, 0, "%s", o->err);
