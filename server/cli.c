@@ -404,6 +404,10 @@ const struct server_cli_command server_cli_commands[] = {
      FORMS({NULL, "FILE", "a consistent copy of the state database in a new FILE"})},
     {"restore", server_cmd_restore, "put a backup back (the daemon stopped)",
      FORMS({NULL, "FILE", "replace the state database with the backup in FILE"})},
+    {"migrate", server_cmd_migrate, "move the SQLite state into PostgreSQL (the daemon stopped)",
+     FORMS({NULL, "--to postgresql://...",
+            "copy every table of STATE/cordon.db into the empty PostgreSQL database the URL "
+            "names, in one transaction, read back and compared; then STATE/db-url names it"})},
     {"version", server_cmd_version, "this build's versions",
      FORMS(
          {NULL, "[--json]", "the version, protocol versions, build options and library versions"})},

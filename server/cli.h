@@ -205,6 +205,18 @@ int server_cmd_keys(const struct server_cli *cli, int argc, char **argv);
 /* server/cmd_backup.c */
 int server_cmd_backup(const struct server_cli *cli, int argc, char **argv);
 int server_cmd_restore(const struct server_cli *cli, int argc, char **argv);
+/* server/cmd_migrate.c: a stopped server's SQLite state into PostgreSQL. */
+int server_cmd_migrate(const struct server_cli *cli, int argc, char **argv);
+/* The tables migrate knows, in the order it copies them (foreign keys
+ * first), each with the columns its rows are ordered by; the first,
+ * schema_version, is not copied (key NULL: the target has its own).
+ * Terminated by name NULL. A table of the SQLite schema that is not here
+ * is refused (tests/server/test_migrate.c holds the list to the schema). */
+struct server_migrate_table {
+  const char *name;
+  const char *key;
+};
+extern const struct server_migrate_table server_migrate_tables[];
 int server_cmd_verify_receipt(const struct server_cli *cli, int argc, char **argv);
 /* `keys export-public` (server/cmd_receipt.c); argv[0] is "export-public". */
 int server_cmd_keys_export_public(const struct server_cli *cli, int argc, char **argv);

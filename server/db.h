@@ -776,4 +776,122 @@ int server_db_queue_listen(struct server_db *db, int *out_fd, struct cordon_diag
 int server_db_queue_notifications(struct server_db *db);
 int server_db_queue_notify(struct server_db *db, struct cordon_diag *diag);
 
+/* ---- moving a SQLite state to PostgreSQL (cordon-server migrate) --------
+ *
+ * The pieces server/cmd_migrate.c puts together; it knows the tables and
+ * decides what is refused. The source is STATE/cordon.db as it is (never
+ * created, never migrated), with SQLite's write lock held from
+ * server_db_move_source_open until server_db_close, so that nothing
+ * changes under the copy. The target is a PostgreSQL database with one
+ * transaction open from server_db_move_target_open until
+ * server_db_move_target_commit: the schema it lacked (made or migrated
+ * inside that transaction), every row and the identities' sequences, all
+ * or nothing; closing it uncommitted leaves the database as it was. Table
+ * and column names are checked (lower case letters, digits and '_'), never
+ * user data; values are only ever bound. Rows are read in the order
+ * order_by gives (column names separated by ", "), as values of the four
+ * kinds both backends store. */
+
+enum server_db_value_kind {
+  SERVER_DB_VALUE_NULL,
+  SERVER_DB_VALUE_INT,
+  SERVER_DB_VALUE_TEXT, /* p: its bytes, NUL-terminated; len without the NUL */
+  SERVER_DB_VALUE_BLOB,
+};
+struct server_db_value {
+  enum server_db_value_kind kind;
+  int64_t i;     /* INT */
+  const void *p; /* TEXT, BLOB: valid during the row's callback only */
+  size_t len;
+};
+
+#define SERVER_DB_MOVE_NAME_MAX 63 /* bytes of a table or column name */
+#define SERVER_DB_MOVE_NAMES_MAX 64
+#define SERVER_DB_MOVE_COLUMNS_MAX 48
+struct server_db_move_names {
+  size_t count;
+  char name[SERVER_DB_MOVE_NAMES_MAX][SERVER_DB_MOVE_NAME_MAX + 1];
+};
+struct server_db_move_column {
+  char name[SERVER_DB_MOVE_NAME_MAX + 1];
+  enum server_db_value_kind kind; /* the declared type; NULL: anything */
+  bool identity;                  /* PostgreSQL: an identity column */
+};
+struct server_db_move_columns {
+  size_t count;
+  struct server_db_move_column items[SERVER_DB_MOVE_COLUMNS_MAX];
+};
+/* Called once per row with cols->count values; a non-zero return stops
+ * the read and is returned by it. */
+typedef int server_db_move_row_fn(void *arg, const struct server_db_value *row, size_t n);
+
+/* Whether s can name a table or column here: [a-z_][a-z0-9_]*, at most
+ * SERVER_DB_MOVE_NAME_MAX bytes. */
+bool server_db_move_name_ok(const char *s);
+/* The SELECT both reads run, "SELECT a, b FROM t ORDER BY k" (names
+ * double-quoted when quote), into out: 0, -EINVAL for a name that is not
+ * one, -ENAMETOOLONG when it does not fit. */
+int server_db_move_select_sql(const char *table, const struct server_db_move_columns *cols,
+                              const char *order_by, bool quote, char *out, size_t size);
+
+/* db_sqlite.c. Open STATE/cordon.db (it must exist: -ENOENT) and take its
+ * write lock (BEGIN IMMEDIATE; -EBUSY after the busy timeout), without
+ * migrating it: *out_version is its schema version, whatever it is. */
+int server_db_move_source_open(const char *state_dir, struct server_db **out_db, int *out_version,
+                               struct cordon_diag *diag);
+/* Every table of the source's schema, by name; SQLite's own (sqlite_*)
+ * left out. */
+int server_db_move_source_tables(struct server_db *src, struct server_db_move_names *out,
+                                 struct cordon_diag *diag);
+/* The columns of table (-ENOENT: no such table), in their order; kind from
+ * the declared type (INTEGER, TEXT, BLOB). */
+int server_db_move_source_columns(struct server_db *src, const char *table,
+                                  struct server_db_move_columns *out, struct cordon_diag *diag);
+/* The value sqlite_sequence keeps for table (AUTOINCREMENT's highest id
+ * ever given), 0 when none. */
+int server_db_move_source_sequence(struct server_db *src, const char *table, int64_t *out_seq,
+                                   struct cordon_diag *diag);
+/* Every row of table, cols (a column named rowid reads SQLite's rowid),
+ * ordered by order_by. A REAL value is -EINVAL: no cordon column has one. */
+int server_db_move_source_read(struct server_db *src, const char *table,
+                               const struct server_db_move_columns *cols, const char *order_by,
+                               server_db_move_row_fn *fn, void *arg, struct cordon_diag *diag);
+
+/* db_pg.c. Connect to url (state_dir must exist), begin the transaction
+ * (with the database-wide writer lock) and bring the schema up to this
+ * binary's inside it: *out_found is the PostgreSQL schema version found (0:
+ * none, made here). CORDON_E_CONFIG_INVALID for a database that holds
+ * other tables and no cordon schema, or a newer cordon schema. */
+int server_db_move_target_open(const char *state_dir, const char *url, struct server_db **out_db,
+                               int *out_found, struct cordon_diag *diag);
+/* The tables of the target's schema (current_schema()), by name. */
+int server_db_move_target_tables(struct server_db *dst, struct server_db_move_names *out,
+                                 struct cordon_diag *diag);
+/* The columns of table, in their order, with their kinds (bigint, text,
+ * bytea; another type is -EINVAL) and identities. */
+int server_db_move_target_columns(struct server_db *dst, const char *table,
+                                  struct server_db_move_columns *out, struct cordon_diag *diag);
+/* How many rows table has. */
+int server_db_move_target_count(struct server_db *dst, const char *table, int64_t *out_count,
+                                struct cordon_diag *diag);
+/* Insert one row: cols' values, identities included (OVERRIDING SYSTEM
+ * VALUE), each bound as its kind (so a value of another kind than its
+ * column is refused or, where PostgreSQL converts it, read back changed). */
+int server_db_move_target_insert(struct server_db *dst, const char *table,
+                                 const struct server_db_move_columns *cols,
+                                 const struct server_db_value *row, struct cordon_diag *diag);
+/* As server_db_move_source_read, on the target (inside its transaction). */
+int server_db_move_target_read(struct server_db *dst, const char *table,
+                               const struct server_db_move_columns *cols, const char *order_by,
+                               server_db_move_row_fn *fn, void *arg, struct cordon_diag *diag);
+/* The sequence of table's identity column goes on after
+ * max(at_least, the column's highest value); nothing when both are 0. */
+int server_db_move_target_identity(struct server_db *dst, const char *table, const char *column,
+                                   int64_t at_least, struct cordon_diag *diag);
+/* COMMIT: 0 when every row is in. */
+int server_db_move_target_commit(struct server_db *dst, struct cordon_diag *diag);
+/* What messages call db: STATE/cordon.db, or the URL without its password
+ * (postgresql://user@host:port/name). */
+const char *server_db_move_where(const struct server_db *db);
+
 #endif

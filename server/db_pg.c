@@ -593,3 +593,286 @@ const struct db_driver db_pg_driver = {
     .errmsg = pg_errmsg,
     .sync = pg_sync,
 };
+
+/* --- moving a state from SQLite (server/db.h, cordon-server migrate) ------ */
+
+/* A failed result as a diag: "<url>: <what>: <message>". */
+static int move_fail(struct server_db *db, PGresult *res, const char *what,
+                     struct cordon_diag *diag) {
+  int err = result_error(db, res);
+  PQclear(res);
+  return cordon_diag_set(diag, err, "%s: %s: %s", db->path, what, db->errmsg);
+}
+
+/* sql (no parameters, or text ones) on the target: 0 and *out (PQclear
+ * it), or the error with diag set. */
+static int move_query(struct server_db *db, const char *sql, int n, const char *const *values,
+                      const char *what, PGresult **out, struct cordon_diag *diag) {
+  PGresult *res = n ? PQexecParams(db->h, sql, n, NULL, values, NULL, NULL, 0) : PQexec(db->h, sql);
+  if (!result_ok(res))
+    return move_fail(db, res, what, diag);
+  *out = res;
+  return 0;
+}
+
+int server_db_move_target_open(const char *state_dir, const char *url, struct server_db **out_db,
+                               int *out_found, struct cordon_diag *diag) {
+  struct server_db *db = calloc(1, sizeof(*db));
+  if (!db)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  db->drv = &db_pg_driver;
+  int version = 0;
+  /* SERVER_DB_CREATE: a database without a schema is what we want */
+  int err = pg_open(db, state_dir, url, SERVER_DB_CREATE, diag);
+  PGresult *res = NULL;
+  if (!err && !(err = move_query(db, "BEGIN; SELECT pg_advisory_xact_lock(1668248164)", 0, NULL,
+                                 "begin", &res, diag)))
+    PQclear(res);
+  if (!err)
+    err = db_read_schema_version(db, &version, diag);
+  if (!err && version > PG_SCHEMA_VERSION)
+    err = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                          "%s: database schema version %d is newer than this cordon-server knows "
+                          "(%d)",
+                          db->path, version, PG_SCHEMA_VERSION);
+  /* the schema it lacks, in the same transaction as the rows */
+  for (int v = version; !err && v < PG_SCHEMA_VERSION; v++) {
+    char sql[64];
+    snprintf(sql, sizeof(sql), "UPDATE schema_version SET version = %d", v + 1);
+    if ((err = pg_exec_script(db, migrations[v])) || (err = pg_exec_script(db, sql)))
+      err = cordon_diag_set(diag, err, "%s: schema %d -> %d: %s", db->path, v, v + 1, db->errmsg);
+  }
+  if (err) {
+    server_db_close(db); /* the transaction goes with the connection */
+    return err;
+  }
+  *out_db = db;
+  *out_found = version;
+  return 0;
+}
+
+int server_db_move_target_tables(struct server_db *dst, struct server_db_move_names *out,
+                                 struct cordon_diag *diag) {
+  PGresult *res = NULL;
+  int qerr = move_query(dst,
+                        "SELECT table_name FROM information_schema.tables WHERE"
+                        " table_schema = current_schema() AND table_type = 'BASE TABLE'"
+                        " ORDER BY table_name COLLATE \"C\"",
+                        0, NULL, "list the tables", &res, diag);
+  if (qerr)
+    return qerr;
+  int n = PQntuples(res), err = 0;
+  out->count = 0;
+  for (int i = 0; i < n && !err; i++) {
+    if (out->count == SERVER_DB_MOVE_NAMES_MAX)
+      err = cordon_diag_set(diag, -E2BIG, "%s: more than %d tables", dst->path,
+                            SERVER_DB_MOVE_NAMES_MAX);
+    else
+      snprintf(out->name[out->count++], sizeof(out->name[0]), "%s", PQgetvalue(res, i, 0));
+  }
+  PQclear(res);
+  return err;
+}
+
+int server_db_move_target_columns(struct server_db *dst, const char *table,
+                                  struct server_db_move_columns *out, struct cordon_diag *diag) {
+  const char *values[] = {table};
+  PGresult *res = NULL;
+  int qerr = move_query(dst,
+                        "SELECT column_name, data_type, is_identity FROM"
+                        " information_schema.columns WHERE table_schema = current_schema()"
+                        " AND table_name = $1 ORDER BY ordinal_position",
+                        1, values, "read the columns", &res, diag);
+  if (qerr)
+    return qerr;
+  int n = PQntuples(res), err = 0;
+  out->count = 0;
+  for (int i = 0; i < n && !err; i++) {
+    const char *type = PQgetvalue(res, i, 1);
+    if (out->count == SERVER_DB_MOVE_COLUMNS_MAX) {
+      err = cordon_diag_set(diag, -E2BIG, "%s: table %s has more than %d columns", dst->path, table,
+                            SERVER_DB_MOVE_COLUMNS_MAX);
+      break;
+    }
+    struct server_db_move_column *c = &out->items[out->count++];
+    memset(c, 0, sizeof(*c));
+    snprintf(c->name, sizeof(c->name), "%s", PQgetvalue(res, i, 0));
+    c->identity = strcmp(PQgetvalue(res, i, 2), "YES") == 0;
+    if (strcmp(type, "bigint") == 0)
+      c->kind = SERVER_DB_VALUE_INT;
+    else if (strcmp(type, "text") == 0)
+      c->kind = SERVER_DB_VALUE_TEXT;
+    else if (strcmp(type, "bytea") == 0)
+      c->kind = SERVER_DB_VALUE_BLOB;
+    else
+      err = cordon_diag_set(diag, -EINVAL, "%s: %s.%s is of type %s, which no cordon column has",
+                            dst->path, table, c->name, type);
+  }
+  PQclear(res);
+  if (!err && out->count == 0)
+    err = cordon_diag_set(diag, -ENOENT, "%s: no table %s", dst->path, table);
+  return err;
+}
+
+int server_db_move_target_count(struct server_db *dst, const char *table, int64_t *out_count,
+                                struct cordon_diag *diag) {
+  if (!server_db_move_name_ok(table))
+    return cordon_diag_set(diag, -EINVAL, "%s: not a table name", dst->path);
+  char sql[128];
+  snprintf(sql, sizeof(sql), "SELECT count(*) FROM \"%s\"", table);
+  PGresult *res = NULL;
+  int qerr = move_query(dst, sql, 0, NULL, table, &res, diag);
+  if (qerr)
+    return qerr;
+  *out_count = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+  PQclear(res);
+  return 0;
+}
+
+int server_db_move_target_insert(struct server_db *dst, const char *table,
+                                 const struct server_db_move_columns *cols,
+                                 const struct server_db_value *row, struct cordon_diag *diag) {
+  char sql[4096];
+  size_t o = 0, size = sizeof(sql);
+  int bad = !server_db_move_name_ok(table) || cols->count == 0 ||
+            cols->count > SERVER_DB_MOVE_COLUMNS_MAX;
+  if (!bad)
+    o = (size_t)snprintf(sql, size, "INSERT INTO \"%s\" (", table);
+  for (size_t i = 0; !bad && i < cols->count && o < size; i++) {
+    bad = !server_db_move_name_ok(cols->items[i].name);
+    o += (size_t)snprintf(sql + o, size - o, "%s\"%s\"", i ? ", " : "", cols->items[i].name);
+  }
+  if (!bad && o < size)
+    o += (size_t)snprintf(sql + o, size - o, ") OVERRIDING SYSTEM VALUE VALUES (");
+  for (size_t i = 0; !bad && i < cols->count && o < size; i++)
+    o += (size_t)snprintf(sql + o, size - o, "%s$%zu", i ? ", " : "", i + 1);
+  if (!bad && o < size)
+    o += (size_t)snprintf(sql + o, size - o, ")");
+  if (bad || o >= size)
+    return cordon_diag_set(diag, -EINVAL, "%s: table %s: not a name this copy writes", dst->path,
+                           table);
+  const char *values[SERVER_DB_MOVE_COLUMNS_MAX];
+  int lengths[SERVER_DB_MOVE_COLUMNS_MAX], formats[SERVER_DB_MOVE_COLUMNS_MAX];
+  Oid types[SERVER_DB_MOVE_COLUMNS_MAX];
+  char ints[SERVER_DB_MOVE_COLUMNS_MAX][24];
+  for (size_t i = 0; i < cols->count; i++) {
+    const struct server_db_value *v = &row[i];
+    values[i] = NULL;
+    lengths[i] = 0;
+    formats[i] = 0;
+    types[i] = 0; /* NULL: the column's type */
+    if (v->kind == SERVER_DB_VALUE_INT) {
+      snprintf(ints[i], sizeof(ints[i]), "%lld", (long long)v->i);
+      values[i] = ints[i];
+      types[i] = PG_INT8_OID;
+    } else if (v->kind == SERVER_DB_VALUE_TEXT) {
+      values[i] = v->p; /* NUL-terminated */
+      types[i] = PG_TEXT_OID;
+    } else if (v->kind == SERVER_DB_VALUE_BLOB) {
+      if (v->len > INT32_MAX)
+        return cordon_diag_set(diag, -EFBIG, "%s: %s.%s: a value of %zu bytes", dst->path, table,
+                               cols->items[i].name, v->len);
+      values[i] = v->p;
+      lengths[i] = (int)v->len;
+      formats[i] = 1;
+      types[i] = PG_BYTEA_OID;
+    }
+  }
+  PGresult *res = PQexecParams(dst->h, sql, (int)cols->count, types, values, lengths, formats, 0);
+  if (!result_ok(res))
+    return move_fail(dst, res, table, diag);
+  PQclear(res);
+  return 0;
+}
+
+int server_db_move_target_read(struct server_db *dst, const char *table,
+                               const struct server_db_move_columns *cols, const char *order_by,
+                               server_db_move_row_fn *fn, void *arg, struct cordon_diag *diag) {
+  char sql[4200];
+  int n = snprintf(sql, sizeof(sql), "DECLARE cordon_move NO SCROLL CURSOR FOR ");
+  if (server_db_move_select_sql(table, cols, order_by, true, sql + n, sizeof(sql) - (size_t)n) < 0)
+    return cordon_diag_set(diag, -EINVAL, "%s: table %s: not a name this copy reads", dst->path,
+                           table);
+  PGresult *res = NULL;
+  int err = move_query(dst, sql, 0, NULL, table, &res, diag);
+  if (err)
+    return err;
+  PQclear(res);
+  struct server_db_value row[SERVER_DB_MOVE_COLUMNS_MAX];
+  uint8_t *blobs[SERVER_DB_MOVE_COLUMNS_MAX] = {NULL};
+  for (;;) {
+    if ((err = move_query(dst, "FETCH 8 FROM cordon_move", 0, NULL, table, &res, diag)))
+      return err; /* the transaction is lost: nothing to close */
+    int rows = PQntuples(res);
+    if (rows == 0 || PQnfields(res) != (int)cols->count) {
+      PQclear(res);
+      break;
+    }
+    for (int r = 0; r < rows && !err; r++) {
+      for (size_t i = 0; i < cols->count && !err; i++) {
+        struct server_db_value *v = &row[i];
+        memset(v, 0, sizeof(*v));
+        if (PQgetisnull(res, r, (int)i))
+          continue; /* NULL */
+        const char *s = PQgetvalue(res, r, (int)i);
+        v->kind = cols->items[i].kind;
+        if (v->kind == SERVER_DB_VALUE_INT) {
+          v->i = strtoll(s, NULL, 10);
+        } else if (v->kind == SERVER_DB_VALUE_BLOB) {
+          if (!(blobs[i] = PQunescapeBytea((const unsigned char *)s, &v->len)))
+            err = cordon_diag_set(diag, -ENOMEM, "out of memory");
+          v->p = blobs[i];
+        } else {
+          v->kind = SERVER_DB_VALUE_TEXT;
+          v->p = s;
+          v->len = strlen(s);
+        }
+      }
+      if (!err)
+        err = fn(arg, row, cols->count);
+      for (size_t i = 0; i < cols->count; i++) {
+        PQfreemem(blobs[i]);
+        blobs[i] = NULL;
+      }
+    }
+    PQclear(res);
+    if (err)
+      break;
+  }
+  res = NULL;
+  int cerr = move_query(dst, "CLOSE cordon_move", 0, NULL, table, &res, err ? NULL : diag);
+  PQclear(res);
+  return err ? err : cerr;
+}
+
+int server_db_move_target_identity(struct server_db *dst, const char *table, const char *column,
+                                   int64_t at_least, struct cordon_diag *diag) {
+  if (!server_db_move_name_ok(table) || !server_db_move_name_ok(column))
+    return cordon_diag_set(diag, -EINVAL, "%s: not a table or column name", dst->path);
+  char sql[512], least[24];
+  snprintf(sql, sizeof(sql),
+           "SELECT setval(pg_get_serial_sequence($1, $2), v) FROM (SELECT"
+           " GREATEST($3::bigint, coalesce(max(\"%s\"), 0)) AS v FROM \"%s\") s WHERE v > 0",
+           column, table);
+  snprintf(least, sizeof(least), "%lld", (long long)at_least);
+  const char *values[] = {table, column, least};
+  PGresult *res = NULL;
+  int qerr = move_query(dst, sql, 3, values, "set the identity's sequence", &res, diag);
+  if (qerr)
+    return qerr;
+  PQclear(res);
+  return 0;
+}
+
+int server_db_move_target_commit(struct server_db *dst, struct cordon_diag *diag) {
+  PGresult *res = NULL;
+  int qerr = move_query(dst, "COMMIT", 0, NULL, "commit", &res, diag);
+  if (qerr)
+    return qerr;
+  /* COMMIT of a transaction a failed statement aborted says ROLLBACK */
+  int err = strcmp(PQcmdStatus(res), "COMMIT") == 0
+                ? 0
+                : cordon_diag_set(diag, CORDON_E_INTERNAL, "%s: commit: rolled back", dst->path);
+  PQclear(res);
+  return err;
+}

@@ -536,3 +536,211 @@ int server_db_restore(struct server_db *db, const char *path, struct cordon_diag
     err = db_migrate(db, diag); /* an older backup comes up to this schema */
   return err;
 }
+
+/* --- moving a state to PostgreSQL (server/db.h, cordon-server migrate) ---- */
+
+bool server_db_move_name_ok(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > SERVER_DB_MOVE_NAME_MAX || (s[0] >= '0' && s[0] <= '9'))
+    return false;
+  for (size_t i = 0; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+      return false;
+  return true;
+}
+
+const char *server_db_move_where(const struct server_db *db) {
+  return db->path;
+}
+
+int server_db_move_source_open(const char *state_dir, struct server_db **out_db, int *out_version,
+                               struct cordon_diag *diag) {
+  struct server_db *db = calloc(1, sizeof(*db));
+  if (!db)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  db->drv = &db_sqlite_driver;
+  int version = 0;
+  int err = lite_open(db, state_dir, NULL, 0, diag);
+  if (!err) {
+    /* the write lock: a command writing meanwhile waits (busy timeout),
+     * so no change slips in between the copy and the switch */
+    int rc = sqlite3_exec(db->h, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+      err = lite_fail(db, rc, "take the write lock", diag);
+  }
+  if (!err)
+    err = db_read_schema_version(db, &version, diag);
+  if (err) {
+    server_db_close(db);
+    return err;
+  }
+  *out_db = db;
+  *out_version = version;
+  return 0;
+}
+
+int server_db_move_source_tables(struct server_db *src, struct server_db_move_names *out,
+                                 struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(src->h,
+                              "SELECT name FROM sqlite_master WHERE type = 'table'"
+                              " AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
+                              -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return lite_fail(src, rc, "list the tables", diag);
+  int err = 0;
+  out->count = 0;
+  while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(st, 0);
+    if (out->count == SERVER_DB_MOVE_NAMES_MAX)
+      err = cordon_diag_set(diag, -E2BIG, "%s: more than %d tables", src->path,
+                            SERVER_DB_MOVE_NAMES_MAX);
+    else
+      snprintf(out->name[out->count++], sizeof(out->name[0]), "%s", name ? name : "");
+  }
+  if (!err && rc != SQLITE_DONE)
+    err = lite_fail(src, rc, "list the tables", diag);
+  sqlite3_finalize(st);
+  return err;
+}
+
+/* A declared SQLite type as the kind its values have. */
+static enum server_db_value_kind declared_kind(const char *type) {
+  if (!type)
+    return SERVER_DB_VALUE_NULL;
+  if (sqlite3_stricmp(type, "INTEGER") == 0)
+    return SERVER_DB_VALUE_INT;
+  if (sqlite3_stricmp(type, "TEXT") == 0)
+    return SERVER_DB_VALUE_TEXT;
+  if (sqlite3_stricmp(type, "BLOB") == 0)
+    return SERVER_DB_VALUE_BLOB;
+  return SERVER_DB_VALUE_NULL;
+}
+
+int server_db_move_source_columns(struct server_db *src, const char *table,
+                                  struct server_db_move_columns *out, struct cordon_diag *diag) {
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(src->h, "SELECT name, type FROM pragma_table_info(?1) ORDER BY cid",
+                              -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return lite_fail(src, rc, "read the columns", diag);
+  sqlite3_bind_text(st, 1, table, -1, SQLITE_TRANSIENT);
+  int err = 0;
+  out->count = 0;
+  while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char *name = (const char *)sqlite3_column_text(st, 0);
+    if (out->count == SERVER_DB_MOVE_COLUMNS_MAX) {
+      err = cordon_diag_set(diag, -E2BIG, "%s: table %s has more than %d columns", src->path, table,
+                            SERVER_DB_MOVE_COLUMNS_MAX);
+      break;
+    }
+    struct server_db_move_column *c = &out->items[out->count++];
+    memset(c, 0, sizeof(*c));
+    snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
+    c->kind = declared_kind((const char *)sqlite3_column_text(st, 1));
+  }
+  if (!err && rc != SQLITE_DONE)
+    err = lite_fail(src, rc, "read the columns", diag);
+  sqlite3_finalize(st);
+  if (!err && out->count == 0)
+    err = cordon_diag_set(diag, -ENOENT, "%s: no table %s", src->path, table);
+  return err;
+}
+
+int server_db_move_source_sequence(struct server_db *src, const char *table, int64_t *out_seq,
+                                   struct cordon_diag *diag) {
+  /* sqlite_sequence exists once a table with AUTOINCREMENT does */
+  static const char *const steps[] = {
+      "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'sqlite_sequence'",
+      "SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = ?1"};
+  int64_t v = 0;
+  int err = 0;
+  for (size_t i = 0; !err && i < 2; i++) {
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(src->h, steps[i], -1, &st, NULL);
+    if (rc == SQLITE_OK && i == 1)
+      rc = sqlite3_bind_text(st, 1, table, -1, SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK)
+      rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+      v = sqlite3_column_int64(st, 0);
+    else
+      err = lite_fail(src, rc, "read sqlite_sequence", diag);
+    sqlite3_finalize(st);
+    if (!err && i == 0 && v == 0)
+      break; /* none: 0 */
+  }
+  if (!err)
+    *out_seq = v;
+  return err;
+}
+
+int server_db_move_select_sql(const char *table, const struct server_db_move_columns *cols,
+                              const char *order_by, bool quote, char *out, size_t size) {
+  if (!server_db_move_name_ok(table) || cols->count == 0 || !order_by || !*order_by ||
+      strspn(order_by, "abcdefghijklmnopqrstuvwxyz0123456789_, ") != strlen(order_by))
+    return -EINVAL;
+  const char *q = quote ? "\"" : "";
+  size_t o = (size_t)snprintf(out, size, "SELECT ");
+  for (size_t i = 0; i < cols->count && o < size; i++) {
+    if (!server_db_move_name_ok(cols->items[i].name))
+      return -EINVAL;
+    o += (size_t)snprintf(out + o, size - o, "%s%s%s%s", i ? ", " : "", q, cols->items[i].name, q);
+  }
+  if (o < size)
+    o += (size_t)snprintf(out + o, size - o, " FROM %s%s%s ORDER BY %s", q, table, q, order_by);
+  return o < size ? 0 : -ENAMETOOLONG;
+}
+
+int server_db_move_source_read(struct server_db *src, const char *table,
+                               const struct server_db_move_columns *cols, const char *order_by,
+                               server_db_move_row_fn *fn, void *arg, struct cordon_diag *diag) {
+  char sql[4096];
+  if (server_db_move_select_sql(table, cols, order_by, false, sql, sizeof(sql)) < 0)
+    return cordon_diag_set(diag, -EINVAL, "%s: table %s: not a name this copy reads", src->path,
+                           table);
+  sqlite3_stmt *st = NULL;
+  int rc = sqlite3_prepare_v2(src->h, sql, -1, &st, NULL);
+  if (rc != SQLITE_OK)
+    return lite_fail(src, rc, table, diag);
+  struct server_db_value row[SERVER_DB_MOVE_COLUMNS_MAX];
+  int err = 0;
+  while (!err && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    for (size_t i = 0; !err && i < cols->count; i++) {
+      struct server_db_value *v = &row[i];
+      memset(v, 0, sizeof(*v));
+      switch (sqlite3_column_type(st, (int)i)) {
+      case SQLITE_INTEGER:
+        v->kind = SERVER_DB_VALUE_INT;
+        v->i = sqlite3_column_int64(st, (int)i);
+        break;
+      case SQLITE_TEXT:
+        v->kind = SERVER_DB_VALUE_TEXT;
+        v->p = sqlite3_column_text(st, (int)i);
+        v->len = (size_t)sqlite3_column_bytes(st, (int)i);
+        break;
+      case SQLITE_BLOB:
+        v->kind = SERVER_DB_VALUE_BLOB;
+        v->len = (size_t)sqlite3_column_bytes(st, (int)i);
+        v->p = sqlite3_column_blob(st, (int)i);
+        if (!v->p)
+          v->p = "";
+        break;
+      case SQLITE_NULL:
+        v->kind = SERVER_DB_VALUE_NULL;
+        break;
+      default:
+        err = cordon_diag_set(diag, -EINVAL,
+                              "%s: %s.%s holds a real number, which no cordon "
+                              "column has",
+                              src->path, table, cols->items[i].name);
+      }
+    }
+    if (!err)
+      err = fn(arg, row, cols->count);
+  }
+  if (!err && rc != SQLITE_DONE)
+    err = lite_fail(src, rc, table, diag);
+  sqlite3_finalize(st);
+  return err;
+}

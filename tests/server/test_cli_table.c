@@ -222,6 +222,7 @@ static const struct error_row error_rows[] = {
     {"keys", "list", {NULL}, {NULL}},
     {"backup", NULL, {"backup", NULL}, {NULL}},
     {"restore", NULL, {"restore", NULL}, {NULL}},
+    {"migrate", NULL, {"migrate", NULL}, {NULL}},
     {"version", NULL, {NULL}, {NULL}},
     {"help", NULL, {NULL}, {"help", "nosuch", NULL}},
 };
