@@ -10,7 +10,9 @@
  * is never left behind), a column the two schemas do not share, a target
  * whose cordon tables hold any row (it never merges). The packages of
  * queued jobs (STATE/queue/<id>.cpkg) go into job_packages, so that any
- * server of a cluster can send them (docs/OPERATIONS.md, "Moving from
+ * server of a cluster can send them; those above 64 MiB into
+ * job_package_parts after the commit (each in a transaction of its own: a
+ * failure leaves it to this server alone, as a cluster's dispatch does) (docs/OPERATIONS.md, "Moving from
  * SQLite to PostgreSQL"). */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +38,7 @@ const struct server_migrate_table server_migrate_tables[] = {
     {"jobs", "id"},
     {"device_sessions", "device_id"},
     {"job_packages", "job_id"},
+    {"job_package_parts", "job_id, part"},
     {NULL, NULL},
 };
 
@@ -286,6 +289,30 @@ static int put_packages(const char *state, struct server_db *dst, struct copy *j
   return 0;
 }
 
+/* After the commit: the queued packages above 64 MiB into
+ * job_package_parts, each in a transaction of its own (a failure is
+ * counted: that job is sent by this server only). */
+static void put_large_packages(const char *state, struct server_db *dst, const struct copy *jobs,
+                               size_t *out_stored, size_t *out_failed) {
+  for (size_t i = 0; i < jobs->n_queued; i++) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/queue/%s.cpkg", state, jobs->queued[i]);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct stat st;
+    if (fd < 0)
+      continue;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        (uint64_t)st.st_size > SERVER_DB_PACKAGE_STORE_MAX) {
+      struct cordon_diag diag = {{0}};
+      if (server_db_job_package_store(dst, jobs->queued[i], fd, (uint64_t)st.st_size, &diag) == 0)
+        (*out_stored)++;
+      else
+        (*out_failed)++;
+    }
+    close(fd);
+  }
+}
+
 /* "users 2, devices 3, ..." of the copied tables. */
 static void summary(const struct copy *copies, size_t n, size_t packages, char *buf, size_t size) {
   size_t o = 0;
@@ -472,14 +499,18 @@ static int migrate(const char *state, const char *url) {
                               to, state, SERVER_DB_URL_FILE, diag.msg);
     goto out;
   }
+  size_t large_stored = 0, large_failed = 0;
+  if (large)
+    put_large_packages(state, dst, jobs, &large_stored, &large_failed);
   char counts[1024];
-  summary(copies, N_COPIED, n_added, counts, sizeof(counts));
+  summary(copies, N_COPIED, n_added + large_stored, counts, sizeof(counts));
   char note[256] = "";
-  if (missing || large)
+  if (missing || large_failed)
     snprintf(note, sizeof(note),
              "; of the queued jobs, %zu had no package in %s/queue (they fail when a device "
-             "comes for them) and %zu are above 64 MiB (only this server sends them)",
-             missing, state, large);
+             "comes for them) and %zu could not be put into the database (only this server "
+             "sends them)",
+             missing, state, large_failed);
   fprintf(stderr,
           "%s: migrated %s to %s: %s, every table read back and compared before the commit%s; "
           "%s/%s names it now, so cordon-server run --state %s uses it; %s is kept as it was "
