@@ -359,6 +359,7 @@ struct msg {
 #define MSG_GOAWAY_IDLE "idle_timeout"
 #define MSG_GOAWAY_PAIRING_FAILED "pairing_failed"
 #define MSG_GOAWAY_PROTOCOL "protocol_error"
+#define MSG_GOAWAY_UNAVAILABLE "unavailable" /* the server cannot serve now: reconnect later */
 
 /* Decode one record. On success *out_msg owns its memory (msg_release()).
  * Errors: see the top of this file. *out_msg is untouched on failure. */

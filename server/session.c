@@ -2,6 +2,7 @@
 #include "server/session.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,9 +146,16 @@ static void set_reason(struct session *s, const char *prefix, const char *code) 
 }
 
 void session_goaway(struct session *s, const char *code, const char *message) {
+  session_goaway_retry(s, code, message, 0);
+}
+
+void session_goaway_retry(struct session *s, const char *code, const char *message,
+                          uint32_t retry_ms) {
   struct msg m = {.type = MSG_GOAWAY};
   m.goaway.code = (char *)code;
   m.goaway.message = (char *)message;
+  m.goaway.has_retry_ms = retry_ms > 0;
+  m.goaway.retry_ms = retry_ms;
   (void)session_send(s, &m);
   set_reason(s, "goaway.", code);
   s->closing = true;
@@ -204,9 +212,25 @@ static void device_hello(struct session *s, const struct msg_hello *h,
   struct server_db_device dev;
   char hex[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(h->device_id, hex);
-  if (server_db_device_get_by_key(t->db, key, &dev, NULL) < 0) {
+  struct cordon_diag dd = {{0}};
+  int gr = server_db_device_get_by_key(t->db, key, &dev, &dd);
+  if (gr == -ENOENT) {
     refuse(s, MSG_GOAWAY_UNPAIRED, "this device is not paired with this server", "unknown_key",
            h->has_device_id ? hex : "-");
+    return;
+  }
+  if (gr < 0) {
+    /* the database failed (busy, its connection lost): never "unpaired",
+     * which an agent takes as final; it comes back after retry_ms, spread
+     * so that a fleet refused at once does not return at once */
+    char sup[24];
+    if (log_addr_hit(s->owner, s->addr, sup))
+      core_log_kv(CORE_LOG_ERROR, "session refused: the database failed", "addr", s->addr, "device",
+                  h->has_device_id ? hex : "-", "reason", "database_unavailable", "detail", dd.msg,
+                  "suppressed", sup, NULL);
+    session_goaway_retry(s, MSG_GOAWAY_UNAVAILABLE, "the server cannot reach its database",
+                         SESSION_UNAVAILABLE_RETRY_MS +
+                             randombytes_uniform(SESSION_UNAVAILABLE_RETRY_MS));
     return;
   }
   if (!h->has_device_id || strcmp(hex, dev.id) != 0) {

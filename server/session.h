@@ -118,5 +118,9 @@ int session_send(struct session *s, const struct msg *m);
 /* Send a goaway, flush it and close: from now on s is no device's session.
  * The code is the reason the close is logged with. */
 void session_goaway(struct session *s, const char *code, const char *message);
+/* The same with retry_ms (0: none): the agent reconnects no sooner. */
+void session_goaway_retry(struct session *s, const char *code, const char *message,
+                          uint32_t retry_ms);
+#define SESSION_UNAVAILABLE_RETRY_MS 2000u /* the database failed: back in 2-4 s */
 
 #endif

@@ -5,8 +5,9 @@
  * failover, a proxy that dropped them): the server reconnects, every
  * dispatch is answered, every job it accepted ends exactly once, and it
  * goes on dispatching. The database refuses connections for a while: a
- * dispatch fails with one clear line and no hang, and the server works
- * again once the database is back. */
+ * dispatch fails with one clear line and no hang, a device that connects
+ * meanwhile is asked to come back (goaway unavailable, not unpaired), and
+ * the server works again once the database is back. */
 #include "e2e.h"
 
 static const char quick_manifest[] =
@@ -102,9 +103,24 @@ Test(pg_outage, a_database_that_refuses_connections_fails_dispatch_in_one_line_t
   cr_expect(o->err[0] && strchr(o->err, '\n') == strrchr(o->err, '\n'), "one line: %s", o->err);
   cr_expect_lt(took, 15000, "answered, not hung (%lld ms)", (long long)took);
   free(o);
-  msleep(2500); /* a renewal tick or more without the database */
+  /* a device that connects meanwhile is told to come back, never that it
+   * is not paired (which would stop its agent for good) */
+  e2e_stop(&a->pid, SIGKILL);
+  const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
+  a->pid = spawn_logged(a->log, argv);
+  cr_assert(wait_in(e2e_server_log, "session refused", 10000), "the server refused the session");
+  msleep(500);
   cr_assert(server_alive(), "the server lives without its database");
+  cr_assert_eq(waitpid(a->pid, NULL, WNOHANG), 0,
+               "the agent runs on: it was not told it is unpaired");
+  cr_expect_eq(count_in(a->log, "not paired any more"), 0);
+  cr_expect_gt(count_in(e2e_server_log, "session refused: the database failed"), 0,
+               "the server says why");
   allow_connections(true);
+  bool back = false;
+  for (int i = 0; i < 75 && !(back = device_online(a->id)); i++)
+    msleep(200);
+  cr_assert(back, "the agent is back once the database is");
   /* back: within a few seconds a dispatch goes through and runs */
   int status = -1;
   for (int i = 0; i < 40 && status != 0; i++) {
