@@ -309,10 +309,16 @@ static bool request_user(struct daemon *d, struct admin_conn *c, const json_t *r
   *out_id = 0;
   if (!name)
     return true;
-  if (server_db_user_get_by_name(d->db, name, &u, NULL) < 0) {
+  struct cordon_diag diag = {{0}};
+  int err = server_db_user_get_by_name(d->db, name, &u, &diag);
+  if (err == -ENOENT) {
     char msg[SERVER_DB_NAME_MAX + 80];
     snprintf(msg, sizeof(msg), "no user '%.*s'", SERVER_DB_NAME_MAX, name);
     admin_conn_reply(c, admin_reply_error(CORDON_E_NOT_FOUND, msg));
+    return false;
+  }
+  if (err < 0) { /* the database failed: never "no such user" */
+    admin_conn_reply(c, admin_reply_error(err, diag.msg));
     return false;
   }
   *out_id = u.id;
@@ -340,11 +346,12 @@ static bool request_device(struct daemon *d, struct admin_conn *c, const json_t 
 /* The request's job, or not_found answered (false). */
 static bool request_job(struct daemon *d, struct admin_conn *c, const json_t *req,
                         struct server_db_job *out_job) {
-  if (server_db_job_get(d->db, admin_request_string(req, ADMIN_ARG_JOB), out_job, NULL) < 0) {
-    admin_conn_reply(c, admin_reply_error(CORDON_E_NOT_FOUND, "no such job"));
-    return false;
-  }
-  return true;
+  struct cordon_diag diag = {{0}};
+  int err = server_db_job_get(d->db, admin_request_string(req, ADMIN_ARG_JOB), out_job, &diag);
+  if (err < 0)
+    admin_conn_reply(c, err == -ENOENT ? admin_reply_error(CORDON_E_NOT_FOUND, "no such job")
+                                       : admin_reply_error(err, diag.msg));
+  return err == 0;
 }
 
 static void daemon_op_dispatch(struct daemon *d, struct admin_conn *c, const json_t *req,

@@ -1133,9 +1133,12 @@ void jobs_op_dispatch(struct jobs *js, struct admin_conn *c, const json_t *req) 
     return;
   }
   struct server_db_user u;
-  if (server_db_user_get_by_name(js->db, d.user, &u, NULL) < 0) {
+  struct cordon_diag ud = {{0}};
+  int uerr = server_db_user_get_by_name(js->db, d.user, &u, &ud);
+  if (uerr < 0) { /* the database failed: its error, never "no user" */
     snprintf(msgbuf, sizeof(msgbuf), "no user '%s'", d.user);
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, msgbuf));
+    admin_conn_reply(c, uerr == -ENOENT ? admin_reply_error(CORDON_E_USAGE, msgbuf)
+                                        : admin_reply_error(uerr, ud.msg));
     goto out;
   }
   d.user_id = u.id;

@@ -93,13 +93,29 @@ Test(pg_outage, a_database_that_refuses_connections_fails_dispatch_in_one_line_t
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
   char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state,
+                      "--", "before");
+  char known[33];
+  job_id_of(o, known);
+  free(o);
+  cr_assert(wait_state(known, "done", 15000));
   allow_connections(false);
   cut_connections();
+  /* what exists is not said to be missing: the database's error, not
+   * not_found, which a calling service takes as final */
+  o = RUN(SERVER, "job", known, "--state", e2e_state);
+  cr_expect_neq(o->status, 0);
+  cr_expect(!strstr(o->err, "not_found") && strstr(o->err, "io_error"), "job: %s", o->err);
+  free(o);
+  o = RUN(SERVER, "jobs", "--user", "alice", "--state", e2e_state);
+  cr_expect(!strstr(o->err, "not_found") && strstr(o->err, "io_error"), "jobs --user: %s", o->err);
+  free(o);
   int64_t t0 = now_ms();
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state,
-                      "--", "down");
+  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state, "--",
+          "down");
   int64_t took = now_ms() - t0;
   cr_expect_neq(o->status, 0, "no database, no job: %s", o->out);
+  cr_expect(!strstr(o->err, "no user") && !strstr(o->err, "not_found"), "%s", o->err);
   cr_expect(o->err[0] && strchr(o->err, '\n') == strrchr(o->err, '\n'), "one line: %s", o->err);
   cr_expect_lt(took, 15000, "answered, not hung (%lld ms)", (long long)took);
   free(o);
