@@ -1141,6 +1141,8 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   if (r == 0 && notify_bad) /* not fatal: only systemd would have listened */
     core_log_kv(CORE_LOG_WARN, "no readiness notifications", "error", notify_diag.msg, NULL);
   if (r == 0)
+    server_db_clock_follow(d->db); /* steps of the host's clock move no deadline */
+  if (r == 0)
     r = cluster_recover_devices(d->db, diag); /* cluster: not another instance's devices */
   if (r < 0)
     goto out_free;

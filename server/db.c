@@ -44,7 +44,98 @@ int db_fail(struct server_db *db, int rc, const char *what, struct cordon_diag *
 int64_t server_db_now(const struct server_db *db) {
   if (db && db->fixed_now)
     return db->fixed_now;
+  if (db && db->clock_follow)
+    return (db->clock_wall_ms + (core_mono_ms() - db->clock_mono_ms)) / 1000;
   return (int64_t)(core_wall_ms() / 1000);
+}
+
+/* The database's clock in ms (PostgreSQL), the middle of the round trip
+ * on the monotonic clock into *out_mono. */
+static int clock_read_db(struct server_db *db, int64_t *out_ms, int64_t *out_mono,
+                         struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int64_t t0 = core_mono_ms();
+  int err = db_stmt(db, Q_CLOCK_NOW_MS, &st, diag);
+  if (err)
+    return err;
+  int rc = db_step(st);
+  if (rc == DB_ROW)
+    *out_ms = db_col_int(st, 0);
+  else
+    err = db_fail(db, rc, "read the database's clock", diag);
+  db_done(st);
+  *out_mono = (t0 + core_mono_ms()) / 2;
+  return err;
+}
+
+/* Move what counts down from when it was set by step_s: live jobs'
+ * deadlines, queued jobs' queue deadlines, live pairing codes. */
+static int clock_shift(struct server_db *db, int64_t step_s, struct cordon_diag *diag) {
+  static const enum db_stmt shifts[] = {Q_CLOCK_SHIFT_DEADLINES, Q_CLOCK_SHIFT_QUEUE,
+                                        Q_CLOCK_SHIFT_CODES};
+  int err = db_tx_begin(db, diag);
+  for (size_t i = 0; !err && i < sizeof(shifts) / sizeof(shifts[0]); i++) {
+    struct db_st *st = NULL;
+    if ((err = db_stmt(db, shifts[i], &st, diag)))
+      break;
+    int rc = DB_OK;
+    db_bind_int(st, 1, step_s, &rc);
+    if (!(err = db_bind_check(db, st, rc, diag)))
+      err = db_exec_stmt(db, st, "move the deadlines with the clock", diag);
+  }
+  if (err) {
+    db_tx_rollback(db);
+    return err;
+  }
+  return db_tx_commit(db, diag);
+}
+
+void server_db_clock_follow(struct server_db *db) {
+  db->clock_follow = false; /* the first reading: the wall clock, or the database's */
+  int64_t ms = (int64_t)core_wall_ms(), mono = core_mono_ms();
+  if (server_db_is_shared(db) && clock_read_db(db, &ms, &mono, NULL) < 0) {
+    ms = (int64_t)core_wall_ms();
+    mono = core_mono_ms();
+  }
+  db->clock_wall_ms = ms;
+  db->clock_mono_ms = mono;
+  db->clock_skew_ms = (int64_t)core_wall_ms() - ms;
+  db->clock_follow = true;
+}
+
+int server_db_clock_tick(struct server_db *db, int64_t *out_step_ms, struct cordon_diag *diag) {
+  *out_step_ms = 0;
+  if (!db->clock_follow || db->fixed_now)
+    return 0;
+  int64_t mono = core_mono_ms(), est = db->clock_wall_ms + (mono - db->clock_mono_ms);
+  if (server_db_is_shared(db)) {
+    int64_t ms = 0;
+    int err = clock_read_db(db, &ms, &mono, diag);
+    if (err)
+      return err; /* the anchor stands: the monotonic clock goes on */
+    db->clock_wall_ms = ms;
+    db->clock_mono_ms = mono;
+    db->clock_skew_ms = (int64_t)core_wall_ms() - ms;
+    return 0;
+  }
+  int64_t wall = (int64_t)core_wall_ms(), step = wall - est;
+  if (step > -SERVER_DB_CLOCK_STEP_MS && step < SERVER_DB_CLOCK_STEP_MS) {
+    db->clock_wall_ms = wall; /* small drift (NTP slews): follow it */
+    db->clock_mono_ms = mono;
+    return 0;
+  }
+  int64_t step_s = step / 1000; /* whole seconds, as the columns hold */
+  int err = clock_shift(db, step_s, diag);
+  if (err)
+    return err; /* tried again at the next tick */
+  db->clock_wall_ms = est + step_s * 1000;
+  db->clock_mono_ms = mono;
+  *out_step_ms = step_s * 1000;
+  return 0;
+}
+
+int64_t server_db_clock_skew_ms(const struct server_db *db) {
+  return db->clock_skew_ms;
 }
 
 void server_db_set_clock(struct server_db *db, int64_t now) {
@@ -60,8 +151,8 @@ static int group_before_stmt(struct server_db *db, struct db_st *st, struct cord
 /* Whether sql commits nothing by itself: a query or a transaction statement
  * (the group's rule for "a write outside an op", and the commit count). */
 static bool sql_readonly(const char *sql) {
-  static const char *const heads[] = {"SELECT", "BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT",
-                                      "RELEASE"};
+  static const char *const heads[] = {"SELECT",   "BEGIN",     "COMMIT",
+                                      "ROLLBACK", "SAVEPOINT", "RELEASE"};
   for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++)
     if (strncmp(sql, heads[i], strlen(heads[i])) == 0)
       return true;

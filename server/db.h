@@ -152,6 +152,31 @@ int server_db_restore(struct server_db *db, const char *path, struct cordon_diag
 void server_db_set_clock(struct server_db *db, int64_t now);
 int64_t server_db_now(const struct server_db *db);
 
+/* --- the daemon's clock (docs/OPERATIONS.md, "Clocks") -------------------
+ *
+ * What the database keeps as Unix seconds (deadlines, queue deadlines,
+ * pairing codes' expiry, leases) is measured on one clock. Without
+ * server_db_clock_follow, server_db_now reads the host's wall clock (the
+ * commands). The daemon calls it once: from then on server_db_now follows
+ * the monotonic clock from an anchor that server_db_clock_tick (once a
+ * second) moves:
+ *   SQLite: to the host's wall clock. A difference of less than
+ *     SERVER_DB_CLOCK_STEP_MS is drift, followed. A larger one is a step
+ *     (an NTP step, a clock set by hand, a resumed machine): the deadlines
+ *     of live jobs, the queue deadlines and the expiry of live pairing
+ *     codes move with it (they count down from when they were set), in one
+ *     transaction, so that a step forward expires nothing early and a step
+ *     back holds nothing longer; *out_step_ms says by how much (0: none).
+ *   PostgreSQL: to the database's clock (clock_timestamp(), once per
+ *     tick), the one every server of a cluster shares, so that a server
+ *     whose own clock is off judges leases and deadlines as the others do.
+ *     server_db_clock_skew_ms: the host's clock minus the database's.
+ * A failed reading keeps the anchor (the monotonic clock goes on). */
+#define SERVER_DB_CLOCK_STEP_MS 2000
+void server_db_clock_follow(struct server_db *db);
+int server_db_clock_tick(struct server_db *db, int64_t *out_step_ms, struct cordon_diag *diag);
+int64_t server_db_clock_skew_ms(const struct server_db *db);
+
 /* --- group commit (the daemon) ------------------------------------------ */
 
 /* Without it, every function above and below commits itself. With it (the
@@ -759,8 +784,8 @@ int server_db_job_package_store(struct server_db *db, const char *job_id, int fd
  * job_packages, else from its parts in order: 0 with *out_size, -ENOENT
  * when the database has none, -EFBIG when the parts pass
  * SERVER_DB_PACKAGE_MAX (nothing more is written then), else the error. */
-int server_db_job_package_load(struct server_db *db, const char *job_id, int fd,
-                               uint64_t *out_size, struct cordon_diag *diag);
+int server_db_job_package_load(struct server_db *db, const char *job_id, int fd, uint64_t *out_size,
+                               struct cordon_diag *diag);
 /* The packages (rows and parts) of jobs no longer queued go. */
 int server_db_job_package_purge(struct server_db *db, struct cordon_diag *diag);
 

@@ -217,15 +217,27 @@
   X(PACKAGE_GET, "SELECT bytes FROM job_packages WHERE job_id = ?1")                               \
   X(PACKAGE_PURGE, "DELETE FROM job_packages WHERE job_id IN"                                      \
                    " (SELECT id FROM jobs WHERE state <> 'queued')")                               \
-  X(PACKAGE_PART_PUT, "INSERT INTO job_package_parts (job_id, part, bytes) VALUES (?1, ?2, ?3)"     \
-                      " ON CONFLICT (job_id, part) DO NOTHING")                                     \
-  X(PACKAGE_PART_GET, "SELECT bytes FROM job_package_parts WHERE job_id = ?1 AND part = ?2")        \
+  X(PACKAGE_PART_PUT, "INSERT INTO job_package_parts (job_id, part, bytes) VALUES (?1, ?2, ?3)"    \
+                      " ON CONFLICT (job_id, part) DO NOTHING")                                    \
+  X(PACKAGE_PART_GET, "SELECT bytes FROM job_package_parts WHERE job_id = ?1 AND part = ?2")       \
   X(PACKAGE_PART_COUNT, "SELECT count(*) FROM job_package_parts WHERE job_id = ?1")                \
-  X(PACKAGE_PART_PURGE, "DELETE FROM job_package_parts WHERE job_id IN"                             \
+  X(PACKAGE_PART_PURGE, "DELETE FROM job_package_parts WHERE job_id IN"                            \
                         " (SELECT id FROM jobs WHERE state <> 'queued')")
+
+/* The daemon's clock (server/db.h, server_db_clock_tick): the database's
+ * (PostgreSQL; SQLite's is the host's own), and the durations that move
+ * with a step of the host's clock. */
+#define DB_CLOCK_STATEMENTS(X)                                                                     \
+  X(CLOCK_NOW_MS, "SELECT CAST(strftime('%s','now') AS INTEGER) * 1000")                           \
+  X(CLOCK_SHIFT_DEADLINES, "UPDATE jobs SET deadline = deadline + ?1"                              \
+                           " WHERE deadline <> 0 AND state IN " DB_LIVE_STATES)                    \
+  X(CLOCK_SHIFT_QUEUE, "UPDATE jobs SET queue_expires = queue_expires + ?1"                        \
+                       " WHERE state = 'queued' AND queue_expires <> 0")                           \
+  X(CLOCK_SHIFT_CODES, "UPDATE pair_codes SET expires = expires + ?1 WHERE state = 'live'")
 
 #define DB_STATEMENTS(X)                                                                           \
   DB_TX_STATEMENTS(X)                                                                              \
+  DB_CLOCK_STATEMENTS(X)                                                                           \
   DB_USER_STATEMENTS(X)                                                                            \
   DB_CODE_STATEMENTS(X)                                                                            \
   DB_DEVICE_STATEMENTS(X)                                                                          \
@@ -238,7 +250,9 @@
  * does in SQLite, so that what SQLite's single writer settled (a count
  * then an insert, a name check then a rename) stays settled when several
  * handles and servers write at once. */
-#define DB_PG_STATEMENTS(X) X(BEGIN_IMMEDIATE, "BEGIN; SELECT pg_advisory_xact_lock(1668248164)")
+#define DB_PG_STATEMENTS(X)                                                                        \
+  X(BEGIN_IMMEDIATE, "BEGIN; SELECT pg_advisory_xact_lock(1668248164)")                            \
+  X(CLOCK_NOW_MS, "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)")
 
 enum db_stmt {
 #define DB_STMT_ENUM_(name, sql) Q_##name,
@@ -341,10 +355,15 @@ struct server_db {
   void *h; /* the driver's connection: sqlite3 * or PGconn * */
   struct db_st stmts[Q_COUNT_];
   int64_t fixed_now;
-  int64_t changes;  /* PostgreSQL: rows the last statement changed */
-  char errmsg[256]; /* PostgreSQL: the last error, one line */
-  char path[4096];  /* for messages: the SQLite file, or the URL without its password */
-  int last_err;     /* the last failed step's error (0 after a success) */
+  /* server_db_clock_follow: now is clock_wall_ms + (mono - clock_mono_ms),
+   * re-anchored by server_db_clock_tick */
+  bool clock_follow;
+  int64_t clock_wall_ms, clock_mono_ms;
+  int64_t clock_skew_ms; /* PostgreSQL: the host's clock minus the database's, last tick */
+  int64_t changes;       /* PostgreSQL: rows the last statement changed */
+  char errmsg[256];      /* PostgreSQL: the last error, one line */
+  char path[4096];       /* for messages: the SQLite file, or the URL without its password */
+  int last_err;          /* the last failed step's error (0 after a success) */
   struct db_group group;
   uint64_t commits; /* write transactions committed: COMMITs and autocommit writes */
 };

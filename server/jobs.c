@@ -84,6 +84,8 @@ struct held {
 struct jobs {
   uv_loop_t *loop;
   struct server_db *db;
+  bool skew_said;      /* clock_tick: the skew to the database's clock was logged, */
+  int64_t skew_said_s; /* as this */
   struct sessions *sessions;
   char queue_dir[3072]; /* short enough for QUEUE/<name> in PATH_MAX */
   const uint8_t *ticket_sk, *publisher_pk;
@@ -1840,8 +1842,41 @@ static void expire_queue(struct jobs *js) {
   server_db_job_list_release(&list);
 }
 
+/* The host's clock stepped (server/db.h, server_db_clock_tick): the
+ * deadlines moved with it. PostgreSQL: the database's clock; a host clock
+ * off it by a step or more is said, and again when that changes by a step. */
+static void clock_tick(struct jobs *js) {
+  int64_t step = 0;
+  struct cordon_diag diag = {{0}};
+  char buf[24];
+  if (server_db_clock_tick(js->db, &step, &diag) < 0) {
+    core_log_kv(CORE_LOG_DEBUG, "cannot read the clock: it goes on from the last reading", "error",
+                diag.msg, NULL);
+    return;
+  }
+  if (step) {
+    snprintf(buf, sizeof(buf), "%lld", (long long)(step / 1000));
+    core_log_kv(CORE_LOG_WARN,
+                "the system clock stepped: live deadlines, queue deadlines and pairing codes "
+                "moved with it",
+                "step_s", buf, NULL);
+  }
+  int64_t skew_s = server_db_clock_skew_ms(js->db) / 1000, lim = SERVER_DB_CLOCK_STEP_MS / 1000;
+  if (!server_db_is_shared(js->db) || (skew_s < lim && skew_s > -lim) ||
+      (js->skew_said && llabs(skew_s - js->skew_said_s) < lim))
+    return;
+  snprintf(buf, sizeof(buf), "%lld", (long long)skew_s);
+  core_log_kv(CORE_LOG_WARN,
+              "this host's clock is off the database's: the cluster's times follow the "
+              "database's",
+              "skew_s", buf, NULL);
+  js->skew_said = true;
+  js->skew_said_s = skew_s;
+}
+
 static void tick(uv_timer_t *t) {
   struct jobs *js = t->data;
+  clock_tick(js);
   expire_overdue(js);
   expire_queue(js);
   drain(js);

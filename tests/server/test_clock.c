@@ -1,0 +1,111 @@
+/* The server's clock steps while it runs (server/db.h, "the daemon's
+ * clock"): the real daemon under libfaketime (Debian's faketime, whose
+ * offset a file sets and the daemon re-reads at every clock call; the
+ * monotonic clock is left alone, as a real step leaves it), real agents.
+ * A step forward of an hour expires no running job and no queued one
+ * early; a step back of an hour holds no job past its deadline. On
+ * SQLite the deadlines move with the step; on PostgreSQL (the pg pass)
+ * the daemon keeps the database's clock, which did not step, and says
+ * that its own clock is off it. */
+#include "e2e.h"
+
+#define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+static char offset_file[400];
+
+static void set_offset(const char *offset) {
+  char tmp[420];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", offset_file);
+  FILE *f = fopen(tmp, "w");
+  cr_assert(f);
+  fprintf(f, "%s\n", offset);
+  fclose(f);
+  cr_assert_eq(rename(tmp, offset_file), 0); /* whole, never half a line */
+}
+
+/* The daemon again (e2e_setup started it), under libfaketime. */
+static void clock_setup(void) {
+  if (access(FAKETIME_LIB, R_OK) != 0)
+    cr_skip_test("no libfaketime (apt-get install faketime; scripts/deps.sh does)");
+  e2e_setup();
+  e2e_stop(&e2e_server_pid, SIGTERM);
+  snprintf(offset_file, sizeof(offset_file), "%s/faketime", e2e_dir);
+  set_offset("+0");
+  setenv("LD_PRELOAD", FAKETIME_LIB, 1);
+  setenv("FAKETIME_TIMESTAMP_FILE", offset_file, 1);
+  setenv("FAKETIME_NO_CACHE", "1", 1);
+  setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+  start_server();
+  unsetenv("LD_PRELOAD");
+  unsetenv("FAKETIME_TIMESTAMP_FILE");
+  unsetenv("FAKETIME_NO_CACHE");
+  unsetenv("FAKETIME_DONT_FAKE_MONOTONIC");
+}
+
+TestSuite(clock, .init = clock_setup, .fini = e2e_teardown, .timeout = 120);
+
+/* What the daemon said about the step (SQLite) or about its clock being
+ * off the database's (PostgreSQL). */
+static bool step_noticed(int ms) {
+  const char *needle =
+      pg_test_base() ? "this host's clock is off the database's" : "the system clock stepped";
+  return wait_in(e2e_server_log, needle, ms);
+}
+
+Test(clock, a_step_forward_expires_no_running_job_and_no_queued_one) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *slow = pack("slow",
+                    "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+                    "\"timeout_s\":20}",
+                    "sleep 4; echo survived\n");
+  struct out *o =
+      RUN(SERVER, "dispatch", "--user", "alice", slow, "--detach", "--state", e2e_state);
+  char running[33];
+  job_id_of(o, running);
+  free(o);
+  cr_assert(wait_state(running, "running", 10000), "%s", job_state(running, NULL));
+  /* and one queued for a device that is away, for a minute */
+  struct e2e_agent *b = pair_agent(1, "desk", NULL);
+  o = RUN(SERVER, "dispatch", "--user", "alice", "--device", "desk", slow, "--detach",
+          "--queue-ttl", "60", "--state", e2e_state);
+  char queued[33];
+  job_id_of(o, queued);
+  free(o);
+  cr_assert_str_eq(job_state(queued, NULL), "queued");
+
+  set_offset("+1h");
+  cr_expect(step_noticed(3000), "the daemon noticed its clock");
+  msleep(1500); /* a tick or more after the step */
+  cr_expect_str_eq(job_state(queued, NULL), "queued", "the queued job still waits");
+  cr_assert(wait_state(running, "done", 15000), "the running job ends with its own result: %s",
+            job_state(running, NULL));
+  cr_expect_eq(count_in(e2e_server_log, "msg=\"job expired\""), 0, "nothing expired");
+  /* and the queued one runs when its device comes */
+  start_agent(b);
+  cr_expect(wait_state(queued, "done", 15000), "%s", job_state(queued, NULL));
+  free(slow);
+}
+
+Test(clock, a_step_back_holds_no_job_past_its_deadline) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *slow = pack("slow",
+                    "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+                    "\"timeout_s\":2}",
+                    "sleep 60\n");
+  struct out *o =
+      RUN(SERVER, "dispatch", "--user", "alice", slow, "--detach", "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
+  /* the device goes (its result never comes): the job ends at its
+   * deadline, timeout_s 2 + --job-grace 5, whatever the clock did */
+  e2e_stop(&a->pid, SIGKILL);
+  set_offset("-1h");
+  cr_expect(step_noticed(3000), "the daemon noticed its clock");
+  cr_expect(wait_state(id, "expired", 15000), "expired at its deadline, not an hour later: %s",
+            job_state(id, NULL));
+  free(slow);
+}
