@@ -339,13 +339,13 @@ static void agent_to_b(struct e2e_agent *a) {
 
 /* A job through B, waited for: its final state. */
 static void job_through_b_is(const char *want, const char *what) {
+  snprintf(e2e_state, sizeof(e2e_state), "%.290s", state_b); /* B's key signs, B is asked */
   char *pkg = pack("r", manifest, "echo through-b\n");
   struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", state_b);
   cr_assert_eq(o->status, 0, "dispatch through B: %s", o->err);
   char id[33];
   job_id_of(o, id);
   free(o);
-  snprintf(e2e_state, sizeof(e2e_state), "%.290s", state_b); /* the helpers ask B */
   bool ok = wait_state(id, want, 20000);
   json_t *job = NULL;
   const char *st = job_state(id, &job);
