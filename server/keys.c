@@ -1061,6 +1061,32 @@ static void scratch_remove(const char *dir, const struct bundle_entry *e, size_t
   rmdir(dir);
 }
 
+/* Every key file the bundle's keys.json names is one of its own files
+ * under keys/ (so loading it reads nothing outside the bundle). */
+static int bundle_names_own(const char *scratch, const struct bundle_entry *e, size_t n,
+                            struct cordon_diag *diag) {
+  json_t *reg = NULL, *k;
+  size_t i;
+  struct cordon_diag d = {{0}};
+  int r = reg_load(scratch, &reg, &d);
+  if (r < 0)
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "the bundle's %s: %s", SERVER_KEYS_FILE,
+                           d.msg);
+  json_array_foreach(json_object_get(reg, "keys"), i, k) {
+    const char *f = json_string_value(json_object_get(k, "file"));
+    bool found = false;
+    for (size_t j = 0; f && !found && j < n; j++)
+      found = strchr(e[j].name, '/') && strcmp(e[j].name, f) == 0;
+    if (!found) {
+      r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "the bundle's %s names %s, not in it",
+                          SERVER_KEYS_FILE, f ? f : "no file");
+      break;
+    }
+  }
+  json_decref(reg);
+  return r;
+}
+
 static bool announcement_equal(const struct msg_keys *a, const struct msg_keys *b) {
   return a->serial == b->serial && memcmp(a->ticket_key, b->ticket_key, MSG_KEY_LEN) == 0 &&
          memcmp(a->publisher_key, b->publisher_key, MSG_KEY_LEN) == 0 &&
@@ -1088,6 +1114,8 @@ int server_keys_bundle_install(const char *state_dir, const uint8_t *plain, size
   struct server_keyring fresh = {0};
   struct cordon_diag d = {{0}};
   r = bundle_write(scratch, e, n, diag);
+  if (r == 0)
+    r = bundle_names_own(scratch, e, n, diag);
   if (r == 0 && server_keyring_load(scratch, &fresh, &d) < 0)
     r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "the bundle's keys do not load: %s", d.msg);
   if (r == 0 && fresh.n_chain != serial)

@@ -22,7 +22,8 @@ struct keysync {
   /* the last row refused, so that it is logged once, not every tick */
   uint64_t refused_serial;
   uint8_t refused_hash[16];
-  bool db_failing; /* the last read failed (logged once) */
+  bool db_failing;      /* the last read failed (logged once) */
+  bool publish_failing; /* the last write of our own keys failed (logged once) */
 };
 
 int keysync_new(uv_loop_t *loop, struct server_db *db, const char *state_dir,
@@ -66,9 +67,10 @@ static int publish(struct keysync *ks, uint64_t row_serial) {
   if (r == 0)
     core_log_kv(CORE_LOG_INFO, "cluster: this server's keys written to the database", "serial", s,
                 "was", row, NULL);
-  else if (r != -EEXIST)
+  else if (r != -EEXIST && !ks->publish_failing)
     core_log_kv(CORE_LOG_WARN, "cluster: this server's keys were not written to the database",
                 "serial", s, "error", diag.msg, NULL);
+  ks->publish_failing = r < 0 && r != -EEXIST;
   return r == -EEXIST ? 0 : r;
 }
 

@@ -160,10 +160,11 @@ static void open_of(const char *a, uint8_t **plain, size_t *plen, uint64_t *seri
 
 Test(keysync, a_bundle_installs_over_the_chain_it_extends_and_nothing_else) {
   unit_setup();
-  char a[400], b[400], c[400];
+  char a[400], b[400], c[400], e[400];
   init_state(a, sizeof(a), "a");
   copy_state(a, b, sizeof(b), "b"); /* init --keys-from, before any rotation */
   copy_state(a, c, sizeof(c), "c");
+  copy_state(a, e, sizeof(e), "e");
   rotate(a);
   rotate(a);
   uint8_t *plain = NULL;
@@ -226,6 +227,25 @@ Test(keysync, a_bundle_installs_over_the_chain_it_extends_and_nothing_else) {
   cr_expect_eq(server_keys_bundle_install(b, plain, plen - 1, serial, &own, &d),
                CORDON_E_CONFIG_INVALID);
   server_keyring_release(&own);
+  /* a keys.json naming key files the bundle does not carry (its format:
+   * "CKB1", u32 count, then u16 name length, name, u32 length, bytes) */
+  char *reg = slurp_file(a, SERVER_KEYS_FILE);
+  size_t rl = strlen(reg);
+  uint8_t *hand = calloc(1, 23 + rl);
+  memcpy(hand, "CKB1\0\0\0\1\0\x09keys.json", 19);
+  hand[19] = (uint8_t)(rl >> 24), hand[20] = (uint8_t)(rl >> 16), hand[21] = (uint8_t)(rl >> 8);
+  hand[22] = (uint8_t)rl;
+  memcpy(hand + 23, reg, rl);
+  cr_assert_eq(server_keyring_load(e, &own, &d), 0);
+  cr_expect_eq(server_keys_bundle_install(e, hand, 23 + rl, 2, &own, &d), CORDON_E_CONFIG_INVALID);
+  cr_expect(strstr(d.msg, "not in it"), "%s", d.msg);
+  server_keyring_release(&own);
+  char p[600];
+  snprintf(p, sizeof(p), "%s/%s", e, SERVER_KEYS_FILE);
+  cr_expect_neq(access(p, F_OK), 0, "nothing installed in e");
+  cr_expect(!scratch_left(e));
+  free(hand);
+  free(reg);
   sodium_free(plain);
 }
 
