@@ -1133,6 +1133,11 @@ int server_keys_bundle_install(const char *state_dir, const uint8_t *plain, size
                         "the bundle's chain (%zu) is not newer than this server's (%zu)",
                         fresh.n_chain, own->n_chain);
   server_keyring_release(&fresh);
+  json_t *disk = NULL; /* newer on disk than in own: a rotation of this state was just committed */
+  if (r == 0 && reg_load(state_dir, &disk, &d) == 0 &&
+      (uint64_t)json_integer_value(json_object_get(disk, "serial")) >= serial)
+    r = -EALREADY;
+  json_decref(disk);
   if (r == 0)
     r = bundle_write(state_dir, e, n, diag);
   scratch_remove(scratch, e, n);

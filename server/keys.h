@@ -156,7 +156,10 @@ int server_keys_bundle_open(const uint8_t noise_priv[32], uint64_t serial, const
  * first, then the top copies, keys.json last: the commit point; 0600,
  * 0644 for .pub; never through a link). The scratch directory goes in
  * every case. CORDON_E_CONFIG_INVALID for a malformed bundle or one whose
- * chain does not extend own's (nothing written then). */
+ * chain does not extend own's; -EALREADY when state_dir's keys.json on
+ * disk is at serial or later already (own is older than the disk: a
+ * rotation of this state was committed, its SIGHUP may be on its way);
+ * nothing written then. */
 int server_keys_bundle_install(const char *state_dir, const uint8_t *plain, size_t plain_len,
                                uint64_t serial, const struct server_keyring *own,
                                struct cordon_diag *diag);

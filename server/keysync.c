@@ -128,7 +128,12 @@ int keysync_check(struct keysync *ks) {
     r = server_keys_bundle_open(ks->noise_priv, serial, sealed, len, &plain, &plain_len, &diag);
   if (r == 0)
     r = server_keys_bundle_install(ks->state_dir, plain, plain_len, serial, ks->ring, &diag);
-  sodium_free(plain); /* wipes */
+  sodium_free(plain);   /* wipes */
+  if (r == -EALREADY) { /* this state's own rotation is on disk: load it */
+    ks->hooks.installed(ks->hooks.data, serial);
+    r = 0;
+    goto out;
+  }
   if (r < 0) {
     refuse(ks, serial, hash, r, diag.msg);
     goto out;

@@ -246,6 +246,17 @@ Test(keysync, a_bundle_installs_over_the_chain_it_extends_and_nothing_else) {
   cr_expect(!scratch_left(e));
   free(hand);
   free(reg);
+  /* a daemon whose memory is older than its own disk (its rotation just
+   * committed, the SIGHUP on its way): nothing written, it reloads */
+  cr_assert_eq(server_keyring_load(e, &own, &d), 0);
+  char *a_before = slurp_file(a, SERVER_KEYS_FILE);
+  cr_expect_eq(server_keys_bundle_install(a, plain, plen, serial, &own, &d), -EALREADY);
+  char *a_after = slurp_file(a, SERVER_KEYS_FILE);
+  cr_expect_str_eq(a_before, a_after);
+  cr_expect(!scratch_left(a));
+  free(a_before);
+  free(a_after);
+  server_keyring_release(&own);
   sodium_free(plain);
 }
 
