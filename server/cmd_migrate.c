@@ -39,6 +39,7 @@ const struct server_migrate_table server_migrate_tables[] = {
     {"device_sessions", "device_id"},
     {"job_packages", "job_id"},
     {"job_package_parts", "job_id, part"},
+    {"cluster_keys", "id"},
     {NULL, NULL},
 };
 

@@ -29,6 +29,7 @@
 #include "server/http.h"
 #include "server/jobs.h"
 #include "server/keys.h"
+#include "server/keysync.h"
 #include "server/lock.h"
 #include "server/logfile.h"
 #include "server/metrics.h"
@@ -61,6 +62,7 @@ struct daemon {
   struct net_server *srv;
   struct sessions *sessions;
   struct cluster *cluster; /* the device sessions of other instances (server/cluster.h) */
+  struct keysync *keysync; /* key rotations of other servers (server/keysync.h) */
   struct pair_ctx *pair;
   struct events *events;
   struct jobs *jobs;
@@ -122,12 +124,16 @@ static void on_session_online(void *data, struct session *s) {
   jobs_on_device_online(d->jobs, s);
 }
 
-/* SIGHUP: `cordon-server keys rotate` or `retire` committed new keys. */
-static void reload_keys(struct daemon *d) {
+/* SIGHUP: `cordon-server keys rotate` or `retire` committed new keys; or
+ * keysync installed another server's (from_cluster). */
+static void reload_keys(struct daemon *d, bool from_cluster) {
   struct cordon_diag diag = {{0}};
   size_t before = d->keyring.n_chain;
   if (server_keyring_reload(d->state_dir, &d->keyring, &diag) < 0) {
-    core_log_kv(CORE_LOG_ERROR, "SIGHUP: the keys were not reloaded", "error", diag.msg, NULL);
+    core_log_kv(CORE_LOG_ERROR,
+                from_cluster ? "cluster: the keys were not reloaded"
+                             : "SIGHUP: the keys were not reloaded",
+                "error", diag.msg, NULL);
     return;
   }
   memcpy(d->ticket_pk, d->keyring.ticket_pk, sizeof(d->ticket_pk));
@@ -136,8 +142,10 @@ static void reload_keys(struct daemon *d) {
     return;
   char serial[24];
   snprintf(serial, sizeof(serial), "%zu", d->keyring.n_chain);
-  core_log_kv(CORE_LOG_INFO, "SIGHUP: keys reloaded, announcing them to connected agents", "serial",
-              serial, NULL);
+  core_log_kv(CORE_LOG_INFO,
+              from_cluster ? "cluster: keys reloaded, announcing them to connected agents"
+                           : "SIGHUP: keys reloaded, announcing them to connected agents",
+              "serial", serial, NULL);
   sessions_foreach(d->sessions, send_keys, d);
 }
 
@@ -906,6 +914,7 @@ static void daemon_shutdown(struct daemon *d) {
   uv_close((uv_handle_t *)&d->watchdog_timer, NULL);
   uv_close((uv_handle_t *)&d->drain_timer, NULL);
   cluster_close(d->cluster);
+  keysync_close(d->keysync);
   jobs_close(d->jobs);
 }
 
@@ -954,7 +963,7 @@ static void on_signal(uv_signal_t *sig, int signum) {
 
 static void on_sighup(uv_signal_t *sig, int signum) {
   (void)signum;
-  reload_keys(sig->data);
+  reload_keys(sig->data, false);
   if (!logfile_active()) {
     core_log_kv(CORE_LOG_INFO, "SIGHUP: no log file to reopen", "log", log_target(), NULL);
     return;
@@ -1010,6 +1019,11 @@ static void on_cluster_queued(void *data) {
   jobs_scan_queue(d->jobs);
 }
 
+static void on_keys_installed(void *data, uint64_t serial) {
+  (void)serial;
+  reload_keys(data, true);
+}
+
 static void on_cluster_sweep(void *data) {
   struct daemon *d = data;
   jobs_sweep_queue(d->jobs);
@@ -1033,6 +1047,10 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
   if (r == 0)
     r = cluster_new(d->loop, d->db, d->sessions, d->state_dir, &cluster_hooks, &d->cluster);
+  if (r == 0) {
+    const struct keysync_hooks kh = {.data = d, .installed = on_keys_installed};
+    r = keysync_new(d->loop, d->db, d->state_dir, d->noise_priv, &d->keyring, &kh, &d->keysync);
+  }
   if (r == 0)
     r = pair_new(d->db, d->ticket_pk, d->publisher_pk, &d->pair);
   if (r == 0)
@@ -1156,7 +1174,8 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   }
   if ((r = compose(d, opt)) < 0)
     goto out_loop;
-  jobs_recover(d->jobs); /* before anything listens */
+  (void)keysync_check(d->keysync); /* a rotation made while this server was down */
+  jobs_recover(d->jobs);           /* before anything listens */
   r = net_server_new(d->loop, opt->host, opt->port, d->noise_priv,
                      (1u << NOISE_MODE_SESSION) | (1u << NOISE_MODE_PAIRING), &d->limits,
                      &sessions_net_ops, d->sessions, &d->srv);
@@ -1200,6 +1219,7 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
   start_handles(d);
   jobs_start(d->jobs);
   cluster_start(d->cluster);
+  keysync_start(d->keysync);
   log_keys(d);
   char listen[300], metrics[300] = "-";
   format_addr(opt->host, net_server_port(d->srv), listen, sizeof(listen));
@@ -1236,6 +1256,7 @@ out_free:
   admin_sock_free(d->admin);
   pair_free(d->pair);
   cluster_free(d->cluster);
+  keysync_free(d->keysync);
   sessions_free(d->sessions);
   server_db_close(d->db);
   notify_close(d->notify);

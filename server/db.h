@@ -65,7 +65,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 12 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 13 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
@@ -918,5 +918,24 @@ int server_db_move_target_commit(struct server_db *dst, struct cordon_diag *diag
 /* What messages call db: STATE/cordon.db, or the URL without its password
  * (postgresql://user@host:port/name). */
 const char *server_db_move_where(const struct server_db *db);
+
+/* A cluster's key rotations (server/keysync.h, docs/SECURITY.md): one row,
+ * the newest rotation's key files sealed under a key only the cluster's
+ * servers hold (server_keys_bundle_seal), and its serial. With SQLite the
+ * table exists but is not used. */
+#define SERVER_DB_CLUSTER_KEYS_MAX (4u << 20) /* bytes of sealed read back, at most */
+/* The row's serial: -ENOENT when there is none. */
+int server_db_cluster_keys_serial(struct server_db *db, uint64_t *out_serial,
+                                  struct cordon_diag *diag);
+/* The row: its serial and sealed bytes (*out_sealed malloc'ed, free()).
+ * -ENOENT when there is none; CORDON_E_LIMIT when sealed passes
+ * SERVER_DB_CLUSTER_KEYS_MAX (the database does not send it then). */
+int server_db_cluster_keys_get(struct server_db *db, uint64_t *out_serial, uint8_t **out_sealed,
+                               size_t *out_len, struct cordon_diag *diag);
+/* Write the row if it is absent or its serial is lower than serial (one
+ * conditional statement: of two servers racing, the higher serial stays):
+ * 0 written, -EEXIST when the row's serial is serial or higher. */
+int server_db_cluster_keys_put(struct server_db *db, uint64_t serial, const uint8_t *sealed,
+                               size_t len, struct cordon_diag *diag);
 
 #endif

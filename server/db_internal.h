@@ -18,6 +18,7 @@
  *                    lists
  *   db_sessions.c    a cluster's device sessions (which server instance
  *                    holds each device, and its lease) and queued packages
+ *   db_keys.c        a cluster's key rotations: one sealed row
  *
  * Calls go one way: every table file calls db.c; db_devices.c also calls
  * db_pair_codes.c (consuming the code), which calls db_users.c (the user a
@@ -235,6 +236,21 @@
                        " WHERE state = 'queued' AND queue_expires <> 0")                           \
   X(CLOCK_SHIFT_CODES, "UPDATE pair_codes SET expires = expires + ?1 WHERE state = 'live'")
 
+/* a cluster's key rotations, one sealed row (db_keys.c) */
+#define DB_CLUSTER_KEYS_STR_(x) #x
+#define DB_CLUSTER_KEYS_STR(x) DB_CLUSTER_KEYS_STR_(x)
+#define DB_CLUSTER_KEYS_STATEMENTS(X)                                                              \
+  X(CLUSTER_KEYS_SERIAL, "SELECT serial FROM cluster_keys WHERE id = 1")                           \
+  X(CLUSTER_KEYS_GET,                                                                              \
+    "SELECT serial, length(sealed), CASE WHEN length(sealed) <= " DB_CLUSTER_KEYS_STR(             \
+        DB_CLUSTER_KEYS_LIMIT) " THEN sealed END"                                                  \
+                               " FROM cluster_keys WHERE id = 1")                                  \
+  X(CLUSTER_KEYS_PUT, "INSERT INTO cluster_keys (id, serial, sealed, updated)"                     \
+                      " VALUES (1, ?1, ?2, ?3) ON CONFLICT (id) DO UPDATE SET"                     \
+                      " serial = excluded.serial, sealed = excluded.sealed,"                       \
+                      " updated = excluded.updated WHERE cluster_keys.serial < excluded.serial")
+#define DB_CLUSTER_KEYS_LIMIT 4194304 /* SERVER_DB_CLUSTER_KEYS_MAX, as SQL text */
+
 #define DB_STATEMENTS(X)                                                                           \
   DB_TX_STATEMENTS(X)                                                                              \
   DB_CLOCK_STATEMENTS(X)                                                                           \
@@ -243,7 +259,8 @@
   DB_DEVICE_STATEMENTS(X)                                                                          \
   DB_LABEL_STATEMENTS(X)                                                                           \
   DB_JOB_STATEMENTS(X)                                                                             \
-  DB_SESSION_STATEMENTS(X)
+  DB_SESSION_STATEMENTS(X)                                                                         \
+  DB_CLUSTER_KEYS_STATEMENTS(X)
 
 /* Where PostgreSQL's text is not the translation of SQLite's: a write
  * transaction takes one lock for the whole database, as BEGIN IMMEDIATE

@@ -127,11 +127,17 @@ static const char *const migrations[] = {
     "  part BIGINT NOT NULL CHECK (part >= 0),"
     "  bytes BYTEA NOT NULL,"
     "  PRIMARY KEY (job_id, part));",
+    /* 4 -> 5: SQLite's 12 -> 13, a cluster's key rotations (sealed) */
+    "CREATE TABLE cluster_keys ("
+    "  id BIGINT PRIMARY KEY CHECK (id = 1),"
+    "  serial BIGINT NOT NULL CHECK (serial >= 1),"
+    "  sealed BYTEA NOT NULL,"
+    "  updated BIGINT NOT NULL);",
 };
 #define PG_SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* api_version[n]: the SERVER_DB_SCHEMA_VERSION PostgreSQL's version n means */
-static const int api_version[] = {0, 9, 10, 11, 12};
+static const int api_version[] = {0, 9, 10, 11, 12, 13};
 _Static_assert(sizeof(api_version) / sizeof(api_version[0]) ==
                    sizeof(migrations) / sizeof(migrations[0]) + 1,
                "one API version per PostgreSQL schema version");

@@ -140,12 +140,19 @@ static const char *const migrations[] = {
     "  part INTEGER NOT NULL CHECK (part >= 0),"
     "  bytes BLOB NOT NULL,"
     "  PRIMARY KEY (job_id, part));",
+    /* 12 -> 13: a cluster's key rotations, sealed by its Noise key
+     * (server/keysync.h; used only on PostgreSQL) */
+    "CREATE TABLE cluster_keys ("
+    "  id INTEGER PRIMARY KEY CHECK (id = 1),"
+    "  serial INTEGER NOT NULL CHECK (serial >= 1),"
+    "  sealed BLOB NOT NULL,"
+    "  updated INTEGER NOT NULL);",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,
                "one migration per schema version");
 
-static const int api_version[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+static const int api_version[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
 _Static_assert(sizeof(api_version) / sizeof(api_version[0]) == SERVER_DB_SCHEMA_VERSION + 1,
                "SQLite's versions are the API's");
 

@@ -655,7 +655,7 @@ void server_keyring_release(struct server_keyring *k) {
 
 /* ---- a cluster's one identity ---- */
 
-const char *const server_keys_top_files[] = {SERVER_TICKET_KEY_FILE,   SERVER_NOISE_KEY_FILE,
+const char *const server_keys_top_files[] = {SERVER_TICKET_KEY_FILE,    SERVER_NOISE_KEY_FILE,
                                              SERVER_PUBLISHER_KEY_FILE, SERVER_PUBLISHER_PUB_FILE,
                                              SERVER_KEYS_FILE,          NULL};
 
@@ -671,7 +671,8 @@ static int copy_one(const char *from, const char *to, const char *rel, struct co
     return cordon_diag_set(diag, -ENAMETOOLONG, "%s: path too long", rel);
   struct stat st;
   if (lstat(src, &st) < 0)
-    return errno == ENOENT ? -ENOENT : cordon_diag_set(diag, -errno, "%s: %s", src, strerror(errno));
+    return errno == ENOENT ? -ENOENT
+                           : cordon_diag_set(diag, -errno, "%s: %s", src, strerror(errno));
   if (!S_ISREG(st.st_mode))
     return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: not a regular file", src);
   char *data = NULL;
@@ -761,5 +762,385 @@ int server_keys_copy(const char *from_state, const char *to_state, struct cordon
 out:
   server_keyring_release(&src);
   server_keyring_release(&dst);
+  return r;
+}
+
+/* ---- a cluster's rotations, through the database ---- */
+
+#define BUNDLE_MAGIC "CKB1"
+#define BUNDLE_AD_TAG "cordon cluster keys 1"
+#define BUNDLE_AD_LEN (sizeof(BUNDLE_AD_TAG) - 1 + 8 + 32)
+#define BUNDLE_NONCE crypto_aead_xchacha20poly1305_ietf_NPUBBYTES
+#define BUNDLE_TAG crypto_aead_xchacha20poly1305_ietf_ABYTES
+#define BUNDLE_PLAIN_MAX (SERVER_KEYS_BUNDLE_MAX - BUNDLE_NONCE - BUNDLE_TAG)
+#define BUNDLE_NAME_MAX 160
+#define BUNDLE_FILE_MAX (1u << 20) /* keys.json's limit (reg_load); key files are far smaller */
+
+static void put_be(uint8_t *p, uint64_t v, int n) {
+  for (int i = n - 1; i >= 0; i--, v >>= 8)
+    p[i] = (uint8_t)v;
+}
+
+static uint64_t get_be(const uint8_t *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++)
+    v = v << 8 | p[i];
+  return v;
+}
+
+/* The sealing key and the associated data of serial. */
+static int seal_params(const uint8_t noise_priv[32], uint64_t serial, uint8_t key[32],
+                       uint8_t ad[BUNDLE_AD_LEN]) {
+  uint8_t pub[32];
+  if (sodium_init() < 0 || crypto_scalarmult_base(pub, noise_priv) != 0 ||
+      crypto_kdf_derive_from_key(key, 32, 1, SERVER_KEYS_SEAL_CONTEXT, noise_priv) != 0)
+    return CORDON_E_CRYPTO;
+  memcpy(ad, BUNDLE_AD_TAG, sizeof(BUNDLE_AD_TAG) - 1);
+  put_be(ad + sizeof(BUNDLE_AD_TAG) - 1, serial, 8);
+  memcpy(ad + sizeof(BUNDLE_AD_TAG) - 1 + 8, pub, 32);
+  return 0;
+}
+
+/* A name a bundle may carry: one of the top files, or keys/NAME.key|.pub
+ * (NAME of [A-Za-z0-9_-], no dots, no slash). */
+static bool bundle_name_ok(const char *name) {
+  static const char *const top[] = {SERVER_TICKET_KEY_FILE, SERVER_PUBLISHER_KEY_FILE,
+                                    SERVER_PUBLISHER_PUB_FILE, SERVER_KEYS_FILE};
+  for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++)
+    if (strcmp(name, top[i]) == 0)
+      return true;
+  const char *base = name + sizeof(SERVER_KEYS_DIR);
+  size_t len = strlen(name);
+  if (strncmp(name, SERVER_KEYS_DIR "/", sizeof(SERVER_KEYS_DIR)) != 0 || len >= BUNDLE_NAME_MAX ||
+      len < sizeof(SERVER_KEYS_DIR) + 5 ||
+      (strcmp(name + len - 4, ".key") != 0 && strcmp(name + len - 4, ".pub") != 0))
+    return false;
+  for (const char *c = base; c < name + len - 4; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '-' || *c == '_'))
+      return false;
+  return true;
+}
+
+static unsigned bundle_mode(const char *name) {
+  size_t len = strlen(name);
+  return len > 4 && strcmp(name + len - 4, ".pub") == 0 ? 0644 : 0600;
+}
+
+/* The files of state's bundle, in the order they are installed: STATE/keys/
+ * first, the top copies, keys.json last. *out: n names of BUNDLE_NAME_MAX. */
+static int bundle_list(const char *state, json_t *reg, char (*out)[BUNDLE_NAME_MAX], size_t *out_n,
+                       struct cordon_diag *diag) {
+  size_t n = 0, i;
+  json_t *e;
+  json_array_foreach(json_object_get(reg, "keys"), i, e) {
+    const char *f = json_string_value(json_object_get(e, "file"));
+    if (!f || !bundle_name_ok(f) || strncmp(f, SERVER_KEYS_DIR "/", sizeof(SERVER_KEYS_DIR)) != 0)
+      return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s/%s: bad key path %s", state,
+                             SERVER_KEYS_FILE, f ? f : "(none)");
+    if (n + 6 > SERVER_KEYS_BUNDLE_FILES_MAX)
+      return cordon_diag_set(diag, CORDON_E_LIMIT, "%s: too many key files", state);
+    snprintf(out[n++], BUNDLE_NAME_MAX, "%s", f);
+    size_t fl = strlen(f);
+    if (strcmp(json_string_value(json_object_get(e, "role")), "publisher") == 0 &&
+        strcmp(f + fl - 4, ".key") == 0) {
+      char path[4096];
+      struct stat st;
+      snprintf(out[n], BUNDLE_NAME_MAX, "%.*s.pub", (int)(fl - 4), f);
+      snprintf(path, sizeof(path), "%s/%s", state, out[n]);
+      if (lstat(path, &st) == 0) /* init's first key keeps its public half in publisher.pub */
+        n++;
+    }
+  }
+  snprintf(out[n++], BUNDLE_NAME_MAX, "%s", SERVER_TICKET_KEY_FILE);
+  snprintf(out[n++], BUNDLE_NAME_MAX, "%s", SERVER_PUBLISHER_KEY_FILE);
+  snprintf(out[n++], BUNDLE_NAME_MAX, "%s", SERVER_PUBLISHER_PUB_FILE);
+  snprintf(out[n++], BUNDLE_NAME_MAX, "%s", SERVER_KEYS_FILE);
+  *out_n = n;
+  return 0;
+}
+
+/* Append state/rel to the plaintext at *pos: u16 name length, the name,
+ * u32 data length, the data. */
+static int bundle_add(const char *state, const char *rel, uint8_t *plain, size_t *pos,
+                      struct cordon_diag *diag) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s", state, rel);
+  struct stat st;
+  if (lstat(path, &st) < 0)
+    return cordon_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: not a regular file", path);
+  char *data = NULL;
+  size_t len = 0, nl = strlen(rel);
+  int r = core_read_file(path, BUNDLE_FILE_MAX, CORDON_E_CONFIG_INVALID, path, &data, &len, diag);
+  if (r < 0)
+    return r;
+  if (*pos + 2 + nl + 4 + len > BUNDLE_PLAIN_MAX) {
+    r = cordon_diag_set(diag, CORDON_E_LIMIT, "%s: the key files pass %u bytes", state,
+                        SERVER_KEYS_BUNDLE_MAX);
+  } else {
+    put_be(plain + *pos, nl, 2);
+    memcpy(plain + *pos + 2, rel, nl);
+    put_be(plain + *pos + 2 + nl, len, 4);
+    memcpy(plain + *pos + 6 + nl, data, len);
+    *pos += 6 + nl + len;
+  }
+  sodium_memzero(data, len);
+  free(data);
+  return r;
+}
+
+int server_keys_bundle_seal(const char *state_dir, const uint8_t noise_priv[32],
+                            uint8_t **out_sealed, size_t *out_len, uint64_t *out_serial,
+                            struct cordon_diag *diag) {
+  json_t *reg = NULL;
+  char(*names)[BUNDLE_NAME_MAX] = calloc(SERVER_KEYS_BUNDLE_FILES_MAX, BUNDLE_NAME_MAX);
+  uint8_t *plain = sodium_malloc(BUNDLE_PLAIN_MAX), *sealed = NULL;
+  uint8_t key[32], ad[BUNDLE_AD_LEN];
+  size_t n = 0, pos = 8;
+  int r = !names || !plain ? -ENOMEM : reg_load(state_dir, &reg, diag);
+  if (r < 0)
+    goto out;
+  uint64_t serial = (uint64_t)json_integer_value(json_object_get(reg, "serial"));
+  if (serial == 0) {
+    r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: no rotation yet, nothing to seal",
+                        state_dir);
+    goto out;
+  }
+  if ((r = bundle_list(state_dir, reg, names, &n, diag)) < 0)
+    goto out;
+  memcpy(plain, BUNDLE_MAGIC, 4);
+  put_be(plain + 4, n, 4);
+  for (size_t i = 0; r == 0 && i < n; i++)
+    r = bundle_add(state_dir, names[i], plain, &pos, diag);
+  if (r == 0 && (r = seal_params(noise_priv, serial, key, ad)) < 0)
+    cordon_diag_set(diag, r, "cannot derive the sealing key");
+  if (r == 0 && !(sealed = malloc(BUNDLE_NONCE + pos + BUNDLE_TAG)))
+    r = -ENOMEM;
+  if (r < 0)
+    goto out;
+  randombytes_buf(sealed, BUNDLE_NONCE);
+  unsigned long long clen = 0;
+  crypto_aead_xchacha20poly1305_ietf_encrypt(sealed + BUNDLE_NONCE, &clen, plain, pos, ad,
+                                             sizeof(ad), NULL, sealed, key);
+  *out_sealed = sealed;
+  *out_len = BUNDLE_NONCE + (size_t)clen;
+  *out_serial = serial;
+out:
+  sodium_memzero(key, sizeof(key));
+  sodium_free(plain);
+  free(names);
+  json_decref(reg);
+  return r;
+}
+
+int server_keys_bundle_open(const uint8_t noise_priv[32], uint64_t serial, const uint8_t *sealed,
+                            size_t len, uint8_t **out_plain, size_t *out_plain_len,
+                            struct cordon_diag *diag) {
+  if (len > SERVER_KEYS_BUNDLE_MAX)
+    return cordon_diag_set(diag, CORDON_E_LIMIT, "a sealed bundle of %zu bytes (at most %u)", len,
+                           SERVER_KEYS_BUNDLE_MAX);
+  if (len < BUNDLE_NONCE + BUNDLE_TAG + 8)
+    return cordon_diag_set(diag, CORDON_E_CRYPTO, "a sealed bundle cut short (%zu bytes)", len);
+  uint8_t key[32], ad[BUNDLE_AD_LEN];
+  int r = seal_params(noise_priv, serial, key, ad);
+  if (r < 0)
+    return cordon_diag_set(diag, r, "cannot derive the sealing key");
+  uint8_t *plain = sodium_malloc(len - BUNDLE_NONCE - BUNDLE_TAG);
+  if (!plain) {
+    sodium_memzero(key, sizeof(key));
+    return -ENOMEM;
+  }
+  unsigned long long mlen = 0;
+  if (crypto_aead_xchacha20poly1305_ietf_decrypt(plain, &mlen, NULL, sealed + BUNDLE_NONCE,
+                                                 len - BUNDLE_NONCE, ad, sizeof(ad), sealed,
+                                                 key) != 0) {
+    r = cordon_diag_set(diag, CORDON_E_CRYPTO,
+                        "the sealed bundle does not open: not sealed by this cluster's Noise key "
+                        "for serial %llu, or altered",
+                        (unsigned long long)serial);
+    sodium_free(plain);
+  } else {
+    *out_plain = plain;
+    *out_plain_len = (size_t)mlen;
+  }
+  sodium_memzero(key, sizeof(key));
+  return r;
+}
+
+struct bundle_entry {
+  char name[BUNDLE_NAME_MAX];
+  const uint8_t *data;
+  size_t len;
+};
+
+/* The entries of an opened bundle (borrowing plain), checked: known names,
+ * no name twice, keys.json present. */
+static int bundle_parse(const uint8_t *plain, size_t len, struct bundle_entry **out, size_t *out_n,
+                        struct cordon_diag *diag) {
+  if (len < 8 || memcmp(plain, BUNDLE_MAGIC, 4) != 0)
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "not a cordon key bundle");
+  uint64_t n = get_be(plain + 4, 4);
+  if (n == 0 || n > SERVER_KEYS_BUNDLE_FILES_MAX)
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "a key bundle of %llu files",
+                           (unsigned long long)n);
+  struct bundle_entry *e = calloc(n, sizeof(*e));
+  if (!e)
+    return -ENOMEM;
+  size_t pos = 8;
+  bool has_reg = false;
+  int r = 0;
+  for (size_t i = 0; r == 0 && i < n; i++) {
+    size_t nl = pos + 2 <= len ? (size_t)get_be(plain + pos, 2) : SIZE_MAX;
+    if (nl == SIZE_MAX || nl == 0 || nl >= BUNDLE_NAME_MAX || pos + 2 + nl + 4 > len) {
+      r = CORDON_E_CONFIG_INVALID;
+      break;
+    }
+    memcpy(e[i].name, plain + pos + 2, nl);
+    e[i].name[nl] = '\0';
+    e[i].len = (size_t)get_be(plain + pos + 2 + nl, 4);
+    e[i].data = plain + pos + 6 + nl;
+    if (strlen(e[i].name) != nl || !bundle_name_ok(e[i].name) || e[i].len > BUNDLE_FILE_MAX ||
+        e[i].len > len - (pos + 6 + nl)) {
+      r = CORDON_E_CONFIG_INVALID;
+      break;
+    }
+    pos += 6 + nl + e[i].len;
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(e[j].name, e[i].name) == 0)
+        r = CORDON_E_CONFIG_INVALID;
+    has_reg = has_reg || strcmp(e[i].name, SERVER_KEYS_FILE) == 0;
+  }
+  if (r == 0 && (pos != len || !has_reg))
+    r = CORDON_E_CONFIG_INVALID;
+  if (r < 0) {
+    free(e);
+    return cordon_diag_set(diag, r, "a malformed key bundle");
+  }
+  *out = e;
+  *out_n = n;
+  return 0;
+}
+
+/* Write the entries into dir (dir/keys/ for keys/...) in their order,
+ * keys.json last: the commit point. */
+static int bundle_write(const char *dir, const struct bundle_entry *e, size_t n,
+                        struct cordon_diag *diag) {
+  char sub[4096];
+  snprintf(sub, sizeof(sub), "%s/%s", dir, SERVER_KEYS_DIR);
+  struct stat st;
+  if (lstat(sub, &st) < 0 && errno == ENOENT && mkdir(sub, 0700) < 0)
+    return cordon_diag_set(diag, -errno, "%s: %s", sub, strerror(errno));
+  if (lstat(sub, &st) < 0 || !S_ISDIR(st.st_mode))
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "%s: not a directory", sub);
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; i < n; i++) {
+      bool reg = strcmp(e[i].name, SERVER_KEYS_FILE) == 0;
+      if (reg != (pass == 1))
+        continue;
+      bool in_keys = strchr(e[i].name, '/') != NULL;
+      const char *name = in_keys ? strchr(e[i].name, '/') + 1 : e[i].name;
+      int r = core_write_file_atomic(in_keys ? sub : dir, name, e[i].data, e[i].len,
+                                     bundle_mode(e[i].name));
+      if (r < 0)
+        return cordon_diag_set(diag, r, "%s/%s: %s", dir, e[i].name, strerror(-r));
+    }
+  }
+  return 0;
+}
+
+static void scratch_remove(const char *dir, const struct bundle_entry *e, size_t n) {
+  char path[4096 + BUNDLE_NAME_MAX + 8];
+  for (size_t i = 0; i < n; i++) {
+    snprintf(path, sizeof(path), "%s/%s", dir, e[i].name);
+    unlink(path);
+  }
+  snprintf(path, sizeof(path), "%s/%s", dir, SERVER_KEYS_DIR);
+  rmdir(path);
+  rmdir(dir);
+}
+
+/* Every key file the bundle's keys.json names is one of its own files
+ * under keys/ (so loading it reads nothing outside the bundle). */
+static int bundle_names_own(const char *scratch, const struct bundle_entry *e, size_t n,
+                            struct cordon_diag *diag) {
+  json_t *reg = NULL, *k;
+  size_t i;
+  struct cordon_diag d = {{0}};
+  int r = reg_load(scratch, &reg, &d);
+  if (r < 0)
+    return cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "the bundle's %s: %s", SERVER_KEYS_FILE,
+                           d.msg);
+  json_array_foreach(json_object_get(reg, "keys"), i, k) {
+    const char *f = json_string_value(json_object_get(k, "file"));
+    bool found = false;
+    for (size_t j = 0; f && !found && j < n; j++)
+      found = strchr(e[j].name, '/') && strcmp(e[j].name, f) == 0;
+    if (!found) {
+      r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "the bundle's %s names %s, not in it",
+                          SERVER_KEYS_FILE, f ? f : "no file");
+      break;
+    }
+  }
+  json_decref(reg);
+  return r;
+}
+
+static bool announcement_equal(const struct msg_keys *a, const struct msg_keys *b) {
+  return a->serial == b->serial && memcmp(a->ticket_key, b->ticket_key, MSG_KEY_LEN) == 0 &&
+         memcmp(a->publisher_key, b->publisher_key, MSG_KEY_LEN) == 0 &&
+         memcmp(a->ticket_sig, b->ticket_sig, MSG_SIG_LEN) == 0 &&
+         memcmp(a->publisher_sig, b->publisher_sig, MSG_SIG_LEN) == 0 &&
+         a->n_retired == b->n_retired &&
+         (a->n_retired == 0 || memcmp(a->retired, b->retired, a->n_retired * MSG_KEY_LEN) == 0);
+}
+
+int server_keys_bundle_install(const char *state_dir, const uint8_t *plain, size_t plain_len,
+                               uint64_t serial, const struct server_keyring *own,
+                               struct cordon_diag *diag) {
+  struct bundle_entry *e = NULL;
+  size_t n = 0;
+  int r = bundle_parse(plain, plain_len, &e, &n, diag);
+  if (r < 0)
+    return r;
+  char scratch[4096];
+  snprintf(scratch, sizeof(scratch), "%s/.keysync-XXXXXX", state_dir);
+  if (!mkdtemp(scratch)) {
+    r = cordon_diag_set(diag, -errno, "%s: %s", scratch, strerror(errno));
+    free(e);
+    return r;
+  }
+  struct server_keyring fresh = {0};
+  struct cordon_diag d = {{0}};
+  r = bundle_write(scratch, e, n, diag);
+  if (r == 0)
+    r = bundle_names_own(scratch, e, n, diag);
+  if (r == 0 && server_keyring_load(scratch, &fresh, &d) < 0)
+    r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID, "the bundle's keys do not load: %s", d.msg);
+  if (r == 0 && fresh.n_chain != serial)
+    r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                        "the bundle of serial %llu holds %zu announcements",
+                        (unsigned long long)serial, fresh.n_chain);
+  for (size_t i = 0; r == 0 && i < own->n_chain; i++)
+    if (i >= fresh.n_chain || !announcement_equal(&own->chain[i], &fresh.chain[i]))
+      r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                          "the bundle's chain does not extend this server's: announcement %zu "
+                          "differs (keys rotated on two servers at once?)",
+                          i + 1);
+  if (r == 0 && fresh.n_chain <= own->n_chain)
+    r = cordon_diag_set(diag, CORDON_E_CONFIG_INVALID,
+                        "the bundle's chain (%zu) is not newer than this server's (%zu)",
+                        fresh.n_chain, own->n_chain);
+  server_keyring_release(&fresh);
+  json_t *disk = NULL; /* newer on disk than in own: a rotation of this state was just committed */
+  if (r == 0 && reg_load(state_dir, &disk, &d) == 0 &&
+      (uint64_t)json_integer_value(json_object_get(disk, "serial")) >= serial)
+    r = -EALREADY;
+  json_decref(disk);
+  if (r == 0)
+    r = bundle_write(state_dir, e, n, diag);
+  scratch_remove(scratch, e, n);
+  free(e);
   return r;
 }

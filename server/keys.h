@@ -119,4 +119,49 @@ int server_keys_copy(const char *from_state, const char *to_state, struct cordon
  * for the caller's clean-up; NULL-terminated. */
 extern const char *const server_keys_top_files[];
 
+/* ---- a cluster's rotations, through the database (docs/SECURITY.md,
+ * "Several servers, one identity": "Rotations reach every server") ----
+ *
+ * A bundle is the key files a rotation changes: keys.json, every file it
+ * names under STATE/keys/ (and a publisher key's .pub), ticket.key,
+ * publisher.key and publisher.pub; never noise.key. It is sealed with
+ * XChaCha20-Poly1305 under a key derived (crypto_kdf, context
+ * SERVER_KEYS_SEAL_CONTEXT) from the Noise static secret every server of
+ * a cluster holds and the database never sees; the associated data binds
+ * the serial (keys.json's) and the Noise public key. Sealed: a 24-byte
+ * random nonce, then the ciphertext and its tag. */
+#define SERVER_KEYS_SEAL_CONTEXT "cordonks" /* crypto_kdf_CONTEXTBYTES */
+#define SERVER_KEYS_BUNDLE_MAX (4u << 20)   /* bytes of a sealed bundle, at most */
+#define SERVER_KEYS_BUNDLE_FILES_MAX (4 * SERVER_KEYS_CHAIN_MAX + 16) /* files in one */
+
+/* The bundle of state_dir (which must have keys.json: a rotation made it)
+ * sealed under noise_priv: *out_sealed (malloc'ed, free()) and the serial
+ * of its keys.json. CORDON_E_CONFIG_INVALID for a malformed state;
+ * CORDON_E_LIMIT above SERVER_KEYS_BUNDLE_MAX. */
+int server_keys_bundle_seal(const char *state_dir, const uint8_t noise_priv[32],
+                            uint8_t **out_sealed, size_t *out_len, uint64_t *out_serial,
+                            struct cordon_diag *diag);
+/* Open a sealed bundle that claims serial: the plaintext into *out_plain
+ * (sodium_malloc'ed, sodium_free() wipes it). CORDON_E_CRYPTO for a wrong
+ * key, a wrong serial, a bundle altered or cut short; CORDON_E_LIMIT above
+ * SERVER_KEYS_BUNDLE_MAX. */
+int server_keys_bundle_open(const uint8_t noise_priv[32], uint64_t serial, const uint8_t *sealed,
+                            size_t len, uint8_t **out_plain, size_t *out_plain_len,
+                            struct cordon_diag *diag);
+/* Install an opened bundle of serial into state_dir, the way a rotation
+ * writes: unpacked into a scratch directory STATE/.keysync-XXXXXX (0700)
+ * and loaded there first; only when its keyring's chain has exactly
+ * serial announcements and extends own's (the same announcements 1..n of
+ * own, then more) are the files written into state_dir (STATE/keys/
+ * first, then the top copies, keys.json last: the commit point; 0600,
+ * 0644 for .pub; never through a link). The scratch directory goes in
+ * every case. CORDON_E_CONFIG_INVALID for a malformed bundle or one whose
+ * chain does not extend own's; -EALREADY when state_dir's keys.json on
+ * disk is at serial or later already (own is older than the disk: a
+ * rotation of this state was committed, its SIGHUP may be on its way);
+ * nothing written then. */
+int server_keys_bundle_install(const char *state_dir, const uint8_t *plain, size_t plain_len,
+                               uint64_t serial, const struct server_keyring *own,
+                               struct cordon_diag *diag);
+
 #endif
