@@ -632,7 +632,9 @@ static int pg_pipeline(struct server_db *db, struct db_st *st, PGresult **out_re
   return 0;
 }
 
-/* Send what is held back (before anything else talks on the connection). */
+/* Send what is held back. Whatever talks on the connection itself (PQexec:
+ * scripts, the schema probe, LISTEN and NOTIFY through exec_script) calls
+ * this first, so that it runs after them, in their transaction. */
 static int pg_flush(struct server_db *db) {
   struct pg_state *ps = db->pg;
   if (!ps || !ps->npending)
