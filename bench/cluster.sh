@@ -41,7 +41,8 @@ trap cleanup EXIT
 port_of() { # the port a server logged
   local log=$1
   for _ in $(seq 200); do
-    p=$(sed -n 's/.*msg=listening listen=127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | tail -n1)
+    # (the log may not exist yet: the server's shell has not opened it)
+    p=$(sed -n 's/.*msg=listening listen=127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" 2>/dev/null | tail -n1 || true)
     [ -n "$p" ] && { echo "$p"; return 0; }
     sleep 0.05
   done
