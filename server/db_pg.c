@@ -553,6 +553,25 @@ static int send_stmt(struct server_db *db, int q, const struct db_st *st, bool b
   return 0;
 }
 
+/* A new session on the handle's connection: nothing held back or prepared
+ * survives it (nor the transaction, which the server rolled back). */
+static void reconnect(struct server_db *db) {
+  struct pg_state *ps = db->pg;
+  ps->npending = 0;
+  ps->gen++;
+  PQreset(db->h);
+  if (PQstatus(db->h) == CONNECTION_OK)
+    (void)session_setup(db);
+}
+
+/* A connection that broke (the server restarted) is made again before the
+ * next statement; the transaction it was in died with it, and its caller
+ * saw the statement fail. */
+static void reconnect_if_broken(struct server_db *db) {
+  if (PQstatus(db->h) == CONNECTION_BAD)
+    reconnect(db);
+}
+
 /* One round trip: the pending statements, then st (NULL: only those), in
  * one pipeline. 0 with st's answer in *out_res, or the first error among
  * them (its message kept). A BEGIN whose writer lock timed out leaves no
@@ -620,6 +639,8 @@ static int pg_pipeline(struct server_db *db, struct db_st *st, PGresult **out_re
   }
   if (synced)
     PQexitPipelineMode(c);
+  else if (PQstatus(c) != CONNECTION_BAD)
+    reconnect(db); /* out of step with the server (never seen): as if it broke */
   if (rollback && PQtransactionStatus(c) == PQTRANS_INERROR) {
     db->round_trips++;
     PQclear(PQexec(c, "ROLLBACK"));
@@ -676,22 +697,6 @@ static bool hold_back(struct db_st *st) {
   st->rows = 0;
   st->row = -1;
   return true;
-}
-
-/* A connection that broke (the server restarted) is made again before the
- * next statement; the transaction it was in died with it (the server
- * rolled it back), and its caller saw the statement fail. What was held
- * back for that transaction goes with it, and the new session has nothing
- * prepared. */
-static void reconnect_if_broken(struct server_db *db) {
-  if (PQstatus(db->h) != CONNECTION_BAD)
-    return;
-  struct pg_state *ps = db->pg;
-  ps->npending = 0;
-  ps->gen++;
-  PQreset(db->h);
-  if (PQstatus(db->h) == CONNECTION_OK)
-    (void)session_setup(db);
 }
 
 static int pg_run(struct db_st *st) {
