@@ -14,6 +14,9 @@
 # from dispatch to stored result; the last line sums it up. A figure for the
 # cost, not a claim of scaling: both servers and PostgreSQL share this
 # machine's cores with the load generator.
+# CORDON_BENCH_ROUND_TRIPS=1 adds, after 2., the round trips to PostgreSQL
+# per job: the server's sendto calls under strace -c over 1,000 more jobs
+# (libpq sends each statement, or each pipeline of them, in one).
 # Usage: bench/cluster.sh [BUILD_DIR] [DEVICES] [JOBS] [CONC]   (as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +41,8 @@ trap cleanup EXIT
 port_of() { # the port a server logged
   local log=$1
   for _ in $(seq 200); do
-    p=$(sed -n 's/.*msg=listening listen=127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | tail -n1)
+    # (the log may not exist yet: the server's shell has not opened it)
+    p=$(sed -n 's/.*msg=listening listen=127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" 2>/dev/null | tail -n1 || true)
     [ -n "$p" ] && { echo "$p"; return 0; }
     sleep 0.05
   done
@@ -95,6 +99,23 @@ start_server "$work/a" "$work/a.log"
 port_a=$(port_of "$work/a.log")
 run_case "one server, PostgreSQL" "$port_a" "$work/a"
 pg1_jps=$result_jps
+rt=""
+if [ "${CORDON_BENCH_ROUND_TRIPS:-0}" = 1 ]; then
+  rt_jobs=1000
+  strace -f -qq -c -e trace=sendto -o "$work/strace-a" -p "${pids[-1]}" &
+  st=$!
+  sleep 1 # attached
+  printf 'connect\ndispatch %s %s %s 0\n' "$rt_jobs" "$devices" "$conc" |
+    "$loadgen" --server "127.0.0.1:$port_a" --state "$work/a" --devices "$devices" \
+      --ids "$work/ids-one server, PostgreSQL" --package "$work/n.cpkg" >/dev/null 2>"$work/loadgen-rt.log"
+  kill -INT "$st"
+  wait "$st" || true
+  calls=$(awk '$NF == "sendto" { print $4 }' "$work/strace-a")
+  rt=$(awk -v c="${calls:-0}" -v j="$rt_jobs" 'BEGIN { printf "%.1f", c / j }')
+  printf '  %-34s %8s per job (%s sendto over %s jobs, under strace)\n' \
+    "round trips to PostgreSQL" "$rt" "${calls:-0}" "$rt_jobs"
+  rt=" pg_round_trips_per_job=$rt"
+fi
 
 # 3. a second server of A's cluster: devices on A, jobs through B
 "$server" init --state "$work/b" --db "$url" --keys-from "$work/a" >/dev/null 2>&1
@@ -105,4 +126,4 @@ cp "$work/ids-one server, PostgreSQL" "$work/ids-two servers, routed A<-B"
 run_case "two servers, routed A<-B" "$port_a" "$work/b"
 pg2_jps=$result_jps
 
-echo "cluster: devices=$devices sqlite_jobs_per_s=$sqlite_jps pg_jobs_per_s=$pg1_jps pg_two_servers_routed_jobs_per_s=$pg2_jps"
+echo "cluster: devices=$devices sqlite_jobs_per_s=$sqlite_jps pg_jobs_per_s=$pg1_jps pg_two_servers_routed_jobs_per_s=$pg2_jps$rt"

@@ -381,6 +381,8 @@ struct server_db {
   char errmsg[256];      /* PostgreSQL: the last error, one line */
   char path[4096];       /* for messages: the SQLite file, or the URL without its password */
   int last_err;          /* the last failed step's error (0 after a success) */
+  void *pg;              /* PostgreSQL: the driver's connection state (db_pg.c) */
+  uint64_t round_trips;  /* PostgreSQL: exchanges with the server (pipelines, scripts) */
   struct db_group group;
   uint64_t commits; /* write transactions committed: COMMITs and autocommit writes */
 };

@@ -1,17 +1,21 @@
 /* The PostgreSQL driver (server/db_internal.h) over libpq: one connection
- * per handle, the statement table translated to PostgreSQL's dialect, every
- * statement run with its parameters typed by what was bound (PQexecParams:
- * text results, bytea parameters sent as bytes), PostgreSQL's own schema
- * and migrations. The URL may hold a password: it is never logged, and
- * messages name the database by user, host, port and name only. */
+ * per handle, the statement table translated to PostgreSQL's dialect, each
+ * statement prepared once per connection with its parameters typed by what
+ * was first bound (text results, bytea parameters sent as bytes) and run in
+ * a pipeline that carries the transaction statements held back before it
+ * ("statements" below), PostgreSQL's own schema and migrations. The URL may hold a password: it is
+ * never logged, and messages name the database by user, host, port and name only. */
+#include "server/pq.h"
 #include <ctype.h>
 #include <errno.h>
-#include "server/pq.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/ratelimit.h"
 #include "server/db.h"
 #include "server/db_internal.h"
 
@@ -196,6 +200,41 @@ static bool result_ok(PGresult *res) {
   return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
 }
 
+/* --- the connection's state (statements: below) ------------------------- */
+
+#define PG_PARTS_MAX 2 /* statements in one entry of the table (BEGIN; the lock) */
+#define PG_VARIANTS 4  /* parameter typings prepared per statement */
+#define PG_PENDING_MAX 16
+#define PG_ITEMS_MAX ((PG_PENDING_MAX + 1) * PG_PARTS_MAX * 2) /* a Parse and a run each */
+
+struct pg_variant {
+  unsigned gen[PG_PARTS_MAX]; /* the connection generation it was prepared in; 0 never */
+  Oid types[DB_PARAMS_MAX];
+};
+
+struct pg_stmt {
+  int nparts;
+  char *text; /* the translated text, cut into its parts */
+  const char *part[PG_PARTS_MAX];
+  struct pg_variant v[PG_VARIANTS];
+};
+
+struct pg_state {
+  unsigned gen; /* a new one at every (re)connect: its prepared statements are gone */
+  struct core_ratelimit log_reconnect; /* what reconnect() says, while it fails */
+  struct pg_stmt q[Q_COUNT_];
+  int pending[PG_PENDING_MAX]; /* held back, in order */
+  int npending;
+};
+
+/* One message of a pipeline, for reading its answer. */
+struct pg_item {
+  int q, variant, part; /* variant -1: run unnamed */
+  bool prepare;         /* its Parse, not its run */
+  bool begin;           /* a part of BEGIN_IMMEDIATE sent with no transaction open */
+  bool keep;            /* the answer the caller reads */
+};
+
 /* --- connecting ----------------------------------------------------------- */
 
 static void quiet_notices(void *arg, const char *message) {
@@ -288,8 +327,13 @@ static int pg_open(struct server_db *db, const char *state_dir, const char *url,
                            "%s: this cordon-server has no PostgreSQL schema %d", db->path,
                            SERVER_DB_SCHEMA_VERSION);
   /* defaults first: what the URL says overrides them */
-  const char *const keys[] = {"connect_timeout", "application_name", "dbname", NULL};
-  const char *const vals[] = {"10", "cordon-server", url, NULL};
+  /* a database host that vanished (over TCP) is noticed in about 25 s
+   * (keepalives) and a connection attempt gives up after 10: the daemon's
+   * loop waits no longer on it than its watchdog allows */
+  const char *const keys[] = {"connect_timeout",     "keepalives",       "keepalives_idle",
+                              "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                              "application_name",    "dbname",           NULL};
+  const char *const vals[] = {"10", "1", "10", "5", "3", "20000", "cordon-server", url, NULL};
   PGconn *c = PQconnectdbParams(keys, vals, 1);
   if (!c)
     return cordon_diag_set(diag, -ENOMEM, "%s: out of memory", db->path);
@@ -300,6 +344,12 @@ static int pg_open(struct server_db *db, const char *state_dir, const char *url,
                            db->errmsg);
   }
   db->h = c;
+  struct pg_state *ps = calloc(1, sizeof(*ps));
+  if (!ps)
+    return cordon_diag_set(diag, -ENOMEM, "%s: out of memory", db->path);
+  ps->gen = 1;
+  ps->log_reconnect.window_ms = CORE_RATELIMIT_ADDR_WINDOW_MS;
+  db->pg = ps;
   PQsetNoticeProcessor(c, quiet_notices, NULL);
   int err = session_setup(db);
   if (err)
@@ -317,22 +367,40 @@ static int pg_open(struct server_db *db, const char *state_dir, const char *url,
 }
 
 static void pg_close(struct server_db *db) {
-  PQfinish(db->h);
+  PQfinish(db->h); /* what was held back goes with its transaction */
   db->h = NULL;
+  struct pg_state *ps = db->pg;
+  if (ps)
+    for (size_t i = 0; i < Q_COUNT_; i++)
+      free(ps->q[i].text);
+  free(ps);
+  db->pg = NULL;
 }
 
-/* A connection that broke (the server restarted) is made again before the
- * next statement; the transaction it was in died with it (the server
- * rolled it back), and its caller saw the statement fail. */
-static void reconnect_if_broken(struct server_db *db) {
-  if (PQstatus(db->h) != CONNECTION_BAD)
-    return;
-  PQreset(db->h);
-  if (PQstatus(db->h) == CONNECTION_OK)
-    (void)session_setup(db);
-}
+/* --- statements -----------------------------------------------------------
+ *
+ * Every statement of the table is prepared once per connection, under a
+ * name of its own (cordon_<connection>_<statement>_<variant>_<part>), with
+ * the parameter types of its first run's bindings (a run bound with other
+ * types gets a variant of its own, up to PG_VARIANTS; past them it runs
+ * unnamed). Each run is one pipeline (libpq's pipeline mode, ended by one
+ * sync): the Parse of what this connection has not prepared yet travels
+ * with it, and so do the transaction statements whose answer tells the
+ * caller nothing (BEGIN and the writer lock, SAVEPOINT, RELEASE, ROLLBACK
+ * TO): those are held back (pending) and answered "done" at once, when the
+ * transaction state they run in cannot make them fail — only a broken
+ * connection or the writer lock's timeout can, and then the statement that
+ * carried them fails with that error, as they would have. So a group op
+ * costs its own statements' round trips, and the group's COMMIT one. */
 
-/* --- statements ----------------------------------------------------------- */
+/* The transaction state once the pending statements have run (they all
+ * leave one open); PQTRANS_UNKNOWN on a broken connection. */
+static PGTransactionStatusType pg_status(struct server_db *db) {
+  struct pg_state *ps = db->pg;
+  if (PQstatus(db->h) == CONNECTION_BAD)
+    return PQTRANS_UNKNOWN;
+  return ps->npending ? PQTRANS_INTRANS : PQtransactionStatus(db->h);
+}
 
 /* SQLite's text in PostgreSQL's dialect: ?N -> $N, json_group_object ->
  * json_object_agg (which gives NULL, not {}, for no rows: read as no
@@ -373,12 +441,40 @@ static int translate(struct db_st *st, const char *sql) {
   return 0;
 }
 
+/* The statement's parts: what ';' separates (no text of the table has a
+ * ';' inside a literal); only a statement without parameters has two. */
+static int split_parts(struct pg_stmt *p, const char *sql, int nparams) {
+  if (!(p->text = strdup(sql)))
+    return -ENOMEM;
+  p->nparts = 0;
+  for (char *s = p->text; s && *s;) {
+    char *semi = strchr(s, ';');
+    if (semi)
+      *semi++ = '\0';
+    while (*s == ' ')
+      s++;
+    if (*s) {
+      if (p->nparts == PG_PARTS_MAX || (p->nparts && nparams))
+        return -E2BIG;
+      p->part[p->nparts++] = s;
+    }
+    s = semi;
+  }
+  return p->nparts ? 0 : -EINVAL;
+}
+
 static int pg_prepare(struct server_db *db, struct db_st *st, const char *sql, const char *pg_sql,
                       struct cordon_diag *diag) {
   int err = translate(st, pg_sql ? pg_sql : sql);
+  if (!err) {
+    struct pg_stmt *p = &((struct pg_state *)db->pg)->q[st - db->stmts];
+    free(p->text);
+    memset(p, 0, sizeof(*p));
+    err = split_parts(p, st->sql, st->nparams);
+  }
   if (err)
     return cordon_diag_set(diag, err, "%s: prepare: %s", db->path,
-                           err == -ENOMEM ? "out of memory" : "too many parameters");
+                           err == -ENOMEM ? "out of memory" : "not one statement of its kind");
   st->blob_col = -1;
   return 0;
 }
@@ -403,40 +499,251 @@ static void pg_reset(struct db_st *st) {
 
 static void pg_finalize(struct db_st *st) {
   pg_reset(st);
+  struct server_db *db = st->db;
+  if (db && db->pg) {
+    struct pg_stmt *p = &((struct pg_state *)db->pg)->q[st - db->stmts];
+    free(p->text);
+    memset(p, 0, sizeof(*p));
+  }
   free(st->sql);
   st->sql = NULL;
   st->ready = false;
 }
 
+/* The variant of p prepared on this connection for these types (a NULL
+ * bound without a type fits any), or a free one to prepare (its types set);
+ * -1 when all are taken by other typings. */
+static int pick_variant(struct pg_stmt *p, unsigned gen, const Oid *types, int n) {
+  for (int v = 0; v < PG_VARIANTS; v++) {
+    if (p->v[v].gen[0] != gen)
+      continue;
+    int i = 0;
+    while (i < n && (types[i] == 0 || types[i] == p->v[v].types[i]))
+      i++;
+    if (i == n)
+      return v;
+  }
+  for (int v = 0; v < PG_VARIANTS; v++)
+    if (p->v[v].gen[0] != gen) {
+      memcpy(p->v[v].types, types, sizeof(Oid) * (size_t)n);
+      return v;
+    }
+  return -1;
+}
+
+/* A failed send: its error (the message kept). */
+static int send_error(struct server_db *db) {
+  keep_message(db, PQerrorMessage(db->h));
+  return PQstatus(db->h) == CONNECTION_BAD ? -EIO : -ENOMEM;
+}
+
+/* Queue statement q into the pipeline: each part's Parse when this
+ * connection has not prepared it, then its run with st's bindings (NULL:
+ * a held-back statement, which has none). */
+static int send_stmt(struct server_db *db, int q, const struct db_st *st, bool begin,
+                     struct pg_item *items, int *n) {
+  struct pg_state *ps = db->pg;
+  struct pg_stmt *p = &ps->q[q];
+  const char *values[DB_PARAMS_MAX];
+  int lengths[DB_PARAMS_MAX], formats[DB_PARAMS_MAX];
+  Oid types[DB_PARAMS_MAX];
+  int np = st ? st->nparams : 0;
+  for (int i = 0; i < np; i++) {
+    values[i] = st->params[i].value;
+    lengths[i] = (int)st->params[i].len;
+    formats[i] = st->params[i].binary;
+    types[i] = st->params[i].type;
+  }
+  int v = pick_variant(p, ps->gen, types, np);
+  for (int part = 0; part < p->nparts; part++) {
+    char name[64];
+    snprintf(name, sizeof(name), "cordon_%u_%d_%d_%d", ps->gen, q, v, part);
+    if (v >= 0 && p->v[v].gen[part] != ps->gen) {
+      if (!PQsendPrepare(db->h, name, p->part[part], np, p->v[v].types))
+        return send_error(db);
+      p->v[v].gen[part] = ps->gen; /* undone if its answer is an error */
+      items[(*n)++] = (struct pg_item){.q = q, .variant = v, .part = part, .prepare = true};
+    }
+    int ok = v >= 0
+                 ? PQsendQueryPrepared(db->h, name, np, values, lengths, formats, 0)
+                 : PQsendQueryParams(db->h, p->part[part], np, types, values, lengths, formats, 0);
+    if (!ok)
+      return send_error(db);
+    items[(*n)++] = (struct pg_item){
+        .q = q, .variant = v, .part = part, .begin = begin, .keep = st && part == p->nparts - 1};
+  }
+  return 0;
+}
+
+/* A new session on the handle's connection: nothing held back or prepared
+ * survives it (nor the transaction, which the server rolled back). */
+static void reconnect(struct server_db *db) {
+  struct pg_state *ps = db->pg;
+  ps->npending = 0;
+  ps->gen++;
+  PQreset(db->h);
+  bool ok = PQstatus(db->h) == CONNECTION_OK;
+  if (ok)
+    (void)session_setup(db);
+  else
+    keep_message(db, PQerrorMessage(db->h));
+  /* the operator hears of it (without the password: path is the URL's
+   * user, host, port and name), as often as the limit lets a run of
+   * failures; a success always */
+  uint64_t n = 0;
+  char sup[24];
+  if (ok || core_ratelimit_hit(&ps->log_reconnect, core_mono_ms(), &n))
+    core_log_kv(ok ? CORE_LOG_WARN : CORE_LOG_ERROR,
+                ok ? "the database connection broke: connected again"
+                   : "the database connection broke: cannot connect again yet",
+                "database", db->path, "error", ok ? "-" : db->errmsg, "suppressed",
+                core_ratelimit_fmt(n, sup), NULL);
+  if (ok)
+    ps->log_reconnect = (struct core_ratelimit){.window_ms = CORE_RATELIMIT_ADDR_WINDOW_MS};
+}
+
+/* A connection that broke (the server restarted) is made again before the
+ * next statement; the transaction it was in died with it, and its caller
+ * saw the statement fail. */
+static void reconnect_if_broken(struct server_db *db) {
+  if (PQstatus(db->h) == CONNECTION_BAD)
+    reconnect(db);
+}
+
+/* One round trip: the pending statements, then st (NULL: only those), in
+ * one pipeline. 0 with st's answer in *out_res, or the first error among
+ * them (its message kept). A BEGIN whose writer lock timed out leaves no
+ * failed transaction behind. */
+static int pg_pipeline(struct server_db *db, struct db_st *st, PGresult **out_res) {
+  struct pg_state *ps = db->pg;
+  PGconn *c = db->h;
+  struct pg_item items[PG_ITEMS_MAX];
+  int n = 0, err = 0;
+  PGTransactionStatusType at = PQtransactionStatus(c);
+  db->round_trips++;
+  if (!PQenterPipelineMode(c)) {
+    ps->npending = 0;
+    return send_error(db);
+  }
+  for (int i = 0; i < ps->npending && !err; i++) {
+    int q = ps->pending[i];
+    err = send_stmt(db, q, NULL, q == Q_BEGIN_IMMEDIATE && at == PQTRANS_IDLE, items, &n);
+    at = PQTRANS_INTRANS;
+  }
+  ps->npending = 0; /* sent, or lost with the connection */
+  if (!err && st) {
+    int q = (int)(st - db->stmts);
+    err = send_stmt(db, q, st, q == Q_BEGIN_IMMEDIATE && at == PQTRANS_IDLE, items, &n);
+  }
+  if (!PQpipelineSync(c) && !err)
+    err = send_error(db);
+  /* the answers, in order: each followed by a NULL, the sync's last */
+  PGresult *keep = NULL;
+  bool rollback = false, synced = false;
+  int got = 0, nulls = 0;
+  while (!synced) {
+    PGresult *r = PQgetResult(c);
+    if (!r) {
+      if (PQstatus(c) == CONNECTION_BAD || ++nulls > 1)
+        break;
+      continue;
+    }
+    nulls = 0;
+    ExecStatusType s = PQresultStatus(r);
+    if (s == PGRES_PIPELINE_SYNC) {
+      synced = true;
+      PQclear(r);
+      break;
+    }
+    struct pg_item *it = got < n ? &items[got++] : NULL;
+    bool ok = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
+    if (!ok && it && it->prepare)
+      ps->q[it->q].v[it->variant].gen[it->part] = 0;
+    if (!ok && !err && s != PGRES_PIPELINE_ABORTED) {
+      err = result_error(db, r);
+      rollback = it && it->begin;
+      const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+      if (state && (strcmp(state, "26000") == 0 || strcmp(state, "42P05") == 0))
+        ps->gen++; /* our prepared statements are not the server's: anew, under new names */
+    }
+    if (ok && it && it->keep && !keep)
+      keep = r;
+    else
+      PQclear(r);
+  }
+  if (!err && (got < n || !synced)) { /* answers missing: the connection broke */
+    keep_message(db, PQerrorMessage(c));
+    err = PQstatus(c) == CONNECTION_BAD ? -EIO : CORDON_E_INTERNAL;
+  }
+  if (synced)
+    PQexitPipelineMode(c);
+  else if (PQstatus(c) != CONNECTION_BAD)
+    reconnect(db); /* out of step with the server (never seen): as if it broke */
+  if (rollback && PQtransactionStatus(c) == PQTRANS_INERROR) {
+    db->round_trips++;
+    PQclear(PQexec(c, "ROLLBACK"));
+  }
+  if (err) {
+    PQclear(keep);
+    return err;
+  }
+  *out_res = keep;
+  return 0;
+}
+
+/* Send what is held back. Whatever talks on the connection itself (PQexec:
+ * scripts, the schema probe, LISTEN and NOTIFY through exec_script) calls
+ * this first, so that it runs after them, in their transaction. */
+static int pg_flush(struct server_db *db) {
+  struct pg_state *ps = db->pg;
+  if (!ps || !ps->npending)
+    return 0;
+  PGresult *none = NULL;
+  return pg_pipeline(db, NULL, &none);
+}
+
+/* Hold st back when it is a transaction statement that cannot fail where
+ * it will run (pg_status, after the ones already held): its answer is
+ * "done", its run goes with the next statement's. */
+static bool hold_back(struct db_st *st) {
+  struct server_db *db = st->db;
+  struct pg_state *ps = db->pg;
+  int q = (int)(st - db->stmts);
+  PGTransactionStatusType now = pg_status(db);
+  bool fits;
+  switch (q) {
+  case Q_BEGIN_IMMEDIATE:
+    fits = now == PQTRANS_IDLE;
+    break;
+  case Q_GROUP_SAVEPOINT:
+  case Q_GROUP_RELEASE:
+  case Q_TX_SAVEPOINT:
+  case Q_TX_RELEASE:
+    fits = now == PQTRANS_INTRANS;
+    break;
+  case Q_GROUP_ROLLBACK_TO:
+  case Q_TX_ROLLBACK_TO:
+    fits = now == PQTRANS_INTRANS || now == PQTRANS_INERROR;
+    break;
+  default:
+    fits = false;
+  }
+  if (!fits || ps->npending == PG_PENDING_MAX)
+    return false;
+  ps->pending[ps->npending++] = q;
+  st->ran = true;
+  st->rows = 0;
+  st->row = -1;
+  return true;
+}
+
 static int pg_run(struct db_st *st) {
   struct server_db *db = st->db;
   reconnect_if_broken(db);
-  bool idle = PQtransactionStatus(db->h) == PQTRANS_IDLE;
-  PGresult *res;
-  if (st->nparams == 0) {
-    /* no parameters: the simple protocol, which takes several statements
-     * (BEGIN and the writer lock) */
-    res = PQexec(db->h, st->sql);
-  } else {
-    const char *values[DB_PARAMS_MAX];
-    int lengths[DB_PARAMS_MAX], formats[DB_PARAMS_MAX];
-    Oid types[DB_PARAMS_MAX];
-    for (int i = 0; i < st->nparams; i++) {
-      values[i] = st->params[i].value;
-      lengths[i] = (int)st->params[i].len;
-      formats[i] = st->params[i].binary;
-      types[i] = st->params[i].type;
-    }
-    res = PQexecParams(db->h, st->sql, st->nparams, types, values, lengths, formats, 0);
-  }
-  if (!result_ok(res)) {
-    int err = result_error(db, res);
-    PQclear(res);
-    /* a BEGIN whose lock timed out must not leave a failed transaction */
-    if (idle && PQtransactionStatus(db->h) == PQTRANS_INERROR)
-      PQclear(PQexec(db->h, "ROLLBACK"));
+  PGresult *res = NULL;
+  int err = pg_pipeline(db, st, &res);
+  if (err)
     return err;
-  }
   const char *cmd = PQcmdStatus(res);
   if (strcmp(cmd, "ROLLBACK") == 0 && strcmp(st->sql, "COMMIT") == 0) {
     /* COMMIT of a transaction a failed statement had aborted */
@@ -455,7 +762,7 @@ static int pg_run(struct db_st *st) {
 }
 
 static int pg_step(struct db_st *st) {
-  if (!st->ran) {
+  if (!st->ran && !hold_back(st)) {
     int err = pg_run(st);
     if (err)
       return err;
@@ -535,7 +842,7 @@ static int64_t pg_changes(struct server_db *db) {
 }
 
 static bool pg_in_tx(struct server_db *db) {
-  PGTransactionStatusType t = PQtransactionStatus(db->h);
+  PGTransactionStatusType t = pg_status(db);
   return t == PQTRANS_INTRANS || t == PQTRANS_INERROR || t == PQTRANS_ACTIVE;
 }
 
@@ -546,10 +853,17 @@ static const char *pg_errmsg(struct server_db *db) {
 /* A commit without waiting for the WAL flush: atomic, durable once a later
  * synchronous commit is. Errors (a failed transaction) change nothing. */
 static void pg_sync(struct server_db *db, bool full) {
+  if (pg_flush(db))
+    return;
+  db->round_trips++;
   PQclear(PQexec(db->h, full ? "SET synchronous_commit = on" : "SET synchronous_commit = off"));
 }
 
 static int pg_exec_script(struct server_db *db, const char *sql) {
+  int ferr = pg_flush(db);
+  if (ferr)
+    return ferr;
+  db->round_trips++;
   PGresult *res = PQexec(db->h, sql);
   int err = result_ok(res) ? 0 : result_error(db, res);
   PQclear(res);
@@ -558,6 +872,10 @@ static int pg_exec_script(struct server_db *db, const char *sql) {
 
 static int pg_probe(struct server_db *db, bool *out_has_table, bool *out_empty, bool *out_foreign,
                     struct cordon_diag *diag) {
+  int ferr = pg_flush(db);
+  if (ferr)
+    return cordon_diag_set(diag, ferr, "%s: read schema: %s", db->path, db->errmsg);
+  db->round_trips++;
   PGresult *res =
       PQexec(db->h, "SELECT to_regclass('schema_version') IS NOT NULL,"
                     " (SELECT count(*) FROM pg_catalog.pg_class c"
@@ -614,6 +932,9 @@ static int move_fail(struct server_db *db, PGresult *res, const char *what,
  * it), or the error with diag set. */
 static int move_query(struct server_db *db, const char *sql, int n, const char *const *values,
                       const char *what, PGresult **out, struct cordon_diag *diag) {
+  int ferr = pg_flush(db); /* what the driver held back runs first */
+  if (ferr)
+    return cordon_diag_set(diag, ferr, "%s: %s: %s", db->path, what, db->errmsg);
   PGresult *res = n ? PQexecParams(db->h, sql, n, NULL, values, NULL, NULL, 0) : PQexec(db->h, sql);
   if (!result_ok(res))
     return move_fail(db, res, what, diag);
@@ -784,6 +1105,9 @@ int server_db_move_target_insert(struct server_db *dst, const char *table,
       types[i] = PG_BYTEA_OID;
     }
   }
+  int ferr = pg_flush(dst);
+  if (ferr)
+    return cordon_diag_set(diag, ferr, "%s: %s: %s", dst->path, table, dst->errmsg);
   PGresult *res = PQexecParams(dst->h, sql, (int)cols->count, types, values, lengths, formats, 0);
   if (!result_ok(res))
     return move_fail(dst, res, table, diag);

@@ -7,7 +7,8 @@
  * Include this instead of <libpq-fe.h>: it declares libpq's types and
  * turns each PQ* call used by the server into a call through the loaded
  * table. pq_load() must have returned 0 before the first call (db_pg.c's
- * open does it); the calls after a failed load are never reached. */
+ * open does it); the calls after a failed load are never reached. Pipeline
+ * mode (PQenterPipelineMode...) needs libpq 14 or newer (Debian 12: 15). */
 #ifndef CORDON_SERVER_PQ_H
 #define CORDON_SERVER_PQ_H
 
@@ -20,6 +21,17 @@
   X(PGresult *, PQexecParams,                                                                      \
     (PGconn * c, const char *q, int n, const Oid *types, const char *const *values,                \
      const int *lengths, const int *formats, int result_format))                                   \
+  X(int, PQsendPrepare, (PGconn * c, const char *name, const char *q, int n, const Oid *types))    \
+  X(int, PQsendQueryPrepared,                                                                      \
+    (PGconn * c, const char *name, int n, const char *const *values, const int *lengths,           \
+     const int *formats, int result_format))                                                       \
+  X(int, PQsendQueryParams,                                                                        \
+    (PGconn * c, const char *q, int n, const Oid *types, const char *const *values,                \
+     const int *lengths, const int *formats, int result_format))                                   \
+  X(PGresult *, PQgetResult, (PGconn * c))                                                         \
+  X(int, PQenterPipelineMode, (PGconn * c))                                                        \
+  X(int, PQexitPipelineMode, (PGconn * c))                                                         \
+  X(int, PQpipelineSync, (PGconn * c))                                                             \
   X(void, PQclear, (PGresult * r))                                                                 \
   X(char *, PQcmdStatus, (PGresult * r))                                                           \
   X(char *, PQcmdTuples, (PGresult * r))                                                           \
@@ -62,6 +74,13 @@ int pq_load(struct cordon_diag *diag);
 #ifndef CORDON_PQ_NO_MACROS
 #define PQexec (pq_api.PQexec)
 #define PQexecParams (pq_api.PQexecParams)
+#define PQsendPrepare (pq_api.PQsendPrepare)
+#define PQsendQueryPrepared (pq_api.PQsendQueryPrepared)
+#define PQsendQueryParams (pq_api.PQsendQueryParams)
+#define PQgetResult (pq_api.PQgetResult)
+#define PQenterPipelineMode (pq_api.PQenterPipelineMode)
+#define PQexitPipelineMode (pq_api.PQexitPipelineMode)
+#define PQpipelineSync (pq_api.PQpipelineSync)
 #define PQclear (pq_api.PQclear)
 #define PQcmdStatus (pq_api.PQcmdStatus)
 #define PQcmdTuples (pq_api.PQcmdTuples)

@@ -72,6 +72,8 @@ Test(pg_outage, connections_cut_mid_burst_every_accepted_job_ends_once_and_dispa
     free(o);
   }
   cr_assert(server_alive(), "the server lived through it");
+  cr_expect_gt(count_in(e2e_server_log, "the database connection broke: connected again"), 0,
+               "the operator hears of it");
   cr_assert_gt(accepted, N / 2, "most went (accepted %d, refused %d)", accepted, refused);
   for (int i = 0; i < accepted; i++) {
     cr_assert(wait_state(ids[i], "done", 30000), "job %s: %s", ids[i], job_state(ids[i], NULL));
