@@ -12,6 +12,7 @@
 #ifndef CORDON_SERVER_EVENTS_H
 #define CORDON_SERVER_EVENTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,10 @@ struct event {
   uint64_t offset; /* EVENT_JOB_OUTPUT: where data starts in its stream */
   const uint8_t *data;
   size_t len;
+  /* Heard from another server of the cluster (server/cluster.c, the
+   * relay): published here for this server's subscribers, never sent on
+   * to the others again. false for what happened here. */
+  bool remote;
 };
 
 typedef void (*event_fn)(void *ctx, const struct event *ev);
