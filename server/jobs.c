@@ -2044,6 +2044,8 @@ static void on_remote_state(void *ctx, const struct event *ev) {
     return;
   for (struct waiter *w = js->waiters; w; w = w->next)
     if (strcmp(w->id, ev->job_id) == 0) {
+      core_log_kv(CORE_LOG_DEBUG, "job end heard from another server", "job", ev->job_id, "state",
+                  ev->state, NULL);
       answer_waiters(js, ev->job_id);
       return;
     }
