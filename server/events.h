@@ -1,7 +1,9 @@
 /* The daemon's in-process event bus: parts that see something happen
  * (jobs.c: a job's state changes or its output arrives; daemon.c: a
- * device comes online or goes) publish it; parts that stream it to
- * someone (the admin socket's `watch` and `follow`) subscribe.
+ * device comes online or goes; cluster.c: what another server of the
+ * cluster saw, marked remote) publish it; parts that stream it to
+ * someone (the admin socket's `watch` and `follow`) or send it on (the
+ * cluster's relay) subscribe.
  *
  * Synchronous and single-threaded: events_publish() calls every matching
  * subscriber before it returns, in subscription order. A subscriber may

@@ -241,6 +241,12 @@ static bool get_opt_user(const struct field *f, char *dst, const char **out) {
 static bool get_base64(const struct field *f, uint8_t *dst, size_t *out_len) {
   if (f->n == 0 || f->n > RELAY_B64_MAX || f->n % 4 != 0)
     return false;
+  /* the alphabet checked here: libsodium's decoder is not a validator of
+   * bytes above 0x7f */
+  size_t pad = f->p[f->n - 1] == '=' ? (f->p[f->n - 2] == '=' ? 2 : 1) : 0;
+  for (size_t i = 0; i < f->n - pad; i++)
+    if (!is_alnum(f->p[i]) && f->p[i] != '+' && f->p[i] != '/')
+      return false;
   size_t len = 0;
   const char *end = NULL;
   if (sodium_base642bin(dst, RELAY_CHUNK_MAX, f->p, f->n, NULL, &len, &end,

@@ -203,6 +203,8 @@ Test(relay, the_decoder_refuses_every_malformed_payload) {
       "cordon1 " INST " 1 output " JOB " - - 1 0 -",
       "cordon1 " INST " 1 output " JOB " - - 1 18446744073709551615 eA==",
       "cordon1 " INST " 1 output " JOB " - - 1 x eA==",
+      /* found by tests/fuzz/fuzz_relay.c: libsodium decoded bytes above 0x7f */
+      "cordon1 " INST " 1 output " JOB " - bob 1 77 a\370\377\377\377GVsbG8K",
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     struct relay_msg m;
