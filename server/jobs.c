@@ -1955,7 +1955,7 @@ void jobs_start(struct jobs *js) {
   uv_idle_init(js->loop, &js->commit_idle);
   js->group_on = true;
   js->started = true;
-  if (js->events)
+  if (js->events && server_db_is_shared(js->db)) /* a cluster's relay: PostgreSQL only */
     (void)events_subscribe(js->events, NULL, on_remote_state, js, &js->remote_token);
 }
 
