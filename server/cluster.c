@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sodium.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -50,16 +51,24 @@ struct cluster {
   uv_timer_t flush; /* 0 ms: the payloads of a loop turn go in the next */
   bool flush_on;
   struct relay_msg *msg;           /* the payload being read */
+  uint8_t *key;                    /* the relay's key (sodium_malloc), RELAY_KEY_LEN */
   struct core_ratelimit log_sent;  /* NOTIFY failures, dropped payloads */
   struct core_ratelimit log_heard; /* payloads this server cannot read */
 };
 
 int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
-                struct events *events, const char *state_dir, const struct cluster_hooks *hooks,
+                struct events *events, const uint8_t *secret, size_t secret_len,
+                const char *state_dir, const struct cluster_hooks *hooks,
                 struct cluster **out_cluster) {
   struct cluster *c = calloc(1, sizeof(*c));
   if (!c)
     return -ENOMEM;
+  c->key = sodium_malloc(RELAY_KEY_LEN);
+  int r = c->key ? relay_key_derive(secret, secret_len, c->key) : -ENOMEM;
+  if (r < 0) {
+    cluster_free(c);
+    return r;
+  }
   c->events = events;
   c->log_sent.window_ms = CLUSTER_RELAY_LOG_WINDOW_MS;
   c->log_heard.window_ms = CLUSTER_RELAY_LOG_WINDOW_MS;
@@ -100,7 +109,7 @@ static void relay_heard(struct cluster *c, const char *payload, size_t len) {
   const char *why = "";
   uint64_t n;
   char sup[24];
-  if (relay_decode(payload, len, c->msg, &why) < 0) {
+  if (relay_decode(c->key, payload, len, c->msg, &why) < 0) {
     if (core_ratelimit_hit(&c->log_heard, core_mono_ms(), &n))
       core_log_kv(CORE_LOG_WARN, "relayed event dropped: not a payload this server reads",
                   "channel", SERVER_DB_EVENTS_CHANNEL, "reason", why, "suppressed",
@@ -222,7 +231,7 @@ static void relay_event(void *ctx, const struct event *ev) {
   struct cluster *c = ctx;
   if (ev->remote)
     return; /* the others heard it from its server */
-  int r = relay_encode(c->instance, &c->seq, ev, relay_queue, c);
+  int r = relay_encode(c->key, c->instance, &c->seq, ev, relay_queue, c);
   if (r == -EINVAL) {
     core_log_kv(CORE_LOG_DEBUG, "event not relayed: a field the relay cannot carry", "job",
                 ev->job_id, "device", ev->device_id, NULL);
@@ -302,6 +311,7 @@ void cluster_free(struct cluster *c) {
     free(c->pending[i]);
   free(c->pending);
   free(c->msg);
+  sodium_free(c->key);
   free(c);
 }
 

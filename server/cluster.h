@@ -18,7 +18,8 @@
  * (server/events.h) goes to the others as a NOTIFY on
  * SERVER_DB_EVENTS_CHANNEL (server/relay.h; an output event one per
  * RELAY_CHUNK_MAX bytes), sent on the LISTEN connection in the loop turn
- * after it was published; what the others sent is published on this bus
+ * after it was published, with a MAC under a key derived from the
+ * cluster's identity; what the others sent is published on this bus
  * marked remote (never sent on again), so `follow` and `watch` through any
  * server see the jobs and devices of all. Best-effort: a payload that
  * cannot be sent or read is dropped with a warning (rate-limited); a job's
@@ -54,9 +55,13 @@ struct cluster_hooks {
 };
 
 /* db, sessions, events (NULL: nothing relayed), state_dir and loop are
- * borrowed for the cluster's lifetime. 0 or -ENOMEM. */
+ * borrowed for the cluster's lifetime; secret (secret_len bytes: the
+ * Noise static private key every server of the cluster holds) is read
+ * during the call, for the relay's key (server/relay.h). 0, -EINVAL (a
+ * secret of another length) or -ENOMEM. */
 int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
-                struct events *events, const char *state_dir, const struct cluster_hooks *hooks,
+                struct events *events, const uint8_t *secret, size_t secret_len,
+                const char *state_dir, const struct cluster_hooks *hooks,
                 struct cluster **out_cluster);
 /* Its timers go (before the loop's last run), the events still waiting
  * are sent, no more are. NULL-safe. */

@@ -1025,8 +1025,8 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
     return -ENOMEM;
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
   if (r == 0)
-    r = cluster_new(d->loop, d->db, d->sessions, d->events, d->state_dir, &cluster_hooks,
-                    &d->cluster);
+    r = cluster_new(d->loop, d->db, d->sessions, d->events, d->noise_priv, NOISE_KEY_LEN,
+                    d->state_dir, &cluster_hooks, &d->cluster);
   if (r == 0)
     r = pair_new(d->db, d->ticket_pk, d->publisher_pk, &d->pair);
   if (r == 0)

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define RELAY_FIELDS_MAX 11
+#define RELAY_FIELDS_MAX 11 /* of the body, the MAC not counted */
+#define RELAY_MAC_HEX (2 * RELAY_MAC_LEN)
+#define RELAY_KEY_CONTEXT "cordon relay key v1"
 #define RELAY_B64_MAX                                                                              \
   (sodium_base64_ENCODED_LEN(RELAY_CHUNK_MAX, sodium_base64_VARIANT_ORIGINAL) - 1)
 
@@ -64,6 +66,24 @@ static bool is_state(const char *s, size_t n) {
   return server_db_job_state_parse(name, &st) == 0;
 }
 
+/* ---- the key and the MAC ---- */
+
+int relay_key_derive(const uint8_t *secret, size_t len, uint8_t out_key[RELAY_KEY_LEN]) {
+  if (!secret || len < crypto_generichash_KEYBYTES_MIN || len > crypto_generichash_KEYBYTES_MAX)
+    return -EINVAL;
+  return crypto_generichash(out_key, RELAY_KEY_LEN, (const unsigned char *)RELAY_KEY_CONTEXT,
+                            sizeof(RELAY_KEY_CONTEXT) - 1, secret, len) == 0
+             ? 0
+             : -EINVAL;
+}
+
+static void mac_hex(const uint8_t key[RELAY_KEY_LEN], const char *body, size_t len,
+                    char out[RELAY_MAC_HEX + 1]) {
+  uint8_t mac[RELAY_MAC_LEN];
+  crypto_generichash(mac, sizeof(mac), (const unsigned char *)body, len, key, RELAY_KEY_LEN);
+  sodium_bin2hex(out, RELAY_MAC_HEX + 1, mac, sizeof(mac));
+}
+
 /* ---- encode ---- */
 
 /* NULL as "-"; false when s does not fit. */
@@ -86,10 +106,10 @@ static bool fits_code(const char *s, size_t n) {
   return is_token(s, n, SERVER_DB_CODE_MAX);
 }
 
-int relay_encode(const char *instance, uint64_t *seq, const struct event *ev, relay_emit_fn emit,
-                 void *ctx) {
-  if (!instance || !is_hex_id(instance, strlen(instance)) || !ev || (unsigned)ev->kind == 0 ||
-      (unsigned)ev->kind >= KIND_COUNT)
+int relay_encode(const uint8_t key[RELAY_KEY_LEN], const char *instance, uint64_t *seq,
+                 const struct event *ev, relay_emit_fn emit, void *ctx) {
+  if (!key || !instance || !is_hex_id(instance, strlen(instance)) || !ev ||
+      (unsigned)ev->kind == 0 || (unsigned)ev->kind >= KIND_COUNT)
     return -EINVAL;
   bool device_event = ev->kind == EVENT_DEVICE_ONLINE || ev->kind == EVENT_DEVICE_OFFLINE;
   if (device_event ? !ev->device_id : (!ev->job_id || !is_hex_id(ev->job_id, strlen(ev->job_id))))
@@ -143,9 +163,11 @@ int relay_encode(const char *instance, uint64_t *seq, const struct event *ev, re
            put_opt(p.text, size, &at, ev->user, is_user);
       break;
     }
-    if (!ok || at > RELAY_PAYLOAD_MAX)
+    if (!ok || at + 1 + RELAY_MAC_HEX > RELAY_PAYLOAD_MAX)
       return -EINVAL;
-    p.len = at;
+    p.text[at++] = ' ';
+    mac_hex(key, p.text, at - 1, p.text + at);
+    p.len = at + RELAY_MAC_HEX;
     int r = emit(ctx, &p);
     if (r < 0) {
       *seq += k;
@@ -263,13 +285,21 @@ static int bad(const char **out_why, const char *why) {
   return -EINVAL;
 }
 
-int relay_decode(const char *payload, size_t len, struct relay_msg *out, const char **out_why) {
-  if (!payload || !out)
+int relay_decode(const uint8_t key[RELAY_KEY_LEN], const char *payload, size_t len,
+                 struct relay_msg *out, const char **out_why) {
+  if (!key || !payload || !out)
     return bad(out_why, "no payload");
   if (len > RELAY_PAYLOAD_MAX)
     return bad(out_why, "too long");
+  if (len < RELAY_MAC_HEX + 2 || payload[len - RELAY_MAC_HEX - 1] != ' ')
+    return bad(out_why, "no MAC");
+  size_t body = len - RELAY_MAC_HEX - 1;
+  char mac[RELAY_MAC_HEX + 1];
+  mac_hex(key, payload, body, mac);
+  if (sodium_memcmp(mac, payload + body + 1, RELAY_MAC_HEX) != 0)
+    return bad(out_why, "bad MAC (not this cluster's)");
   struct field f[RELAY_FIELDS_MAX];
-  int n = split(payload, len, f);
+  int n = split(payload, body, f);
   if (n < 4)
     return bad(out_why, "not fields");
   const size_t v = sizeof(RELAY_VERSION) - 1;

@@ -11,8 +11,9 @@
  * in order, across the split of a large chunk) and ends when B records
  * the result; `watch` on each server sees the other's job states and
  * device comings and goings, each once; payloads that are not the relay's
- * (sent with NOTIFY by the test) are dropped with a warning and the
- * servers go on. PostgreSQL only (the pg pass): with SQLite there is one
+ * (sent with NOTIFY by the test: without the cluster's MAC, or with it and
+ * fields out of their limits) are dropped with a warning and the servers
+ * go on. PostgreSQL only (the pg pass): with SQLite there is one
  * server. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -23,6 +24,8 @@
 #include "peer.h"
 
 #include "admin_conn.h" /* after e2e.h */
+#include "server/keys.h"
+#include "server/relay.h"
 
 static char state_b[320], log_b[400], addr_a[64], addr_b[64];
 static pid_t pid_b = -1;
@@ -357,6 +360,33 @@ static struct conn *conn_at(const char *state) {
   return c;
 }
 
+#define FAKE_INSTANCE "00112233445566778899aabbccddeeff" /* another server's, as it were */
+
+/* The cluster's relay key, from A's Noise static key (server/relay.h). */
+static void cluster_key(uint8_t out[RELAY_KEY_LEN]) {
+  char path[400];
+  snprintf(path, sizeof(path), "%s/" SERVER_NOISE_KEY_FILE, e2e_state);
+  uint8_t *secret = NULL;
+  cr_assert_eq(keys_read_file(path, KEYFILE_NOISE_SECRET, &secret, NULL), 0);
+  cr_assert_eq(relay_key_derive(secret, KEYFILE_KEY_SIZE, out), 0);
+  sodium_free(secret);
+}
+
+/* body, a space and its MAC under key (NULL: the cluster's), on the heap */
+static char *with_mac(const uint8_t *key, const char *body) {
+  uint8_t k[RELAY_KEY_LEN], mac[RELAY_MAC_LEN];
+  if (!key) {
+    cluster_key(k);
+    key = k;
+  }
+  crypto_generichash(mac, sizeof(mac), (const unsigned char *)body, strlen(body), key,
+                     RELAY_KEY_LEN);
+  char hex[2 * RELAY_MAC_LEN + 1], *out = NULL;
+  sodium_bin2hex(hex, sizeof(hex), mac, sizeof(mac));
+  cr_assert(asprintf(&out, "%s %s", body, hex) > 0);
+  return out;
+}
+
 /* The next line within ms, or NULL (a read that would wait longer). */
 static json_t *line_within(struct conn *c, int ms) {
   if (!memchr(c->buf, '\n', c->len)) {
@@ -415,11 +445,13 @@ Test(route, follow_through_one_server_streams_a_job_running_on_the_others_device
       if (!st && got[0] == 6 && !dup_sent) {
         /* the same first bytes again (a payload as another server would
          * send it): the follower does not get them twice */
-        snprintf(req, sizeof(req),
-                 "NOTIFY " SERVER_DB_EVENTS_CHANNEL
-                 ", 'cordon1 00112233445566778899aabbccddeeff 1 output %s - - 1 0 Zmlyc3QK'",
-                 id);
-        cr_assert_eq(pg_test_exec(req), 0);
+        char body[200], *dup = NULL, *sql = NULL;
+        snprintf(body, sizeof(body), "cordon1 " FAKE_INSTANCE " 1 output %s - - 1 0 Zmlyc3QK", id);
+        dup = with_mac(NULL, body);
+        cr_assert(asprintf(&sql, "NOTIFY " SERVER_DB_EVENTS_CHANNEL ", '%s'", dup) > 0);
+        cr_assert_eq(pg_test_exec(sql), 0);
+        free(sql);
+        free(dup);
         dup_sent = true;
       }
       if (!live_while_running)
@@ -554,31 +586,48 @@ Test(route, watch_on_either_server_sees_the_others_jobs_and_devices) {
 Test(route, payloads_that_are_not_the_relays_are_dropped_with_a_warning) {
   struct e2e_agent *a = a_device_on_b();
   (void)a;
-  /* the test's own NOTIFYs: garbage, a future version, a field out of
-   * its limits, the largest payload PostgreSQL takes, and a well-formed
-   * one that only says a device came online */
+  /* the test's own NOTIFYs: garbage; a well-formed payload with the MAC
+   * of another key (what a role that may connect to the database but
+   * holds no key of the cluster can send); with the cluster's MAC, a
+   * future version, a state and data out of their limits; the largest
+   * payload PostgreSQL takes, and an empty one */
   char *fill = malloc(8000);
   memset(fill, 'z', 7900);
   fill[7900] = '\0';
+  uint8_t other[RELAY_KEY_LEN] = {0};
+  char body[300], *forged, *future, *bogus, *data;
+  snprintf(body, sizeof(body), "cordon1 " FAKE_INSTANCE " 1 online %s alice", a->id);
+  forged = with_mac(other, body);
+  snprintf(body, sizeof(body), "cordon9 " FAKE_INSTANCE " 1 online %s alice", a->id);
+  future = with_mac(NULL, body);
+  snprintf(body, sizeof(body), "cordon1 " FAKE_INSTANCE " 1 state %s bogus - - -", a->id);
+  bogus = with_mac(NULL, body);
+  snprintf(body, sizeof(body), "cordon1 " FAKE_INSTANCE " 1 output %s - - 1 0 e!==", a->id);
+  data = with_mac(NULL, body);
   char *sql = NULL;
   cr_assert(asprintf(&sql,
                      "NOTIFY " SERVER_DB_EVENTS_CHANNEL ", 'garbage';"
-                     "NOTIFY " SERVER_DB_EVENTS_CHANNEL ", 'cordon9 %s 1 online %s alice';"
-                     "NOTIFY " SERVER_DB_EVENTS_CHANNEL
-                     ", 'cordon1 00112233445566778899aabbccddeeff 1 state %s bogus - - -';"
+                     "NOTIFY " SERVER_DB_EVENTS_CHANNEL ", '%s';"
+                     "NOTIFY " SERVER_DB_EVENTS_CHANNEL ", '%s';"
+                     "NOTIFY " SERVER_DB_EVENTS_CHANNEL ", '%s';"
+                     "NOTIFY " SERVER_DB_EVENTS_CHANNEL ", '%s';"
                      "NOTIFY " SERVER_DB_EVENTS_CHANNEL ", 'cordon1 %s';"
-                     "NOTIFY " SERVER_DB_EVENTS_CHANNEL
-                     ", 'cordon1 00112233445566778899aabbccddeeff 1 output %s - - 1 0 e!==';"
                      "NOTIFY " SERVER_DB_EVENTS_CHANNEL ", '';",
-                     a->id, a->id, a->id, fill, a->id) > 0);
+                     forged, future, bogus, data, fill) > 0);
   cr_assert_eq(pg_test_exec(sql), 0, "the test's NOTIFYs");
   free(sql);
   free(fill);
+  free(forged);
+  free(future);
+  free(bogus);
+  free(data);
   cr_assert(wait_in(e2e_server_log,
                     "msg=\"relayed event dropped: not a payload this server reads\"", 5000),
             "A warned");
   cr_assert(wait_in(log_b, "msg=\"relayed event dropped: not a payload this server reads\"", 5000),
             "B warned");
+  cr_expect(wait_in(e2e_server_log, "reason=\"no MAC\"", 2000));
+  cr_expect(wait_in(e2e_server_log, "reason=\"bad MAC (not this cluster's)\"", 2000));
   cr_expect(wait_in(e2e_server_log, "reason=\"unknown version\"", 2000));
   cr_expect(wait_in(e2e_server_log, "reason=\"bad state\"", 2000));
   cr_expect(wait_in(e2e_server_log, "reason=\"bad data\"", 2000));
