@@ -470,10 +470,7 @@ Test(route, follow_through_one_server_streams_a_job_running_on_the_others_device
   cr_expect(dup_sent, "the first line came alone");
   cr_expect_str_eq(bytes[0], want_out, "stdout, every byte once and in order");
   cr_expect_str_eq(bytes[1], "oops\n", "stderr");
-  /* its end came with B's record of it, not at A's next tick */
   char needle[120];
-  snprintf(needle, sizeof(needle), "msg=\"job end heard from another server\" job=%s", id);
-  cr_expect(wait_in(e2e_server_log, needle, 2000), "A answered its follower at B's word");
   snprintf(needle, sizeof(needle), "msg=\"job sent\" job=%s", id);
   cr_expect_eq(count_in(e2e_server_log, needle), 0, "the job ran through B, not A");
   cr_expect_eq(count_in(e2e_server_log, "relayed event dropped"), 0);
@@ -489,7 +486,11 @@ Test(route, follow_through_one_server_streams_a_job_running_on_the_others_device
   cr_expect_eq(o->status, 0, "dispatch --wait through A: %s", o->err);
   cr_expect(strstr(o->out, "last"), "%s", o->out);
   free(o);
-  cr_expect_eq(count_in(e2e_server_log, "msg=\"job end heard from another server\""), 2);
+  /* their ends came with B's word, not at A's next tick: A's tick may
+   * come first (between B's commit and its NOTIFY: a few ms of A's 1 s
+   * tick), so one of the two is asked for, not both */
+  cr_expect(wait_count(e2e_server_log, "msg=\"job end heard from another server\"", 1, 2000),
+            "A answered at B's word");
   free(pkg);
 }
 
