@@ -3,11 +3,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sodium.h>
 #include <unistd.h>
 
 #include "core/clock.h"
