@@ -237,17 +237,7 @@ int server_db_queue_listen(struct server_db *db, int *out_fd, struct cordon_diag
 }
 
 int server_db_queue_notifications(struct server_db *db) {
-  if (!server_db_is_shared(db))
-    return -EOPNOTSUPP;
-  if (!PQconsumeInput(db->h) || PQstatus(db->h) != CONNECTION_OK)
-    return -ECONNRESET;
-  int n = 0;
-  PGnotify *note;
-  while ((note = PQnotifies(db->h))) {
-    n++;
-    PQfreemem(note);
-  }
-  return n;
+  return server_db_notifications(db, NULL, NULL);
 }
 
 int server_db_queue_notify(struct server_db *db, struct cordon_diag *diag) {
