@@ -3,17 +3,23 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/id.h"
 #include "core/log.h"
+#include "core/ratelimit.h"
 #include "proto/msg.h"
+#include "server/relay.h"
 
-#define CLUSTER_PURGE_TICKS 5 /* the packages of sent jobs go every 5th tick */
+#define CLUSTER_PURGE_TICKS 5          /* the packages of sent jobs go every 5th tick */
+#define CLUSTER_RELAY_PENDING_MAX 1024 /* payloads waiting for the next loop turn's NOTIFY */
+#define CLUSTER_RELAY_LOG_WINDOW_MS 60000
 
 /* A handle of its own that LISTENs for queued jobs, and its poll. */
 struct listener {
@@ -35,14 +41,37 @@ struct cluster {
   uv_timer_t tick;
   unsigned ticks;
   int64_t cancel_since; /* the last tick's clock: cancels from then on are relayed */
+  /* the relay of events (PostgreSQL): this server's events out, the
+   * others' in (server/relay.h) */
+  struct events *events;
+  uint64_t events_token; /* 0: not subscribed */
+  uint64_t seq;          /* payloads sent */
+  char **pending;        /* payloads for the next NOTIFY, oldest first */
+  size_t n_pending;
+  uv_timer_t flush; /* 0 ms: the payloads of a loop turn go in the next */
+  bool flush_on;
+  struct relay_msg *msg;           /* the payload being read */
+  uint8_t *key;                    /* the relay's key (sodium_malloc), RELAY_KEY_LEN */
+  struct core_ratelimit log_sent;  /* NOTIFY failures, dropped payloads */
+  struct core_ratelimit log_heard; /* payloads this server cannot read */
 };
 
 int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
+                struct events *events, const uint8_t *secret, size_t secret_len,
                 const char *state_dir, const struct cluster_hooks *hooks,
                 struct cluster **out_cluster) {
   struct cluster *c = calloc(1, sizeof(*c));
   if (!c)
     return -ENOMEM;
+  c->key = sodium_malloc(RELAY_KEY_LEN);
+  int r = c->key ? relay_key_derive(secret, secret_len, c->key) : -ENOMEM;
+  if (r < 0) {
+    cluster_free(c);
+    return r;
+  }
+  c->events = events;
+  c->log_sent.window_ms = CLUSTER_RELAY_LOG_WINDOW_MS;
+  c->log_heard.window_ms = CLUSTER_RELAY_LOG_WINDOW_MS;
   c->loop = loop;
   c->state_dir = state_dir;
   c->hooks = *hooks;
@@ -72,19 +101,168 @@ static void listen_stop(struct cluster *c) {
   c->listener = NULL;
 }
 
-static void on_notified(uv_poll_t *p, int status, int events) {
-  (void)events;
-  struct listener *l = p->data;
-  struct cluster *c = l->c;
-  int n = status < 0 ? status : server_db_queue_notifications(l->db);
+/* ---- the relay of events ---- */
+
+static void relay_heard(struct cluster *c, const char *payload, size_t len) {
+  if (!c->msg || !c->events_token || relay_is_from(payload, len, c->instance))
+    return; /* its own (every listener hears every NOTIFY) */
+  const char *why = "";
+  uint64_t n;
+  char sup[24];
+  if (relay_decode(c->key, payload, len, c->msg, &why) < 0) {
+    if (core_ratelimit_hit(&c->log_heard, core_mono_ms(), &n))
+      core_log_kv(CORE_LOG_WARN, "relayed event dropped: not a payload this server reads",
+                  "channel", SERVER_DB_EVENTS_CHANNEL, "reason", why, "suppressed",
+                  core_ratelimit_fmt(n, sup), NULL);
+    return;
+  }
+  struct event *ev = &c->msg->ev;
+  /* a device that left another server for this one: its session here is
+   * the news, not the other's end */
+  if (ev->kind == EVENT_DEVICE_OFFLINE && sessions_find(c->sessions, ev->device_id))
+    return;
+  ev->remote = true;
+  events_publish(c->events, ev);
+}
+
+struct heard {
+  struct cluster *c;
+  int queued;
+};
+
+static void on_note(void *ctx, const char *channel, const char *payload, size_t len) {
+  struct heard *h = ctx;
+  if (strcmp(channel, SERVER_DB_EVENTS_CHANNEL) == 0)
+    relay_heard(h->c, payload, len);
+  else
+    h->queued++;
+}
+
+/* What arrived on the LISTEN connection: queued jobs, others' events. */
+static void read_notes(struct cluster *c, int status) {
+  struct heard h = {.c = c};
+  int n = status < 0 ? status : server_db_notifications(c->listener->db, on_note, &h);
   if (n < 0) {
-    core_log_kv(CORE_LOG_WARN, "the queue's LISTEN connection broke: polling until it is back",
+    core_log_kv(CORE_LOG_WARN,
+                "the LISTEN connection broke: the queue is polled, events are not relayed until "
+                "it is back",
                 "error", cordon_err_message(n), NULL);
     listen_stop(c);
     return;
   }
-  if (n > 0 && c->hooks.queued)
+  if (h.queued > 0 && c->hooks.queued)
     c->hooks.queued(c->hooks.data);
+}
+
+static void on_notified(uv_poll_t *p, int status, int events) {
+  (void)events;
+  struct listener *l = p->data;
+  read_notes(l->c, status);
+}
+
+static void relay_dropped(struct cluster *c, size_t count, const char *error) {
+  uint64_t n;
+  char sup[24], cnt[24];
+  snprintf(cnt, sizeof(cnt), "%zu", count);
+  if (core_ratelimit_hit(&c->log_sent, core_mono_ms(), &n))
+    core_log_kv(CORE_LOG_WARN,
+                "events not relayed to the other servers: their follow and watch miss them",
+                "payloads", cnt, "error", error, "suppressed", core_ratelimit_fmt(n, sup), NULL);
+}
+
+/* The payloads waiting go out, SERVER_DB_EVENTS_BATCH_MAX per statement,
+ * on the LISTEN connection: outside the group's transaction (what they
+ * tell was committed before they were published), so that a failed NOTIFY
+ * never touches a job's commit. */
+static void relay_flush(struct cluster *c, bool then_read) {
+  char **batch = c->pending;
+  size_t n = c->n_pending, sent = 0;
+  c->pending = NULL;
+  c->n_pending = 0;
+  if (!batch)
+    return;
+  while (sent < n && c->listener) {
+    size_t k = n - sent < SERVER_DB_EVENTS_BATCH_MAX ? n - sent : SERVER_DB_EVENTS_BATCH_MAX;
+    struct cordon_diag diag = {{0}};
+    int r = server_db_events_notify(c->listener->db, (const char *const *)batch + sent, k, &diag);
+    if (r < 0) {
+      relay_dropped(c, k, diag.msg);
+      if (r == -ECONNRESET)
+        listen_stop(c);
+    }
+    sent += k;
+  }
+  if (sent < n)
+    relay_dropped(c, n - sent, "no LISTEN connection (it is tried again every tick)");
+  for (size_t i = 0; i < n; i++)
+    free(batch[i]);
+  free(batch);
+  /* what libpq read meanwhile is not on the socket any more */
+  if (c->listener && then_read)
+    read_notes(c, 0);
+}
+
+static void on_flush(uv_timer_t *t) {
+  struct cluster *c = t->data;
+  c->flush_on = false;
+  relay_flush(c, true);
+}
+
+static int relay_queue(void *ctx, const struct relay_payload *p) {
+  struct cluster *c = ctx;
+  if (!c->pending) {
+    c->pending = calloc(CLUSTER_RELAY_PENDING_MAX, sizeof(*c->pending));
+    if (!c->pending)
+      return -ENOMEM;
+  }
+  if (c->n_pending == CLUSTER_RELAY_PENDING_MAX)
+    return -ENOBUFS;
+  char *copy = malloc(p->len + 1);
+  if (!copy)
+    return -ENOMEM;
+  memcpy(copy, p->text, p->len + 1);
+  c->pending[c->n_pending++] = copy;
+  return 0;
+}
+
+/* Every event of this server's bus: one payload (an output event one per
+ * RELAY_CHUNK_MAX bytes) for the next loop turn's NOTIFY. */
+static void relay_event(void *ctx, const struct event *ev) {
+  struct cluster *c = ctx;
+  if (ev->remote)
+    return; /* the others heard it from its server */
+  int r = relay_encode(c->key, c->instance, &c->seq, ev, relay_queue, c);
+  if (r == -EINVAL) {
+    core_log_kv(CORE_LOG_DEBUG, "event not relayed: a field the relay cannot carry", "job",
+                ev->job_id, "device", ev->device_id, NULL);
+  } else if (r < 0) {
+    relay_dropped(c, 1, cordon_err_message(r));
+  }
+  if (c->n_pending && !c->flush_on) {
+    uv_timer_start(&c->flush, on_flush, 0, 0);
+    c->flush_on = true;
+  }
+}
+
+static void relay_start(struct cluster *c) {
+  uv_timer_init(c->loop, &c->flush);
+  c->flush.data = c;
+  c->msg = malloc(sizeof(*c->msg));
+  if (!c->events || !c->msg ||
+      events_subscribe(c->events, NULL, relay_event, c, &c->events_token) < 0) {
+    core_log_kv(CORE_LOG_WARN, "events are not relayed between the servers: out of memory", NULL);
+    c->events_token = 0;
+  }
+}
+
+static void relay_stop(struct cluster *c) {
+  if (c->events_token) {
+    events_unsubscribe(c->events, c->events_token);
+    c->events_token = 0;
+  }
+  relay_flush(c, false); /* what this server's last loop turn published */
+  if (!uv_is_closing((uv_handle_t *)&c->flush))
+    uv_close((uv_handle_t *)&c->flush, NULL);
 }
 
 /* A second handle LISTENs; failures leave the poll of the queue alone. */
@@ -96,11 +274,15 @@ static void listen_start(struct cluster *c) {
   if (r == 0)
     r = server_db_queue_listen(l->db, &fd, &diag);
   if (r == 0)
+    r = server_db_events_listen(l->db, &diag);
+  if (r == 0)
     r = uv_poll_init(c->loop, &l->poll, fd);
   if (r < 0) {
     if (!c->ticks) /* once, not at every retry */
-      core_log_kv(CORE_LOG_WARN, "cannot LISTEN for queued jobs: the queue is polled", "error",
-                  diag.msg[0] ? diag.msg : cordon_err_message(r), NULL);
+      core_log_kv(CORE_LOG_WARN,
+                  "cannot LISTEN for queued jobs and events: the queue is polled, events are not "
+                  "relayed",
+                  "error", diag.msg[0] ? diag.msg : cordon_err_message(r), NULL);
     if (l)
       server_db_close(l->db);
     free(l);
@@ -115,12 +297,21 @@ static void listen_start(struct cluster *c) {
 void cluster_close(struct cluster *c) {
   if (!c)
     return;
+  if (c->started)
+    relay_stop(c);
   listen_stop(c);
   if (c->started && !uv_is_closing((uv_handle_t *)&c->tick))
     uv_close((uv_handle_t *)&c->tick, NULL);
 }
 
 void cluster_free(struct cluster *c) {
+  if (!c)
+    return;
+  for (size_t i = 0; i < c->n_pending; i++)
+    free(c->pending[i]);
+  free(c->pending);
+  free(c->msg);
+  sodium_free(c->key);
   free(c);
 }
 
@@ -296,6 +487,7 @@ void cluster_start(struct cluster *c) {
   if (!c->shared)
     return;
   c->cancel_since = server_db_now(c->db);
+  relay_start(c);
   listen_start(c);
   uv_timer_init(c->loop, &c->tick);
   c->tick.data = c;

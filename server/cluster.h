@@ -14,8 +14,19 @@
  * queue scan: at once when its LISTEN hears the NOTIFY of the queueing
  * instance, else at the scan's poll (server/jobs.c: a second at most).
  *
+ * Events are relayed (PostgreSQL): every event of this server's bus
+ * (server/events.h) goes to the others as a NOTIFY on
+ * SERVER_DB_EVENTS_CHANNEL (server/relay.h; an output event one per
+ * RELAY_CHUNK_MAX bytes), sent on the LISTEN connection in the loop turn
+ * after it was published, with a MAC under a key derived from the
+ * cluster's identity; what the others sent is published on this bus
+ * marked remote (never sent on again), so `follow` and `watch` through any
+ * server see the jobs and devices of all. Best-effort: a payload that
+ * cannot be sent or read is dropped with a warning (rate-limited); a job's
+ * stored state is what `job` and `wait` read.
+ *
  * With SQLite (one server) nothing here writes: cluster_new gives a cluster
- * whose calls only consult the local sessions. */
+ * whose calls only consult the local sessions, and nothing is relayed. */
 #ifndef CORDON_SERVER_CLUSTER_H
 #define CORDON_SERVER_CLUSTER_H
 
@@ -24,6 +35,7 @@
 
 #include "core/error.h"
 #include "server/db.h"
+#include "server/events.h"
 #include "server/session.h"
 
 #define CLUSTER_LEASE_S 10     /* seconds a device's row outlives its instance's last renewal */
@@ -42,12 +54,17 @@ struct cluster_hooks {
   void (*sweep)(void *data);
 };
 
-/* db, sessions, state_dir and loop are borrowed for the cluster's
- * lifetime. 0 or -ENOMEM. */
+/* db, sessions, events (NULL: nothing relayed), state_dir and loop are
+ * borrowed for the cluster's lifetime; secret (secret_len bytes: the
+ * Noise static private key every server of the cluster holds) is read
+ * during the call, for the relay's key (server/relay.h). 0, -EINVAL (a
+ * secret of another length) or -ENOMEM. */
 int cluster_new(uv_loop_t *loop, struct server_db *db, struct sessions *sessions,
+                struct events *events, const uint8_t *secret, size_t secret_len,
                 const char *state_dir, const struct cluster_hooks *hooks,
                 struct cluster **out_cluster);
-/* Its timer goes (before the loop's last run). NULL-safe. */
+/* Its timers go (before the loop's last run), the events still waiting
+ * are sent, no more are. NULL-safe. */
 void cluster_close(struct cluster *c);
 /* After the loop has finished. NULL-safe. */
 void cluster_free(struct cluster *c);

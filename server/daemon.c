@@ -1046,7 +1046,8 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
     return -ENOMEM;
   int r = sessions_new(d->db, d->server_id, &hooks, &d->sessions);
   if (r == 0)
-    r = cluster_new(d->loop, d->db, d->sessions, d->state_dir, &cluster_hooks, &d->cluster);
+    r = cluster_new(d->loop, d->db, d->sessions, d->events, d->noise_priv, NOISE_KEY_LEN,
+                    d->state_dir, &cluster_hooks, &d->cluster);
   if (r == 0) {
     const struct keysync_hooks kh = {.data = d, .installed = on_keys_installed};
     r = keysync_new(d->loop, d->db, d->state_dir, d->noise_priv, &d->keyring, &kh, &d->keysync);

@@ -938,4 +938,24 @@ int server_db_cluster_keys_get(struct server_db *db, uint64_t *out_serial, uint8
 int server_db_cluster_keys_put(struct server_db *db, uint64_t serial, const uint8_t *sealed,
                                size_t len, struct cordon_diag *diag);
 
+/* The relay of events between instances (server/cluster.c): NOTIFY on the
+ * channel SERVER_DB_EVENTS_CHANNEL with a payload (server/relay.h).
+ * server_db_events_listen makes a handle that server_db_queue_listen made
+ * listen on it too. server_db_notifications reads what arrived on either
+ * channel, calling fn for each with its channel and payload (borrowed for
+ * the call; len bytes, NUL-terminated): how many (0 or more), or a
+ * negative error when the connection broke. server_db_events_notify sends
+ * n payloads (1 to SERVER_DB_EVENTS_BATCH_MAX) in one statement, in their
+ * order: each is delivered at the commit of db's transaction, at once
+ * when none is open. A payload must be 1 to 7999 bytes of printable ASCII
+ * without a quote (' or ") or a backslash: -EINVAL, nothing sent.
+ * -EOPNOTSUPP on SQLite. */
+#define SERVER_DB_EVENTS_CHANNEL "cordon_events"
+#define SERVER_DB_EVENTS_BATCH_MAX 64
+typedef void server_db_notify_fn(void *ctx, const char *channel, const char *payload, size_t len);
+int server_db_events_listen(struct server_db *db, struct cordon_diag *diag);
+int server_db_notifications(struct server_db *db, server_db_notify_fn *fn, void *ctx);
+int server_db_events_notify(struct server_db *db, const char *const *payloads, size_t n,
+                            struct cordon_diag *diag);
+
 #endif

@@ -386,6 +386,24 @@ int server_db_queue_listen(struct server_db *db, int *out_fd, struct cordon_diag
 }
 
 int server_db_queue_notifications(struct server_db *db) {
+  return server_db_notifications(db, NULL, NULL);
+}
+
+int server_db_queue_notify(struct server_db *db, struct cordon_diag *diag) {
+  if (!server_db_is_shared(db))
+    return 0;
+  int err = db->drv->exec_script(db, "NOTIFY " SERVER_DB_QUEUE_CHANNEL);
+  return err ? cordon_diag_set(diag, err, "%s: NOTIFY: %s", db->path, db->drv->errmsg(db)) : 0;
+}
+
+int server_db_events_listen(struct server_db *db, struct cordon_diag *diag) {
+  if (!server_db_is_shared(db))
+    return cordon_diag_set(diag, -EOPNOTSUPP, "LISTEN: PostgreSQL only");
+  int err = db->drv->exec_script(db, "LISTEN " SERVER_DB_EVENTS_CHANNEL);
+  return err ? cordon_diag_set(diag, err, "%s: LISTEN: %s", db->path, db->drv->errmsg(db)) : 0;
+}
+
+int server_db_notifications(struct server_db *db, server_db_notify_fn *fn, void *ctx) {
   if (!server_db_is_shared(db))
     return -EOPNOTSUPP;
   if (!PQconsumeInput(db->h) || PQstatus(db->h) != CONNECTION_OK)
@@ -394,14 +412,67 @@ int server_db_queue_notifications(struct server_db *db) {
   PGnotify *note;
   while ((note = PQnotifies(db->h))) {
     n++;
+    const char *payload = note->extra ? note->extra : "";
+    if (fn)
+      fn(ctx, note->relname, payload, strlen(payload));
     PQfreemem(note);
   }
   return n;
 }
 
-int server_db_queue_notify(struct server_db *db, struct cordon_diag *diag) {
+/* Printable ASCII that needs no quoting inside an array literal's "...". */
+static bool payload_plain(const char *p, size_t *out_len) {
+  size_t n = 0;
+  for (; p[n]; n++)
+    if (p[n] < 0x20 || p[n] > 0x7e || p[n] == '\'' || p[n] == '"' || p[n] == '\\')
+      return false;
+  *out_len = n;
+  return n > 0 && n < 8000;
+}
+
+int server_db_events_notify(struct server_db *db, const char *const *payloads, size_t n,
+                            struct cordon_diag *diag) {
   if (!server_db_is_shared(db))
-    return 0;
-  int err = db->drv->exec_script(db, "NOTIFY " SERVER_DB_QUEUE_CHANNEL);
-  return err ? cordon_diag_set(diag, err, "%s: NOTIFY: %s", db->path, db->drv->errmsg(db)) : 0;
+    return cordon_diag_set(diag, -EOPNOTSUPP, "NOTIFY: PostgreSQL only");
+  if (n == 0 || n > SERVER_DB_EVENTS_BATCH_MAX)
+    return cordon_diag_set(diag, -EINVAL, "NOTIFY: %zu payloads (1 to %d)", n,
+                           SERVER_DB_EVENTS_BATCH_MAX);
+  /* one text[] parameter, {"a","b",...}: the payloads bound, never in the SQL */
+  size_t total = 3, len;
+  for (size_t i = 0; i < n; i++) {
+    if (!payloads[i] || !payload_plain(payloads[i], &len))
+      return cordon_diag_set(diag, -EINVAL, "NOTIFY: payload %zu is not 1 to 7999 plain bytes", i);
+    total += len + 3;
+  }
+  char *array = malloc(total);
+  if (!array)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  size_t at = 0;
+  array[at++] = '{';
+  for (size_t i = 0; i < n; i++) {
+    len = strlen(payloads[i]);
+    if (i)
+      array[at++] = ',';
+    array[at++] = '"';
+    memcpy(array + at, payloads[i], len);
+    at += len;
+    array[at++] = '"';
+  }
+  array[at++] = '}';
+  array[at] = '\0';
+  const char *values[] = {array};
+  PGresult *res = PQexecParams(db->h,
+                               "SELECT pg_notify('" SERVER_DB_EVENTS_CHANNEL "', p)"
+                               " FROM unnest($1::text[]) AS p",
+                               1, NULL, values, NULL, NULL, 0);
+  free(array);
+  int err = 0;
+  if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+    const char *m = res ? PQresultErrorMessage(res) : PQerrorMessage(db->h);
+    size_t ml = strcspn(m, "\n");
+    err = cordon_diag_set(diag, PQstatus(db->h) == CONNECTION_OK ? -EIO : -ECONNRESET,
+                          "%s: NOTIFY: %.*s", db->path, (int)(ml < 200 ? ml : 200), m);
+  }
+  PQclear(res);
+  return err;
 }

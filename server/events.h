@@ -1,7 +1,9 @@
 /* The daemon's in-process event bus: parts that see something happen
  * (jobs.c: a job's state changes or its output arrives; daemon.c: a
- * device comes online or goes) publish it; parts that stream it to
- * someone (the admin socket's `watch` and `follow`) subscribe.
+ * device comes online or goes; cluster.c: what another server of the
+ * cluster saw, marked remote) publish it; parts that stream it to
+ * someone (the admin socket's `watch` and `follow`) or send it on (the
+ * cluster's relay) subscribe.
  *
  * Synchronous and single-threaded: events_publish() calls every matching
  * subscriber before it returns, in subscription order. A subscriber may
@@ -12,6 +14,7 @@
 #ifndef CORDON_SERVER_EVENTS_H
 #define CORDON_SERVER_EVENTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +41,10 @@ struct event {
   uint64_t offset; /* EVENT_JOB_OUTPUT: where data starts in its stream */
   const uint8_t *data;
   size_t len;
+  /* Heard from another server of the cluster (server/cluster.c, the
+   * relay): published here for this server's subscribers, never sent on
+   * to the others again. false for what happened here. */
+  bool remote;
 };
 
 typedef void (*event_fn)(void *ctx, const struct event *ev);

@@ -41,7 +41,8 @@
 struct waiter {
   struct admin_conn *conn;
   char id[CORDON_ID_HEX_SIZE];
-  uint64_t token; /* a follow's output subscription; 0 for a wait */
+  uint64_t token;          /* a follow's output subscription; 0 for a wait */
+  uint64_t output_next[2]; /* a follow's: stdout's and stderr's bytes sent so far */
   struct waiter *next;
 };
 
@@ -92,6 +93,7 @@ struct jobs {
   const struct server_keyring *keyring;
   unsigned grace_s, queue_ttl_s;
   struct events *events;
+  uint64_t remote_token; /* the others' job states (the cluster's relay); 0: none */
   uv_timer_t tick;
   bool recovered, started, closing, draining;
   struct sending *sends;
@@ -1983,6 +1985,8 @@ void jobs_recover(struct jobs *js) {
   js->recovered = true;
 }
 
+static void on_remote_state(void *ctx, const struct event *ev);
+
 void jobs_start(struct jobs *js) {
   if (!js->recovered)
     jobs_recover(js);
@@ -1995,10 +1999,13 @@ void jobs_start(struct jobs *js) {
   uv_idle_init(js->loop, &js->commit_idle);
   js->group_on = true;
   js->started = true;
+  if (js->events && server_db_is_shared(js->db)) /* a cluster's relay: PostgreSQL only */
+    (void)events_subscribe(js->events, NULL, on_remote_state, js, &js->remote_token);
 }
 
 void jobs_close(struct jobs *js) {
   js->closing = true;
+  events_unsubscribe(js->events, js->remote_token);
   /* what waits is committed and acted on now (no job is sent any more);
    * from here each op commits at once */
   group_flush(js);
@@ -2072,6 +2079,22 @@ static void waiter_answer(struct jobs *js, struct waiter *w, json_t *reply) {
   admin_conn_stream_end(w->conn, reply);
 }
 
+/* A job's end heard from another server (the cluster's relay): its
+ * waiters here are answered now, not at the next tick. */
+static void on_remote_state(void *ctx, const struct event *ev) {
+  struct jobs *js = ctx;
+  if (!ev->remote || ev->kind != EVENT_JOB_STATE || !ev->state || strcmp(ev->state, "sent") == 0 ||
+      strcmp(ev->state, "running") == 0 || strcmp(ev->state, "queued") == 0)
+    return;
+  for (struct waiter *w = js->waiters; w; w = w->next)
+    if (strcmp(w->id, ev->job_id) == 0) {
+      core_log_kv(CORE_LOG_DEBUG, "job end heard from another server", "job", ev->job_id, "state",
+                  ev->state, NULL);
+      answer_waiters(js, ev->job_id);
+      return;
+    }
+}
+
 /* A follower's connection went: its waiter goes too. */
 static void follow_gone(void *ctx, struct admin_conn *c) {
   struct jobs *js = ctx;
@@ -2089,14 +2112,21 @@ static void follow_output(void *ctx, const struct event *ev) {
   struct waiter *w = ctx;
   if (ev->kind != EVENT_JOB_OUTPUT)
     return;
-  size_t b64 = sodium_base64_ENCODED_LEN(ev->len, sodium_base64_VARIANT_ORIGINAL);
+  /* only bytes past those sent: output relayed from another server
+   * (server/cluster.c) twice is printed once */
+  uint64_t *next = &w->output_next[ev->stream == EVENT_STDERR];
+  if (ev->offset + ev->len <= *next)
+    return;
+  size_t skip = *next > ev->offset ? (size_t)(*next - ev->offset) : 0;
+  *next = ev->offset + ev->len;
+  size_t b64 = sodium_base64_ENCODED_LEN(ev->len - skip, sodium_base64_VARIANT_ORIGINAL);
   char *data = malloc(b64);
   if (!data)
     return;
-  sodium_bin2base64(data, b64, ev->data, ev->len, sodium_base64_VARIANT_ORIGINAL);
+  sodium_bin2base64(data, b64, ev->data + skip, ev->len - skip, sodium_base64_VARIANT_ORIGINAL);
   json_t *line = json_pack("{s:s, s:s, s:I, s:s}", ADMIN_REPLY_EVENT, "output", "stream",
                            ev->stream == EVENT_STDERR ? "stderr" : "stdout", "offset",
-                           (json_int_t)ev->offset, "data", data);
+                           (json_int_t)(ev->offset + skip), "data", data);
   free(data);
   (void)admin_conn_stream_send(w->conn, line); /* -ENOBUFS: w is gone */
 }

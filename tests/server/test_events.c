@@ -99,3 +99,25 @@ Test(events, bad_arguments) {
   events_free(bus);
   events_free(NULL);
 }
+
+static void keep_remote(void *ctx, const struct event *ev) {
+  int *seen = ctx;
+  *seen = ev->remote ? 2 : 1;
+}
+
+/* The cluster's relay sends on only what happened here: the mark comes
+ * to every subscriber as published, a job's subscribers included. */
+Test(events, the_remote_mark_reaches_subscribers_as_published) {
+  struct events *bus = events_new();
+  uint64_t t;
+  int all = 0, job = 0;
+  cr_assert_eq(events_subscribe(bus, NULL, keep_remote, &all, &t), 0);
+  cr_assert_eq(events_subscribe(bus, JOB_A, keep_remote, &job, &t), 0);
+  events_publish(bus, &(struct event){.kind = EVENT_JOB_STATE, .job_id = JOB_A, .remote = true});
+  cr_expect_eq(all, 2);
+  cr_expect_eq(job, 2);
+  events_publish(bus, &(struct event){.kind = EVENT_JOB_OUTPUT, .job_id = JOB_A});
+  cr_expect_eq(all, 1);
+  cr_expect_eq(job, 1);
+  events_free(bus);
+}
