@@ -36,6 +36,7 @@
 #include "agent/health.h"
 #include "agent/hello.h"
 #include "agent/job.h"
+#include "agent/reaper.h"
 #include "agent/recover.h"
 #include "agent/resend.h"
 #include "agent/seen.h"
@@ -510,8 +511,13 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
   int rc = take_lock(cfg, &lock);
   if (rc != 0)
     goto out_cfg;
+  /* before any thread: a job never outlives this process (agent/reaper.h) */
+  int rr = agent_reaper_start(cfg->dir, AGENT_LOCK_FILE);
   /* as the server's open_log without --log-file: the journal when stderr is it */
   (void)journal_install_if_stderr();
+  if (rr < 0)
+    core_log_kv(CORE_LOG_WARN, "no reaper: jobs a killed agent leaves run on until its next start",
+                "error", strerror(-rr), NULL);
   int r = agent_pairing_load(cfg->dir, &rn.pairing, &diag);
   if (r == -ENOENT) {
     agent_say_error(r, diag.msg);

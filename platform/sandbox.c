@@ -197,6 +197,10 @@ int sandbox_sweep_leftovers(const char *state_dir) {
   return sandbox_os_sweep_leftovers(state_dir);
 }
 
+int sandbox_reap_instance(const char *state_dir) {
+  return sandbox_os_reap_instance(state_dir);
+}
+
 int sandbox_reap_leftovers(const char *job_id) {
   return sandbox_os_reap_leftovers(job_id);
 }

@@ -94,4 +94,9 @@ int sandbox_reap_leftovers(const char *job_id);
  * processes killed, or a negated errno. */
 int sandbox_sweep_leftovers(const char *state_dir);
 
+/* The agent of state_dir is gone (agent/reaper.h): kill and remove what
+ * its jobs left in the OS's job containers, and start nothing. Returns
+ * the number of processes killed, or a negated errno. */
+int sandbox_reap_instance(const char *state_dir);
+
 #endif

@@ -801,6 +801,23 @@ static size_t bases(char out[4][4096], bool v2[4]) {
   return n;
 }
 
+unsigned cgroup_instance_reap(const char *state_dir) {
+  char inst[CGROUP_INSTANCE_NAME_SIZE];
+  cgroup_instance_name(state_dir, getuid(), inst);
+  char base[4][4096];
+  bool v2[4];
+  size_t nb = bases(base, v2);
+  unsigned killed = 0;
+  for (size_t i = 0; i < nb; i++) {
+    char idir[4200];
+    if (snprintf(idir, sizeof(idir), "%s/%s", base[i], inst) < (int)sizeof(idir)) {
+      killed += sweep_instance(idir, v2[i]);
+      (void)rmdir(idir); /* empty now, unless a new agent made its pool already */
+    }
+  }
+  return killed;
+}
+
 unsigned cgroup_instance_sweep(const char *state_dir) {
   char inst[CGROUP_INSTANCE_NAME_SIZE];
   cgroup_instance_name(state_dir, getuid(), inst);

@@ -116,6 +116,9 @@ void cgroup_job_release(struct cgroup_job *cg);
  * then make this process the instance's owner and start its pool worker.
  * Returns how many processes were signalled. */
 unsigned cgroup_instance_sweep(const char *state_dir);
+/* The same kill and removal, and nothing more: no owner, no pool (the
+ * agent's reaper, agent/reaper.h, once the agent is gone). */
+unsigned cgroup_instance_reap(const char *state_dir);
 
 /* Find the cgroups an earlier version's agent made for job_id (same
  * hierarchy rules as create), kill what is in them and remove them.

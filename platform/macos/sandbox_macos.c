@@ -411,6 +411,11 @@ int sandbox_os_sweep_leftovers(const char *state_dir) {
   return 0;
 }
 
+int sandbox_os_reap_instance(const char *state_dir) {
+  (void)state_dir; /* as above */
+  return 0;
+}
+
 int sandbox_os_reap_leftovers(const char *job_id) {
   /* Nothing outlives the agent's own sweep here that a later process could
    * find again: there is no per-job kernel object on macOS. */

@@ -1099,6 +1099,11 @@ int sandbox_os_sweep_leftovers(const char *state_dir) {
   return 0;
 }
 
+int sandbox_os_reap_instance(const char *state_dir) {
+  (void)state_dir; /* as above */
+  return 0;
+}
+
 int sandbox_os_reap_leftovers(const char *job_id) {
   /* The Job Object is created KILL_ON_JOB_CLOSE: the agent's death closed
    * its last handle and killed the whole job already. */

@@ -377,6 +377,36 @@ static pid_t plant(char dirs[][4400], size_t n) {
   return pid;
 }
 
+/* The agent's reaper (agent/reaper.h): its child named cordon-reaper. */
+static pid_t reaper_of(pid_t agent) {
+  for (int tries = 0; tries < 200; tries++) {
+    DIR *d = opendir("/proc");
+    struct dirent *de;
+    pid_t found = 0;
+    while (d && !found && (de = readdir(d))) {
+      char path[300], buf[512];
+      snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+      FILE *f = fopen(path, "re");
+      if (!f)
+        continue;
+      size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+      fclose(f);
+      buf[n] = '\0';
+      long ppid = 0;
+      const char *rp = strrchr(buf, ')');
+      if (strstr(buf, "(cordon-reaper)") && rp && sscanf(rp + 2, "%*c %ld", &ppid) == 1 &&
+          ppid == agent)
+        found = (pid_t)atol(de->d_name);
+    }
+    if (d)
+      closedir(d);
+    if (found)
+      return found;
+    usleep(10000);
+  }
+  return 0;
+}
+
 static void body_kill_9_in_a_job(void);
 Test(agent_cgroup, after_kill_9_in_a_job_the_restarted_agent_leaves_no_job_cgroup_or_process,
      .init = setup, .fini = teardown, .timeout = 120) {
@@ -407,6 +437,11 @@ static void body_kill_9_in_a_job(void) {
   for (int tries = 0; tries < 500 && (n_job = procs_of(dirs[0], job_pids, 64)) < 4; tries++)
     usleep(10000);
   cr_assert_geq(n_job, 4, "bwrap, its init and the job");
+  /* the reaper dies first (as if the whole group were killed): what is
+   * left is the next start's to sweep */
+  pid_t reaper = reaper_of(S.agent);
+  cr_assert_gt(reaper, 0, "the agent has its reaper");
+  kill(reaper, SIGKILL);
   kill(S.agent, SIGKILL);
   waitpid(S.agent, NULL, 0);
   S.agent = 0;
@@ -431,6 +466,55 @@ static void body_kill_9_in_a_job(void) {
     cr_assert_eq(access(dirs[i], F_OK), -1, "%s removed", dirs[i]);
   cr_assert(spin(5000, pool_full), "only the new agent's pool is left");
   cr_assert(strstr(slurp(S.log), "processes_killed="), "the sweep says so: %s", slurp(S.log));
+}
+
+static void body_kill_9_no_restart(void);
+Test(agent_cgroup, after_kill_9_in_a_job_its_processes_go_without_a_restart, .init = setup,
+     .fini = teardown, .timeout = 120) {
+  body_kill_9_no_restart();
+}
+Test(agent_cgroup_deleg, after_kill_9_in_a_job_its_processes_go_without_a_restart,
+     .init = setup_deleg, .fini = teardown, .timeout = 120) {
+  body_kill_9_no_restart();
+}
+/* The agent's reaper (agent/reaper.h): bwrap's --die-with-parent does not
+ * reach the init of the job's PID namespace, so without it the job ran on
+ * after a kill -9 until the agent's next start. */
+static void body_kill_9_no_restart(void) {
+  S.agent = start();
+  cr_assert(spin(10000, connected));
+  send_job_id(nap_pkg(), job_id(0));
+  want_running = 1;
+  cr_assert(spin(20000, running_n), "the job did not start:\n%s", slurp(S.log));
+  cr_assert(spin(5000, job_in_cgroups), "the job's tree joined its cgroups");
+  char dirs[3][4400], name[64] = "";
+  pid_t job_pids[64];
+  size_t n_job = 0;
+  for (size_t i = 0; i < T.n_base; i++) {
+    size_t busy;
+    job_dirs(i, T.inst, &busy, name);
+    cr_assert_eq(busy, 1);
+    snprintf(dirs[i], sizeof(dirs[i]), "%s/%s", idir(i, T.inst), name);
+  }
+  for (int tries = 0; tries < 500 && (n_job = procs_of(dirs[0], job_pids, 64)) < 4; tries++)
+    usleep(10000);
+  cr_assert_geq(n_job, 4, "bwrap, its init and the job");
+  kill(S.agent, SIGKILL);
+  waitpid(S.agent, NULL, 0);
+  S.agent = 0;
+  /* no agent starts again: the job's processes still go, within seconds */
+  bool all_gone = false;
+  for (int tries = 0; tries < 500 && !all_gone; tries++) {
+    all_gone = true;
+    for (size_t k = 0; k < n_job && all_gone; k++)
+      all_gone = gone(job_pids[k]);
+    if (!all_gone)
+      usleep(10000);
+  }
+  for (size_t k = 0; k < n_job; k++)
+    cr_expect(gone(job_pids[k]), "pid %ld of the job is gone", (long)job_pids[k]);
+  for (size_t i = 0; i < T.n_base; i++)
+    cr_expect_eq(access(dirs[i], F_OK), -1, "%s removed", dirs[i]);
 }
 
 /* `cordon-agent --config CFG exec -- /bin/sh -c SCRIPT` in the background. */

@@ -417,4 +417,28 @@ E2E_FN void e2e_fill_state(const char *path) {
   cr_assert_lt(vs.f_bavail * vs.f_bsize, 64 * 1024, "the state's file system is full");
 }
 
+/* Whether a process runs whose command line is exactly the len bytes of
+ * args (its words each ended by a NUL, as in /proc/PID/cmdline: pass
+ * sizeof of a literal such as "sleep\0" "61.7"). */
+E2E_FN bool e2e_process_with_args(const char *args, size_t len) {
+  DIR *d = opendir("/proc");
+  struct dirent *de;
+  bool found = false;
+  while (d && !found && (de = readdir(d))) {
+    if (de->d_name[0] < '0' || de->d_name[0] > '9')
+      continue;
+    char path[300], buf[256];
+    snprintf(path, sizeof(path), "/proc/%s/cmdline", de->d_name);
+    FILE *f = fopen(path, "re");
+    if (!f)
+      continue;
+    size_t n = fread(buf, 1, sizeof(buf), f);
+    fclose(f);
+    found = n == len && memcmp(buf, args, len) == 0;
+  }
+  if (d)
+    closedir(d);
+  return found;
+}
+
 #endif

@@ -12,6 +12,9 @@
 #define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 static char offset_file[400];
+#define SLEEP_ARGS                                                                                 \
+  "sleep\0"                                                                                        \
+  "61.7" /* the job's command line, to find it */
 
 static void set_offset(const char *offset) {
   char tmp[420];
@@ -105,7 +108,7 @@ Test(clock, a_step_back_holds_no_job_past_its_deadline) {
   char *slow = pack("slow",
                     "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
                     "\"timeout_s\":2}",
-                    "sleep 60\n");
+                    "sleep 61.7\n");
   struct out *o =
       RUN(SERVER, "dispatch", "--user", "alice", slow, "--detach", "--state", e2e_state);
   char id[33];
@@ -115,6 +118,11 @@ Test(clock, a_step_back_holds_no_job_past_its_deadline) {
   /* the device goes (its result never comes): the job ends at its
    * deadline, timeout_s 2 + --job-grace 5, whatever the clock did */
   e2e_stop(&a->pid, SIGKILL);
+  /* and its processes go with the agent (agent/reaper.h), not an hour later */
+  bool left = true;
+  for (int i = 0; i < 300 && (left = e2e_process_with_args(SLEEP_ARGS, sizeof(SLEEP_ARGS))); i++)
+    msleep(10);
+  cr_expect(!left, "the job's sleep outlived the agent");
   set_offset("-1h");
   cr_expect(step_noticed(3000), "the daemon noticed its clock");
   cr_expect(wait_state(id, "expired", 15000), "expired at its deadline, not an hour later: %s",

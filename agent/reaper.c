@@ -1,0 +1,81 @@
+/* The agent's reaper (agent/reaper.h). */
+#include "agent/reaper.h"
+
+#include <errno.h>
+
+#if defined(__linux__)
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "platform/daemon.h"
+#include "platform/sandbox.h"
+
+/* Every descriptor but keep goes (the agent lock's above all: the lock
+ * must end with the agent). */
+static void close_all_but(int keep) {
+  long max = sysconf(_SC_OPEN_MAX);
+  if (max < 0 || max > 65536)
+    max = 65536;
+  for (int fd = 0; fd < (int)max; fd++)
+    if (fd != keep)
+      (void)close(fd);
+}
+
+static void reaper_main(int rfd, const char *config_dir, const char *lock_name) {
+  close_all_but(rfd);
+  int null = open("/dev/null", O_RDWR | O_CLOEXEC); /* 0, 1, 2: nothing to say */
+  if (null == 0) {
+    (void)dup2(0, 1);
+    (void)dup2(0, 2);
+  }
+  (void)prctl(PR_SET_NAME, "cordon-reaper", 0, 0, 0);
+  /* a terminal's ^C, a service manager's SIGTERM to the whole group: the
+   * agent answers those; the reaper waits for the agent to be gone */
+  signal(SIGINT, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  char b;
+  ssize_t n;
+  do
+    n = read(rfd, &b, 1);
+  while (n > 0 || (n < 0 && errno == EINTR));
+  struct daemon_lock *lock = NULL;
+  if (daemon_lock_take(config_dir, lock_name, &lock) == 0) {
+    (void)sandbox_reap_instance(config_dir);
+    daemon_lock_release(lock);
+  }
+  _exit(0);
+}
+
+int agent_reaper_start(const char *config_dir, const char *lock_name) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) < 0)
+    return -errno;
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(p[0]);
+    close(p[1]);
+    return -e;
+  }
+  if (pid == 0) {
+    close(p[1]);
+    reaper_main(p[0], config_dir, lock_name);
+  }
+  close(p[0]); /* p[1] stays open, close-on-exec, for the agent's life */
+  return 0;
+}
+
+#else
+
+int agent_reaper_start(const char *config_dir, const char *lock_name) {
+  (void)config_dir;
+  (void)lock_name;
+  return 0;
+}
+
+#endif
