@@ -801,9 +801,10 @@ static size_t bases(char out[4][4096], bool v2[4]) {
   return n;
 }
 
-unsigned cgroup_instance_reap(const char *state_dir) {
-  char inst[CGROUP_INSTANCE_NAME_SIZE];
-  cgroup_instance_name(state_dir, getuid(), inst);
+/* Kill and remove the job directories of instance inst in every
+ * hierarchy; reap: the instance's directory too (once it is empty), else
+ * the legacy directories of earlier versions. */
+static unsigned sweep_all(const char *inst, bool reap) {
   char base[4][4096];
   bool v2[4];
   size_t nb = bases(base, v2);
@@ -812,25 +813,25 @@ unsigned cgroup_instance_reap(const char *state_dir) {
     char idir[4200];
     if (snprintf(idir, sizeof(idir), "%s/%s", base[i], inst) < (int)sizeof(idir)) {
       killed += sweep_instance(idir, v2[i]);
-      (void)rmdir(idir); /* empty now, unless a new agent made its pool already */
+      if (reap)
+        (void)rmdir(idir); /* empty now, unless a new agent made its pool already */
     }
+    if (!reap)
+      sweep_legacy(base[i], inst);
   }
   return killed;
+}
+
+unsigned cgroup_instance_reap(const char *state_dir) {
+  char inst[CGROUP_INSTANCE_NAME_SIZE];
+  cgroup_instance_name(state_dir, getuid(), inst);
+  return sweep_all(inst, true);
 }
 
 unsigned cgroup_instance_sweep(const char *state_dir) {
   char inst[CGROUP_INSTANCE_NAME_SIZE];
   cgroup_instance_name(state_dir, getuid(), inst);
-  char base[4][4096];
-  bool v2[4];
-  size_t nb = bases(base, v2);
-  unsigned killed = 0;
-  for (size_t i = 0; i < nb; i++) {
-    char idir[4200];
-    if (snprintf(idir, sizeof(idir), "%s/%s", base[i], inst) < (int)sizeof(idir))
-      killed += sweep_instance(idir, v2[i]);
-    sweep_legacy(base[i], inst);
-  }
+  unsigned killed = sweep_all(inst, false);
   pthread_mutex_lock(&P.lock);
   bool first = !P.owner;
   P.owner = true;

@@ -377,6 +377,30 @@ static pid_t plant(char dirs[][4400], size_t n) {
   return pid;
 }
 
+/* A new agent running one napping job id: its cgroup directories in dirs
+ * (one per hierarchy) and its processes in pids (bwrap, its init, the
+ * shell and sleep: the whole tree is in). How many processes. */
+static size_t agent_with_a_napping_job(const uint8_t *id, char dirs[3][4400], pid_t pids[64]) {
+  S.agent = start();
+  cr_assert(spin(10000, connected));
+  send_job_id(nap_pkg(), id);
+  want_running = 1;
+  cr_assert(spin(20000, running_n), "the job did not start:\n%s", slurp(S.log));
+  cr_assert(spin(5000, job_in_cgroups), "the job's tree joined its cgroups");
+  char name[64] = "";
+  for (size_t i = 0; i < T.n_base; i++) {
+    size_t busy;
+    job_dirs(i, T.inst, &busy, name);
+    cr_assert_eq(busy, 1);
+    snprintf(dirs[i], 4400, "%s/%s", idir(i, T.inst), name);
+  }
+  size_t n = 0;
+  for (int tries = 0; tries < 500 && (n = procs_of(dirs[0], pids, 64)) < 4; tries++)
+    usleep(10000);
+  cr_assert_geq(n, 4, "bwrap, its init and the job");
+  return n;
+}
+
 /* The agent's reaper (agent/reaper.h): its child named cordon-reaper. */
 static pid_t reaper_of(pid_t agent) {
   for (int tries = 0; tries < 200; tries++) {
@@ -417,26 +441,10 @@ Test(agent_cgroup_deleg, after_kill_9_in_a_job_the_restarted_agent_leaves_no_job
   body_kill_9_in_a_job();
 }
 static void body_kill_9_in_a_job(void) {
-  S.agent = start();
-  cr_assert(spin(10000, connected));
   const uint8_t *id = job_id(0);
-  send_job_id(nap_pkg(), id);
-  want_running = 1;
-  cr_assert(spin(20000, running_n), "the job did not start:\n%s", slurp(S.log));
-  cr_assert(spin(5000, job_in_cgroups), "the job's tree joined its cgroups");
-  char dirs[3][4400], name[64] = "";
+  char dirs[3][4400];
   pid_t job_pids[64];
-  size_t n_job = 0;
-  for (size_t i = 0; i < T.n_base; i++) {
-    size_t busy;
-    job_dirs(i, T.inst, &busy, name);
-    cr_assert_eq(busy, 1);
-    snprintf(dirs[i], sizeof(dirs[i]), "%s/%s", idir(i, T.inst), name);
-  }
-  /* bwrap, its init, the shell and sleep: the whole tree is in */
-  for (int tries = 0; tries < 500 && (n_job = procs_of(dirs[0], job_pids, 64)) < 4; tries++)
-    usleep(10000);
-  cr_assert_geq(n_job, 4, "bwrap, its init and the job");
+  size_t n_job = agent_with_a_napping_job(id, dirs, job_pids);
   /* the reaper dies first (as if the whole group were killed): what is
    * left is the next start's to sweep */
   pid_t reaper = reaper_of(S.agent);
@@ -481,24 +489,9 @@ Test(agent_cgroup_deleg, after_kill_9_in_a_job_its_processes_go_without_a_restar
  * reach the init of the job's PID namespace, so without it the job ran on
  * after a kill -9 until the agent's next start. */
 static void body_kill_9_no_restart(void) {
-  S.agent = start();
-  cr_assert(spin(10000, connected));
-  send_job_id(nap_pkg(), job_id(0));
-  want_running = 1;
-  cr_assert(spin(20000, running_n), "the job did not start:\n%s", slurp(S.log));
-  cr_assert(spin(5000, job_in_cgroups), "the job's tree joined its cgroups");
-  char dirs[3][4400], name[64] = "";
+  char dirs[3][4400];
   pid_t job_pids[64];
-  size_t n_job = 0;
-  for (size_t i = 0; i < T.n_base; i++) {
-    size_t busy;
-    job_dirs(i, T.inst, &busy, name);
-    cr_assert_eq(busy, 1);
-    snprintf(dirs[i], sizeof(dirs[i]), "%s/%s", idir(i, T.inst), name);
-  }
-  for (int tries = 0; tries < 500 && (n_job = procs_of(dirs[0], job_pids, 64)) < 4; tries++)
-    usleep(10000);
-  cr_assert_geq(n_job, 4, "bwrap, its init and the job");
+  size_t n_job = agent_with_a_napping_job(job_id(0), dirs, job_pids);
   kill(S.agent, SIGKILL);
   waitpid(S.agent, NULL, 0);
   S.agent = 0;
