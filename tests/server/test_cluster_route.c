@@ -21,49 +21,15 @@
 #include <sys/socket.h>
 
 #include "e2e.h"
+#include "e2e_cluster.h"
 #include "peer.h"
 
 #include "admin_conn.h" /* after e2e.h */
 #include "server/keys.h"
 #include "server/relay.h"
 
-static char state_b[320], log_b[400], addr_a[64], addr_b[64];
-static pid_t pid_b = -1;
 static const char manifest[] =
     "{\"name\":\"r\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],\"timeout_s\":60}";
-
-static bool a_debug; /* A logs at debug level */
-
-static pid_t start_daemon(const char *state, const char *listen, const char *log) {
-  e2e_log_restart(log);
-  bool debug = a_debug && log == e2e_server_log;
-  const char *argv[] = {SERVER,
-                        "run",
-                        "--state",
-                        state,
-                        "--listen",
-                        listen,
-                        "--job-grace",
-                        "5",
-                        "--advertise",
-                        addr_a,
-                        "--advertise",
-                        addr_b,
-                        debug ? "--log-level" : NULL,
-                        "debug",
-                        NULL};
-  pid_t pid = spawn_logged(log, argv);
-  cr_assert(wait_in(log, "msg=listening", 5000), "the server on %s did not start", listen);
-  return pid;
-}
-
-static void start_a(void) {
-  e2e_server_pid = start_daemon(e2e_state, addr_a, e2e_server_log);
-}
-
-static void start_b(void) {
-  pid_b = start_daemon(state_b, addr_b, log_b);
-}
 
 /* Both states on one new database; nothing runs yet. Skipped on SQLite. */
 static void cluster_setup(void) {
@@ -75,31 +41,11 @@ static void cluster_setup(void) {
     e2e_agents[i].pid = -1;
   snprintf(e2e_dir, sizeof(e2e_dir), "/tmp/cordon-route-XXXXXX");
   cr_assert(mkdtemp(e2e_dir));
-  chmod(e2e_dir, 0755);
-  snprintf(e2e_state, sizeof(e2e_state), "%s/state-a", e2e_dir);
-  snprintf(state_b, sizeof(state_b), "%s/state-b", e2e_dir);
-  snprintf(e2e_server_log, sizeof(e2e_server_log), "%s/server-a.log", e2e_dir);
-  snprintf(log_b, sizeof(log_b), "%s/server-b.log", e2e_dir);
-  const char *url = pg_test_new_db();
-  struct out *o = RUN(SERVER, "init", "--state", e2e_state, "--db", url);
-  cr_assert_eq(o->status, 0, "init A: %s", o->err);
-  free(o);
-  o = RUN(SERVER, "init", "--state", state_b, "--db", url, "--keys-from", e2e_state);
-  cr_assert_eq(o->status, 0, "init B: %s", o->err);
-  free(o);
-  o = RUN(SERVER, "user", "add", "alice", "--state", e2e_state);
-  cr_assert_eq(o->status, 0);
-  free(o);
-  int pa = e2e_free_port(), pb = e2e_free_port();
-  while (pb == pa)
-    pb = e2e_free_port();
-  snprintf(addr_a, sizeof(addr_a), "127.0.0.1:%d", pa);
-  snprintf(addr_b, sizeof(addr_b), "127.0.0.1:%d", pb);
-  snprintf(e2e_addr, sizeof(e2e_addr), "%s", addr_a); /* pairing and peers go to A */
+  cl_make();
 }
 
 static void teardown(void) {
-  e2e_stop(&pid_b, SIGKILL);
+  e2e_stop(&cl_pid_b, SIGKILL);
   if (e2e_dir[0])
     e2e_teardown();
 }
@@ -108,15 +54,6 @@ TestSuite(route, .fini = teardown, .timeout = 180);
 
 static int connected_in(const char *log) {
   return count_in(log, "msg=\"device connected\"");
-}
-
-static bool wait_count(const char *log, const char *needle, int n, int ms) {
-  for (int t = 0; t < ms; t += 20) {
-    if (count_in(log, needle) >= n)
-      return true;
-    msleep(20);
-  }
-  return false;
 }
 
 /* `job ID --json` through the server of state. */
@@ -141,21 +78,21 @@ static bool online_column(const char *device_id) {
 /* Agent a (paired through A) on B: A is stopped while it connects. */
 static void agent_on_b(struct e2e_agent *a) {
   e2e_stop(&e2e_server_pid, SIGTERM);
-  int before = connected_in(log_b);
+  int before = connected_in(cl_log_b);
   const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
   a->pid = spawn_logged(a->log, argv);
-  cr_assert(wait_count(log_b, "msg=\"device connected\"", before + 1, 15000),
+  cr_assert(cl_wait_count(cl_log_b, "msg=\"device connected\"", before + 1, 15000),
             "the agent reached B");
 }
 
 /* Both servers up, the device paired through A and connected to B. */
 static struct e2e_agent *a_device_on_b(void) {
   cluster_setup();
-  start_a();
-  start_b();
+  cl_start_a();
+  cl_start_b();
   struct e2e_agent *a = pair_agent(0, "box", NULL);
   agent_on_b(a);
-  start_a();
+  cl_start_a();
   return a;
 }
 
@@ -174,11 +111,11 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
             job_state(id, NULL));
   char needle[100];
   snprintf(needle, sizeof(needle), "msg=\"job sent\" job=%s", id);
-  cr_expect_eq(count_in(log_b, needle), 1, "B sent it");
+  cr_expect_eq(count_in(cl_log_b, needle), 1, "B sent it");
   cr_expect_eq(count_in(e2e_server_log, needle), 0, "A did not");
   cr_expect_eq(connected_in(e2e_server_log), 0, "the device never came to A");
-  cr_expect_eq(count_in(log_b, "cannot LISTEN"), 0, "B listens for queued jobs");
-  char *ja = job_json(e2e_state, id), *jb = job_json(state_b, id);
+  cr_expect_eq(count_in(cl_log_b, "cannot LISTEN"), 0, "B listens for queued jobs");
+  char *ja = job_json(e2e_state, id), *jb = job_json(cl_state_b, id);
   cr_expect_str_eq(ja, jb, "job --json is the same through either server");
   free(ja);
   free(jb);
@@ -206,13 +143,13 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
   char copy[500];
   snprintf(copy, sizeof(copy), "%s/queue/%s.cpkg", e2e_state, id);
   cr_assert_eq(access(copy, F_OK), 0, "A keeps the package it queued");
-  int before = connected_in(log_b);
+  int before = connected_in(cl_log_b);
   const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
   a->pid = spawn_logged(a->log, argv);
-  cr_assert(wait_count(log_b, "msg=\"device connected\"", before + 1, 15000));
+  cr_assert(cl_wait_count(cl_log_b, "msg=\"device connected\"", before + 1, 15000));
   cr_assert(wait_state(id, "done", 15000), "the queued job ran: %s", job_state(id, NULL));
   snprintf(needle, sizeof(needle), "msg=\"job sent\" job=%s", id);
-  cr_expect_eq(count_in(log_b, needle), 1, "B sent the job A queued");
+  cr_expect_eq(count_in(cl_log_b, needle), 1, "B sent the job A queued");
   /* A's copy of the package goes at A's next sweep (every 5th renewal tick) */
   bool gone = false;
   for (int i = 0; i < 300 && !(gone = access(copy, F_OK) != 0); i++)
@@ -226,9 +163,9 @@ Test(route, a_newer_session_on_the_other_server_replaces_the_older) {
   /* the device's newer session is on A (a peer with its keys): B's closes */
   struct peer p;
   peer_session(&p, a);
-  cr_assert(wait_in(log_b, "msg=\"session replaced\"", 8000), "B noticed A took the device");
-  cr_expect(wait_in(log_b, "by=\"another server\"", 100));
-  cr_expect(wait_in(log_b, "reason=goaway.replaced", 3000), "B's session ended as replaced");
+  cr_assert(wait_in(cl_log_b, "msg=\"session replaced\"", 8000), "B noticed A took the device");
+  cr_expect(wait_in(cl_log_b, "by=\"another server\"", 100));
+  cr_expect(wait_in(cl_log_b, "reason=goaway.replaced", 3000), "B's session ended as replaced");
   cr_expect(wait_in(a->log, "replaced", 3000), "the agent was told");
   cr_expect(device_online(a->id));
   peer_release(&p);
@@ -236,8 +173,8 @@ Test(route, a_newer_session_on_the_other_server_replaces_the_older) {
 
 Test(route, a_server_killed_during_a_job_loses_nothing) {
   cluster_setup();
-  start_a();
-  start_b();
+  cl_start_a();
+  cl_start_b();
   struct e2e_agent *a = pair_agent(0, "box", NULL);
   start_agent(a); /* on A */
   char *pkg = pack("r", manifest, "sleep 3; echo survived\n");
@@ -247,12 +184,12 @@ Test(route, a_server_killed_during_a_job_loses_nothing) {
   free(o);
   cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
   e2e_stop(&e2e_server_pid, SIGKILL);
-  cr_assert(wait_count(log_b, "msg=\"device connected\"", 1, 15000), "the device moved to B");
+  cr_assert(cl_wait_count(cl_log_b, "msg=\"device connected\"", 1, 15000), "the device moved to B");
   /* through B: A is dead */
   char *jb = NULL;
   for (int t = 0; t < 20000; t += 100) {
     free(jb);
-    jb = job_json(state_b, id);
+    jb = job_json(cl_state_b, id);
     if (strstr(jb, "\"state\":\"done\"") || strstr(jb, "\"state\": \"done\""))
       break;
     msleep(100);
@@ -260,12 +197,12 @@ Test(route, a_server_killed_during_a_job_loses_nothing) {
   cr_assert(strstr(jb, "done"), "B recorded the result: %s", jb);
   char needle[100];
   snprintf(needle, sizeof(needle), "msg=\"job finished\" job=%s", id);
-  cr_expect_eq(count_in(log_b, needle) + count_in(e2e_server_log, needle), 1,
+  cr_expect_eq(count_in(cl_log_b, needle) + count_in(e2e_server_log, needle), 1,
                "recorded exactly once");
-  start_a();
+  cl_start_a();
   char *ja = job_json(e2e_state, id);
   free(jb);
-  jb = job_json(state_b, id);
+  jb = job_json(cl_state_b, id);
   cr_expect_str_eq(ja, jb, "job --json is the same through either server");
   cr_expect(strstr(ja, "survived"), "with its output: %s", ja);
   free(ja);
@@ -287,15 +224,16 @@ Test(route, a_revoke_or_a_cancel_through_one_server_reaches_the_device_on_the_ot
   /* B tells its agent: the job stops and its result comes long before 30 s */
   char needle[100];
   snprintf(needle, sizeof(needle), "msg=\"job finished\" job=%s", id);
-  cr_assert(wait_in(log_b, needle, 10000), "the agent on B stopped the job cancelled through A");
+  cr_assert(wait_in(cl_log_b, needle, 10000), "the agent on B stopped the job cancelled through A");
   cr_expect_str_eq(job_state(id, NULL), "cancelled");
 
   o = RUN(SERVER, "revoke", "box", "--state", e2e_state);
   cr_assert_eq(o->status, 0, "revoke through A: %s", o->err);
   free(o);
-  cr_assert(wait_in(log_b, "msg=\"device revoked through another server: session closed\"", 8000),
-            "B closed the revoked device's session");
-  cr_expect(wait_in(log_b, "reason=goaway.revoked", 3000));
+  cr_assert(
+      wait_in(cl_log_b, "msg=\"device revoked through another server: session closed\"", 8000),
+      "B closed the revoked device's session");
+  cr_expect(wait_in(cl_log_b, "reason=goaway.revoked", 3000));
   for (int i = 0; i < 300 && device_online(a->id); i++)
     msleep(20);
   cr_expect(!device_online(a->id), "a revoked device is offline everywhere");
@@ -304,8 +242,8 @@ Test(route, a_revoke_or_a_cancel_through_one_server_reaches_the_device_on_the_ot
 
 Test(route, a_dead_servers_devices_go_offline_after_the_lease_and_its_jobs_end_device_lost) {
   cluster_setup();
-  start_a();
-  start_b();
+  cl_start_a();
+  cl_start_b();
   struct e2e_agent *a = pair_agent(0, "box", NULL);
   start_agent(a); /* on A */
   char *pkg = pack("s",
@@ -324,11 +262,11 @@ Test(route, a_dead_servers_devices_go_offline_after_the_lease_and_its_jobs_end_d
   e2e_stop(&a->pid, SIGKILL);
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  char *j = job_json(state_b, id);
+  char *j = job_json(cl_state_b, id);
   cr_expect(strstr(j, "\"device_online\": true"),
             "through B the device is online while A's lease lasts: %s", j);
   free(j);
-  snprintf(e2e_state, sizeof(e2e_state), "%.290s", state_b); /* the helpers ask B now */
+  snprintf(e2e_state, sizeof(e2e_state), "%.290s", cl_state_b); /* the helpers ask B now */
   bool off = false;
   for (int i = 0; i < 400 && !(off = !device_online(a->id)); i++)
     msleep(50);
@@ -343,7 +281,7 @@ Test(route, a_dead_servers_devices_go_offline_after_the_lease_and_its_jobs_end_d
   json_decref(job);
   char needle[100];
   snprintf(needle, sizeof(needle), "msg=\"job expired\" job=%s", id);
-  cr_expect_eq(count_in(log_b, needle), 1, "B ended it");
+  cr_expect_eq(count_in(cl_log_b, needle), 1, "B ended it");
   free(pkg);
 }
 
@@ -407,7 +345,7 @@ static char *big_line(size_t n) {
 }
 
 Test(route, follow_through_one_server_streams_a_job_running_on_the_others_device) {
-  a_debug = true;
+  cl_a_debug = true;
   struct e2e_agent *a = a_device_on_b();
   (void)a;
   /* 20,000 bytes in one line: more than one NOTIFY's payload holds */
@@ -474,7 +412,7 @@ Test(route, follow_through_one_server_streams_a_job_running_on_the_others_device
   snprintf(needle, sizeof(needle), "msg=\"job sent\" job=%s", id);
   cr_expect_eq(count_in(e2e_server_log, needle), 0, "the job ran through B, not A");
   cr_expect_eq(count_in(e2e_server_log, "relayed event dropped"), 0);
-  cr_expect_eq(count_in(log_b, "relayed event dropped"), 0);
+  cr_expect_eq(count_in(cl_log_b, "relayed event dropped"), 0);
   json_decref(end);
   conn_close(c);
   free(bytes[0]);
@@ -489,7 +427,7 @@ Test(route, follow_through_one_server_streams_a_job_running_on_the_others_device
   /* their ends came with B's word, not at A's next tick: A's tick may
    * come first (between B's commit and its NOTIFY: a few ms of A's 1 s
    * tick), so one of the two is asked for, not both */
-  cr_expect(wait_count(e2e_server_log, "msg=\"job end heard from another server\"", 1, 2000),
+  cr_expect(cl_wait_count(e2e_server_log, "msg=\"job end heard from another server\"", 1, 2000),
             "A answered at B's word");
   free(pkg);
 }
@@ -530,7 +468,7 @@ static int seen_count(const struct seen *s, const char *what) {
 
 Test(route, watch_on_either_server_sees_the_others_jobs_and_devices) {
   struct e2e_agent *a = a_device_on_b();
-  struct conn *wa = conn_at(e2e_state), *wb = conn_at(state_b);
+  struct conn *wa = conn_at(e2e_state), *wb = conn_at(cl_state_b);
   assert_ok(ask(wa, "{\"op\":\"watch\"}"));
   assert_ok(ask(wb, "{\"op\":\"watch\"}"));
   /* the device leaves B and comes back to it: A's watch hears both */
@@ -540,10 +478,10 @@ Test(route, watch_on_either_server_sees_the_others_jobs_and_devices) {
   cr_expect_str_eq(str(l, "device"), a->id);
   cr_expect_str_eq(str(l, "user"), "alice");
   json_decref(l);
-  int before = connected_in(log_b);
+  int before = connected_in(cl_log_b);
   const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
   a->pid = spawn_logged(a->log, argv);
-  cr_assert(wait_count(log_b, "msg=\"device connected\"", before + 1, 15000), "back on B");
+  cr_assert(cl_wait_count(cl_log_b, "msg=\"device connected\"", before + 1, 15000), "back on B");
   l = watch_until(wa, NULL, "device_online", NULL, NULL, 8000);
   cr_assert(l, "A's watch saw the device come to B");
   cr_expect_str_eq(str(l, "device"), a->id);
@@ -625,8 +563,9 @@ Test(route, payloads_that_are_not_the_relays_are_dropped_with_a_warning) {
   cr_assert(wait_in(e2e_server_log,
                     "msg=\"relayed event dropped: not a payload this server reads\"", 5000),
             "A warned");
-  cr_assert(wait_in(log_b, "msg=\"relayed event dropped: not a payload this server reads\"", 5000),
-            "B warned");
+  cr_assert(
+      wait_in(cl_log_b, "msg=\"relayed event dropped: not a payload this server reads\"", 5000),
+      "B warned");
   cr_expect(wait_in(e2e_server_log, "reason=\"no MAC\"", 2000));
   cr_expect(wait_in(e2e_server_log, "reason=\"bad MAC (not this cluster's)\"", 2000));
   cr_expect(wait_in(e2e_server_log, "reason=\"unknown version\"", 2000));
@@ -658,15 +597,15 @@ Test(route, payloads_that_are_not_the_relays_are_dropped_with_a_warning) {
   int lines = count_in(e2e_server_log, "msg=\"relayed event dropped");
   cr_expect(lines >= 1 && lines <= 12, "206 bad payloads, %d lines", lines);
   cr_expect_eq(kill(e2e_server_pid, 0), 0, "A runs");
-  cr_expect_eq(kill(pid_b, 0), 0, "B runs");
+  cr_expect_eq(kill(cl_pid_b, 0), 0, "B runs");
   free(pkg);
 }
 
 Test(route, a_queued_package_above_what_one_row_keeps_reaches_the_device_through_the_other,
      .timeout = 240) {
   cluster_setup();
-  start_a();
-  start_b();
+  cl_start_a();
+  cl_start_b();
   struct e2e_agent *a = pair_agent(0, "box", NULL);
   e2e_stop(&a->pid, SIGKILL);
   for (int i = 0; i < 300 && device_online(a->id); i++)
@@ -687,17 +626,17 @@ Test(route, a_queued_package_above_what_one_row_keeps_reaches_the_device_through
   cr_assert_str_eq(job_state(id, NULL), "queued");
   /* the queueing server dies: only the database's copy can reach the device */
   e2e_stop(&e2e_server_pid, SIGKILL);
-  int before = connected_in(log_b);
+  int before = connected_in(cl_log_b);
   const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
   a->pid = spawn_logged(a->log, argv);
-  cr_assert(wait_count(log_b, "msg=\"device connected\"", before + 1, 15000));
+  cr_assert(cl_wait_count(cl_log_b, "msg=\"device connected\"", before + 1, 15000));
   cr_assert(wait_state(id, "done", 90000), "the job ran: %s", job_state(id, NULL));
   char needle[100];
   snprintf(needle, sizeof(needle), "msg=\"job sent\" job=%s", id);
-  cr_expect_eq(count_in(log_b, needle), 1, "B sent the job A queued");
-  cr_expect_eq(count_in(log_b, "queued package not kept"), 0);
+  cr_expect_eq(count_in(cl_log_b, needle), 1, "B sent the job A queued");
+  cr_expect_eq(count_in(cl_log_b, "queued package not kept"), 0);
   cr_expect_eq(count_in(e2e_server_log, "queued package not kept"), 0);
-  o = RUN(SERVER, "job", id, "--state", state_b);
+  o = RUN(SERVER, "job", id, "--state", cl_state_b);
   char want[80] = "", path[500];
   snprintf(path, sizeof(path), "%s/want", e2e_dir);
   FILE *f = fopen(path, "r");

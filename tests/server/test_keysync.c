@@ -14,16 +14,15 @@
 #include <sodium.h>
 
 #include "e2e.h"
+#include "e2e_cluster.h"
 #include "server/db.h"
 #include "server/keys.h"
 
-static char state_b[320], log_b[400], addr_a[64], addr_b[64];
-static pid_t pid_b = -1;
 static const char manifest[] =
     "{\"name\":\"r\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],\"timeout_s\":60}";
 
 static void teardown(void) {
-  e2e_stop(&pid_b, SIGKILL);
+  e2e_stop(&cl_pid_b, SIGKILL);
   if (e2e_dir[0])
     e2e_teardown();
 }
@@ -301,78 +300,32 @@ Test(keysync, the_row_is_written_only_upward) {
 
 /* ---- two servers on one PostgreSQL database ---- */
 
-static pid_t start_daemon(const char *state, const char *listen, const char *log) {
-  e2e_log_restart(log);
-  const char *argv[] = {SERVER,        "run",         "--state", state,         "--listen",
-                        listen,        "--job-grace", "5",       "--advertise", addr_a,
-                        "--advertise", addr_b,        NULL};
-  pid_t pid = spawn_logged(log, argv);
-  cr_assert(wait_in(log, "msg=listening", 5000), "the server on %s did not start", listen);
-  return pid;
-}
-
-static void start_a(void) {
-  e2e_server_pid = start_daemon(e2e_state, addr_a, e2e_server_log);
-}
-
-static void start_b(void) {
-  pid_b = start_daemon(state_b, addr_b, log_b);
-}
-
 /* A and B (init --keys-from A) on one new database; nothing runs yet. */
 static void cluster_setup(void) {
   if (!pg_test_base())
     cr_skip_test("a cluster needs PostgreSQL (CORDON_TEST_PG)");
   unit_setup();
-  chmod(e2e_dir, 0755);
-  snprintf(e2e_state, sizeof(e2e_state), "%s/state-a", e2e_dir);
-  snprintf(state_b, sizeof(state_b), "%s/state-b", e2e_dir);
-  snprintf(e2e_server_log, sizeof(e2e_server_log), "%s/server-a.log", e2e_dir);
-  snprintf(log_b, sizeof(log_b), "%s/server-b.log", e2e_dir);
-  const char *url = pg_test_new_db();
-  struct out *o = RUN(SERVER, "init", "--state", e2e_state, "--db", url);
-  cr_assert_eq(o->status, 0, "init A: %s", o->err);
-  free(o);
-  o = RUN(SERVER, "init", "--state", state_b, "--db", url, "--keys-from", e2e_state);
-  cr_assert_eq(o->status, 0, "init B: %s", o->err);
-  free(o);
-  o = RUN(SERVER, "user", "add", "alice", "--state", e2e_state);
-  cr_assert_eq(o->status, 0);
-  free(o);
-  int pa = e2e_free_port(), pb = e2e_free_port();
-  while (pb == pa)
-    pb = e2e_free_port();
-  snprintf(addr_a, sizeof(addr_a), "127.0.0.1:%d", pa);
-  snprintf(addr_b, sizeof(addr_b), "127.0.0.1:%d", pb);
-  snprintf(e2e_addr, sizeof(e2e_addr), "%s", addr_a); /* pairing goes to A */
-}
-
-static bool wait_count(const char *log, const char *needle, int n, int ms) {
-  for (int t = 0; t < ms; t += 20) {
-    if (count_in(log, needle) >= n)
-      return true;
-    msleep(20);
-  }
-  return false;
+  cl_make();
 }
 
 /* The agent, A stopped, on B. */
 static void agent_to_b(struct e2e_agent *a) {
-  int before = count_in(log_b, "msg=\"device connected\"");
+  int before = count_in(cl_log_b, "msg=\"device connected\"");
   e2e_stop(&e2e_server_pid, SIGTERM);
   if (a->pid < 0) {
     const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
     a->pid = spawn_logged(a->log, argv);
   }
-  cr_assert(wait_count(log_b, "msg=\"device connected\"", before + 1, 20000),
+  cr_assert(cl_wait_count(cl_log_b, "msg=\"device connected\"", before + 1, 20000),
             "the agent reached B");
 }
 
 /* A job through B, waited for: its final state. */
 static void job_through_b_is(const char *want, const char *what) {
-  snprintf(e2e_state, sizeof(e2e_state), "%.290s", state_b); /* B's key signs, B is asked */
+  snprintf(e2e_state, sizeof(e2e_state), "%.290s", cl_state_b); /* B's key signs, B is asked */
   char *pkg = pack("r", manifest, "echo through-b\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", state_b);
+  struct out *o =
+      RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", cl_state_b);
   cr_assert_eq(o->status, 0, "dispatch through B: %s", o->err);
   char id[33];
   job_id_of(o, id);
@@ -392,8 +345,8 @@ static void job_through_b_is(const char *want, const char *what) {
 
 Test(keysync, a_rotation_on_one_server_reaches_the_other_and_its_jobs_succeed) {
   cluster_setup();
-  start_a();
-  start_b();
+  cl_start_a();
+  cl_start_b();
   struct e2e_agent *a = pair_agent(0, "box", NULL);
   start_agent(a);
   cr_assert(wait_in(e2e_server_log, "msg=\"device connected\"", 15000));
@@ -403,14 +356,15 @@ Test(keysync, a_rotation_on_one_server_reaches_the_other_and_its_jobs_succeed) {
   free(o);
   cr_assert(wait_in(a->log, "server keys updated", 10000), "the agent saw the rotation through A");
   /* no copy, no SIGHUP: B reads it from the database at its next check */
-  cr_assert(wait_in(log_b, INSTALLED, 3 * 3000 + 2000), "B installed A's rotation");
-  cr_expect(wait_in(log_b, "serial=1", 100));
-  char *ja = slurp_file(e2e_state, SERVER_KEYS_FILE), *jb = slurp_file(state_b, SERVER_KEYS_FILE);
+  cr_assert(wait_in(cl_log_b, INSTALLED, 3 * 3000 + 2000), "B installed A's rotation");
+  cr_expect(wait_in(cl_log_b, "serial=1", 100));
+  char *ja = slurp_file(e2e_state, SERVER_KEYS_FILE),
+       *jb = slurp_file(cl_state_b, SERVER_KEYS_FILE);
   cr_expect_str_eq(ja, jb, "B's keys.json is A's");
   free(ja);
   free(jb);
-  cr_expect_eq(count_in(log_b, REFUSED), 0);
-  cr_expect(!scratch_left(state_b));
+  cr_expect_eq(count_in(cl_log_b, REFUSED), 0);
+  cr_expect(!scratch_left(cl_state_b));
   /* the agent, which now trusts only the new ticket key, moves to B */
   e2e_stop(&a->pid, SIGKILL);
   agent_to_b(a);
@@ -419,7 +373,7 @@ Test(keysync, a_rotation_on_one_server_reaches_the_other_and_its_jobs_succeed) {
 
 Test(keysync, a_tampered_row_is_refused_and_the_server_keeps_its_keys) {
   cluster_setup();
-  start_a();
+  cl_start_a();
   struct e2e_agent *a = pair_agent(0, "box", NULL); /* not running: it keeps the keys of init */
   struct out *o = RUN(SERVER, "keys", "rotate", "--state", e2e_state);
   cr_assert_eq(o->status, 0, "keys rotate on A: %s", o->err);
@@ -428,25 +382,25 @@ Test(keysync, a_tampered_row_is_refused_and_the_server_keeps_its_keys) {
   cr_assert_eq(pg_test_exec("UPDATE cluster_keys SET sealed = set_byte(sealed, 40,"
                             " get_byte(sealed, 40) # 1)"),
                0);
-  start_b(); /* B checks at its start, before it listens */
-  cr_assert(wait_in(log_b, REFUSED, 2000), "B refused the tampered row");
-  cr_expect(wait_in(log_b, "does not open", 100));
-  cr_expect(wait_in(log_b, "serial=1", 100));
+  cl_start_b(); /* B checks at its start, before it listens */
+  cr_assert(wait_in(cl_log_b, REFUSED, 2000), "B refused the tampered row");
+  cr_expect(wait_in(cl_log_b, "does not open", 100));
+  cr_expect(wait_in(cl_log_b, "serial=1", 100));
   char p[600];
-  snprintf(p, sizeof(p), "%s/%s", state_b, SERVER_KEYS_FILE);
+  snprintf(p, sizeof(p), "%s/%s", cl_state_b, SERVER_KEYS_FILE);
   cr_expect_neq(access(p, F_OK), 0, "nothing written: B has no keys.json");
-  cr_expect(!scratch_left(state_b));
+  cr_expect(!scratch_left(cl_state_b));
   /* B keeps working with its keys, for an agent that has the same */
   agent_to_b(a);
   job_through_b_is("done", "with B's own keys");
   msleep(2 * 3000 + 500);
-  cr_expect_eq(count_in(log_b, REFUSED), 1, "refused once, not at every check");
-  cr_expect_eq(count_in(log_b, INSTALLED), 0);
+  cr_expect_eq(count_in(cl_log_b, REFUSED), 1, "refused once, not at every check");
+  cr_expect_eq(count_in(cl_log_b, INSTALLED), 0);
   /* the row made whole again is taken at the next check, and announced */
   cr_assert_eq(pg_test_exec("UPDATE cluster_keys SET sealed = set_byte(sealed, 40,"
                             " get_byte(sealed, 40) # 1)"),
                0);
-  cr_assert(wait_in(log_b, INSTALLED, 3000 + 2000), "B installed the whole row");
+  cr_assert(wait_in(cl_log_b, INSTALLED, 3000 + 2000), "B installed the whole row");
   cr_assert(wait_in(a->log, "server keys updated", 5000), "B announced it to its agent");
   job_through_b_is("done", "with the rotated keys");
 }
@@ -455,8 +409,8 @@ Test(keysync, an_older_row_is_ignored) {
   cluster_setup();
   char c[400], cmd_path[600];
   copy_state(e2e_state, c, sizeof(c), "state-c"); /* A's keys before any rotation */
-  start_a();
-  start_b();
+  cl_start_a();
+  cl_start_b();
   struct out *o = RUN(SERVER, "keys", "rotate", "--state", e2e_state);
   cr_assert_eq(o->status, 0, "%s", o->err);
   free(o);
@@ -464,9 +418,9 @@ Test(keysync, an_older_row_is_ignored) {
   o = RUN(SERVER, "keys", "rotate", "--ticket", "--state", e2e_state);
   cr_assert_eq(o->status, 0, "%s", o->err);
   free(o);
-  cr_assert(wait_in(log_b, "serial=2", 3 * 3000 + 2000), "B installed announcement 2");
-  char *before = slurp_file(state_b, SERVER_KEYS_FILE);
-  int installed = count_in(log_b, INSTALLED);
+  cr_assert(wait_in(cl_log_b, "serial=2", 3 * 3000 + 2000), "B installed announcement 2");
+  char *before = slurp_file(cl_state_b, SERVER_KEYS_FILE);
+  int installed = count_in(cl_log_b, INSTALLED);
   /* an authentic but older row (a replay of serial 1) */
   cr_assert_eq(pg_test_exec("UPDATE cluster_keys SET serial = o.serial, sealed = o.sealed"
                             " FROM old_keys o"),
@@ -479,13 +433,13 @@ Test(keysync, an_older_row_is_ignored) {
     msleep(100);
   }
   cr_expect(back, "the row is at 2 again");
-  cr_expect(count_in(log_b, "written to the database") +
+  cr_expect(count_in(cl_log_b, "written to the database") +
                 count_in(e2e_server_log, "written to the database") >=
             1);
-  char *after = slurp_file(state_b, SERVER_KEYS_FILE);
+  char *after = slurp_file(cl_state_b, SERVER_KEYS_FILE);
   cr_expect_str_eq(before, after, "B's keys are unchanged");
-  cr_expect_eq(count_in(log_b, INSTALLED), installed, "nothing installed");
-  cr_expect_eq(count_in(log_b, REFUSED), 0, "nor refused");
+  cr_expect_eq(count_in(cl_log_b, INSTALLED), installed, "nothing installed");
+  cr_expect_eq(count_in(cl_log_b, REFUSED), 0, "nor refused");
   free(before);
   free(after);
   /* a rotation from a state behind the database is refused: its chain
