@@ -121,8 +121,16 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   if (job->key && !server_db_job_key_valid(job->key))
     return cordon_diag_set(diag, -EINVAL, "a key is 1 to %d printable ASCII characters",
                            SERVER_DB_KEY_MAX);
+  bool sent = job->ticket != NULL;
+  if (sent && (job->ticket_len == 0 || job->ticket_len > SERVER_DB_TICKET_MAX))
+    return cordon_diag_set(diag, -EINVAL, "a ticket is 1..%d bytes", SERVER_DB_TICKET_MAX);
+  if (sent && (!job->device_id || job->deadline <= 0 || !job->id || !cordon_id_hex_valid(job->id)))
+    return cordon_diag_set(diag, -EINVAL, "a job added as sent needs its id, device and deadline");
   char id[CORDON_ID_HEX_SIZE];
-  db_new_id(id);
+  if (sent)
+    memcpy(id, job->id, CORDON_ID_HEX_SIZE);
+  else
+    db_new_id(id);
   int err = 0;
   char *where = db_labels_dump(job->where, &err);
   if (err)
@@ -145,13 +153,17 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   db_bind_text(st, 10, job->package_name, &rc);
   db_bind_text(st, 11, job->package_version, &rc);
   db_bind_text(st, 12, job->key, &rc);
+  db_bind_text(st, 13, server_db_job_state_name(sent ? SERVER_DB_JOB_SENT : SERVER_DB_JOB_QUEUED),
+               &rc);
+  db_bind_blob(st, 14, job->ticket, job->ticket_len, &rc);
   free(where);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   /* A job with a deadline is sent at once: its row becomes durable with
    * the synced queued -> sent commit that follows (or the synced failure),
-   * before anyone is told its id; lost in a crash before that, it was
-   * never anybody's. A queued job's row is synced here. */
+   * or is added sent (with its ticket), before anyone is told its id; lost
+   * in a crash before that, it was never anybody's. A queued job's row is
+   * synced here. */
   bool now = job->deadline > 0;
   if (now)
     db_sync_relax(db);
