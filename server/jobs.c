@@ -106,6 +106,9 @@ struct jobs {
   uv_idle_t commit_idle;   /* while something waits: the loop does not block in poll */
   bool group_on;
   struct after *after, **after_tail, *after_open;
+  /* the last look at the queue found jobs in it, or one was queued since
+   * (a shared database's queue is always looked at: others fill it) */
+  bool queue_maybe;
 };
 
 /* ---- results held by a connected agent ---- */
@@ -1083,6 +1086,7 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
     return;
   }
   fsync_dir(js->queue_dir);
+  js->queue_maybe = true;
   cluster_job_queued(js->db, job_id, path); /* cluster: any instance may send it */
   publish_state(js, job_id);
   char ttl[24], pkg[160];
@@ -1281,6 +1285,7 @@ static void drain(struct jobs *js) {
   struct server_db_job_list list;
   if (server_db_job_list_queued(js->db, &list, NULL) < 0)
     return;
+  js->queue_maybe = list.count > 0;
   int64_t now = server_db_now(js->db);
   for (size_t i = 0; i < list.count; i++) {
     const struct server_db_job *job = &list.items[i];
@@ -1666,7 +1671,8 @@ static void result_run(struct jobs *js, struct after *a) {
   if (x) /* refused before its package arrived: no more chunks */
     sending_free(x);
   answer_waiters(js, a->id);
-  drain(js); /* the device has room again */
+  if (js->queue_maybe || server_db_is_shared(js->db))
+    drain(js); /* the device has room again */
 }
 
 /* Live output (docs/protocol/messages.md, `output`): published on the bus
@@ -1982,6 +1988,7 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   snprintf(js->queue_dir, sizeof(js->queue_dir), "%s/%s", cfg->state_dir ? cfg->state_dir : ".",
            JOBS_QUEUE_DIR);
   js->after_tail = &js->after;
+  js->queue_maybe = true; /* the database's queue is not known yet */
   server_db_group_enable(js->db, group_ended, js);
   /* without it (out of memory) every dispatch verifies its package */
   (void)pkgcache_new(PKGCACHE_MAX, &js->pkgs);
