@@ -436,13 +436,13 @@ static struct sending *sending_find(struct jobs *js, const char *id) {
   return NULL;
 }
 
-static void pump(uv_timer_t *t) {
-  struct sending *x = t->data;
+/* Chunks of x while its connection's queue has room: true while more are
+ * to come (the pump timer goes on), false when x is done (and freed) or
+ * cannot go on (its session gone or told to go). */
+static bool pump_some(struct sending *x) {
   struct session *s = x->session;
-  if (!s || s->state != SESSION_ACTIVE) {
-    uv_timer_stop(t);
-    return;
-  }
+  if (!s || s->state != SESSION_ACTIVE)
+    return false;
   uint8_t buf[JOB_CHUNK];
   while (x->sent < x->size && net_conn_queued(s->conn) < JOB_SEND_WINDOW) {
     size_t want = x->size - x->sent < sizeof(buf) ? (size_t)(x->size - x->sent) : sizeof(buf);
@@ -452,24 +452,27 @@ static void pump(uv_timer_t *t) {
       core_log_kv(CORE_LOG_ERROR, "cannot read the package", "job", x->id, "device", s->device_id,
                   "package", f ? f->package : "-", "error", n < 0 ? strerror(errno) : "EOF", NULL);
       session_goaway(s, MSG_GOAWAY_PROTOCOL, "package unreadable on the server");
-      uv_timer_stop(t);
-      return;
+      return false;
     }
     struct msg m = {.type = MSG_CHUNK};
     memcpy(m.chunk.job_id, x->raw_id, CORDON_ID_LEN);
     m.chunk.offset = x->sent;
     m.chunk.data.data = buf;
     m.chunk.data.len = (size_t)n;
-    if (session_send(s, &m) < 0) {
-      uv_timer_stop(t);
-      return;
-    }
+    if (session_send(s, &m) < 0)
+      return false;
     x->sent += (uint64_t)n;
   }
   if (x->sent >= x->size) {
-    uv_timer_stop(t);
     sending_free(x);
+    return false;
   }
+  return true;
+}
+
+static void pump(uv_timer_t *t) {
+  if (!pump_some(t->data))
+    uv_timer_stop(t); /* after sending_free's close too: a no-op then */
 }
 
 /* ---- group commit: what waits for the database ---- */
@@ -713,16 +716,23 @@ static void sent_run(struct jobs *js, struct after *a) {
   jm.job.pkg_size = x->size;
   jm.job.args = as->argv;
   jm.job.n_args = as->n_args;
-  session_send(s, &jm);
-  uv_timer_start(&x->pump, pump, 0, 2);
   flight_add(js, a->id, as->user, s->device_id, as->package, as->live_cap, as->ticket);
   char sz[24], dl[24], na[16];
   snprintf(sz, sizeof(sz), "%llu", (unsigned long long)x->size);
   snprintf(dl, sizeof(dl), "%lld", (long long)as->deadline);
   snprintf(na, sizeof(na), "%zu", as->n_args);
+  const char *from = x->queued_path[0] ? "queue" : "dispatch";
+  /* the job and its first chunks in one write (x may be done and freed
+   * after pump_some; its connection is closing when it failed) */
+  struct net_conn *conn = s->conn;
+  net_conn_cork(conn);
+  session_send(s, &jm);
+  bool more = pump_some(x);
+  net_conn_uncork(conn);
+  if (more)
+    uv_timer_start(&x->pump, pump, 2, 2);
   core_log_kv(CORE_LOG_INFO, "job sent", "job", a->id, "user", as->user, "device", s->device_id,
-              "package", as->package, "size", sz, "args", na, "deadline", dl, "from",
-              x->queued_path[0] ? "queue" : "dispatch", NULL);
+              "package", as->package, "size", sz, "args", na, "deadline", dl, "from", from, NULL);
 }
 
 /* A queued job goes to s, in an op of its own; sent once durable. */
