@@ -161,10 +161,10 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
     return err;
   /* A job with a deadline is sent at once: its row becomes durable with
    * the synced queued -> sent commit that follows (or the synced failure),
-   * or is added sent (with its ticket), before anyone is told its id; lost
-   * in a crash before that, it was never anybody's. A queued job's row is
-   * synced here. */
-  bool now = job->deadline > 0;
+   * before anyone is told its id; lost in a crash before that, it was
+   * never anybody's. A queued job's row, and one added sent (with its
+   * ticket: this is its queued -> sent), are synced here. */
+  bool now = job->deadline > 0 && !sent;
   if (now)
     db_sync_relax(db);
   rc = db_step(st);
