@@ -628,6 +628,15 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
                                        const char *result_json, const uint8_t *receipt,
                                        size_t receipt_len, enum server_db_job_state *out_state,
                                        struct cordon_diag *diag);
+/* The same with the result as a JSON object (borrowed), which this writes
+ * compactly itself: its text needs no parsing to be checked. -EINVAL when
+ * it is not an object or its text is longer than SERVER_DB_RESULT_MAX. */
+int server_db_job_record_signed_result_obj(struct server_db *db, const char *id,
+                                           const char *device_id, enum server_db_job_state final,
+                                           const char *error_code, const json_t *result,
+                                           const uint8_t *receipt, size_t receipt_len,
+                                           enum server_db_job_state *out_state,
+                                           struct cordon_diag *diag);
 /* The ticket body a queued job is about to be sent with (set before
  * server_db_job_send; at most SERVER_DB_TICKET_MAX bytes). -ESTALE when the
  * job is not queued. */

@@ -300,11 +300,43 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
                                             0, out_state, diag);
 }
 
+/* checked: result_json is a JSON object this file wrote itself */
+static int record_result(struct server_db *db, const char *id, const char *device_id,
+                         enum server_db_job_state final, const char *error_code,
+                         const char *result_json, bool checked, const uint8_t *receipt,
+                         size_t receipt_len, enum server_db_job_state *out_state,
+                         struct cordon_diag *diag);
+
 int server_db_job_record_signed_result(struct server_db *db, const char *id, const char *device_id,
                                        enum server_db_job_state final, const char *error_code,
                                        const char *result_json, const uint8_t *receipt,
                                        size_t receipt_len, enum server_db_job_state *out_state,
                                        struct cordon_diag *diag) {
+  return record_result(db, id, device_id, final, error_code, result_json, false, receipt,
+                       receipt_len, out_state, diag);
+}
+
+int server_db_job_record_signed_result_obj(struct server_db *db, const char *id,
+                                           const char *device_id, enum server_db_job_state final,
+                                           const char *error_code, const json_t *result,
+                                           const uint8_t *receipt, size_t receipt_len,
+                                           enum server_db_job_state *out_state,
+                                           struct cordon_diag *diag) {
+  char *text = json_is_object(result) ? json_dumps(result, JSON_COMPACT) : NULL;
+  if (json_is_object(result) && !text)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  bool fits = text && strlen(text) <= SERVER_DB_RESULT_MAX;
+  int err = record_result(db, id, device_id, final, error_code, fits ? text : NULL, fits, receipt,
+                          receipt_len, out_state, diag);
+  free(text);
+  return err;
+}
+
+static int record_result(struct server_db *db, const char *id, const char *device_id,
+                         enum server_db_job_state final, const char *error_code,
+                         const char *result_json, bool checked, const uint8_t *receipt,
+                         size_t receipt_len, enum server_db_job_state *out_state,
+                         struct cordon_diag *diag) {
   if (receipt && (receipt_len == 0 || receipt_len > SERVER_DB_RECEIPT_MAX))
     return cordon_diag_set(diag, -EINVAL, "a receipt is 1..%d bytes", SERVER_DB_RECEIPT_MAX);
   if (!cordon_id_hex_valid(id) || !cordon_id_hex_valid(device_id))
@@ -314,7 +346,7 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
   if (error_code && !db_valid_token(error_code, SERVER_DB_CODE_MAX))
     return cordon_diag_set(diag, -EINVAL, "error code must be 1..%d of [a-z0-9_-]",
                            SERVER_DB_CODE_MAX);
-  if (!result_json || !db_valid_json(result_json, SERVER_DB_RESULT_MAX, true))
+  if (!result_json || (!checked && !db_valid_json(result_json, SERVER_DB_RESULT_MAX, true)))
     return cordon_diag_set(diag, -EINVAL, "a job result must be a JSON object of at most %d bytes",
                            SERVER_DB_RESULT_MAX);
   struct db_st *st = NULL;

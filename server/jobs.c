@@ -1604,24 +1604,23 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   int rc = result_from_msg(mr, &r);
   bool readable = rc == 0;
   json_t *j = rc == 0 ? job_result_to_json(&r) : NULL;
-  char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-  json_decref(j);
   bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
   enum server_db_job_state after = SERVER_DB_JOB_QUEUED;
   struct cordon_diag diag = {{0}};
   /* recorded in an op of the group: the ack waits for its commit */
-  struct after *a = text ? after_new(AFTER_RESULT, id) : NULL;
+  struct after *a = j ? after_new(AFTER_RESULT, id) : NULL;
   rc = a ? op_begin(js, &diag) : -ENOMEM;
   if (rc == 0) {
-    rc = server_db_job_record_signed_result(js->db, id, s->device_id,
-                                            ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
-                                            r.error ? cordon_err_name(r.error) : NULL, text,
-                                            vr == 0 ? receipt : NULL, receipt_len, &after, &diag);
+    /* stored as the object's own text: nothing to parse again */
+    rc = server_db_job_record_signed_result_obj(
+        js->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
+        r.error ? cordon_err_name(r.error) : NULL, j, vr == 0 ? receipt : NULL, receipt_len, &after,
+        &diag);
     int e = server_db_group_op_end(js->db, rc == -EALREADY ? 0 : rc);
     if (e < 0 && (rc == 0 || rc == -EALREADY))
       rc = e;
   }
-  free(text);
+  json_decref(j);
   if (rc == 0 || rc == -EALREADY) {
     a->s = s;
     snprintf(a->device_id, sizeof(a->device_id), "%s", s->device_id);

@@ -1400,6 +1400,53 @@ Test(db, a_job_added_sent_has_its_ticket_device_and_deadline_in_one_statement) {
   server_db_close(db);
 }
 
+Test(db, a_result_object_is_stored_as_its_text_and_a_non_object_or_too_large_one_is_refused) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE], id[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  add_job(db, alice, dev, id);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_job_send(db, id, dev, 100, &d), 0, "%s", d.msg);
+  enum server_db_job_state after;
+  json_t *arr = json_array();
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, arr,
+                                                      NULL, 0, &after, &d),
+               -EINVAL, "not an object");
+  json_decref(arr);
+  char *big = malloc(SERVER_DB_RESULT_MAX + 1);
+  memset(big, 'x', SERVER_DB_RESULT_MAX);
+  big[SERVER_DB_RESULT_MAX] = '\0';
+  json_t *o = json_pack("{s:s}", "stdout", big);
+  free(big);
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o,
+                                                      NULL, 0, &after, &d),
+               -EINVAL, "its text is over SERVER_DB_RESULT_MAX");
+  json_decref(o);
+  o = json_pack("{s:i, s:s}", "exit_code", 0, "stdout", "hi \"there\"\n");
+  uint8_t receipt[200];
+  memset(receipt, 7, sizeof(receipt));
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o,
+                                                      receipt, sizeof(receipt), &after, &d),
+               0, "%s", d.msg);
+  cr_assert_eq(after, SERVER_DB_JOB_DONE);
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, id, &j, NULL), 0);
+  json_t *back = server_db_job_result_to_json(&j);
+  cr_assert(json_equal(back, o), "%s", j.result_json);
+  json_decref(back);
+  server_db_job_release(&j);
+  uint8_t got[SERVER_DB_RECEIPT_MAX];
+  size_t n = 0;
+  cr_assert_eq(server_db_job_receipt(db, id, got, sizeof(got), &n, NULL), 0);
+  cr_assert(n == sizeof(receipt) && memcmp(got, receipt, n) == 0);
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o,
+                                                      NULL, 0, &after, &d),
+               -EALREADY, "recorded once");
+  json_decref(o);
+  server_db_close(db);
+}
+
 Test(db, queued_jobs_wait_in_order_expire_and_go_to_one_device) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");
