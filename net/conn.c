@@ -16,6 +16,7 @@
 #define SPARE_KEEP_IDLE (16u << 10) /* after a tick without sends, keep only */
 #define SPARE_KEEP_IDLE_N 2         /* this many spares of at most this size; */
                                     /* after a second such tick, none */
+#define CORK_BUF_LEN (16u << 10)    /* a corked write's buffer, unless one record is larger */
 
 /* The deadline wheel: a connection waits in the slot of the tick at which
  * its earliest deadline falls (tick number modulo the slots; one that is
@@ -117,6 +118,8 @@ struct net_conn {
   unsigned n_spare;
   size_t spare_bytes;
   bool sent_this_tick;
+  bool corked;              /* net_conn_cork: records wait in held */
+  struct write_req *held;   /* records queued while corked, not written yet */
   bool read_this_tick;      /* the frame reader was used */
   struct read_buf own_rbuf; /* initiator */
   struct read_buf *rbuf;    /* own_rbuf or the server's */
@@ -319,6 +322,7 @@ static void holding_tick(struct conn_wheel *w) {
 }
 
 static void conn_free(struct net_conn *c) {
+  free(c->held);
   spares_release(c, 0, 0);
   free(c->own_wheel);
   free(c->own_rbuf.base);
@@ -418,6 +422,12 @@ void net_conn_close(struct net_conn *c, int err) {
   if (c->state != CONN_FLUSHING)
     c->close_err = err;
   c->state = CONN_CLOSING;
+  if (c->held) { /* never written: dropped with the rest of the queue */
+    c->queued -= c->held->len;
+    free(c->held);
+    c->held = NULL;
+  }
+  c->corked = false;
   conn_unlive(c);
   preauth_leave(c);
   wheel_unlink(c);
@@ -458,7 +468,44 @@ static void on_write(uv_write_t *req, int status) {
     conn_resume(c);
 }
 
-/* Queue one frame: body as it is (handshake) or sealed as the next record. */
+/* Hand w (its len bytes) to libuv; its bytes are counted in queued already.
+ * 0, or -EPIPE with w freed and c closing. */
+static int write_submit(struct net_conn *c, struct write_req *w) {
+  w->conn = c;
+  uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)w->len);
+  int r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
+  if (r < 0) {
+    c->queued -= w->len;
+    free(w);
+    net_conn_close(c, -EPIPE);
+    return -EPIPE;
+  }
+  return 0;
+}
+
+/* A write buffer of at least need bytes: a spare, or a new one of at least
+ * min_cap. NULL when out of memory. */
+static struct write_req *write_buf(struct net_conn *c, size_t need, size_t min_cap) {
+  for (unsigned i = 0; i < c->n_spare; i++)
+    if (c->spare[i]->cap >= need) {
+      struct write_req *w = c->spare[i];
+      c->spare[i] = c->spare[--c->n_spare];
+      c->spare_bytes -= w->cap;
+      w->len = 0;
+      return w;
+    }
+  size_t cap = need < min_cap ? min_cap : need;
+  struct write_req *w = malloc(sizeof(*w) + cap);
+  if (w) {
+    w->cap = cap;
+    w->len = 0;
+  }
+  return w;
+}
+
+/* Queue one frame: body as it is (handshake) or sealed as the next record.
+ * Corked, it joins the held buffer while that has room (a full one is
+ * written first, in order); else it is written at once. */
 static int queue_frame(struct net_conn *c, const uint8_t *body, size_t body_len, bool encrypt) {
   size_t enc_len = encrypt ? body_len + NOISE_TAG_LEN : body_len;
   uint32_t max = encrypt ? FRAME_MAX_SESSION : FRAME_MAX_HANDSHAKE;
@@ -469,50 +516,58 @@ static int queue_frame(struct net_conn *c, const uint8_t *body, size_t body_len,
     return CORDON_E_LIMIT;
   }
   size_t need = FRAME_HEADER_LEN + enc_len;
-  struct write_req *w = NULL;
-  for (unsigned i = 0; i < c->n_spare; i++)
-    if (c->spare[i]->cap >= need) {
-      w = c->spare[i];
-      c->spare[i] = c->spare[--c->n_spare];
-      c->spare_bytes -= w->cap;
-      break;
-    }
-  if (!w) {
-    size_t cap = need < 4096 - sizeof(*w) ? 4096 - sizeof(*w) : need;
-    w = malloc(sizeof(*w) + cap);
-    if (!w)
-      return -ENOMEM;
-    w->cap = cap;
+  struct write_req *w = c->corked ? c->held : NULL;
+  if (w && w->cap - w->len < need) { /* full: it goes, a new one is held */
+    c->held = NULL;
+    int r = write_submit(c, w);
+    if (r < 0)
+      return r;
+    w = NULL;
   }
-  int r = frame_encode_header(enc_len, max, w->buf);
+  if (!w && !(w = write_buf(c, need, c->corked ? CORK_BUF_LEN : 4096 - sizeof(*w))))
+    return -ENOMEM;
+  uint8_t *at = w->buf + w->len;
+  int r = frame_encode_header(enc_len, max, at);
   if (r == 0 && encrypt) {
     size_t out_len;
-    r = noise_session_encrypt(c->session, body, body_len, w->buf + FRAME_HEADER_LEN, enc_len,
-                              &out_len);
+    r = noise_session_encrypt(c->session, body, body_len, at + FRAME_HEADER_LEN, enc_len, &out_len);
   } else if (r == 0) {
-    memcpy(w->buf + FRAME_HEADER_LEN, body, body_len);
+    memcpy(at + FRAME_HEADER_LEN, body, body_len);
   }
   if (r < 0) {
-    free(w);
-    net_conn_close(c, r);
+    if (w != c->held)
+      free(w);
+    net_conn_close(c, r); /* drops the held buffer too */
     return r;
   }
-  w->conn = c;
-  w->len = FRAME_HEADER_LEN + enc_len;
-  uv_buf_t b = uv_buf_init((char *)w->buf, (unsigned)w->len);
-  r = uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_write);
-  if (r < 0) {
-    free(w);
-    net_conn_close(c, -EPIPE);
-    return -EPIPE;
-  }
-  c->queued += w->len;
+  w->len += need;
+  c->queued += need;
   c->sent_this_tick = true;
+  if (c->corked) {
+    c->held = w;
+  } else if ((r = write_submit(c, w)) < 0) {
+    return r;
+  }
   if (c->queued > c->limits.wq_high && c->reading) {
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->reading = false;
   }
   return 0;
+}
+
+void net_conn_cork(struct net_conn *c) {
+  if (c && c->state != CONN_CLOSING)
+    c->corked = true;
+}
+
+void net_conn_uncork(struct net_conn *c) {
+  if (!c)
+    return;
+  c->corked = false;
+  struct write_req *w = c->held;
+  c->held = NULL;
+  if (w)
+    (void)write_submit(c, w); /* a failure closes c */
 }
 
 int net_conn_send(struct net_conn *c, const uint8_t *data, size_t len) {
@@ -534,6 +589,9 @@ void net_conn_flush_close(struct net_conn *c, int err) {
   }
   c->close_err = err;
   c->state = CONN_FLUSHING;
+  net_conn_uncork(c); /* what is held goes too */
+  if (c->state == CONN_CLOSING)
+    return;
   preauth_leave(c);
   c->flush_started = uv_now(c->loop);
   conn_schedule(c);

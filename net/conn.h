@@ -126,6 +126,15 @@ int net_connect(uv_loop_t *loop, const char *host, int port,
  * queue passed its hard limit: the connection is closing), -EPIPE when
  * closing or not ready. */
 int net_conn_send(struct net_conn *c, const uint8_t *data, size_t len);
+/* Records sent between net_conn_cork and net_conn_uncork are written
+ * together: as few writes as their sizes allow (one while they fit 16 KiB,
+ * or one record larger than that), in order, when the buffer fills or at
+ * uncork — for records sent back to back (a job and its package's first
+ * chunk), one system call and one wakeup of the peer instead of several.
+ * Not nested. Held records count in net_conn_queued; a close drops them
+ * with the rest of the queue, net_conn_flush_close writes them first. */
+void net_conn_cork(struct net_conn *c);
+void net_conn_uncork(struct net_conn *c);
 /* Close (idempotent): queued records that have not been written are
  * dropped. err is passed to on_close, which runs from the loop later. */
 void net_conn_close(struct net_conn *c, int err);

@@ -2,6 +2,11 @@
  *   [--queue-ttl DURATION] [--drain-timeout SECONDS] [--log-level LEVEL] [--log-file PATH]
  *   [--metrics HOST:PORT] [--max-connections N] [--max-preauth-per-address N] */
 #include <getopt.h>
+#if defined(__has_include)
+#if __has_include(<malloc.h>)
+#include <malloc.h> /* mallopt, where the C library has it */
+#endif
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +163,13 @@ int server_cmd_run(const struct server_cli *cli, int argc, char **argv) {
   };
   limits.max_conns = (unsigned)max_conns;
   limits.max_per_addr = (unsigned)max_pre;
+#ifdef M_TRIM_THRESHOLD
+  /* glibc gives the heap's top back to the kernel whenever 128 KiB of it
+   * are free, and every job frees that much (SQLite's statement journals,
+   * the messages): the pages were faulted in again each time, 5-10 % of the
+   * daemon's CPU per job (bench/README.md, scale). At most 8 MiB stay. */
+  mallopt(M_TRIM_THRESHOLD, 8 << 20);
+#endif
   struct cordon_diag diag = {{0}};
   int r = daemon_run(&opt, &diag);
   if (r < 0)

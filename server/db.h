@@ -557,6 +557,15 @@ struct server_db_job_new {
   const char *package_version;
   const char *key; /* NULL, or the idempotency key (1..SERVER_DB_KEY_MAX bytes of
                       printable ASCII): one job per user and key */
+  /* NULL: the job is added queued with a new random id. Else it is added
+   * already sent to device_id (required, as is a deadline) with this ticket
+   * (1..SERVER_DB_TICKET_MAX bytes), under id (CORDON_ID_HEX_LEN hex digits
+   * the caller drew at random: the ticket names the job) — what
+   * server_db_job_add then server_db_job_send_with_ticket would leave, in
+   * one statement. */
+  const uint8_t *ticket;
+  size_t ticket_len;
+  const char *id;
 };
 
 struct server_db_job {
@@ -595,7 +604,8 @@ struct server_db_job_list {
 void server_db_job_release(struct server_db_job *job);
 void server_db_job_list_release(struct server_db_job_list *list);
 
-/* Add a queued job with a new random 128-bit id. */
+/* Add a queued job with a new random 128-bit id (or a sent one: ticket
+ * above). -EINVAL for a bad field, -ENOENT for no such user or device. */
 int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
                       char out_id[CORDON_ID_HEX_SIZE], struct cordon_diag *diag);
 /* (server_db_job_add: -EEXIST when the user has a job with that key.) */
@@ -643,6 +653,15 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
                                        const char *result_json, const uint8_t *receipt,
                                        size_t receipt_len, enum server_db_job_state *out_state,
                                        struct cordon_diag *diag);
+/* The same with the result as a JSON object (borrowed), which this writes
+ * compactly itself: its text needs no parsing to be checked. -EINVAL when
+ * it is not an object or its text is longer than SERVER_DB_RESULT_MAX. */
+int server_db_job_record_signed_result_obj(struct server_db *db, const char *id,
+                                           const char *device_id, enum server_db_job_state final,
+                                           const char *error_code, const json_t *result,
+                                           const uint8_t *receipt, size_t receipt_len,
+                                           enum server_db_job_state *out_state,
+                                           struct cordon_diag *diag);
 /* The ticket body a queued job is about to be sent with (set before
  * server_db_job_send; at most SERVER_DB_TICKET_MAX bytes). -ESTALE when the
  * job is not queued. */

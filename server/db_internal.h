@@ -150,8 +150,8 @@
 #define DB_JOB_STATEMENTS(X)                                                                       \
   X(JOB_ADD, "INSERT INTO jobs (id, user_id, device_id, package_hash, args, state, created,"       \
              " updated, deadline, queue_expires, where_labels, package_name, package_version,"     \
-             " idem_key)"                                                                          \
-             " VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12)")          \
+             " idem_key, ticket)"                                                                  \
+             " VALUES (?1, ?2, ?3, ?4, ?5, ?13, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?14)")          \
   X(JOB_GET_BY_KEY, "SELECT " JOB_COLUMNS " WHERE j.user_id = ?1 AND j.idem_key = ?2")             \
   X(JOB_SEND, "UPDATE jobs SET state = 'sent', device_id = ?2, deadline = ?3, updated = ?4"        \
               " WHERE id = ?1 AND state = 'queued' AND (device_id IS NULL OR device_id = ?2)")     \

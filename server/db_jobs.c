@@ -121,8 +121,16 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   if (job->key && !server_db_job_key_valid(job->key))
     return cordon_diag_set(diag, -EINVAL, "a key is 1 to %d printable ASCII characters",
                            SERVER_DB_KEY_MAX);
+  bool sent = job->ticket != NULL;
+  if (sent && (job->ticket_len == 0 || job->ticket_len > SERVER_DB_TICKET_MAX))
+    return cordon_diag_set(diag, -EINVAL, "a ticket is 1..%d bytes", SERVER_DB_TICKET_MAX);
+  if (sent && (!job->device_id || job->deadline <= 0 || !job->id || !cordon_id_hex_valid(job->id)))
+    return cordon_diag_set(diag, -EINVAL, "a job added as sent needs its id, device and deadline");
   char id[CORDON_ID_HEX_SIZE];
-  db_new_id(id);
+  if (sent)
+    memcpy(id, job->id, CORDON_ID_HEX_SIZE);
+  else
+    db_new_id(id);
   int err = 0;
   char *where = db_labels_dump(job->where, &err);
   if (err)
@@ -145,14 +153,18 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   db_bind_text(st, 10, job->package_name, &rc);
   db_bind_text(st, 11, job->package_version, &rc);
   db_bind_text(st, 12, job->key, &rc);
+  db_bind_text(st, 13, server_db_job_state_name(sent ? SERVER_DB_JOB_SENT : SERVER_DB_JOB_QUEUED),
+               &rc);
+  db_bind_blob(st, 14, job->ticket, job->ticket_len, &rc);
   free(where);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   /* A job with a deadline is sent at once: its row becomes durable with
    * the synced queued -> sent commit that follows (or the synced failure),
    * before anyone is told its id; lost in a crash before that, it was
-   * never anybody's. A queued job's row is synced here. */
-  bool now = job->deadline > 0;
+   * never anybody's. A queued job's row, and one added sent (with its
+   * ticket: this is its queued -> sent), are synced here. */
+  bool now = job->deadline > 0 && !sent;
   if (now)
     db_sync_relax(db);
   rc = db_step(st);
@@ -288,11 +300,43 @@ int server_db_job_record_result(struct server_db *db, const char *id, const char
                                             0, out_state, diag);
 }
 
+/* checked: result_json is a JSON object this file wrote itself */
+static int record_result(struct server_db *db, const char *id, const char *device_id,
+                         enum server_db_job_state final, const char *error_code,
+                         const char *result_json, bool checked, const uint8_t *receipt,
+                         size_t receipt_len, enum server_db_job_state *out_state,
+                         struct cordon_diag *diag);
+
 int server_db_job_record_signed_result(struct server_db *db, const char *id, const char *device_id,
                                        enum server_db_job_state final, const char *error_code,
                                        const char *result_json, const uint8_t *receipt,
                                        size_t receipt_len, enum server_db_job_state *out_state,
                                        struct cordon_diag *diag) {
+  return record_result(db, id, device_id, final, error_code, result_json, false, receipt,
+                       receipt_len, out_state, diag);
+}
+
+int server_db_job_record_signed_result_obj(struct server_db *db, const char *id,
+                                           const char *device_id, enum server_db_job_state final,
+                                           const char *error_code, const json_t *result,
+                                           const uint8_t *receipt, size_t receipt_len,
+                                           enum server_db_job_state *out_state,
+                                           struct cordon_diag *diag) {
+  char *text = json_is_object(result) ? json_dumps(result, JSON_COMPACT) : NULL;
+  if (json_is_object(result) && !text)
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  bool fits = text && strlen(text) <= SERVER_DB_RESULT_MAX;
+  int err = record_result(db, id, device_id, final, error_code, fits ? text : NULL, fits, receipt,
+                          receipt_len, out_state, diag);
+  free(text);
+  return err;
+}
+
+static int record_result(struct server_db *db, const char *id, const char *device_id,
+                         enum server_db_job_state final, const char *error_code,
+                         const char *result_json, bool checked, const uint8_t *receipt,
+                         size_t receipt_len, enum server_db_job_state *out_state,
+                         struct cordon_diag *diag) {
   if (receipt && (receipt_len == 0 || receipt_len > SERVER_DB_RECEIPT_MAX))
     return cordon_diag_set(diag, -EINVAL, "a receipt is 1..%d bytes", SERVER_DB_RECEIPT_MAX);
   if (!cordon_id_hex_valid(id) || !cordon_id_hex_valid(device_id))
@@ -302,7 +346,7 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
   if (error_code && !db_valid_token(error_code, SERVER_DB_CODE_MAX))
     return cordon_diag_set(diag, -EINVAL, "error code must be 1..%d of [a-z0-9_-]",
                            SERVER_DB_CODE_MAX);
-  if (!result_json || !db_valid_json(result_json, SERVER_DB_RESULT_MAX, true))
+  if (!result_json || (!checked && !db_valid_json(result_json, SERVER_DB_RESULT_MAX, true)))
     return cordon_diag_set(diag, -EINVAL, "a job result must be a JSON object of at most %d bytes",
                            SERVER_DB_RESULT_MAX);
   struct db_st *st = NULL;

@@ -70,6 +70,9 @@ struct flight {
    * output_kb per stream, each byte once (live_next: stdout, stderr) */
   char device_id[CORDON_ID_HEX_SIZE];
   uint64_t live_cap, live_next[2];
+  /* the ticket it was sent with (stored with it in the same commit): its
+   * result's receipt is checked against it without reading it back */
+  uint8_t ticket[TICKET_BODY_LEN];
   struct flight *next;
 };
 
@@ -107,6 +110,9 @@ struct jobs {
   uv_idle_t commit_idle;   /* while something waits: the loop does not block in poll */
   bool group_on;
   struct after *after, **after_tail, *after_open;
+  /* the last look at the queue found jobs in it, or one was queued since
+   * (a shared database's queue is always looked at: others fill it) */
+  bool queue_maybe;
 };
 
 /* ---- results held by a connected agent ---- */
@@ -382,7 +388,8 @@ static struct flight *flight_find(struct jobs *js, const char *id) {
 }
 
 static void flight_add(struct jobs *js, const char *id, const char *user, const char *device_id,
-                       const char *package, uint64_t live_cap) {
+                       const char *package, uint64_t live_cap,
+                       const uint8_t ticket[TICKET_BODY_LEN]) {
   struct flight *f = calloc(1, sizeof(*f));
   if (!f)
     return; /* only the log loses its package name, and followers its live output */
@@ -391,6 +398,7 @@ static void flight_add(struct jobs *js, const char *id, const char *user, const 
   snprintf(f->device_id, sizeof(f->device_id), "%s", device_id);
   f->live_cap = live_cap;
   snprintf(f->package, sizeof(f->package), "%s", package);
+  memcpy(f->ticket, ticket, TICKET_BODY_LEN);
   f->sent_ms = core_mono_ms();
   f->next = js->flights;
   js->flights = f;
@@ -432,13 +440,13 @@ static struct sending *sending_find(struct jobs *js, const char *id) {
   return NULL;
 }
 
-static void pump(uv_timer_t *t) {
-  struct sending *x = t->data;
+/* Chunks of x while its connection's queue has room: true while more are
+ * to come (the pump timer goes on), false when x is done (and freed) or
+ * cannot go on (its session gone or told to go). */
+static bool pump_some(struct sending *x) {
   struct session *s = x->session;
-  if (!s || s->state != SESSION_ACTIVE) {
-    uv_timer_stop(t);
-    return;
-  }
+  if (!s || s->state != SESSION_ACTIVE)
+    return false;
   uint8_t buf[JOB_CHUNK];
   while (x->sent < x->size && net_conn_queued(s->conn) < JOB_SEND_WINDOW) {
     size_t want = x->size - x->sent < sizeof(buf) ? (size_t)(x->size - x->sent) : sizeof(buf);
@@ -448,24 +456,27 @@ static void pump(uv_timer_t *t) {
       core_log_kv(CORE_LOG_ERROR, "cannot read the package", "job", x->id, "device", s->device_id,
                   "package", f ? f->package : "-", "error", n < 0 ? strerror(errno) : "EOF", NULL);
       session_goaway(s, MSG_GOAWAY_PROTOCOL, "package unreadable on the server");
-      uv_timer_stop(t);
-      return;
+      return false;
     }
     struct msg m = {.type = MSG_CHUNK};
     memcpy(m.chunk.job_id, x->raw_id, CORDON_ID_LEN);
     m.chunk.offset = x->sent;
     m.chunk.data.data = buf;
     m.chunk.data.len = (size_t)n;
-    if (session_send(s, &m) < 0) {
-      uv_timer_stop(t);
-      return;
-    }
+    if (session_send(s, &m) < 0)
+      return false;
     x->sent += (uint64_t)n;
   }
   if (x->sent >= x->size) {
-    uv_timer_stop(t);
     sending_free(x);
+    return false;
   }
+  return true;
+}
+
+static void pump(uv_timer_t *t) {
+  if (!pump_some(t->data))
+    uv_timer_stop(t); /* after sending_free's close too: a no-op then */
 }
 
 /* ---- group commit: what waits for the database ---- */
@@ -595,14 +606,16 @@ static char **argv_copy(char **argv, size_t n) {
 
 /* ---- sending a job ---- */
 
-/* Inside an op: the job (queued in the database) goes to s, queued -> sent
- * with its device, deadline and ticket in the group. *out_a: the
- * AFTER_SENT that sends the ticket and the chunks once that is durable
- * (the caller pushes it after its op). The package's fd is taken over on
- * success (send_unprepare gives it back). */
+/* Inside an op: the job goes to s with its device, deadline and ticket in
+ * the group — queued in the database, it becomes sent (add NULL); or,
+ * dispatched now, it is added as sent (add: the new job, whose ticket and
+ * id this fills in). *out_a: the AFTER_SENT that sends the ticket and the
+ * chunks once that is durable (the caller pushes it after its op). The
+ * package's fd is taken over on success (send_unprepare gives it back). */
 static int send_prepare(struct jobs *js, const char *job_id, const char *user, struct session *s,
                         struct pkg *p, char **argv, size_t n_args, int64_t deadline,
-                        const char *queued_path, struct after **out_a, struct cordon_diag *diag) {
+                        const char *queued_path, struct server_db_job_new *add,
+                        struct after **out_a, struct cordon_diag *diag) {
   struct after *a = after_new(AFTER_SENT, job_id);
   struct sending *x = a ? calloc(1, sizeof(*x)) : NULL;
   char **args = x ? argv_copy(argv, n_args) : NULL;
@@ -625,9 +638,18 @@ static int send_prepare(struct jobs *js, const char *job_id, const char *user, s
   t.issued_ms = core_wall_ms();
   t.expires_ms = t.issued_ms + JOB_TICKET_TTL_S * 1000ull;
   ticket_encode(&t, as->ticket);
-  /* the ticket and queued -> sent: one change of the group */
-  int r = server_db_job_send_with_ticket(js->db, job_id, s->device_id, deadline, as->ticket,
-                                         sizeof(as->ticket), diag);
+  /* the ticket and the job sent: one change of the group */
+  int r;
+  if (add) {
+    add->id = job_id;
+    add->ticket = as->ticket;
+    add->ticket_len = sizeof(as->ticket);
+    char got[CORDON_ID_HEX_SIZE];
+    r = server_db_job_add(js->db, add, got, diag);
+  } else {
+    r = server_db_job_send_with_ticket(js->db, job_id, s->device_id, deadline, as->ticket,
+                                       sizeof(as->ticket), diag);
+  }
   if (r < 0) {
     free(x);
     after_free(a);
@@ -698,16 +720,23 @@ static void sent_run(struct jobs *js, struct after *a) {
   jm.job.pkg_size = x->size;
   jm.job.args = as->argv;
   jm.job.n_args = as->n_args;
-  session_send(s, &jm);
-  uv_timer_start(&x->pump, pump, 0, 2);
-  flight_add(js, a->id, as->user, s->device_id, as->package, as->live_cap);
+  flight_add(js, a->id, as->user, s->device_id, as->package, as->live_cap, as->ticket);
   char sz[24], dl[24], na[16];
   snprintf(sz, sizeof(sz), "%llu", (unsigned long long)x->size);
   snprintf(dl, sizeof(dl), "%lld", (long long)as->deadline);
   snprintf(na, sizeof(na), "%zu", as->n_args);
+  const char *from = x->queued_path[0] ? "queue" : "dispatch";
+  /* the job and its first chunks in one write (x may be done and freed
+   * after pump_some; its connection is closing when it failed) */
+  struct net_conn *conn = s->conn;
+  net_conn_cork(conn);
+  session_send(s, &jm);
+  bool more = pump_some(x);
+  net_conn_uncork(conn);
+  if (more)
+    uv_timer_start(&x->pump, pump, 2, 2);
   core_log_kv(CORE_LOG_INFO, "job sent", "job", a->id, "user", as->user, "device", s->device_id,
-              "package", as->package, "size", sz, "args", na, "deadline", dl, "from",
-              x->queued_path[0] ? "queue" : "dispatch", NULL);
+              "package", as->package, "size", sz, "args", na, "deadline", dl, "from", from, NULL);
 }
 
 /* A queued job goes to s, in an op of its own; sent once durable. */
@@ -718,7 +747,7 @@ static int send_job(struct jobs *js, const char *job_id, const char *user, struc
   if (r < 0)
     return r;
   struct after *a = NULL;
-  r = send_prepare(js, job_id, user, s, p, argv, n_args, deadline, queued_path, &a, diag);
+  r = send_prepare(js, job_id, user, s, p, argv, n_args, deadline, queued_path, NULL, &a, diag);
   r = server_db_group_op_end(js->db, r);
   if (r < 0) {
     if (a)
@@ -766,6 +795,30 @@ static bool cand_better(const struct cand *a, const struct cand *b) {
   return a->dev->last_seen > b->dev->last_seen;
 }
 
+/* The device named want as a list of the user's devices of that id: one,
+ * or none when there is no such device or another user's. */
+static int want_device(struct jobs *js, int64_t user_id, const char *want,
+                       struct server_db_device_list *out) {
+  memset(out, 0, sizeof(*out));
+  struct server_db_device dev;
+  int r = server_db_device_get(js->db, want, &dev, NULL);
+  if (r == -ENOENT)
+    return 0;
+  if (r < 0)
+    return r;
+  if (user_id != 0 && dev.user_id != user_id) { /* 0: any user's, as the list */
+    server_db_device_release(&dev);
+    return 0;
+  }
+  if (!(out->items = malloc(sizeof(*out->items)))) {
+    server_db_device_release(&dev);
+    return -ENOMEM;
+  }
+  out->items[0] = dev;
+  out->count = 1;
+  return 0;
+}
+
 /* Evaluate the user's devices (or only want) for a job of manifest m (NULL:
  * skip the platform and level checks) whose device must have the labels of
  * where. */
@@ -773,7 +826,8 @@ static int choose(struct jobs *js, int64_t user_id, const char *want, const stru
                   const struct server_db_labels *where, struct choice *out) {
   memset(out, 0, sizeof(*out));
   out->best = -1;
-  int r = server_db_device_list(js->db, user_id, &out->list, NULL);
+  int r = want ? want_device(js, user_id, want, &out->list)
+               : server_db_device_list(js->db, user_id, &out->list, NULL);
   if (r < 0)
     return r;
   out->c = calloc(out->list.count ? out->list.count : 1, sizeof(*out->c));
@@ -956,15 +1010,17 @@ static void dispatch_now(struct jobs *js, struct admin_conn *c, const struct dis
       .where = &d->where,
       .key = d->key,
   };
+  /* drawn here: the ticket names the job, which is added already sent */
   char job_id[CORDON_ID_HEX_SIZE];
+  uint8_t raw[CORDON_ID_LEN];
+  cordon_id_random(raw);
+  cordon_id_to_hex(raw, job_id);
   struct cordon_diag diag = {{0}};
   struct after *sent = NULL, *answer = NULL;
   int r = op_begin(js, &diag);
   if (r == 0) {
-    r = server_db_job_add(js->db, &nj, job_id, &diag);
-    if (r == 0)
-      r = send_prepare(js, job_id, d->user, to->s, p, d->argv, d->n_args, deadline, NULL, &sent,
-                       &diag);
+    r = send_prepare(js, job_id, d->user, to->s, p, d->argv, d->n_args, deadline, NULL, &nj, &sent,
+                     &diag);
     if (r == 0 && !(answer = after_new(AFTER_DISPATCHED, job_id)))
       r = cordon_diag_set(&diag, -ENOMEM, "out of memory");
     r = server_db_group_op_end(js->db, r); /* on failure neither the job nor its send is there */
@@ -1044,6 +1100,7 @@ static void dispatch_queue(struct jobs *js, struct admin_conn *c, const struct d
     return;
   }
   fsync_dir(js->queue_dir);
+  js->queue_maybe = true;
   cluster_job_queued(js->db, job_id, path); /* cluster: any instance may send it */
   publish_state(js, job_id);
   char ttl[24], pkg[160];
@@ -1245,6 +1302,7 @@ static void drain(struct jobs *js) {
   struct server_db_job_list list;
   if (server_db_job_list_queued(js->db, &list, NULL) < 0)
     return;
+  js->queue_maybe = list.count > 0;
   int64_t now = server_db_now(js->db);
   for (size_t i = 0; i < list.count; i++) {
     const struct server_db_job *job = &list.items[i];
@@ -1402,24 +1460,43 @@ static void refuse_result(struct session *s, const uint8_t job_id[CORDON_ID_LEN]
 static int check_receipt(struct jobs *js, struct session *s, const char *id,
                          const struct msg_result *mr, uint8_t *out, size_t *out_len,
                          struct cordon_diag *why) {
-  struct server_db_job job;
-  if (server_db_job_get(js->db, id, &job, NULL) < 0)
+  /* a job in flight: its device and its ticket are the ones committed when
+   * it was sent (neither changes after), kept in memory since */
+  const struct flight *f = flight_find(js, id);
+  if (f && strcmp(f->device_id, s->device_id) != 0)
     return 1;
-  bool mine = strcmp(job.device_id, s->device_id) == 0 && job.state != SERVER_DB_JOB_QUEUED;
-  server_db_job_release(&job);
-  if (!mine)
-    return 1;
+  if (!f) {
+    struct server_db_job job;
+    if (server_db_job_get(js->db, id, &job, NULL) < 0)
+      return 1;
+    bool mine = strcmp(job.device_id, s->device_id) == 0 && job.state != SERVER_DB_JOB_QUEUED;
+    server_db_job_release(&job);
+    if (!mine)
+      return 1;
+  }
   uint8_t key[SERVER_DB_SIGN_KEY_SIZE], ticket[SERVER_DB_TICKET_MAX];
   size_t ticket_len = 0, len;
-  int r = server_db_device_sign_key(js->db, s->device_id, key, why);
+  int r = 0;
+  /* registered once, a device's key never changes: read once per session */
+  if (!s->sign_key_known && (r = server_db_device_sign_key(js->db, s->device_id, key, why)) == 0) {
+    memcpy(s->sign_key, key, sizeof(key));
+    s->sign_key_known = true;
+  }
   if (r == -ENODATA)
     return cordon_diag_set(why, CORDON_E_SIGNATURE_INVALID,
                            "the device registered no receipt signing key");
   if (r < 0)
     return r;
-  r = server_db_job_ticket(js->db, id, ticket, sizeof(ticket), &ticket_len, why);
-  if (r < 0 && r != -ENODATA) /* a job sent before receipts has none: unbound only */
-    return r;
+  memcpy(key, s->sign_key, sizeof(key));
+  _Static_assert(SERVER_DB_TICKET_MAX >= TICKET_BODY_LEN, "a ticket fits its column");
+  if (f) {
+    memcpy(ticket, f->ticket, TICKET_BODY_LEN);
+    ticket_len = TICKET_BODY_LEN;
+  } else {
+    r = server_db_job_ticket(js->db, id, ticket, sizeof(ticket), &ticket_len, why);
+    if (r < 0 && r != -ENODATA) /* a job sent before receipts has none: unbound only */
+      return r;
+  }
   /* only a job the agent lost in its restart may come without its ticket */
   if (r == 0 && !mr->has_ticket_hash &&
       !(mr->has_error && strcmp(mr->error.code, cordon_err_name(CORDON_E_AGENT_RESTARTED)) == 0))
@@ -1540,24 +1617,23 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   int rc = result_from_msg(mr, &r);
   bool readable = rc == 0;
   json_t *j = rc == 0 ? job_result_to_json(&r) : NULL;
-  char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
-  json_decref(j);
   bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
   enum server_db_job_state after = SERVER_DB_JOB_QUEUED;
   struct cordon_diag diag = {{0}};
   /* recorded in an op of the group: the ack waits for its commit */
-  struct after *a = text ? after_new(AFTER_RESULT, id) : NULL;
+  struct after *a = j ? after_new(AFTER_RESULT, id) : NULL;
   rc = a ? op_begin(js, &diag) : -ENOMEM;
   if (rc == 0) {
-    rc = server_db_job_record_signed_result(js->db, id, s->device_id,
-                                            ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
-                                            r.error ? cordon_err_name(r.error) : NULL, text,
-                                            vr == 0 ? receipt : NULL, receipt_len, &after, &diag);
+    /* stored as the object's own text: nothing to parse again */
+    rc = server_db_job_record_signed_result_obj(
+        js->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
+        r.error ? cordon_err_name(r.error) : NULL, j, vr == 0 ? receipt : NULL, receipt_len, &after,
+        &diag);
     int e = server_db_group_op_end(js->db, rc == -EALREADY ? 0 : rc);
     if (e < 0 && (rc == 0 || rc == -EALREADY))
       rc = e;
   }
-  free(text);
+  json_decref(j);
   if (rc == 0 || rc == -EALREADY) {
     a->s = s;
     snprintf(a->device_id, sizeof(a->device_id), "%s", s->device_id);
@@ -1617,7 +1693,8 @@ static void result_run(struct jobs *js, struct after *a) {
   if (x) /* refused before its package arrived: no more chunks */
     sending_free(x);
   answer_waiters(js, a->id);
-  drain(js); /* the device has room again */
+  if (js->queue_maybe || server_db_is_shared(js->db))
+    drain(js); /* the device has room again */
 }
 
 /* Live output (docs/protocol/messages.md, `output`): published on the bus
@@ -1668,10 +1745,14 @@ bool jobs_on_message(struct jobs *js, struct session *s, struct msg *m) {
   switch (m->type) {
   case MSG_RUNNING: {
     cordon_id_to_hex(m->running.job_id, id);
+    /* in flight: the device it was sent to is known without reading it */
+    const struct flight *sent = flight_find(js, id);
     struct server_db_job job;
-    if (server_db_job_get(js->db, id, &job, NULL) == 0) {
-      bool own = strcmp(job.device_id, s->device_id) == 0; /* only its own device's word */
-      server_db_job_release(&job);
+    if (sent || server_db_job_get(js->db, id, &job, NULL) == 0) {
+      /* only its own device's word */
+      bool own = strcmp(sent ? sent->device_id : job.device_id, s->device_id) == 0;
+      if (!sent)
+        server_db_job_release(&job);
       struct after *a = own ? after_new(AFTER_RUNNING, id) : NULL;
       int r = a ? op_begin(js, NULL) : -EPERM;
       if (r == 0)
@@ -1962,6 +2043,7 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   snprintf(js->queue_dir, sizeof(js->queue_dir), "%s/%s", cfg->state_dir ? cfg->state_dir : ".",
            JOBS_QUEUE_DIR);
   js->after_tail = &js->after;
+  js->queue_maybe = true; /* the database's queue is not known yet */
   server_db_group_enable(js->db, group_ended, js);
   /* without it (out of memory) every dispatch verifies its package */
   (void)pkgcache_new(PKGCACHE_MAX, &js->pkgs);
@@ -2052,7 +2134,8 @@ void jobs_free(struct jobs *js) {
 
 static void publish_state(struct jobs *js, const char *id) {
   struct server_db_job job;
-  if (!js->events || server_db_job_get(js->db, id, &job, NULL) < 0)
+  /* nobody listening (events_count): nothing to read the job for */
+  if (!js->events || events_count(js->events) == 0 || server_db_job_get(js->db, id, &job, NULL) < 0)
     return;
   const struct event ev = {
       .kind = EVENT_JOB_STATE,

@@ -124,17 +124,24 @@ void sessions_free(struct sessions *t) {
 }
 
 int session_send(struct session *s, const struct msg *m) {
-  uint8_t *buf;
+  /* most messages fit here, encoded once and not allocated; a larger one
+   * (a chunk, a long output) is encoded again into the heap */
+  uint8_t small[4096], *buf = small;
   size_t len;
   struct cordon_diag diag = {{0}};
-  int r = msg_encode_alloc(m, &buf, &len, &diag);
+  int r = msg_encode(m, small, sizeof(small), &len, &diag);
+  if (r == -ENOBUFS) {
+    diag.msg[0] = '\0';
+    r = msg_encode_alloc(m, &buf, &len, &diag);
+  }
   if (r < 0) {
     core_log_kv(CORE_LOG_ERROR, "cannot encode a message", "type", msg_type_name(m->type), "addr",
                 s->addr, "error", diag.msg, NULL);
     return r;
   }
   r = net_conn_send(s->conn, buf, len);
-  free(buf);
+  if (buf != small)
+    free(buf);
   if (r == 0)
     metrics_bytes_sent(len);
   return r;

@@ -54,6 +54,10 @@ struct session {
   char user[SERVER_DB_NAME_MAX + 1];
   uint32_t max_jobs;
   int64_t touched_ms; /* core_mono_ms when last_seen was last written */
+  /* the device's receipt signing key once server/jobs.c read it (registered
+   * once, it never changes) */
+  bool sign_key_known;
+  uint8_t sign_key[SERVER_DB_SIGN_KEY_SIZE];
   /* pairing: server/pair.c's, which frees it in its closed hook */
   struct pair_attempt *pair;
   /* the log lines a peer's messages cause (refused results, ignored

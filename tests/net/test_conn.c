@@ -1637,6 +1637,67 @@ Test(conn, flush_close_delivers_what_is_queued) {
   finish();
 }
 
+/* Records sent while corked wait (the peer gets none of them) until the
+ * uncork, then all arrive intact and in order, those larger than the corked
+ * buffer too; a close while corked drops them, a flush_close writes them. */
+Test(conn, corked_records_wait_for_the_uncork_and_arrive_in_order) {
+  struct net_limits l = test_limits();
+  server_start(MODE_BIT(NOISE_MODE_SESSION), &l);
+  srv.echo = true;
+  static const size_t lens[] = {1, 100, 5000, 10000, 20000, 3, NOISE_MAX_PLAINTEXT, 0, 7};
+  size_t n_lens = sizeof(lens) / sizeof(lens[0]);
+  struct agent *a = agent_start(NOISE_MODE_SESSION, port, &l);
+  a->expect_lens = lens;
+  a->n_expect = n_lens;
+  cr_assert(RUN_UNTIL(a->ready && srv.ready, 3000));
+  uint8_t *buf = malloc(NOISE_MAX_PLAINTEXT);
+  cr_assert_not_null(buf);
+  net_conn_cork(a->c);
+  size_t want = 0;
+  for (size_t k = 0; k < n_lens; k++) {
+    for (size_t j = 0; j < lens[k]; j++)
+      buf[j] = pattern(k, j);
+    cr_assert_eq(net_conn_send(a->c, buf, lens[k]), 0, "record %zu", k);
+    want += 4 + lens[k] + NOISE_TAG_LEN;
+  }
+  cr_assert_geq(net_conn_queued(a->c), 4 + NOISE_MAX_PLAINTEXT + NOISE_TAG_LEN + 7 + 16,
+                "the held ones count as queued");
+  cr_assert_leq(net_conn_queued(a->c), want);
+  run_for(50);
+  /* the records before the one that did not fit the held buffer went when
+   * it filled; those after the largest one are still held */
+  cr_assert_lt(srv.records, (int)n_lens, "held until the uncork");
+  net_conn_uncork(a->c);
+  cr_assert(RUN_UNTIL(a->next == n_lens, 5000), "echoed %zu of %zu", a->next, n_lens);
+  cr_assert(a->order_ok, "every record came back intact and in order");
+  cr_assert_eq(srv.records, (int)n_lens);
+  cr_assert(RUN_UNTIL(net_conn_queued(a->c) == 0, 3000));
+
+  /* corked, nothing written: a close drops what is held */
+  int before = srv.records;
+  net_conn_cork(a->c);
+  cr_assert_eq(net_conn_send(a->c, buf, 10), 0);
+  cr_assert_eq(net_conn_send(a->c, buf, 20), 0);
+  net_conn_close(a->c, 0);
+  net_conn_uncork(a->c); /* after a close: nothing */
+  cr_assert(RUN_UNTIL(a->closed && srv.closed, 3000));
+  cr_assert_eq(srv.records, before, "dropped with the close");
+
+  /* a flush_close writes what is held, then closes */
+  struct agent *b = agent_start(NOISE_MODE_SESSION, port, &l);
+  cr_assert(RUN_UNTIL(b->ready && srv.ready == 2, 3000));
+  srv.echo = false;
+  before = srv.records;
+  net_conn_cork(b->c);
+  cr_assert_eq(net_conn_send(b->c, buf, 10), 0);
+  cr_assert_eq(net_conn_send(b->c, buf, 20), 0);
+  net_conn_flush_close(b->c, 0);
+  cr_assert(RUN_UNTIL(b->closed && srv.closed == 2, 3000));
+  cr_assert_eq(srv.records, before + 2, "the held ones went before the close");
+  free(buf);
+  finish();
+}
+
 Test(conn, flush_close_gives_up_after_frame_ms) {
   struct net_limits l = test_limits();
   l.frame_ms = 200;

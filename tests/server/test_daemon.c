@@ -390,6 +390,45 @@ Test(daemon, dispatch_wait_prints_the_result_and_job_json_keeps_it) {
   free(pkg);
 }
 
+/* A package larger than the server's send window (1 MiB queued per
+ * connection): its first chunks go with the job, the rest as the
+ * connection drains; the job sees every byte. */
+Test(daemon, a_package_larger_than_the_send_window_arrives_whole) {
+  pair("laptop");
+  start_agent();
+  wait_online();
+  size_t n = 3u << 20;
+  char *script = malloc(n + 128);
+  int at = snprintf(script, n + 128, "wc -c < run.sh; cksum < run.sh\n#");
+  uint32_t x = 2463534242u; /* xorshift: bytes that no compression would shrink */
+  for (size_t i = 0; i < n; i++) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    script[at++] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[x % 62];
+  }
+  script[at++] = '\n';
+  script[at] = '\0';
+  char path[600], cmd[1400], want[128] = "";
+  char *pkg = pack("big", "{\"name\":\"big\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+                   script);
+  snprintf(path, sizeof(path), "%s/big/run.sh", dir);
+  snprintf(cmd, sizeof(cmd), "wc -c < '%s'; cksum < '%s'", path, path);
+  FILE *p = popen(cmd, "r");
+  size_t got = fread(want, 1, sizeof(want) - 1, p);
+  want[got] = '\0';
+  pclose(p);
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", state);
+  cr_assert_eq(o->status, 0, "%s", o->err);
+  json_t *r = json_loads(o->out, 0, NULL);
+  cr_assert(r, "stdout is the result JSON: %s", o->out);
+  cr_assert_str_eq(json_string_value(json_object_get(r, "stdout")), want);
+  json_decref(r);
+  free(o);
+  free(pkg);
+  free(script);
+}
+
 Test(daemon, no_eligible_device_for_another_user_or_an_offline_device) {
   pair("laptop");
   char *pkg = pack("hello", "{\"name\":\"hello\",\"version\":\"1\",\"entry\":[\"/bin/true\"]}", "");

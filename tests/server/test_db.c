@@ -31,6 +31,8 @@ static void teardown(void) {
 
 TestSuite(db, .init = setup, .fini = teardown);
 
+#define TICKET_TEST_LEN 161 /* a version-1 ticket body */
+
 static struct server_db *open_db(void) {
   struct server_db *db = NULL;
   struct cordon_diag d = {{0}};
@@ -1335,6 +1337,113 @@ Test(db, device_labels_set_replace_remove_and_are_read_back) {
                CORDON_E_LIMIT, "zone + 32 more is over the cap");
   cr_assert_eq(server_db_device_label(db, dev, NULL, 0, NULL, 0, &after, &d), 0);
   cr_assert_eq(after.count, 1, "the refused change was rolled back");
+  server_db_close(db);
+}
+
+Test(db, a_job_added_sent_has_its_ticket_device_and_deadline_in_one_statement) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE], id[CORDON_ID_HEX_SIZE] = "0123456789abcdef0123456789abcdef",
+                                got_id[CORDON_ID_HEX_SIZE] = "";
+  add_device(db, alice, 1, dev);
+  uint8_t hash[32] = {3}, tk[TICKET_TEST_LEN], got[16 + TICKET_TEST_LEN];
+  memset(tk, 0x5a, sizeof(tk));
+  server_db_set_clock(db, 1000);
+  struct server_db_job_new n = {.user_id = alice,
+                                .device_id = dev,
+                                .package_hash = hash,
+                                .deadline = 1600,
+                                .ticket = tk,
+                                .ticket_len = sizeof(tk),
+                                .id = id};
+  uint64_t commits = server_db_commit_count(db);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_job_add(db, &n, got_id, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_commit_count(db), commits + 1, "one write");
+  cr_assert_str_eq(got_id, id, "the id the ticket names");
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, id, &j, NULL), 0);
+  cr_assert_eq(j.state, SERVER_DB_JOB_SENT);
+  cr_assert_str_eq(j.device_id, dev);
+  cr_assert_eq(j.deadline, 1600);
+  cr_assert_eq(j.queue_expires, 0);
+  server_db_job_release(&j);
+  size_t tk_n = 0;
+  cr_assert_eq(server_db_job_ticket(db, id, got, sizeof(got), &tk_n, NULL), 0);
+  cr_assert(tk_n == sizeof(tk) && memcmp(got, tk, sizeof(tk)) == 0);
+  cr_assert_eq(server_db_job_send(db, id, dev, 2000, &d), -ESTALE, "sent already");
+  /* it is on its way: its result is taken, as a sent job's */
+  enum server_db_job_state after;
+  cr_assert_eq(server_db_job_record_result(db, id, dev, SERVER_DB_JOB_DONE, NULL, "{}", &after, &d),
+               0, "%s", d.msg);
+  cr_assert_eq(after, SERVER_DB_JOB_DONE);
+
+  /* the same id twice, a sent job without a device, deadline or id, a
+   * ticket of no bytes: refused, nothing added */
+  cr_assert_lt(server_db_job_add(db, &n, got_id, &d), 0);
+  struct server_db_job_new bad = n;
+  bad.id = "0123456789abcdef0123456789abcdee";
+  bad.device_id = NULL;
+  cr_assert_eq(server_db_job_add(db, &bad, got_id, &d), -EINVAL);
+  bad.device_id = dev;
+  bad.deadline = 0;
+  cr_assert_eq(server_db_job_add(db, &bad, got_id, &d), -EINVAL);
+  bad.deadline = 1600;
+  bad.ticket_len = 0;
+  cr_assert_eq(server_db_job_add(db, &bad, got_id, &d), -EINVAL);
+  bad.ticket_len = sizeof(tk);
+  bad.id = "not an id";
+  cr_assert_eq(server_db_job_add(db, &bad, got_id, &d), -EINVAL);
+  bad.id = NULL;
+  cr_assert_eq(server_db_job_add(db, &bad, got_id, &d), -EINVAL);
+  cr_assert_eq(server_db_job_get(db, "0123456789abcdef0123456789abcdee", &j, NULL), -ENOENT);
+  server_db_close(db);
+}
+
+Test(db, a_result_object_is_stored_as_its_text_and_a_non_object_or_too_large_one_is_refused) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE], id[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  add_job(db, alice, dev, id);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_job_send(db, id, dev, 100, &d), 0, "%s", d.msg);
+  enum server_db_job_state after;
+  json_t *arr = json_array();
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, arr,
+                                                      NULL, 0, &after, &d),
+               -EINVAL, "not an object");
+  json_decref(arr);
+  char *big = malloc(SERVER_DB_RESULT_MAX + 1);
+  memset(big, 'x', SERVER_DB_RESULT_MAX);
+  big[SERVER_DB_RESULT_MAX] = '\0';
+  json_t *o = json_pack("{s:s}", "stdout", big);
+  free(big);
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o,
+                                                      NULL, 0, &after, &d),
+               -EINVAL, "its text is over SERVER_DB_RESULT_MAX");
+  json_decref(o);
+  o = json_pack("{s:i, s:s}", "exit_code", 0, "stdout", "hi \"there\"\n");
+  uint8_t receipt[200];
+  memset(receipt, 7, sizeof(receipt));
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o,
+                                                      receipt, sizeof(receipt), &after, &d),
+               0, "%s", d.msg);
+  cr_assert_eq(after, SERVER_DB_JOB_DONE);
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, id, &j, NULL), 0);
+  json_t *back = server_db_job_result_to_json(&j);
+  cr_assert(json_equal(back, o), "%s", j.result_json);
+  json_decref(back);
+  server_db_job_release(&j);
+  uint8_t got[SERVER_DB_RECEIPT_MAX];
+  size_t n = 0;
+  cr_assert_eq(server_db_job_receipt(db, id, got, sizeof(got), &n, NULL), 0);
+  cr_assert(n == sizeof(receipt) && memcmp(got, receipt, n) == 0);
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o,
+                                                      NULL, 0, &after, &d),
+               -EALREADY, "recorded once");
+  json_decref(o);
   server_db_close(db);
 }
 

@@ -135,6 +135,32 @@ Test(receipt, a_dispatched_jobs_receipt_verifies_offline_and_a_changed_byte_does
   free(o);
 }
 
+/* The server keeps each session's signing key once read and each job's
+ * ticket while it is in flight: two devices' jobs, one after the other on
+ * the same sessions, are each checked with their own device's key and
+ * ticket, and every receipt verifies as that device's. */
+Test(receipt, each_devices_results_are_checked_with_its_own_key_and_ticket) {
+  struct e2e_agent *a = pair_agent(0, "one", NULL), *b = pair_agent(1, "two", NULL);
+  start_agent(a);
+  start_agent(b);
+  char ids[4][33], trust[400], file[400];
+  run_job(a, ids[0]);
+  run_job(b, ids[1]);
+  run_job(a, ids[2]); /* the key read for the first result, kept */
+  run_job(b, ids[3]);
+  export_trust(trust);
+  for (int i = 0; i < 4; i++) {
+    export_receipt(ids[i], file);
+    struct out *o = verify(file, trust);
+    cr_assert_eq(o->status, 0, "job %d: verify-receipt: %s", i, o->err);
+    char want[128];
+    snprintf(want, sizeof(want), "device:    %s\n", (i % 2 ? b : a)->id);
+    cr_assert(strstr(o->out, want), "job %d: %s", i, o->out);
+    free(o);
+  }
+  cr_assert_eq(count_in(e2e_server_log, "msg=\"result refused\""), 0);
+}
+
 Test(receipt, a_device_without_a_registered_key_registers_one_at_its_next_connection) {
   struct e2e_agent *a = pair_agent(0, "old", NULL);
   start_agent(a);
