@@ -36,7 +36,6 @@
 #include "agent/health.h"
 #include "agent/hello.h"
 #include "agent/job.h"
-#include "agent/reaper.h"
 #include "agent/recover.h"
 #include "agent/resend.h"
 #include "agent/seen.h"
@@ -48,6 +47,7 @@
 #include "compat/posix.h"
 #include "core/log.h"
 #include "platform/daemon.h"
+#include "platform/sandbox.h"
 #include "proto/msg.h"
 #include "svc/journal.h"
 
@@ -511,8 +511,8 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
   int rc = take_lock(cfg, &lock);
   if (rc != 0)
     goto out_cfg;
-  /* before any thread: a job never outlives this process (agent/reaper.h) */
-  int rr = agent_reaper_start(cfg->dir, AGENT_LOCK_FILE);
+  /* before any thread: a job never outlives this process (platform/sandbox.h) */
+  int rr = sandbox_reaper_start(cfg->dir, AGENT_LOCK_FILE);
   /* as the server's open_log without --log-file: the journal when stderr is it */
   (void)journal_install_if_stderr();
   if (rr < 0)

@@ -201,6 +201,10 @@ int sandbox_reap_instance(const char *state_dir) {
   return sandbox_os_reap_instance(state_dir);
 }
 
+int sandbox_reaper_start(const char *state_dir, const char *lock_name) {
+  return sandbox_os_reaper_start(state_dir, lock_name);
+}
+
 int sandbox_reap_leftovers(const char *job_id) {
   return sandbox_os_reap_leftovers(job_id);
 }

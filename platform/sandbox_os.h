@@ -105,6 +105,8 @@ int sandbox_os_reap_leftovers(const char *job_id);
 int sandbox_os_sweep_leftovers(const char *state_dir);
 /* See sandbox_reap_instance. */
 int sandbox_os_reap_instance(const char *state_dir);
+/* See sandbox_reaper_start. */
+int sandbox_os_reaper_start(const char *state_dir, const char *lock_name);
 
 /* ---- places (grants_<os>.c) ---- */
 

@@ -117,7 +117,7 @@ void cgroup_job_release(struct cgroup_job *cg);
  * Returns how many processes were signalled. */
 unsigned cgroup_instance_sweep(const char *state_dir);
 /* The same kill and removal, and nothing more: no owner, no pool (the
- * agent's reaper, agent/reaper.h, once the agent is gone). */
+ * agent's reaper, sandbox_reaper_start, once the agent is gone). */
 unsigned cgroup_instance_reap(const char *state_dir);
 
 /* Find the cgroups an earlier version's agent made for job_id (same

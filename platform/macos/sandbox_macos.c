@@ -416,6 +416,12 @@ int sandbox_os_reap_instance(const char *state_dir) {
   return 0;
 }
 
+int sandbox_os_reaper_start(const char *state_dir, const char *lock_name) {
+  (void)state_dir; /* as above: nothing to reap */
+  (void)lock_name;
+  return 0;
+}
+
 int sandbox_os_reap_leftovers(const char *job_id) {
   /* Nothing outlives the agent's own sweep here that a later process could
    * find again: there is no per-job kernel object on macOS. */

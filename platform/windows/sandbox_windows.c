@@ -1104,6 +1104,12 @@ int sandbox_os_reap_instance(const char *state_dir) {
   return 0;
 }
 
+int sandbox_os_reaper_start(const char *state_dir, const char *lock_name) {
+  (void)state_dir; /* as above: nothing to reap */
+  (void)lock_name;
+  return 0;
+}
+
 int sandbox_os_reap_leftovers(const char *job_id) {
   /* The Job Object is created KILL_ON_JOB_CLOSE: the agent's death closed
    * its last handle and killed the whole job already. */

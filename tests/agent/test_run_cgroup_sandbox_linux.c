@@ -401,7 +401,7 @@ static size_t agent_with_a_napping_job(const uint8_t *id, char dirs[3][4400], pi
   return n;
 }
 
-/* The agent's reaper (agent/reaper.h): its child named cordon-reaper. */
+/* The agent's reaper (sandbox_reaper_start): its child named cordon-reaper. */
 static pid_t reaper_of(pid_t agent) {
   for (int tries = 0; tries < 200; tries++) {
     DIR *d = opendir("/proc");
@@ -485,7 +485,7 @@ Test(agent_cgroup_deleg, after_kill_9_in_a_job_its_processes_go_without_a_restar
      .init = setup_deleg, .fini = teardown, .timeout = 120) {
   body_kill_9_no_restart();
 }
-/* The agent's reaper (agent/reaper.h): bwrap's --die-with-parent does not
+/* The agent's reaper (sandbox_reaper_start): bwrap's --die-with-parent does not
  * reach the init of the job's PID namespace, so without it the job ran on
  * after a kill -9 until the agent's next start. */
 static void body_kill_9_no_restart(void) {

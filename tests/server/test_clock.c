@@ -118,7 +118,7 @@ Test(clock, a_step_back_holds_no_job_past_its_deadline) {
   /* the device goes (its result never comes): the job ends at its
    * deadline, timeout_s 2 + --job-grace 5, whatever the clock did */
   e2e_stop(&a->pid, SIGKILL);
-  /* and its processes go with the agent (agent/reaper.h), not an hour later */
+  /* and its processes go with the agent (sandbox_reaper_start), not an hour later */
   bool left = true;
   for (int i = 0; i < 300 && (left = e2e_process_with_args(SLEEP_ARGS, sizeof(SLEEP_ARGS))); i++)
     msleep(10);

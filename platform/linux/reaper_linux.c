@@ -1,9 +1,5 @@
-/* The agent's reaper (agent/reaper.h). */
-#include "agent/reaper.h"
-
+/* The agent's reaper (platform/sandbox.h, sandbox_reaper_start). */
 #include <errno.h>
-
-#if defined(__linux__)
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -12,6 +8,7 @@
 
 #include "platform/daemon.h"
 #include "platform/sandbox.h"
+#include "platform/sandbox_os.h"
 
 /* Every descriptor but keep goes (the agent lock's above all: the lock
  * must end with the agent). */
@@ -51,7 +48,7 @@ static void reaper_main(int rfd, const char *config_dir, const char *lock_name) 
   _exit(0);
 }
 
-int agent_reaper_start(const char *config_dir, const char *lock_name) {
+int sandbox_os_reaper_start(const char *config_dir, const char *lock_name) {
   int p[2];
   if (pipe2(p, O_CLOEXEC) < 0)
     return -errno;
@@ -69,13 +66,3 @@ int agent_reaper_start(const char *config_dir, const char *lock_name) {
   close(p[0]); /* p[1] stays open, close-on-exec, for the agent's life */
   return 0;
 }
-
-#else
-
-int agent_reaper_start(const char *config_dir, const char *lock_name) {
-  (void)config_dir;
-  (void)lock_name;
-  return 0;
-}
-
-#endif
