@@ -512,7 +512,7 @@ int agent_cmd_run(const struct agent_config *cfg, const struct agent_run_options
   if (rc != 0)
     goto out_cfg;
   /* before any thread: a job never outlives this process (platform/sandbox.h) */
-  int rr = sandbox_reaper_start(cfg->dir, AGENT_LOCK_FILE);
+  int rr = sandbox_reaper_start(cfg->dir);
   /* as the server's open_log without --log-file: the journal when stderr is it */
   (void)journal_install_if_stderr();
   if (rr < 0)

@@ -197,12 +197,8 @@ int sandbox_sweep_leftovers(const char *state_dir) {
   return sandbox_os_sweep_leftovers(state_dir);
 }
 
-int sandbox_reap_instance(const char *state_dir) {
-  return sandbox_os_reap_instance(state_dir);
-}
-
-int sandbox_reaper_start(const char *state_dir, const char *lock_name) {
-  return sandbox_os_reaper_start(state_dir, lock_name);
+int sandbox_reaper_start(const char *state_dir) {
+  return sandbox_os_reaper_start(state_dir);
 }
 
 int sandbox_reap_leftovers(const char *job_id) {

@@ -99,23 +99,17 @@ int sandbox_sweep_leftovers(const char *state_dir);
  * parent-death SIGKILL to a namespace's init), so after a kill -9 of the
  * agent its running jobs went on, unsupervised and past their timeouts,
  * until the agent's next start swept them (sandbox_sweep_leftovers). The
- * reaper is a small process forked by `run` once it holds the agent lock,
- * before any thread starts: it waits on a pipe only the agent writes to;
- * when the pipe ends (the agent is gone, whatever killed it) it takes the
- * agent lock (held: a new agent runs, which sweeps at its own start) and
- * kills and removes this instance's job cgroups (sandbox_reap_instance),
- * then exits. It ignores the signals
- * a terminal or a service manager sends the agent's group: only the
- * pipe's end makes it act. Elsewhere (Windows: Job Objects close with the
- * agent; macOS: no containers) it is not started. */
-/* Start the reaper for state_dir (whose agent lock, DIR/lock_name, the
- * caller holds): 0, or a negated errno (the caller logs it: the jobs are
- * then swept at the next start only). Nothing to do (0) off Linux. */
-int sandbox_reaper_start(const char *state_dir, const char *lock_name);
-
-/* The agent of state_dir is gone (sandbox_reaper_start): kill and remove what
- * its jobs left in the OS's job containers, and start nothing. Returns
- * the number of processes killed, or a negated errno. */
-int sandbox_reap_instance(const char *state_dir);
+ * reaper is a small process the agent's `run` forks once it holds the
+ * agent lock, before any thread starts: it waits on a pipe only the agent
+ * holds; when the pipe ends (the agent is gone, whatever killed it) it
+ * kills and removes the job cgroups of that agent process (job-<its
+ * pid>-<n>: never what a newer agent of the instance made), then exits.
+ * It ignores the signals a terminal or a service manager sends the
+ * agent's group: only the pipe's end makes it act. Elsewhere (Windows:
+ * Job Objects close with the agent; macOS: no containers) there is none.
+ *
+ * Start it for the agent of state_dir: 0, or a negated errno (the caller
+ * logs it: the jobs are then swept at the next start only). */
+int sandbox_reaper_start(const char *state_dir);
 
 #endif

@@ -103,10 +103,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res);
 int sandbox_os_reap_leftovers(const char *job_id);
 /* See sandbox_sweep_leftovers. */
 int sandbox_os_sweep_leftovers(const char *state_dir);
-/* See sandbox_reap_instance. */
-int sandbox_os_reap_instance(const char *state_dir);
 /* See sandbox_reaper_start. */
-int sandbox_os_reaper_start(const char *state_dir, const char *lock_name);
+int sandbox_os_reaper_start(const char *state_dir);
 
 /* ---- places (grants_<os>.c) ---- */
 

@@ -736,8 +736,9 @@ static void tidy_other_instance(const char *idir) {
 }
 
 /* The job directories below one instance directory that no process of
- * this instance owns any more. */
-static unsigned sweep_instance(const char *idir, bool v2) {
+ * this instance owns any more; only: those whose name starts so (NULL:
+ * every job directory and the exec ones whose process is gone). */
+static unsigned sweep_instance(const char *idir, bool v2, const char *only) {
   DIR *d = opendir(idir);
   if (!d)
     return 0;
@@ -747,7 +748,8 @@ static unsigned sweep_instance(const char *idir, bool v2) {
   while ((de = readdir(d)) && n < sizeof(names) / sizeof(names[0])) {
     bool job = strncmp(de->d_name, CGROUP_JOB_PREFIX, strlen(CGROUP_JOB_PREFIX)) == 0;
     size_t len = strlen(de->d_name);
-    if (de->d_type == DT_DIR && len < sizeof(names[0]) && (job || owner_gone(de->d_name)))
+    bool pick = only ? strncmp(de->d_name, only, strlen(only)) == 0 : job || owner_gone(de->d_name);
+    if (de->d_type == DT_DIR && len < sizeof(names[0]) && pick)
       memcpy(names[n++], de->d_name, len + 1); /* fits: checked */
   }
   closedir(d);
@@ -802,9 +804,10 @@ static size_t bases(char out[4][4096], bool v2[4]) {
 }
 
 /* Kill and remove the job directories of instance inst in every
- * hierarchy; reap: the instance's directory too (once it is empty), else
- * the legacy directories of earlier versions. */
-static unsigned sweep_all(const char *inst, bool reap) {
+ * hierarchy; reap (those of one agent process only, named by its prefix):
+ * the instance's directory too (once it is empty), else the legacy
+ * directories of earlier versions. */
+static unsigned sweep_all(const char *inst, const char *reap) {
   char base[4][4096];
   bool v2[4];
   size_t nb = bases(base, v2);
@@ -812,7 +815,7 @@ static unsigned sweep_all(const char *inst, bool reap) {
   for (size_t i = 0; i < nb; i++) {
     char idir[4200];
     if (snprintf(idir, sizeof(idir), "%s/%s", base[i], inst) < (int)sizeof(idir)) {
-      killed += sweep_instance(idir, v2[i]);
+      killed += sweep_instance(idir, v2[i], reap);
       if (reap)
         (void)rmdir(idir); /* empty now, unless a new agent made its pool already */
     }
@@ -822,16 +825,17 @@ static unsigned sweep_all(const char *inst, bool reap) {
   return killed;
 }
 
-unsigned cgroup_instance_reap(const char *state_dir) {
-  char inst[CGROUP_INSTANCE_NAME_SIZE];
+unsigned cgroup_instance_reap(const char *state_dir, long agent_pid) {
+  char inst[CGROUP_INSTANCE_NAME_SIZE], only[64];
   cgroup_instance_name(state_dir, getuid(), inst);
-  return sweep_all(inst, true);
+  snprintf(only, sizeof(only), CGROUP_JOB_PREFIX "%ld-", agent_pid);
+  return sweep_all(inst, only);
 }
 
 unsigned cgroup_instance_sweep(const char *state_dir) {
   char inst[CGROUP_INSTANCE_NAME_SIZE];
   cgroup_instance_name(state_dir, getuid(), inst);
-  unsigned killed = sweep_all(inst, false);
+  unsigned killed = sweep_all(inst, NULL);
   pthread_mutex_lock(&P.lock);
   bool first = !P.owner;
   P.owner = true;

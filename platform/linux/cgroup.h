@@ -116,9 +116,11 @@ void cgroup_job_release(struct cgroup_job *cg);
  * then make this process the instance's owner and start its pool worker.
  * Returns how many processes were signalled. */
 unsigned cgroup_instance_sweep(const char *state_dir);
-/* The same kill and removal, and nothing more: no owner, no pool (the
- * agent's reaper, sandbox_reaper_start, once the agent is gone). */
-unsigned cgroup_instance_reap(const char *state_dir);
+/* The same kill and removal of the job directories of one agent process,
+ * agent_pid's (job-<pid>-<n>), and nothing more: no owner, no pool (the
+ * agent's reaper, sandbox_reaper_start, once that agent is gone: what a
+ * new agent of the instance made is never touched). */
+unsigned cgroup_instance_reap(const char *state_dir, long agent_pid);
 
 /* Find the cgroups an earlier version's agent made for job_id (same
  * hierarchy rules as create), kill what is in them and remove them.

@@ -6,7 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "platform/daemon.h"
+#include "platform/linux/cgroup.h"
 #include "platform/sandbox.h"
 #include "platform/sandbox_os.h"
 
@@ -21,7 +21,8 @@ static void close_all_but(int keep) {
       (void)close(fd);
 }
 
-static void reaper_main(int rfd, const char *config_dir, const char *lock_name) {
+static void reaper_main(int rfd, const char *config_dir) {
+  long agent = (long)getppid(); /* the agent, whose jobs are job-<its pid>-<n> */
   close_all_but(rfd);
   int null = open("/dev/null", O_RDWR | O_CLOEXEC); /* 0, 1, 2: nothing to say */
   if (null == 0) {
@@ -40,15 +41,13 @@ static void reaper_main(int rfd, const char *config_dir, const char *lock_name) 
   do
     n = read(rfd, &b, 1);
   while (n > 0 || (n < 0 && errno == EINTR));
-  struct daemon_lock *lock = NULL;
-  if (daemon_lock_take(config_dir, lock_name, &lock) == 0) {
-    (void)sandbox_reap_instance(config_dir);
-    daemon_lock_release(lock);
-  }
+  /* only that agent's jobs: a newer agent of this instance (a restart)
+   * keeps its own, whenever this runs */
+  (void)cgroup_instance_reap(config_dir, agent);
   _exit(0);
 }
 
-int sandbox_os_reaper_start(const char *config_dir, const char *lock_name) {
+int sandbox_os_reaper_start(const char *config_dir) {
   int p[2];
   if (pipe2(p, O_CLOEXEC) < 0)
     return -errno;
@@ -61,7 +60,7 @@ int sandbox_os_reaper_start(const char *config_dir, const char *lock_name) {
   }
   if (pid == 0) {
     close(p[1]);
-    reaper_main(p[0], config_dir, lock_name);
+    reaper_main(p[0], config_dir);
   }
   close(p[0]); /* p[1] stays open, close-on-exec, for the agent's life */
   return 0;

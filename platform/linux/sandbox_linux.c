@@ -694,10 +694,6 @@ int sandbox_os_sweep_leftovers(const char *state_dir) {
   return (int)cgroup_instance_sweep(state_dir);
 }
 
-int sandbox_os_reap_instance(const char *state_dir) {
-  return (int)cgroup_instance_reap(state_dir);
-}
-
 int sandbox_os_reap_leftovers(const char *job_id) {
   /* bwrap's own --die-with-parent has a window during its setup in which
    * the sandbox can outlive a killed agent; the job's cgroups find it. */

@@ -411,14 +411,8 @@ int sandbox_os_sweep_leftovers(const char *state_dir) {
   return 0;
 }
 
-int sandbox_os_reap_instance(const char *state_dir) {
-  (void)state_dir; /* as above */
-  return 0;
-}
-
-int sandbox_os_reaper_start(const char *state_dir, const char *lock_name) {
+int sandbox_os_reaper_start(const char *state_dir) {
   (void)state_dir; /* as above: nothing to reap */
-  (void)lock_name;
   return 0;
 }
 
