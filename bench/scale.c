@@ -18,6 +18,10 @@
  *          p99_ms=... reconnect_s=... lost=0 duplicated=0
  *
  * Usage: bench_scale [--devices N] [--cache DIR] [--smoke]
+ *        bench_scale --cluster [DEVICES [JOBS [CONC]]]
+ *   --cluster    jobs per second for one server on SQLite, one on
+ *                PostgreSQL and two servers routed through it, in one run:
+ *                bench/cluster.sh (a throwaway PostgreSQL; as root)
  *   --devices N  (default 10000)
  *   --cache DIR  keep the server's state and the devices' identities in DIR
  *                and reuse them on the next run (pairing 10,000 devices
@@ -367,6 +371,18 @@ int main(int argc, char **argv) {
   struct tm tm0;
   gmtime_r(&t0, &tm0);
   strftime(run_start, sizeof(run_start), "%Y-%m-%dT%H:%M:%SZ", &tm0);
+  if (argc >= 2 && strcmp(argv[1], "--cluster") == 0) {
+    if (argc > 5) {
+      fprintf(stderr, "usage: bench_scale --cluster [DEVICES [JOBS [CONC]]]\n");
+      return 2;
+    }
+    char *cl[8] = {"/bin/bash", CORDON_SOURCE_DIR "/bench/cluster.sh", CORDON_BINARY_DIR, NULL};
+    for (int i = 2; i < argc; i++)
+      cl[i + 1] = argv[i];
+    execv(cl[0], cl);
+    fprintf(stderr, "bench_scale: %s: %s\n", cl[1], strerror(errno));
+    return 1;
+  }
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--devices") == 0 && i + 1 < argc)
       devices = (unsigned)atoi(argv[++i]);
@@ -375,7 +391,8 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--smoke") == 0)
       smoke = true;
     else {
-      fprintf(stderr, "usage: bench_scale [--devices N] [--cache DIR] [--smoke]\n");
+      fprintf(stderr, "usage: bench_scale [--devices N] [--cache DIR] [--smoke]"
+                      " | --cluster [DEVICES [JOBS [CONC]]]\n");
       return 2;
     }
   }
