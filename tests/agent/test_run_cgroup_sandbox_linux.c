@@ -506,6 +506,15 @@ static void body_kill_9_no_restart(void) {
   }
   for (size_t k = 0; k < n_job; k++)
     cr_expect(gone(job_pids[k]), "pid %ld of the job is gone", (long)job_pids[k]);
+  /* and its cgroups, once the reaper has seen them empty */
+  bool removed = false;
+  for (int tries = 0; tries < 500 && !removed; tries++) {
+    removed = true;
+    for (size_t i = 0; i < T.n_base && removed; i++)
+      removed = access(dirs[i], F_OK) != 0;
+    if (!removed)
+      usleep(10000);
+  }
   for (size_t i = 0; i < T.n_base; i++)
     cr_expect_eq(access(dirs[i], F_OK), -1, "%s removed", dirs[i]);
 }
