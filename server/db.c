@@ -74,15 +74,8 @@ static int clock_shift(struct server_db *db, int64_t step_s, struct cordon_diag 
   static const enum db_stmt shifts[] = {Q_CLOCK_SHIFT_DEADLINES, Q_CLOCK_SHIFT_QUEUE,
                                         Q_CLOCK_SHIFT_CODES};
   int err = db_tx_begin(db, diag);
-  for (size_t i = 0; !err && i < sizeof(shifts) / sizeof(shifts[0]); i++) {
-    struct db_st *st = NULL;
-    if ((err = db_stmt(db, shifts[i], &st, diag)))
-      break;
-    int rc = DB_OK;
-    db_bind_int(st, 1, step_s, &rc);
-    if (!(err = db_bind_check(db, st, rc, diag)))
-      err = db_exec_stmt(db, st, "move the deadlines with the clock", diag);
-  }
+  for (size_t i = 0; !err && i < sizeof(shifts) / sizeof(shifts[0]); i++)
+    err = db_exec_int(db, shifts[i], step_s, "move the deadlines with the clock", diag);
   if (err) {
     db_tx_rollback(db);
     return err;
@@ -212,6 +205,19 @@ int db_simple(struct server_db *db, enum db_stmt q, const char *what, struct cor
   struct db_st *st = NULL;
   int err = db_stmt(db, q, &st, diag);
   if (err)
+    return err;
+  return db_exec_stmt(db, st, what, diag);
+}
+
+int db_exec_int(struct server_db *db, enum db_stmt q, int64_t v, const char *what,
+                struct cordon_diag *diag) {
+  struct db_st *st = NULL;
+  int err = db_stmt(db, q, &st, diag);
+  if (err)
+    return err;
+  int rc = DB_OK;
+  db_bind_int(st, 1, v, &rc);
+  if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return db_exec_stmt(db, st, what, diag);
 }

@@ -406,6 +406,9 @@ int db_exec_stmt(struct server_db *db, struct db_st *st, const char *what,
                  struct cordon_diag *diag);
 /* db_exec_stmt of q, which takes no bindings. */
 int db_simple(struct server_db *db, enum db_stmt q, const char *what, struct cordon_diag *diag);
+/* db_exec_stmt of q with ?1 bound to v. */
+int db_exec_int(struct server_db *db, enum db_stmt q, int64_t v, const char *what,
+                struct cordon_diag *diag);
 /* Rows the last finished statement changed. */
 int64_t db_changes(struct server_db *db);
 /* Whether a transaction is open. */

@@ -1,10 +1,10 @@
 /* A cluster's device sessions and queued packages (server/db.h): the
  * device_sessions, job_packages and job_package_parts tables. */
-#include <errno.h>
-#include <unistd.h>
 #include "server/pq.h"
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server/db.h"
 #include "server/db_internal.h"
@@ -150,15 +150,7 @@ int server_db_session_get(struct server_db *db, const char *device_id, char *out
 /* q bound with now as ?1, run. */
 static int exec_now(struct server_db *db, enum db_stmt q, const char *what,
                     struct cordon_diag *diag) {
-  struct db_st *st = NULL;
-  int err = db_stmt(db, q, &st, diag);
-  if (err)
-    return err;
-  int rc = DB_OK;
-  db_bind_int(st, 1, server_db_now(db), &rc);
-  if ((err = db_bind_check(db, st, rc, diag)))
-    return err;
-  return db_exec_stmt(db, st, what, diag);
+  return db_exec_int(db, q, server_db_now(db), what, diag);
 }
 
 int server_db_session_expire(struct server_db *db, bool at_start, struct cordon_diag *diag) {
@@ -329,8 +321,8 @@ static int part_load(struct server_db *db, const char *job_id, int64_t part, int
   return err;
 }
 
-int server_db_job_package_load(struct server_db *db, const char *job_id, int fd,
-                               uint64_t *out_size, struct cordon_diag *diag) {
+int server_db_job_package_load(struct server_db *db, const char *job_id, int fd, uint64_t *out_size,
+                               struct cordon_diag *diag) {
   uint8_t *buf = NULL;
   size_t len = 0;
   int err = server_db_job_package_get(db, job_id, &buf, &len, diag);

@@ -122,13 +122,8 @@ int server_db_user_set_require_approval(struct server_db *db, int64_t id, bool o
 /* Run q bound to ?1 = id. */
 static int user_exec(struct server_db *db, enum db_stmt q, int64_t id, const char *what,
                      int *out_changes, struct cordon_diag *diag) {
-  struct db_st *st = NULL;
-  int err = db_stmt(db, q, &st, diag);
+  int err = db_exec_int(db, q, id, what, diag);
   if (err)
-    return err;
-  int rc = DB_OK;
-  db_bind_int(st, 1, id, &rc);
-  if ((err = db_bind_check(db, st, rc, diag)) || (err = db_exec_stmt(db, st, what, diag)))
     return err;
   if (out_changes)
     *out_changes = db_changes(db);
