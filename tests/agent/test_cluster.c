@@ -26,13 +26,7 @@ static pid_t start_daemon(const char *state, const char *listen, const char *log
 
 static void setup(void) {
   cr_assert(sodium_init() >= 0);
-  e2e_addr[0] = '\0';
-  memset(e2e_agents, 0, sizeof(e2e_agents));
-  for (int i = 0; i < E2E_AGENTS; i++)
-    e2e_agents[i].pid = -1;
-  snprintf(e2e_dir, sizeof(e2e_dir), "/tmp/cordon-cluster-XXXXXX");
-  cr_assert(mkdtemp(e2e_dir));
-  chmod(e2e_dir, 0755);
+  e2e_dir_new("cordon-cluster");
   snprintf(e2e_state, sizeof(e2e_state), "%s/state-a", e2e_dir);
   snprintf(state_b, sizeof(state_b), "%s/state-b", e2e_dir);
   snprintf(e2e_server_log, sizeof(e2e_server_log), "%s/server-a.log", e2e_dir);

@@ -200,14 +200,20 @@ E2E_FN void start_server(void) {
   snprintf(e2e_addr, sizeof(e2e_addr), "127.0.0.1:%d", port);
 }
 
-E2E_FN void e2e_setup(void) {
+/* A new test directory /tmp/PREFIX-XXXXXX (0755: the job user reads
+ * packages below it), no agent and no server address yet. */
+E2E_FN void e2e_dir_new(const char *prefix) {
   e2e_addr[0] = '\0';
   memset(e2e_agents, 0, sizeof(e2e_agents));
   for (int i = 0; i < E2E_AGENTS; i++)
     e2e_agents[i].pid = -1;
-  snprintf(e2e_dir, sizeof(e2e_dir), "/tmp/cordon-e2e-XXXXXX");
+  snprintf(e2e_dir, sizeof(e2e_dir), "/tmp/%s-XXXXXX", prefix);
   cr_assert(mkdtemp(e2e_dir));
   chmod(e2e_dir, 0755);
+}
+
+E2E_FN void e2e_setup(void) {
+  e2e_dir_new("cordon-e2e");
   snprintf(e2e_state, sizeof(e2e_state), "%s/state", e2e_dir);
   snprintf(e2e_server_log, sizeof(e2e_server_log), "%s/server.log", e2e_dir);
   /* CORDON_TEST_DB: on a PostgreSQL database of its own (pg_test.h) */

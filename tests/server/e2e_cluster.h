@@ -40,10 +40,9 @@ E2E_FN void cl_start_b(void) {
   cl_pid_b = cl_start_daemon(cl_state_b, cl_addr_b, cl_log_b);
 }
 
-/* In e2e_dir (made by the caller): A and B on one new database, user
- * alice, two free ports; nothing runs yet. Skipped on SQLite. */
+/* In e2e_dir (e2e_dir_new): A and B on one new database, user alice, two
+ * free ports; nothing runs yet. PostgreSQL only: the caller skips first. */
 E2E_FN void cl_make(void) {
-  chmod(e2e_dir, 0755);
   snprintf(e2e_state, sizeof(e2e_state), "%s/state-a", e2e_dir);
   snprintf(cl_state_b, sizeof(cl_state_b), "%s/state-b", e2e_dir);
   snprintf(e2e_server_log, sizeof(e2e_server_log), "%s/server-a.log", e2e_dir);

@@ -67,19 +67,31 @@ static bool step_noticed(int ms) {
   return wait_in(e2e_server_log, needle, ms);
 }
 
-Test(clock, a_step_forward_expires_no_running_job_and_no_queued_one) {
+/* The laptop paired and connected, a job of the package slow (timeout_s,
+ * script) running on it: its id into id, the agent returned, the package
+ * into *out_pkg (free it). */
+static struct e2e_agent *a_running_job(const char *timeout_s, const char *script, char id[33],
+                                       char **out_pkg) {
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
-  char *slow = pack("slow",
-                    "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
-                    "\"timeout_s\":20}",
-                    "sleep 4; echo survived\n");
+  char manifest[200];
+  snprintf(manifest, sizeof(manifest),
+           "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+           "\"timeout_s\":%s}",
+           timeout_s);
+  *out_pkg = pack("slow", manifest, script);
   struct out *o =
-      RUN(SERVER, "dispatch", "--user", "alice", slow, "--detach", "--state", e2e_state);
-  char running[33];
-  job_id_of(o, running);
+      RUN(SERVER, "dispatch", "--user", "alice", *out_pkg, "--detach", "--state", e2e_state);
+  job_id_of(o, id);
   free(o);
-  cr_assert(wait_state(running, "running", 10000), "%s", job_state(running, NULL));
+  cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
+  return a;
+}
+
+Test(clock, a_step_forward_expires_no_running_job_and_no_queued_one) {
+  char running[33], *slow = NULL;
+  (void)a_running_job("20", "sleep 4; echo survived\n", running, &slow);
+  struct out *o;
   /* and one queued for a device that is away, for a minute */
   struct e2e_agent *b = pair_agent(1, "desk", NULL);
   o = RUN(SERVER, "dispatch", "--user", "alice", "--device", "desk", slow, "--detach",
@@ -103,18 +115,8 @@ Test(clock, a_step_forward_expires_no_running_job_and_no_queued_one) {
 }
 
 Test(clock, a_step_back_holds_no_job_past_its_deadline) {
-  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
-  start_agent(a);
-  char *slow = pack("slow",
-                    "{\"name\":\"slow\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
-                    "\"timeout_s\":2}",
-                    "sleep 61.7\n");
-  struct out *o =
-      RUN(SERVER, "dispatch", "--user", "alice", slow, "--detach", "--state", e2e_state);
-  char id[33];
-  job_id_of(o, id);
-  free(o);
-  cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
+  char id[33], *slow = NULL;
+  struct e2e_agent *a = a_running_job("2", "sleep 61.7\n", id, &slow);
   /* the device goes (its result never comes): the job ends at its
    * deadline, timeout_s 2 + --job-grace 5, whatever the clock did */
   e2e_stop(&a->pid, SIGKILL);

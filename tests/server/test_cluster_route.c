@@ -36,11 +36,7 @@ static void cluster_setup(void) {
   if (!pg_test_base())
     cr_skip_test("a cluster needs PostgreSQL (CORDON_TEST_PG)");
   cr_assert(sodium_init() >= 0);
-  memset(e2e_agents, 0, sizeof(e2e_agents));
-  for (int i = 0; i < E2E_AGENTS; i++)
-    e2e_agents[i].pid = -1;
-  snprintf(e2e_dir, sizeof(e2e_dir), "/tmp/cordon-route-XXXXXX");
-  cr_assert(mkdtemp(e2e_dir));
+  e2e_dir_new("cordon-route");
   cl_make();
 }
 

@@ -33,11 +33,7 @@ TestSuite(keysync, .fini = teardown, .timeout = 180);
 
 static void unit_setup(void) {
   cr_assert(sodium_init() >= 0);
-  memset(e2e_agents, 0, sizeof(e2e_agents));
-  for (int i = 0; i < E2E_AGENTS; i++)
-    e2e_agents[i].pid = -1;
-  snprintf(e2e_dir, sizeof(e2e_dir), "/tmp/cordon-keysync-XXXXXX");
-  cr_assert(mkdtemp(e2e_dir));
+  e2e_dir_new("cordon-keysync");
 }
 
 /* A new SQLite state at dir/name (init), its keys as init makes them. */

@@ -21,13 +21,7 @@ static const char *target; /* the empty database migrate is given */
 static void migrate_setup(void) {
   if (!pg_test_base())
     cr_skip_test("migrate needs PostgreSQL (CORDON_TEST_PG)");
-  e2e_addr[0] = '\0';
-  memset(e2e_agents, 0, sizeof(e2e_agents));
-  for (int i = 0; i < E2E_AGENTS; i++)
-    e2e_agents[i].pid = -1;
-  snprintf(e2e_dir, sizeof(e2e_dir), "/tmp/cordon-migrate-XXXXXX");
-  cr_assert(mkdtemp(e2e_dir));
-  chmod(e2e_dir, 0755);
+  e2e_dir_new("cordon-migrate");
   snprintf(e2e_state, sizeof(e2e_state), "%s/state", e2e_dir);
   snprintf(e2e_server_log, sizeof(e2e_server_log), "%s/server.log", e2e_dir);
   struct out *o = RUN(SERVER, "init", "--state", e2e_state);
