@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "server/db.h"
 #include "server/db_internal.h"
 
@@ -228,17 +229,8 @@ static int read_at(int fd, uint8_t *buf, size_t n, uint64_t off, struct cordon_d
 }
 
 static int write_all(int fd, const void *p, size_t n, struct cordon_diag *diag) {
-  const uint8_t *b = p;
-  for (size_t put = 0; put < n;) {
-    ssize_t r = write(fd, b + put, n - put);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return cordon_diag_set(diag, r < 0 ? -errno : -EIO, "write the package: %s",
-                             r < 0 ? strerror(errno) : "short write");
-    put += (size_t)r;
-  }
-  return 0;
+  int err = core_write_all(fd, p, n);
+  return err ? cordon_diag_set(diag, err, "write the package: %s", strerror(-err)) : 0;
 }
 
 static int part_put(struct server_db *db, const char *job_id, int64_t part, const uint8_t *bytes,
