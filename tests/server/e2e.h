@@ -386,6 +386,14 @@ E2E_FN void job_id_of(const struct out *o, char out[33]) {
   snprintf(out, 33, "%.32s", o->out);
 }
 
+/* `dispatch --user alice PKG --detach` through the server of e2e_state:
+ * the job's id into id. */
+E2E_FN void dispatch_detached(const char *pkg, char id[33]) {
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
+  job_id_of(o, id);
+  free(o);
+}
+
 /* ---- a full disk under the state ---- */
 
 /* Move the state directory onto a tmpfs of size_mb in a mount namespace

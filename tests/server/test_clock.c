@@ -80,10 +80,7 @@ static struct e2e_agent *a_running_job(const char *timeout_s, const char *script
            "\"timeout_s\":%s}",
            timeout_s);
   *out_pkg = pack("slow", manifest, script);
-  struct out *o =
-      RUN(SERVER, "dispatch", "--user", "alice", *out_pkg, "--detach", "--state", e2e_state);
-  job_id_of(o, id);
-  free(o);
+  dispatch_detached(*out_pkg, id);
   cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
   return a;
 }

@@ -99,10 +99,8 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
   cr_expect(device_online(a->id), "A sees the device online through B's lease");
 
   char *pkg = pack("r", manifest, "echo routed\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
+  dispatch_detached(pkg, id);
   cr_assert(wait_state(id, "done", 15000), "the job ran on the device connected to B: %s",
             job_state(id, NULL));
   char needle[100];
@@ -116,8 +114,8 @@ Test(route, a_dispatch_through_one_server_reaches_a_device_on_the_other) {
   free(ja);
   free(jb);
   /* --no-queue: the device on B can run it now, so it goes (through the queue) */
-  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--no-queue", "--detach", "--state",
-          e2e_state);
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--no-queue", "--detach",
+                      "--state", e2e_state);
   job_id_of(o, id);
   free(o);
   cr_expect(wait_state(id, "done", 15000), "--no-queue through A: %s", job_state(id, NULL));
@@ -174,10 +172,8 @@ Test(route, a_server_killed_during_a_job_loses_nothing) {
   struct e2e_agent *a = pair_agent(0, "box", NULL);
   start_agent(a); /* on A */
   char *pkg = pack("r", manifest, "sleep 3; echo survived\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
+  dispatch_detached(pkg, id);
   cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
   e2e_stop(&e2e_server_pid, SIGKILL);
   cr_assert(cl_wait_count(cl_log_b, "msg=\"device connected\"", 1, 15000), "the device moved to B");
@@ -209,12 +205,10 @@ Test(route, a_server_killed_during_a_job_loses_nothing) {
 Test(route, a_revoke_or_a_cancel_through_one_server_reaches_the_device_on_the_other) {
   struct e2e_agent *a = a_device_on_b();
   char *pkg = pack("r", manifest, "sleep 30; echo late\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
+  dispatch_detached(pkg, id);
   cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
-  o = RUN(SERVER, "cancel", id, "--state", e2e_state);
+  struct out *o = RUN(SERVER, "cancel", id, "--state", e2e_state);
   cr_assert_eq(o->status, 0, "cancel through A: %s", o->err);
   free(o);
   /* B tells its agent: the job stops and its result comes long before 30 s */
@@ -246,10 +240,8 @@ Test(route, a_dead_servers_devices_go_offline_after_the_lease_and_its_jobs_end_d
                    "{\"name\":\"s\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
                    "\"timeout_s\":2}",
                    "sleep 60\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
+  dispatch_detached(pkg, id);
   cr_assert(wait_state(id, "running", 10000), "%s", job_state(id, NULL));
   /* the server and its device die together: nobody closes the session
    * (the agent frozen first, so that A never sees its connection end) */
@@ -348,10 +340,8 @@ Test(route, follow_through_one_server_streams_a_job_running_on_the_others_device
   char *pkg = pack("r", manifest,
                    "sleep 1; echo first; sleep 1; head -c 20000 /dev/zero | tr '\\0' x; echo;"
                    " echo oops >&2; sleep 1; echo last\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
+  dispatch_detached(pkg, id);
   struct conn *c = conn_at(e2e_state); /* A */
   char req[300];
   snprintf(req, sizeof(req), "{\"op\":\"follow\",\"job\":\"%s\"}", id);
@@ -416,7 +406,7 @@ Test(route, follow_through_one_server_streams_a_job_running_on_the_others_device
   free(want_out);
 
   /* `dispatch --wait` through A: answered at B's word too */
-  o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state);
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state);
   cr_expect_eq(o->status, 0, "dispatch --wait through A: %s", o->err);
   cr_expect(strstr(o->out, "last"), "%s", o->out);
   free(o);
@@ -486,10 +476,8 @@ Test(route, watch_on_either_server_sees_the_others_jobs_and_devices) {
 
   /* a job through A, run by B: each watch sees every state once */
   char *pkg = pack("r", manifest, "echo hi\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
+  dispatch_detached(pkg, id);
   struct seen sa = {0}, sb = {0};
   l = watch_until(wa, &sa, "job_state", id, "done", 15000);
   cr_assert(l, "A's watch saw B finish the job A queued");
@@ -615,10 +603,8 @@ Test(route, a_queued_package_above_what_one_row_keeps_reaches_the_device_through
            (64u << 20) + (9u << 20) + 77u, dir, dir, e2e_dir);
   cr_assert_eq(system(cmd), 0);
   char *pkg = pack("big", manifest, "sha256sum < blob | cut -c1-64\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
+  dispatch_detached(pkg, id);
   cr_assert_str_eq(job_state(id, NULL), "queued");
   /* the queueing server dies: only the database's copy can reach the device */
   e2e_stop(&e2e_server_pid, SIGKILL);
@@ -632,7 +618,7 @@ Test(route, a_queued_package_above_what_one_row_keeps_reaches_the_device_through
   cr_expect_eq(count_in(cl_log_b, needle), 1, "B sent the job A queued");
   cr_expect_eq(count_in(cl_log_b, "queued package not kept"), 0);
   cr_expect_eq(count_in(e2e_server_log, "queued package not kept"), 0);
-  o = RUN(SERVER, "job", id, "--state", cl_state_b);
+  struct out *o = RUN(SERVER, "job", id, "--state", cl_state_b);
   char want[80] = "", path[500];
   snprintf(path, sizeof(path), "%s/want", e2e_dir);
   FILE *f = fopen(path, "r");

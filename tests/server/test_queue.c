@@ -253,11 +253,9 @@ Test(queue, detach_prints_the_id_and_job_wait_waits_for_it) {
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
   char *pkg = pack("sleepy", hello_manifest, "sleep 2; echo woke\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
-  o = RUN(SERVER, "job", id, "--wait", "--json", "--state", e2e_state);
+  dispatch_detached(pkg, id);
+  struct out *o = RUN(SERVER, "job", id, "--wait", "--json", "--state", e2e_state);
   cr_assert_eq(o->status, 0, "%s", o->err);
   json_t *j = json_loads(o->out, 0, NULL);
   cr_assert(j, "%s", o->out);
