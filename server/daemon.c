@@ -427,15 +427,14 @@ static void daemon_op_cancel(struct daemon *d, struct admin_conn *c, const json_
   struct server_db_job j;
   if (!request_job(d, c, req, &j))
     return;
-  bool final = server_db_job_state_is_final(j.state);
-  char msg[CORDON_ID_HEX_SIZE + 64];
-  snprintf(msg, sizeof(msg), "job %s already ended: %s", j.id, server_db_job_state_name(j.state));
-  server_db_job_release(&j);
-  if (final) {
+  if (server_db_job_state_is_final(j.state)) {
+    char msg[CORDON_ID_HEX_SIZE + 64];
+    snprintf(msg, sizeof(msg), "job %s already ended: %s", j.id, server_db_job_state_name(j.state));
     admin_conn_reply(c, admin_reply_error(CORDON_E_NOT_RUNNING, msg));
-    return;
+  } else {
+    jobs_op_cancel(d->jobs, c, &j);
   }
-  jobs_op_cancel(d->jobs, c, req);
+  server_db_job_release(&j);
 }
 
 static void daemon_op_wait(struct daemon *d, struct admin_conn *c, const json_t *req,
@@ -444,8 +443,8 @@ static void daemon_op_wait(struct daemon *d, struct admin_conn *c, const json_t 
   struct server_db_job j;
   if (!request_job(d, c, req, &j))
     return;
+  jobs_op_wait(d->jobs, c, &j);
   server_db_job_release(&j);
-  jobs_op_wait(d->jobs, c, req);
 }
 
 static void daemon_op_follow(struct daemon *d, struct admin_conn *c, const json_t *req,
@@ -454,8 +453,8 @@ static void daemon_op_follow(struct daemon *d, struct admin_conn *c, const json_
   struct server_db_job j;
   if (!request_job(d, c, req, &j))
     return;
+  jobs_op_follow(d->jobs, c, &j);
   server_db_job_release(&j);
-  jobs_op_follow(d->jobs, c, req);
 }
 
 static json_t *online_of(struct daemon *d, const char *device_id) {

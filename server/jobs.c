@@ -1332,21 +1332,9 @@ void jobs_scan_queue(struct jobs *js) { /* server/cluster.h: another server queu
 
 /* ---- cancel, wait ---- */
 
-void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
-  const char *id = admin_request_string(req, ADMIN_ARG_JOB);
-  struct server_db_job job;
-  if (server_db_job_get(js->db, id, &job, NULL) < 0) {
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such job"));
-    return;
-  }
-  enum server_db_job_state st = job.state;
-  char dev[CORDON_ID_HEX_SIZE];
-  snprintf(dev, sizeof(dev), "%s", job.device_id);
-  server_db_job_release(&job);
-  if (server_db_job_state_is_final(st)) {
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "the job has already finished"));
-    return;
-  }
+void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const struct server_db_job *job) {
+  const char *id = job->id;
+  enum server_db_job_state st = job->state;
   /* recorded first (in an op of the group); the device is told and the
    * client answered once that is durable. The device's late result is
    * still stored, the state stays. */
@@ -1365,7 +1353,7 @@ void jobs_op_cancel(struct jobs *js, struct admin_conn *c, const json_t *req) {
   }
   a->conn = c;
   a->state = st;
-  snprintf(a->device_id, sizeof(a->device_id), "%s", dev);
+  snprintf(a->device_id, sizeof(a->device_id), "%s", job->device_id);
   after_push(js, a);
 }
 
@@ -1404,19 +1392,12 @@ static void cancelled_run(struct jobs *js, struct after *a) {
   answer_waiters(js, id);
 }
 
-void jobs_op_wait(struct jobs *js, struct admin_conn *c, const json_t *req) {
-  const char *id = admin_request_string(req, ADMIN_ARG_JOB);
-  struct server_db_job job;
-  if (server_db_job_get(js->db, id, &job, NULL) < 0) {
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such job"));
-    return;
-  }
-  server_db_job_release(&job);
-  if (add_waiter(js, c, job.id) < 0) {
+void jobs_op_wait(struct jobs *js, struct admin_conn *c, const struct server_db_job *job) {
+  if (add_waiter(js, c, job->id) < 0) {
     admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
     return;
   }
-  answer_waiters(js, job.id);
+  answer_waiters(js, job->id);
 }
 
 /* ---- from the agent ---- */
@@ -2214,20 +2195,13 @@ static void follow_output(void *ctx, const struct event *ev) {
   (void)admin_conn_stream_send(w->conn, line); /* -ENOBUFS: w is gone */
 }
 
-void jobs_op_follow(struct jobs *js, struct admin_conn *c, const json_t *req) {
-  const char *id = admin_request_string(req, ADMIN_ARG_JOB);
-  struct server_db_job job;
-  if (server_db_job_get(js->db, id, &job, NULL) < 0) {
-    admin_conn_reply(c, admin_reply_error(CORDON_E_USAGE, "no such job"));
-    return;
-  }
-  server_db_job_release(&job);
-  if (add_waiter(js, c, job.id) < 0) {
+void jobs_op_follow(struct jobs *js, struct admin_conn *c, const struct server_db_job *job) {
+  if (add_waiter(js, c, job->id) < 0) {
     admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
     return;
   }
   struct waiter *w = js->waiters; /* add_waiter puts it first */
-  if (!js->events || events_subscribe(js->events, job.id, follow_output, w, &w->token) < 0) {
+  if (!js->events || events_subscribe(js->events, job->id, follow_output, w, &w->token) < 0) {
     js->waiters = w->next;
     free(w);
     admin_conn_reply(c, admin_reply_error(-ENOMEM, "out of memory"));
@@ -2237,5 +2211,5 @@ void jobs_op_follow(struct jobs *js, struct admin_conn *c, const json_t *req) {
     follow_gone(js, c);
     return;
   }
-  answer_waiters(js, job.id); /* a job already over: its end at once */
+  answer_waiters(js, job->id); /* a job already over: its end at once */
 }

@@ -101,9 +101,11 @@ void jobs_sweep_queue(struct jobs *j);
  * (true), also while the daemon drains; false: nothing was answered. */
 bool jobs_op_dispatch_known(struct jobs *j, struct admin_conn *c, const json_t *req);
 void jobs_op_dispatch(struct jobs *j, struct admin_conn *c, const json_t *req);
-void jobs_op_cancel(struct jobs *j, struct admin_conn *c, const json_t *req);
-void jobs_op_wait(struct jobs *j, struct admin_conn *c, const json_t *req);
+/* The job the request names, as the daemon read it (found; for cancel, not
+ * over yet). */
+void jobs_op_cancel(struct jobs *j, struct admin_conn *c, const struct server_db_job *job);
+void jobs_op_wait(struct jobs *j, struct admin_conn *c, const struct server_db_job *job);
 /* The job's output events as they come, then its wait reply as the end. */
-void jobs_op_follow(struct jobs *j, struct admin_conn *c, const json_t *req);
+void jobs_op_follow(struct jobs *j, struct admin_conn *c, const struct server_db_job *job);
 
 #endif
