@@ -7,7 +7,8 @@ pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libjansson-dev libsqlite3-dev bubblewrap python3 passwd procps iproute2
       systemd libxml2-utils git
       libpq-dev postgresql-15 # the PostgreSQL backend; the tests' throwaway cluster (pg-temp.sh)
-      faketime) # tests/server/test_clock.c: a daemon whose clock steps
+      faketime # tests/server/test_clock.c: a daemon whose clock steps
+      strace) # tests/server/test_cmd_dispatch.c: what a dispatch opens
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -200,9 +200,13 @@ E2E_FN void start_server(void) {
   snprintf(e2e_addr, sizeof(e2e_addr), "127.0.0.1:%d", port);
 }
 
+E2E_FN void e2e_teardown(void);
+
 /* A new test directory /tmp/PREFIX-XXXXXX (0755: the job user reads
- * packages below it), no agent and no server address yet. */
+ * packages below it), no agent and no server address yet; a skip from the
+ * test's body (PG_TEST_SKIP) tears it down first. */
 E2E_FN void e2e_dir_new(const char *prefix) {
+  pg_test_before_skip = e2e_teardown;
   e2e_addr[0] = '\0';
   memset(e2e_agents, 0, sizeof(e2e_agents));
   for (int i = 0; i < E2E_AGENTS; i++)

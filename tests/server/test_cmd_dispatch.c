@@ -27,7 +27,7 @@ static int opens_of(const char *needle, const char *argv_tail, int *out_status) 
 
 Test(cmd_dispatch, with_the_daemon_running_a_dispatch_does_not_open_the_database) {
   if (access("/usr/bin/strace", X_OK) != 0)
-    cr_skip_test("no strace");
+    PG_TEST_SKIP("no strace");
   struct e2e_agent *a = pair_agent(0, "box", NULL);
   start_agent(a);
   char *pkg = pack("d", manifest, "echo ok\n");

@@ -294,7 +294,7 @@ Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_free
      .fini = e2e_tmpfs_teardown) {
   PG_TEST_SQLITE_ONLY(); /* it fills the state directory's disk, where SQLite writes */
   if (geteuid() != 0)
-    cr_skip_test("needs root for a mount namespace");
+    PG_TEST_SKIP("needs root for a mount namespace");
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
   e2e_stop(&e2e_server_pid, SIGTERM);

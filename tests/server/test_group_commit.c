@@ -243,7 +243,7 @@ Test(group_commit, a_failed_commit_answers_each_dispatch_with_an_error_and_sends
      .fini = e2e_tmpfs_teardown) {
   PG_TEST_SQLITE_ONLY(); /* it fills the state directory's disk, where SQLite writes */
   if (geteuid() != 0)
-    cr_skip_test("needs root for a mount namespace");
+    PG_TEST_SKIP("needs root for a mount namespace");
   struct e2e_agent *a = pair_agent(0, "laptop", "{\"max_jobs\": 64}");
   e2e_stop(&e2e_server_pid, SIGTERM);
   e2e_state_on_tmpfs(8);
