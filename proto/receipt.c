@@ -347,9 +347,8 @@ int receipt_sign_result(struct msg_result *m, const uint8_t *ticket, size_t tick
   return 0;
 }
 
-int receipt_verify_result(const struct msg_result *m, const uint8_t *ticket, size_t ticket_len,
-                          const uint8_t public_key[RECEIPT_KEY_LEN], uint8_t *out_buf, size_t cap,
-                          size_t *out_len, struct cordon_diag *diag) {
+int receipt_of_result(const struct msg_result *m, const uint8_t *ticket, size_t ticket_len,
+                      uint8_t *out_buf, size_t cap, size_t *out_len, struct cordon_diag *diag) {
   if (!m->has_receipt_sig)
     return cordon_diag_set(diag, CORDON_E_SIGNATURE_INVALID, "the result carries no receipt_sig");
   struct receipt r;
@@ -366,11 +365,28 @@ int receipt_verify_result(const struct msg_result *m, const uint8_t *ticket, siz
   if (err)
     return cordon_diag_set(diag, err == -ENOBUFS ? err : CORDON_E_SIGNATURE_INVALID,
                            "the result's fields do not fit a receipt");
-  if (crypto_sign_verify_detached(m->receipt_sig, out_buf, len, public_key) != 0)
-    return cordon_diag_set(diag, CORDON_E_SIGNATURE_INVALID,
-                           "the receipt signature does not verify with the device's key");
   *out_len = len;
   return 0;
+}
+
+int receipt_check_sig(const uint8_t *buf, size_t len, const uint8_t sig[RECEIPT_SIG_LEN],
+                      const uint8_t public_key[RECEIPT_KEY_LEN], struct cordon_diag *diag) {
+  if (crypto_sign_verify_detached(sig, buf, len, public_key) != 0)
+    return cordon_diag_set(diag, CORDON_E_SIGNATURE_INVALID,
+                           "the receipt signature does not verify with the device's key");
+  return 0;
+}
+
+int receipt_verify_result(const struct msg_result *m, const uint8_t *ticket, size_t ticket_len,
+                          const uint8_t public_key[RECEIPT_KEY_LEN], uint8_t *out_buf, size_t cap,
+                          size_t *out_len, struct cordon_diag *diag) {
+  size_t len;
+  int err = receipt_of_result(m, ticket, ticket_len, out_buf, cap, &len, diag);
+  if (!err)
+    err = receipt_check_sig(out_buf, len, m->receipt_sig, public_key, diag);
+  if (!err)
+    *out_len = len;
+  return err;
 }
 
 /* ---- the server's statement ---- */

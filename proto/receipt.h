@@ -122,6 +122,13 @@ int receipt_sign_result(struct msg_result *m, const uint8_t *ticket, size_t tick
 int receipt_verify_result(const struct msg_result *m, const uint8_t *ticket, size_t ticket_len,
                           const uint8_t public_key[RECEIPT_KEY_LEN], uint8_t *out_buf, size_t cap,
                           size_t *out_len, struct cordon_diag *diag);
+/* receipt_verify_result in two steps, so that the signature (the costly
+ * part) can be checked elsewhere: every check but the signature, with the
+ * encoded receipt in out_buf; then the signature over it. */
+int receipt_of_result(const struct msg_result *m, const uint8_t *ticket, size_t ticket_len,
+                      uint8_t *out_buf, size_t cap, size_t *out_len, struct cordon_diag *diag);
+int receipt_check_sig(const uint8_t *buf, size_t len, const uint8_t sig[RECEIPT_SIG_LEN],
+                      const uint8_t public_key[RECEIPT_KEY_LEN], struct cordon_diag *diag);
 
 /* The server's statement binding a device signing key to a device and its
  * user (by name). */

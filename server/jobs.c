@@ -110,6 +110,7 @@ struct jobs {
   uv_idle_t commit_idle;   /* while something waits: the loop does not block in poll */
   bool group_on;
   struct after *after, **after_tail, *after_open;
+  struct verifying *verifying; /* results whose signature is being checked */
   /* the last look at the queue found jobs in it, or one was queued since
    * (a shared database's queue is always looked at: others fill it) */
   bool queue_maybe;
@@ -1435,9 +1436,10 @@ static void refuse_result(struct session *s, const uint8_t job_id[CORDON_ID_LEN]
 /* The receipt of a result for a job sent to this session's device: signed
  * by the device's registered key over the ticket the job was sent with
  * (docs/protocol/receipt.md). 0 with the blob to store (key || signature ||
- * receipt) in out (SERVER_DB_RECEIPT_MAX), 1 when the job is not this
- * device's sent job (the caller's usual refusal applies), or a negative
- * code with why filled when the receipt does not verify. */
+ * receipt) in out (SERVER_DB_RECEIPT_MAX), its signature still to check
+ * (receipt_sig_ok), 1 when the job is not this device's sent job (the
+ * caller's usual refusal applies), or a negative code with why filled
+ * when the receipt is not well made. */
 static int check_receipt(struct jobs *js, struct session *s, const char *id,
                          const struct msg_result *mr, uint8_t *out, size_t *out_len,
                          struct cordon_diag *why) {
@@ -1485,15 +1487,22 @@ static int check_receipt(struct jobs *js, struct session *s, const char *id,
                            "the receipt is not bound to the job's ticket");
   _Static_assert(SERVER_DB_RECEIPT_MAX >= RECEIPT_KEY_LEN + RECEIPT_SIG_LEN + RECEIPT_MAX,
                  "a receipt fits its column");
-  r = receipt_verify_result(mr, r == 0 ? ticket : NULL, r == 0 ? ticket_len : 0, key,
-                            out + RECEIPT_KEY_LEN + RECEIPT_SIG_LEN,
-                            SERVER_DB_RECEIPT_MAX - RECEIPT_KEY_LEN - RECEIPT_SIG_LEN, &len, why);
+  r = receipt_of_result(mr, r == 0 ? ticket : NULL, r == 0 ? ticket_len : 0,
+                        out + RECEIPT_KEY_LEN + RECEIPT_SIG_LEN,
+                        SERVER_DB_RECEIPT_MAX - RECEIPT_KEY_LEN - RECEIPT_SIG_LEN, &len, why);
   if (r < 0)
     return r;
   memcpy(out, key, RECEIPT_KEY_LEN);
   memcpy(out + RECEIPT_KEY_LEN, mr->receipt_sig, RECEIPT_SIG_LEN);
   *out_len = RECEIPT_KEY_LEN + RECEIPT_SIG_LEN + len;
   return 0;
+}
+
+/* The signature of check_receipt's blob. */
+static int receipt_sig_ok(const uint8_t *blob, size_t len, struct cordon_diag *why) {
+  return receipt_check_sig(blob + RECEIPT_KEY_LEN + RECEIPT_SIG_LEN,
+                           len - RECEIPT_KEY_LEN - RECEIPT_SIG_LEN, blob + RECEIPT_KEY_LEN, blob,
+                           why);
 }
 
 /* One line per result the server could read, saying what became of it
@@ -1561,6 +1570,61 @@ static void log_result(struct jobs *js, struct session *s, const char *device_id
                 secs, "suppressed", core_ratelimit_fmt(n, sup), NULL);
 }
 
+/* A result whose receipt is well made waits here while its signature is
+ * checked on libuv's thread pool (the costliest step of a result for the
+ * loop: an Ed25519 verification); then result_store, on the loop. */
+struct verifying {
+  uv_work_t work;
+  struct jobs *js;
+  struct session *s; /* NULL once it closed: the agent sends the result again */
+  struct verifying *next;
+  uint8_t job_id[CORDON_ID_LEN];
+  char id[CORDON_ID_HEX_SIZE];
+  struct job_result r;
+  json_t *j;
+  uint8_t receipt[SERVER_DB_RECEIPT_MAX];
+  size_t receipt_len;
+  int err; /* the signature's check */
+  struct cordon_diag why;
+};
+
+static void result_store(struct jobs *js, struct session *s, const uint8_t job_id[CORDON_ID_LEN],
+                         const char *id, bool signed_ok, const uint8_t *receipt, size_t receipt_len,
+                         struct job_result *r, json_t *j, bool readable);
+
+static void verify_work(uv_work_t *w) {
+  struct verifying *v = w->data;
+  v->err = receipt_sig_ok(v->receipt, v->receipt_len, &v->why);
+}
+
+static void verifying_free(struct verifying *v) {
+  json_decref(v->j);
+  job_result_release(&v->r);
+  free(v);
+}
+
+static void verify_done(uv_work_t *w, int status) {
+  struct verifying *v = w->data;
+  struct jobs *js = v->js;
+  for (struct verifying **pp = &js->verifying; *pp; pp = &(*pp)->next)
+    if (*pp == v) {
+      *pp = v->next;
+      break;
+    }
+  struct session *s = v->s;
+  if (status == 0 && s && !js->closing) {
+    if (v->err < 0) {
+      refuse_result_with(s, v->job_id, v->id, METRICS_REFUSAL_BAD_RECEIPT, "bad_receipt",
+                         CORDON_E_SIGNATURE_INVALID, v->why.msg);
+    } else {
+      result_store(js, s, v->job_id, v->id, true, v->receipt, v->receipt_len, &v->r, v->j, true);
+      v->j = NULL; /* result_store's now, and r */
+      job_result_init(&v->r);
+    }
+  }
+  verifying_free(v);
+}
+
 static void on_result(struct jobs *js, struct session *s, struct msg_result *mr) {
   char id[CORDON_ID_HEX_SIZE];
   cordon_id_to_hex(mr->job_id, id);
@@ -1569,14 +1633,16 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     refuse_result(s, mr->job_id, id, false, "the result's device_id is not this session's device");
     return;
   }
-  uint8_t receipt[SERVER_DB_RECEIPT_MAX];
-  size_t receipt_len = 0;
-  struct cordon_diag why = {{0}};
-  int vr = check_receipt(js, s, id, mr, receipt, &receipt_len, &why);
+  struct verifying *v = calloc(1, sizeof(*v));
+  if (!v)
+    return; /* not recorded, not acked: the agent sends it again on its next session */
+  job_result_init(&v->r);
+  int vr = check_receipt(js, s, id, mr, v->receipt, &v->receipt_len, &v->why);
   if (vr == CORDON_E_SIGNATURE_INVALID) {
     /* never recordable as it is: refused and acked, so the spool lets it go */
     refuse_result_with(s, mr->job_id, id, METRICS_REFUSAL_BAD_RECEIPT, "bad_receipt",
-                       CORDON_E_SIGNATURE_INVALID, why.msg);
+                       CORDON_E_SIGNATURE_INVALID, v->why.msg);
+    verifying_free(v);
     return;
   }
   if (vr < 0) {
@@ -1588,19 +1654,52 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     char sup[24];
     if (core_ratelimit_hit(&s->log_refused, core_mono_ms(), &n))
       core_log_kv(CORE_LOG_ERROR, "cannot check a result's receipt: asking the agent again", "job",
-                  id, "device", s->device_id, "detail", why.msg, "suppressed",
+                  id, "device", s->device_id, "detail", v->why.msg, "suppressed",
                   core_ratelimit_fmt(n, sup), NULL);
     held_add(js, s, mr->job_id, id);
+    verifying_free(v);
     return;
   }
-  struct job_result r;
-  job_result_init(&r);
-  int rc = result_from_msg(mr, &r);
+  int rc = result_from_msg(mr, &v->r);
   bool readable = rc == 0;
-  json_t *j = rc == 0 ? job_result_to_json(&r) : NULL;
+  v->j = rc == 0 ? job_result_to_json(&v->r) : NULL;
+  if (vr == 0 && v->j && js->started && !js->closing) {
+    /* the signature off the loop; the result waits in v (mr does not last) */
+    v->js = js;
+    v->s = s;
+    memcpy(v->job_id, mr->job_id, CORDON_ID_LEN);
+    snprintf(v->id, sizeof(v->id), "%s", id);
+    v->work.data = v;
+    if (uv_queue_work(js->loop, &v->work, verify_work, verify_done) == 0) {
+      v->next = js->verifying;
+      js->verifying = v;
+      return;
+    }
+  }
+  if (vr == 0 && receipt_sig_ok(v->receipt, v->receipt_len, &v->why) < 0) {
+    refuse_result_with(s, mr->job_id, id, METRICS_REFUSAL_BAD_RECEIPT, "bad_receipt",
+                       CORDON_E_SIGNATURE_INVALID, v->why.msg);
+    verifying_free(v);
+    return;
+  }
+  result_store(js, s, mr->job_id, id, vr == 0, v->receipt, v->receipt_len, &v->r, v->j, readable);
+  v->j = NULL;
+  job_result_init(&v->r);
+  verifying_free(v);
+}
+
+/* Record a result whose receipt (when signed_ok) verified: in an op of the
+ * group, acked once durable. Takes r and j. */
+static void result_store(struct jobs *js, struct session *s, const uint8_t job_id[CORDON_ID_LEN],
+                         const char *id, bool signed_ok, const uint8_t *receipt, size_t receipt_len,
+                         struct job_result *rp, json_t *j, bool readable) {
+  struct job_result r = *rp;
+  if (rp->downgrade_reason == rp->reason_store)
+    r.downgrade_reason = r.reason_store; /* it points into the struct */
   bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
   enum server_db_job_state after = SERVER_DB_JOB_QUEUED;
   struct cordon_diag diag = {{0}};
+  int rc;
   /* recorded in an op of the group: the ack waits for its commit */
   struct after *a = j ? after_new(AFTER_RESULT, id) : NULL;
   rc = a ? op_begin(js, &diag) : -ENOMEM;
@@ -1608,8 +1707,8 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     /* stored as the object's own text: nothing to parse again */
     rc = server_db_job_record_signed_result_obj(
         js->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
-        r.error ? cordon_err_name(r.error) : NULL, j, vr == 0 ? receipt : NULL, receipt_len, &after,
-        &diag);
+        r.error ? cordon_err_name(r.error) : NULL, j, signed_ok ? receipt : NULL, receipt_len,
+        &after, &diag);
     int e = server_db_group_op_end(js->db, rc == -EALREADY ? 0 : rc);
     if (e < 0 && (rc == 0 || rc == -EALREADY))
       rc = e;
@@ -1634,13 +1733,13 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   job_result_release(&r);
   if (rc == -ENOENT || rc == -ESTALE) {
     /* unknown, another device's, or still queued: never sent to this one */
-    refuse_result(s, mr->job_id, id, rc == -ESTALE, "no job with this id was sent to this device");
+    refuse_result(s, job_id, id, rc == -ESTALE, "no job with this id was sent to this device");
     return;
   }
   if (readable && rc != -EINVAL) {
     /* the store failed for a reason that passes (disk full, busy): the
      * agent keeps it and sends it again on this session */
-    held_add(js, s, mr->job_id, id);
+    held_add(js, s, job_id, id);
   }
   /* else not recorded, not acked: the agent sends it again on its next session */
 }
@@ -1772,6 +1871,9 @@ void jobs_on_session_closed(struct jobs *js, struct session *s) {
   for (struct after *a = js->after; a; a = a->next)
     if (a->s == s)
       a->s = NULL;
+  for (struct verifying *v = js->verifying; v; v = v->next)
+    if (v->s == s)
+      v->s = NULL;
   for (struct held **pp = &js->held; *pp;) {
     struct held *h = *pp;
     if (h->session == s) {
