@@ -71,6 +71,8 @@ struct daemon {
   struct notify *notify;
   uv_signal_t sigterm, sigint, sighup;
   uv_timer_t status_timer, watchdog_timer, drain_timer;
+  size_t finished[SERVER_DB_JOB_STATE_COUNT]; /* metrics_job_counts' last full count */
+  uint64_t finished_at;                       /* its core_mono_ms, 0 for none yet */
   bool watchdog_on;
   enum daemon_phase phase;
   unsigned drain_timeout_s;
@@ -185,7 +187,7 @@ static size_t jobs_in_flight_online(struct daemon *d) {
 
 static void update_status(struct daemon *d) {
   size_t jobs[SERVER_DB_JOB_STATE_COUNT] = {0};
-  (void)server_db_job_count_by_state(d->db, jobs, NULL);
+  (void)server_db_job_count_live(d->db, jobs, NULL);
   size_t online = sessions_count(d->sessions);
   size_t running = jobs[SERVER_DB_JOB_SENT] + jobs[SERVER_DB_JOB_RUNNING];
   char status[sizeof(d->status)];
@@ -855,6 +857,33 @@ static void on_admin_request(void *data, struct admin_conn *c, const json_t *req
 
 /* ---- metrics ---- */
 
+/* cordon_jobs: the live states (queued, sent, running) at each scrape, an
+ * index range each; the finished ones, whose count is a scan of the whole
+ * history (about 0.1 s a million jobs, on the loop), at most once every
+ * DAEMON_FINISHED_COUNT_MS, so that a scrape does not stall every session
+ * of a server with a long history (docs/OPERATIONS.md, "Metrics"). */
+#define DAEMON_FINISHED_COUNT_MS 60000
+
+static int metrics_job_counts(struct daemon *d, size_t out[SERVER_DB_JOB_STATE_COUNT]) {
+  size_t live[SERVER_DB_JOB_STATE_COUNT];
+  int err = server_db_job_count_live(d->db, live, NULL);
+  if (err)
+    return err;
+  uint64_t now = core_mono_ms();
+  if (!d->finished_at || now - d->finished_at >= DAEMON_FINISHED_COUNT_MS) {
+    size_t all[SERVER_DB_JOB_STATE_COUNT];
+    if ((err = server_db_job_count_by_state(d->db, all, NULL)))
+      return err;
+    memcpy(d->finished, all, sizeof(all));
+    d->finished_at = now ? now : 1;
+  }
+  for (int i = 0; i < SERVER_DB_JOB_STATE_COUNT; i++) {
+    bool is_live = i == SERVER_DB_JOB_QUEUED || i == SERVER_DB_JOB_SENT || i == SERVER_DB_JOB_RUNNING;
+    out[i] = is_live ? live[i] : d->finished[i];
+  }
+  return 0;
+}
+
 static void on_http(void *data, const struct http_request *req, struct http_response *out) {
   struct daemon *d = data;
   if (strcmp(req->path, "/healthz") == 0) {
@@ -880,7 +909,7 @@ static void on_http(void *data, const struct http_request *req, struct http_resp
   };
   size_t devs[2], jobs[SERVER_DB_JOB_STATE_COUNT];
   if (server_db_device_count_by_state(d->db, devs, NULL) == 0 &&
-      server_db_job_count_by_state(d->db, jobs, NULL) == 0) {
+      metrics_job_counts(d, jobs) == 0) {
     g.have_db = true;
     g.devices_active = devs[SERVER_DB_DEVICE_ACTIVE];
     g.devices_revoked = devs[SERVER_DB_DEVICE_REVOKED];

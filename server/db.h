@@ -716,6 +716,10 @@ int server_db_job_list_queue_expired(struct server_db *db, struct server_db_job_
 #define SERVER_DB_JOB_STATE_COUNT 7
 int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_DB_JOB_STATE_COUNT],
                                  struct cordon_diag *diag);
+/* The same for queued, sent and running only (the others 0): an index
+ * range each, cheap however long the history is. */
+int server_db_job_count_live(struct server_db *db, size_t out_counts[SERVER_DB_JOB_STATE_COUNT],
+                             struct cordon_diag *diag);
 /* Number of sent or running jobs on a device (its concurrency in use). */
 int server_db_job_count_in_flight(struct server_db *db, const char *device_id, size_t *out_count,
                                   struct cordon_diag *diag);

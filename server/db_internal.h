@@ -182,6 +182,8 @@
   X(JOB_COUNT_IN_FLIGHT, "SELECT count(*) FROM jobs WHERE device_id = ?1"                          \
                          " AND state IN ('sent','running')")                                       \
   X(JOB_COUNT_BY_STATE, "SELECT state, count(*) FROM jobs GROUP BY state")                         \
+  X(JOB_COUNT_LIVE, "SELECT state, count(*) FROM jobs WHERE state IN ('queued','sent','running')"  \
+                    " GROUP BY state")                                                             \
   X(JOB_SET_TICKET, "UPDATE jobs SET ticket = ?2 WHERE id = ?1 AND state = 'queued'")              \
   X(JOB_TICKET, "SELECT ticket FROM jobs WHERE id = ?1")                                           \
   X(JOB_RECEIPT, "SELECT receipt FROM jobs WHERE id = ?1")

@@ -566,10 +566,10 @@ int server_db_job_count_in_flight(struct server_db *db, const char *device_id, s
   return err;
 }
 
-int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_DB_JOB_STATE_COUNT],
-                                 struct cordon_diag *diag) {
+static int count_states(struct server_db *db, enum db_stmt q,
+                        size_t out_counts[SERVER_DB_JOB_STATE_COUNT], struct cordon_diag *diag) {
   struct db_st *st = NULL;
-  int err = db_stmt(db, Q_JOB_COUNT_BY_STATE, &st, diag);
+  int err = db_stmt(db, q, &st, diag);
   if (err)
     return err;
   size_t counts[SERVER_DB_JOB_STATE_COUNT] = {0};
@@ -585,6 +585,16 @@ int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_
   if (!err)
     memcpy(out_counts, counts, sizeof(counts));
   return err;
+}
+
+int server_db_job_count_by_state(struct server_db *db, size_t out_counts[SERVER_DB_JOB_STATE_COUNT],
+                                 struct cordon_diag *diag) {
+  return count_states(db, Q_JOB_COUNT_BY_STATE, out_counts, diag);
+}
+
+int server_db_job_count_live(struct server_db *db, size_t out_counts[SERVER_DB_JOB_STATE_COUNT],
+                             struct cordon_diag *diag) {
+  return count_states(db, Q_JOB_COUNT_LIVE, out_counts, diag);
 }
 
 int server_db_job_set_ticket(struct server_db *db, const char *id, const uint8_t *ticket,
