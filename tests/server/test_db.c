@@ -853,6 +853,43 @@ Test(db, job_add_and_get) {
   server_db_close(db);
 }
 
+/* The live count (the STATUS line, each scrape) sees queued, sent and
+ * running as the full count does, and nothing else. */
+Test(db, job_count_live_counts_the_live_states_only) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE], job[5][CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  for (int i = 0; i < 5; i++)
+    add_job(db, alice, dev, job[i]);
+  /* 0 stays queued; 1 sent; 2 running; 3 done; 4 cancelled */
+  for (int i = 1; i < 5; i++)
+    cr_assert_eq(
+        server_db_job_transition(db, job[i], SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_SENT, NULL, NULL),
+        0);
+  for (int i = 2; i < 4; i++)
+    cr_assert_eq(
+        server_db_job_transition(db, job[i], SERVER_DB_JOB_SENT, SERVER_DB_JOB_RUNNING, NULL, NULL),
+        0);
+  cr_assert_eq(
+      server_db_job_transition(db, job[3], SERVER_DB_JOB_RUNNING, SERVER_DB_JOB_DONE, NULL, NULL),
+      0);
+  cr_assert_eq(server_db_job_transition(db, job[4], SERVER_DB_JOB_SENT, SERVER_DB_JOB_CANCELLED,
+                                        "cancelled", NULL),
+               0);
+  size_t live[SERVER_DB_JOB_STATE_COUNT], all[SERVER_DB_JOB_STATE_COUNT];
+  cr_assert_eq(server_db_job_count_live(db, live, NULL), 0);
+  cr_assert_eq(server_db_job_count_by_state(db, all, NULL), 0);
+  for (int s = 0; s < SERVER_DB_JOB_STATE_COUNT; s++) {
+    bool is_live =
+        s == SERVER_DB_JOB_QUEUED || s == SERVER_DB_JOB_SENT || s == SERVER_DB_JOB_RUNNING;
+    cr_assert_eq(live[s], is_live ? all[s] : 0, "state %s", server_db_job_state_name(s));
+    cr_assert_eq(all[s], s <= SERVER_DB_JOB_DONE || s == SERVER_DB_JOB_CANCELLED ? 1u : 0u,
+                 "state %s", server_db_job_state_name(s));
+  }
+  server_db_close(db);
+}
+
 Test(db, job_transition_table) {
   for (int f = 0; f <= SERVER_DB_JOB_CANCELLED; f++)
     for (int t = 0; t <= SERVER_DB_JOB_CANCELLED; t++) {
