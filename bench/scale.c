@@ -466,7 +466,11 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   /* 2. dispatch throughput */
-  unsigned conc = 16; /* the admin socket's backlog (server/admin_sock.c) */
+  /* 16 in flight: what one calling service under a uid of its own may
+   * hold on the admin socket (ADMIN_UID_CONN_MAX); then 48 with 100
+   * devices, as a service running as root or the daemon's user may (all
+   * of ADMIN_CONN_MAX, 64): the maximum is the larger */
+  unsigned conc = 16, conc_max = 48;
   unsigned count = smoke ? 300 : 5000;
   unsigned ndevs[3] = {1, devices < 100 ? devices : 100, devices};
   double jps[3] = {0};
@@ -480,11 +484,22 @@ int main(int argc, char **argv) {
            conc, ndevs[k], jps[k], val(out, "p50_ms"), val(out, "p99_ms"));
     fflush(stdout);
   }
+  snprintf(cmd, sizeof(cmd), "dispatch %u %u %u 0", count, ndevs[1], conc_max);
+  if (lg_cmd(&g, cmd, out, sizeof(out)) < 0 || val(out, "ok") != count)
+    fail("dispatch with %u devices, %u in flight: %s", ndevs[1], conc_max, out);
+  double jps_max = val(out, "jobs_per_s");
+  printf("  dispatch, %u in flight, %5u devices: %8.1f jobs/s  median %6.2f ms  p99 %6.2f ms\n",
+         conc_max, ndevs[1], jps_max, val(out, "p50_ms"), val(out, "p99_ms"));
+  fflush(stdout);
+  if (jps_max > jps[1])
+    jps[1] = jps_max; /* the maximum with 100 devices: the summary's, and half of it below */
+  else
+    conc_max = conc;
   double half = jps[1] / 2 > 1 ? jps[1] / 2 : 1;
   unsigned hcount = (unsigned)(half * (smoke ? 2 : 10));
   if (hcount < 50)
     hcount = 50;
-  snprintf(cmd, sizeof(cmd), "dispatch %u %u %u %.0f", hcount, ndevs[1], conc, half);
+  snprintf(cmd, sizeof(cmd), "dispatch %u %u %u %.0f", hcount, ndevs[1], conc_max, half);
   if (lg_cmd(&g, cmd, out, sizeof(out)) < 0 || val(out, "ok") != hcount)
     fail("dispatch at half load: %s", out);
   double p50_half = val(out, "p50_ms"), p99_half = val(out, "p99_ms"),
@@ -581,10 +596,10 @@ int main(int argc, char **argv) {
     usleep(500000);
     long erss1 = rss_kib(epid);
     double eper = (double)(erss1 - erss0) / devices;
-    snprintf(cmd, sizeof(cmd), "echo %u %u %u 0", count * 4, ndevs[1], conc);
+    snprintf(cmd, sizeof(cmd), "echo %u %u %u 0", count * 4, ndevs[1], conc_max);
     lg_cmd(&e, cmd, out, sizeof(out));
     double echo_max = val(out, "jobs_per_s");
-    snprintf(cmd, sizeof(cmd), "echo %u %u %u %.0f", hcount, ndevs[1], conc, half);
+    snprintf(cmd, sizeof(cmd), "echo %u %u %u %.0f", hcount, ndevs[1], conc_max, half);
     lg_cmd(&e, cmd, out, sizeof(out));
     double echo_p99 = val(out, "p99_ms"), echo_p50 = val(out, "p50_ms");
     lg_stop(&e);
@@ -597,7 +612,7 @@ int main(int argc, char **argv) {
     printf("    VmRSS %.1f KiB per connection (sessions: %.1fx)\n", eper,
            eper > 0 ? per_session / eper : 0);
     printf("    %.0f round trips/s with %u connections, %u in flight (jobs: %.1fx fewer)\n",
-           echo_max, ndevs[1], conc, jps[1] > 0 ? echo_max / jps[1] : 0);
+           echo_max, ndevs[1], conc_max, jps[1] > 0 ? echo_max / jps[1] : 0);
     printf("    at %.0f/s: median %.3f ms  p99 %.3f ms (jobs: p99 %.1fx)\n", half, echo_p50,
            echo_p99, echo_p99 > 0 ? p99_half / echo_p99 : 0);
   }
