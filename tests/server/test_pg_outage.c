@@ -7,8 +7,13 @@
  * goes on dispatching. The database refuses connections for a while: a
  * dispatch fails with one clear line and no hang, a device that connects
  * meanwhile is asked to come back (goaway unavailable, not unpaired), and
- * the server works again once the database is back. */
+ * the server works again once the database is back. Its host vanishes
+ * (a proxy in front of it that answers nothing): the daemon's loop is never
+ * held by the reconnect, and it comes back once the host does. */
 #include "e2e.h"
+// e2e.h first: admin_conn.h reads its state directory
+#include "admin_conn.h"
+#include "pg_proxy.h"
 
 static const char quick_manifest[] =
     "{\"name\":\"quick\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}";
@@ -153,5 +158,86 @@ Test(pg_outage, a_database_that_refuses_connections_fails_dispatch_in_one_line_t
   }
   cr_expect_eq(status, 0, "dispatch works again once the database is back");
   cr_expect(server_alive());
+  free(pkg);
+}
+
+/* One request on a new admin connection: its reply's time (ms); ok says
+ * whether it was ok. */
+static int64_t ask_timed(const char *line, bool *ok) {
+  int64_t t0 = now_ms();
+  struct conn *c = conn_open();
+  json_t *r = ask(c, line);
+  int64_t took = now_ms() - t0;
+  *ok = json_is_true(json_object_get(r, "ok"));
+  json_decref(r);
+  conn_close(c);
+  return took;
+}
+
+Test(pg_outage, a_database_host_that_vanished_never_holds_the_daemon_loop_and_it_comes_back) {
+  /* the daemon's database through the proxy (STATE/db-url: the commands'
+   * too, used only while it forwards) */
+  static struct pg_proxy proxy;
+  char url[1200];
+  pg_proxy_start(&proxy, pg_test_name, url, sizeof(url));
+  e2e_stop(&e2e_server_pid, SIGTERM);
+  char file[400];
+  snprintf(file, sizeof(file), "%s/db-url", e2e_state);
+  cr_assert_eq(unlink(file), 0);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_save_url(e2e_state, url, &d), 0, "%s", d.msg);
+  start_server();
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state,
+                      "--", "before");
+  cr_assert_eq(o->status, 0, "through the proxy: %s", o->err);
+  free(o);
+  cr_assert_gt(atomic_load(&proxy.accepted), 0, "the daemon talks through the proxy");
+  /* the host goes away: its connections cut, new ones answered by nobody */
+  pg_proxy_black_hole(&proxy, true);
+  cut_connections();
+  int64_t t0 = now_ms(), worst = 0;
+  int asked = 0;
+  bool ok;
+  while (now_ms() - t0 < 12000) {
+    int64_t took = ask_timed("{\"op\":\"ping\"}", &ok);
+    cr_assert(ok, "ping");
+    worst = took > worst ? took : worst;
+    /* a request that needs the database: answered at once (io_error),
+     * and a step of the reconnect */
+    took = ask_timed("{\"op\":\"jobs\",\"user\":\"alice\"}", &ok);
+    worst = took > worst ? took : worst;
+    cr_assert_lt(worst, 1000, "the daemon answered after %lld ms (at %lld ms)", (long long)worst,
+                 (long long)(now_ms() - t0));
+    asked++;
+    msleep(200);
+  }
+  cr_expect_gt(atomic_load(&proxy.held), 0, "the daemon tried the vanished host");
+  cr_expect_gt(count_in(e2e_server_log, "timeout expired"), 0,
+               "an attempt older than connect_timeout was dropped, and said");
+  cr_assert(server_alive());
+  /* the host is back: the daemon is, and a dispatch runs */
+  pg_proxy_black_hole(&proxy, false);
+  t0 = now_ms();
+  int status = -1;
+  while (status != 0 && now_ms() - t0 < 45000) {
+    int64_t took = ask_timed("{\"op\":\"ping\"}", &ok);
+    cr_assert(ok && took < 1000, "ping after %lld ms", (long long)took);
+    o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state, "--",
+            "back");
+    status = o->status;
+    if (status == 0)
+      cr_expect(strstr(o->out, "job back"), "%s", o->out);
+    free(o);
+    if (status != 0)
+      msleep(250);
+  }
+  cr_expect_eq(status, 0, "dispatch works again once the host is back");
+  cr_expect_gt(count_in(e2e_server_log, "the database connection broke: connected again"), 0);
+  cr_expect(server_alive());
+  e2e_stop(&e2e_server_pid, SIGKILL); /* before the proxy it talks through */
+  pg_proxy_stop(&proxy);
   free(pkg);
 }
