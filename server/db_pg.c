@@ -230,7 +230,7 @@ struct pg_state {
   char *url; /* the URL to connect to again: may hold the password, wiped when freed */
   PGconn *next;
   PostgresPollingStatusType next_wait;
-  int64_t next_started_ms, not_before_ms;
+  int64_t next_started_ms, not_before_ms, wait_left_ms;
   unsigned failures;
   int64_t connect_timeout_ms; /* the URL's connect_timeout, or ours; 0: none */
   bool stale;                 /* out of step with the server: made again as if it broke */
@@ -274,6 +274,7 @@ static int session_setup(struct server_db *db) {
  * (keepalives); an open gives up after connect_timeout, and so does a
  * reconnect (reconnect_if_broken), which never waits in the daemon's loop. */
 #define PG_CONNECT_TIMEOUT_S 10
+#define PG_RECONNECT_WAIT_MS 100 /* what a reconnect may hold its statements, in all */
 static PGconn *connect_to(const char *url, bool wait) {
   const char *const keys[] = {"connect_timeout",     "keepalives",       "keepalives_idle",
                               "keepalives_interval", "keepalives_count", "tcp_user_timeout",
@@ -662,8 +663,10 @@ static void attempt_done(struct server_db *db) {
 }
 
 /* Start an attempt when none runs and the backoff allows, then take it as
- * far as its socket allows without waiting (poll with no timeout before
- * each PQconnectPoll step); one older than connect_timeout is dropped. */
+ * far as its socket allows (poll before each PQconnectPoll step): waiting
+ * PG_RECONNECT_WAIT_MS at most over the whole attempt (a server that is up
+ * answers in that time, and the statement goes on as it did before the
+ * break), after that never; one older than connect_timeout is dropped. */
 static void reconnect_step(struct server_db *db) {
   struct pg_state *ps = db->pg;
   int64_t now = core_mono_ms();
@@ -679,6 +682,7 @@ static void reconnect_step(struct server_db *db) {
     }
     ps->next_wait = PGRES_POLLING_WRITING; /* libpq's rule for the first step */
     ps->next_started_ms = now;
+    ps->wait_left_ms = PG_RECONNECT_WAIT_MS;
   }
   for (int i = 0; i < 32; i++) { /* a bound: each step leaves the socket waiting or done */
     int fd = PQsocket(ps->next);
@@ -688,7 +692,11 @@ static void reconnect_step(struct server_db *db) {
     }
     struct pollfd p = {.fd = fd,
                        .events = ps->next_wait == PGRES_POLLING_READING ? POLLIN : POLLOUT};
-    int r = poll(&p, 1, 0);
+    int64_t t = core_mono_ms();
+    int r = poll(&p, 1, (int)ps->wait_left_ms);
+    ps->wait_left_ms -= core_mono_ms() - t;
+    if (ps->wait_left_ms < 0)
+      ps->wait_left_ms = 0;
     if (r < 0 && errno == EINTR)
       continue;
     if (r <= 0)
@@ -703,7 +711,7 @@ static void reconnect_step(struct server_db *db) {
       return;
     }
   }
-  if (ps->connect_timeout_ms && now - ps->next_started_ms >= ps->connect_timeout_ms) {
+  if (ps->connect_timeout_ms && core_mono_ms() - ps->next_started_ms >= ps->connect_timeout_ms) {
     char why[64];
     snprintf(why, sizeof(why), "timeout expired (connect_timeout, %lld s)",
              (long long)(ps->connect_timeout_ms / 1000));
@@ -712,10 +720,10 @@ static void reconnect_step(struct server_db *db) {
 }
 
 /* A connection that broke (the server restarted, a failover) is made again
- * without holding the caller: each statement that finds it broken advances
- * the attempt (reconnect_step; the daemon's ticks run statements), and
- * fails at once with -EIO, as a statement on the broken connection would,
- * until the attempt is done. Its transaction died with the connection, and
+ * without holding the caller past PG_RECONNECT_WAIT_MS: each statement that
+ * finds it broken advances the attempt (reconnect_step; the daemon's ticks
+ * run statements), and fails at once with -EIO, as a statement on the
+ * broken connection would, until the attempt is done. Its transaction died with the connection, and
  * its caller saw the statement that found it broken fail. */
 static int reconnect_if_broken(struct server_db *db) {
   struct pg_state *ps = db->pg;
