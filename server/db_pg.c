@@ -225,8 +225,9 @@ struct pg_state {
   unsigned gen; /* a new one at every (re)connect: its prepared statements are gone */
   struct core_ratelimit log_reconnect; /* what say_reconnect() says, while it fails */
   /* the connection made again without blocking (reconnect_if_broken): the
-   * attempt (NULL: none), what it waits for, when it began, none before
-   * not_before (the backoff after failures in a row); why the last failed */
+   * attempt (NULL: none), what its socket waits for, when it began, the
+   * wait it has left; none before not_before (the backoff after failures
+   * in a row); why the last failed */
   char *url; /* the URL to connect to again: may hold the password, wiped when freed */
   PGconn *next;
   PostgresPollingStatusType next_wait;
@@ -272,15 +273,18 @@ static int session_setup(struct server_db *db) {
  * overrides them): made to the end (wait), or started for PQconnectPoll.
  * A database host that vanished (over TCP) is noticed in about 25 s
  * (keepalives); an open gives up after connect_timeout, and so does a
- * reconnect (reconnect_if_broken), which never waits in the daemon's loop. */
+ * reconnect (reconnect_if_broken), which holds the daemon's loop
+ * PG_RECONNECT_WAIT_MS at most. */
 #define PG_CONNECT_TIMEOUT_S 10
 #define PG_RECONNECT_WAIT_MS 100 /* what a reconnect may hold its statements, in all */
+#define PG_STR_(x) #x
+#define PG_STR(x) PG_STR_(x)
 static PGconn *connect_to(const char *url, bool wait) {
   const char *const keys[] = {"connect_timeout",     "keepalives",       "keepalives_idle",
                               "keepalives_interval", "keepalives_count", "tcp_user_timeout",
                               "application_name",    "dbname",           NULL};
-  const char *const vals[] = {"10", "1", "10", "5", "3", "20000", "cordon-server", url, NULL};
-  _Static_assert(PG_CONNECT_TIMEOUT_S == 10, "the default above");
+  const char *const vals[] = {
+      PG_STR(PG_CONNECT_TIMEOUT_S), "1", "10", "5", "3", "20000", "cordon-server", url, NULL};
   return wait ? PQconnectdbParams(keys, vals, 1) : PQconnectStartParams(keys, vals, 1);
 }
 
@@ -723,8 +727,9 @@ static void reconnect_step(struct server_db *db) {
  * without holding the caller past PG_RECONNECT_WAIT_MS: each statement that
  * finds it broken advances the attempt (reconnect_step; the daemon's ticks
  * run statements), and fails at once with -EIO, as a statement on the
- * broken connection would, until the attempt is done. Its transaction died with the connection, and
- * its caller saw the statement that found it broken fail. */
+ * broken connection would, until the attempt is done. Its transaction died
+ * with the connection, and its caller saw the statement that found it
+ * broken fail. */
 static int reconnect_if_broken(struct server_db *db) {
   struct pg_state *ps = db->pg;
   if (PQstatus(db->h) != CONNECTION_BAD && !ps->stale)
