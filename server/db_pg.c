@@ -8,6 +8,8 @@
 #include "server/pq.h"
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,7 +223,19 @@ struct pg_stmt {
 
 struct pg_state {
   unsigned gen; /* a new one at every (re)connect: its prepared statements are gone */
-  struct core_ratelimit log_reconnect; /* what reconnect() says, while it fails */
+  struct core_ratelimit log_reconnect; /* what say_reconnect() says, while it fails */
+  /* the connection made again without blocking (reconnect_if_broken): the
+   * attempt (NULL: none), what its socket waits for, when it began, the
+   * wait it has left; none before not_before (the backoff after failures
+   * in a row); why the last failed */
+  char *url; /* the URL to connect to again: may hold the password, wiped when freed */
+  PGconn *next;
+  PostgresPollingStatusType next_wait;
+  int64_t next_started_ms, not_before_ms, wait_left_ms;
+  unsigned failures;
+  int64_t connect_timeout_ms; /* the URL's connect_timeout, or ours; 0: none */
+  bool stale;                 /* out of step with the server: made again as if it broke */
+  char why[200];
   struct pg_stmt q[Q_COUNT_];
   int pending[PG_PENDING_MAX]; /* held back, in order */
   int npending;
@@ -255,10 +269,30 @@ static int session_setup(struct server_db *db) {
   return err;
 }
 
+/* A connection to url with the daemon's defaults (what the URL says
+ * overrides them): made to the end (wait), or started for PQconnectPoll.
+ * A database host that vanished (over TCP) is noticed in about 25 s
+ * (keepalives); an open gives up after connect_timeout, and so does a
+ * reconnect (reconnect_if_broken), which holds the daemon's loop
+ * PG_RECONNECT_WAIT_MS at most. */
+#define PG_CONNECT_TIMEOUT_S 10
+#define PG_RECONNECT_WAIT_MS 100 /* what a reconnect may hold its statements, in all */
+#define PG_STR_(x) #x
+#define PG_STR(x) PG_STR_(x)
+static PGconn *connect_to(const char *url, bool wait) {
+  const char *const keys[] = {"connect_timeout",     "keepalives",       "keepalives_idle",
+                              "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                              "application_name",    "dbname",           NULL};
+  const char *const vals[] = {
+      PG_STR(PG_CONNECT_TIMEOUT_S), "1", "10", "5", "3", "20000", "cordon-server", url, NULL};
+  return wait ? PQconnectdbParams(keys, vals, 1) : PQconnectStartParams(keys, vals, 1);
+}
+
 /* "postgresql://user@host:port/dbname": the URL without password or
- * parameters, for messages. false when libpq cannot parse it (its own
- * message may quote the URL, password and all: not shown). */
-static bool describe(struct server_db *db, const char *url) {
+ * parameters, for messages, and its connect_timeout (libpq's reading: 0 or
+ * less none, 1 is 2). false when libpq cannot parse it (its own message
+ * may quote the URL, password and all: not shown). */
+static bool describe(struct server_db *db, const char *url, int64_t *out_timeout_ms) {
   char *err = NULL;
   PQconninfoOption *opts = PQconninfoParse(url, &err);
   PQfreemem(err);
@@ -267,6 +301,7 @@ static bool describe(struct server_db *db, const char *url) {
     return false;
   }
   const char *user = "", *host = "", *port = "", *dbname = "";
+  long timeout = PG_CONNECT_TIMEOUT_S;
   for (PQconninfoOption *o = opts; o && o->keyword; o++) {
     if (!o->val)
       continue;
@@ -278,7 +313,10 @@ static bool describe(struct server_db *db, const char *url) {
       port = o->val;
     else if (strcmp(o->keyword, "dbname") == 0)
       dbname = o->val;
+    else if (strcmp(o->keyword, "connect_timeout") == 0 && o->val[0])
+      timeout = strtol(o->val, NULL, 10);
   }
+  *out_timeout_ms = timeout <= 0 ? 0 : (timeout < 2 ? 2 : timeout > 86400 ? 86400 : timeout) * 1000;
   snprintf(db->path, sizeof(db->path), "postgresql://%s%s%s%s%s/%s", user, *user ? "@" : "",
            *host ? host : "localhost", *port ? ":" : "", port, dbname);
   PQconninfoFree(opts);
@@ -318,7 +356,8 @@ static int pg_open(struct server_db *db, const char *state_dir, const char *url,
   int lerr = pq_load(diag); /* libpq is loaded on the first PostgreSQL open only */
   if (lerr)
     return lerr;
-  if (!describe(db, url))
+  int64_t timeout_ms = 0;
+  if (!describe(db, url, &timeout_ms))
     return cordon_diag_set(diag, -EINVAL,
                            "the database URL is not a valid postgresql:// URL (libpq's form: "
                            "postgresql://user:password@host:port/dbname?param=value)");
@@ -326,15 +365,7 @@ static int pg_open(struct server_db *db, const char *state_dir, const char *url,
     return cordon_diag_set(diag, CORDON_E_INTERNAL,
                            "%s: this cordon-server has no PostgreSQL schema %d", db->path,
                            SERVER_DB_SCHEMA_VERSION);
-  /* defaults first: what the URL says overrides them */
-  /* a database host that vanished (over TCP) is noticed in about 25 s
-   * (keepalives) and a connection attempt gives up after 10: the daemon's
-   * loop waits no longer on it than its watchdog allows */
-  const char *const keys[] = {"connect_timeout",     "keepalives",       "keepalives_idle",
-                              "keepalives_interval", "keepalives_count", "tcp_user_timeout",
-                              "application_name",    "dbname",           NULL};
-  const char *const vals[] = {"10", "1", "10", "5", "3", "20000", "cordon-server", url, NULL};
-  PGconn *c = PQconnectdbParams(keys, vals, 1);
+  PGconn *c = connect_to(url, true);
   if (!c)
     return cordon_diag_set(diag, -ENOMEM, "%s: out of memory", db->path);
   if (PQstatus(c) != CONNECTION_OK) {
@@ -345,10 +376,13 @@ static int pg_open(struct server_db *db, const char *state_dir, const char *url,
   }
   db->h = c;
   struct pg_state *ps = calloc(1, sizeof(*ps));
-  if (!ps)
+  if (!ps || !(ps->url = strdup(url))) {
+    free(ps);
     return cordon_diag_set(diag, -ENOMEM, "%s: out of memory", db->path);
+  }
   ps->gen = 1;
   ps->log_reconnect.window_ms = CORE_RATELIMIT_ADDR_WINDOW_MS;
+  ps->connect_timeout_ms = timeout_ms;
   db->pg = ps;
   PQsetNoticeProcessor(c, quiet_notices, NULL);
   int err = session_setup(db);
@@ -370,9 +404,15 @@ static void pg_close(struct server_db *db) {
   PQfinish(db->h); /* what was held back goes with its transaction */
   db->h = NULL;
   struct pg_state *ps = db->pg;
-  if (ps)
+  if (ps) {
+    PQfinish(ps->next);
     for (size_t i = 0; i < Q_COUNT_; i++)
       free(ps->q[i].text);
+    if (ps->url) {
+      sodium_memzero(ps->url, strlen(ps->url));
+      free(ps->url);
+    }
+  }
   free(ps);
   db->pg = NULL;
 }
@@ -397,7 +437,7 @@ static void pg_close(struct server_db *db) {
  * leave one open); PQTRANS_UNKNOWN on a broken connection. */
 static PGTransactionStatusType pg_status(struct server_db *db) {
   struct pg_state *ps = db->pg;
-  if (PQstatus(db->h) == CONNECTION_BAD)
+  if (PQstatus(db->h) == CONNECTION_BAD || ps->stale)
     return PQTRANS_UNKNOWN;
   return ps->npending ? PQTRANS_INTRANS : PQtransactionStatus(db->h);
 }
@@ -575,39 +615,132 @@ static int send_stmt(struct server_db *db, int q, const struct db_st *st, bool b
   return 0;
 }
 
-/* A new session on the handle's connection: nothing held back or prepared
- * survives it (nor the transaction, which the server rolled back). */
-static void reconnect(struct server_db *db) {
+/* What reconnect_if_broken says, as often as the limit lets a run of
+ * failures (why: ps->why); a success always. Never the password: path is
+ * the URL's user, host, port and name. */
+static void say_reconnect(struct server_db *db, bool ok) {
   struct pg_state *ps = db->pg;
-  ps->npending = 0;
-  ps->gen++;
-  PQreset(db->h);
-  bool ok = PQstatus(db->h) == CONNECTION_OK;
-  if (ok)
-    (void)session_setup(db);
-  else
-    keep_message(db, PQerrorMessage(db->h));
-  /* the operator hears of it (without the password: path is the URL's
-   * user, host, port and name), as often as the limit lets a run of
-   * failures; a success always */
   uint64_t n = 0;
   char sup[24];
   if (ok || core_ratelimit_hit(&ps->log_reconnect, core_mono_ms(), &n))
     core_log_kv(ok ? CORE_LOG_WARN : CORE_LOG_ERROR,
                 ok ? "the database connection broke: connected again"
                    : "the database connection broke: cannot connect again yet",
-                "database", db->path, "error", ok ? "-" : db->errmsg, "suppressed",
+                "database", db->path, "error", ok ? "-" : ps->why, "suppressed",
                 core_ratelimit_fmt(n, sup), NULL);
   if (ok)
     ps->log_reconnect = (struct core_ratelimit){.window_ms = CORE_RATELIMIT_ADDR_WINDOW_MS};
 }
 
-/* A connection that broke (the server restarted) is made again before the
- * next statement; the transaction it was in died with it, and its caller
- * saw the statement fail. */
-static void reconnect_if_broken(struct server_db *db) {
-  if (PQstatus(db->h) == CONNECTION_BAD)
-    reconnect(db);
+/* The attempt failed (why: the first line of its message): dropped, the
+ * next one no sooner than the backoff (0.5 s doubling to 5 s). */
+static void attempt_failed(struct server_db *db, const char *why) {
+  struct pg_state *ps = db->pg;
+  size_t n = strcspn(why, "\n");
+  snprintf(ps->why, sizeof(ps->why), "%.*s", (int)n, why);
+  PQfinish(ps->next);
+  ps->next = NULL;
+  unsigned shift = ps->failures < 4 ? ps->failures : 4;
+  int64_t backoff = (int64_t)500 << shift;
+  ps->not_before_ms = core_mono_ms() + (backoff < 5000 ? backoff : 5000);
+  ps->failures++;
+  say_reconnect(db, false);
+}
+
+/* The attempt is done: it is the handle's connection now, a new session
+ * (nothing held back or prepared survives the old one, nor its
+ * transaction, which the server rolled back). */
+static void attempt_done(struct server_db *db) {
+  struct pg_state *ps = db->pg;
+  PQfinish(db->h);
+  db->h = ps->next;
+  ps->next = NULL;
+  ps->npending = 0;
+  ps->gen++;
+  ps->stale = false;
+  ps->failures = 0;
+  ps->not_before_ms = 0;
+  ps->why[0] = '\0';
+  PQsetNoticeProcessor(db->h, quiet_notices, NULL);
+  (void)session_setup(db);
+  say_reconnect(db, true);
+}
+
+/* Start an attempt when none runs and the backoff allows, then take it as
+ * far as its socket allows (poll before each PQconnectPoll step): waiting
+ * PG_RECONNECT_WAIT_MS at most over the whole attempt (a server that is up
+ * answers in that time, and the statement goes on as it did before the
+ * break), after that never; one older than connect_timeout is dropped. */
+static void reconnect_step(struct server_db *db) {
+  struct pg_state *ps = db->pg;
+  int64_t now = core_mono_ms();
+  if (!ps->next) {
+    if (now < ps->not_before_ms)
+      return;
+    /* a host NAME is resolved here, blocking (libpq's getaddrinfo):
+     * docs/OPERATIONS.md says to give an address */
+    ps->next = connect_to(ps->url, false);
+    if (!ps->next || PQstatus(ps->next) == CONNECTION_BAD) {
+      attempt_failed(db, ps->next ? PQerrorMessage(ps->next) : "out of memory");
+      return;
+    }
+    ps->next_wait = PGRES_POLLING_WRITING; /* libpq's rule for the first step */
+    ps->next_started_ms = now;
+    ps->wait_left_ms = PG_RECONNECT_WAIT_MS;
+  }
+  for (int i = 0; i < 32; i++) { /* a bound: each step leaves the socket waiting or done */
+    int fd = PQsocket(ps->next);
+    if (fd < 0) {
+      attempt_failed(db, PQerrorMessage(ps->next));
+      return;
+    }
+    struct pollfd p = {.fd = fd,
+                       .events = ps->next_wait == PGRES_POLLING_READING ? POLLIN : POLLOUT};
+    int64_t t = core_mono_ms();
+    int r = poll(&p, 1, (int)ps->wait_left_ms);
+    ps->wait_left_ms -= core_mono_ms() - t;
+    if (ps->wait_left_ms < 0)
+      ps->wait_left_ms = 0;
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    ps->next_wait = PQconnectPoll(ps->next);
+    if (ps->next_wait == PGRES_POLLING_OK) {
+      attempt_done(db);
+      return;
+    }
+    if (ps->next_wait == PGRES_POLLING_FAILED) {
+      attempt_failed(db, PQerrorMessage(ps->next));
+      return;
+    }
+  }
+  if (ps->connect_timeout_ms && core_mono_ms() - ps->next_started_ms >= ps->connect_timeout_ms) {
+    char why[64];
+    snprintf(why, sizeof(why), "timeout expired (connect_timeout, %lld s)",
+             (long long)(ps->connect_timeout_ms / 1000));
+    attempt_failed(db, why);
+  }
+}
+
+/* A connection that broke (the server restarted, a failover) is made again
+ * without holding the caller past PG_RECONNECT_WAIT_MS: each statement that
+ * finds it broken advances the attempt (reconnect_step; the daemon's ticks
+ * run statements), and fails at once with -EIO, as a statement on the
+ * broken connection would, until the attempt is done. Its transaction died
+ * with the connection, and its caller saw the statement that found it
+ * broken fail. */
+static int reconnect_if_broken(struct server_db *db) {
+  struct pg_state *ps = db->pg;
+  if (PQstatus(db->h) != CONNECTION_BAD && !ps->stale)
+    return 0;
+  ps->npending = 0; /* held back for a transaction that is gone */
+  reconnect_step(db);
+  if (PQstatus(db->h) == CONNECTION_OK && !ps->stale)
+    return 0;
+  snprintf(db->errmsg, sizeof(db->errmsg), "no connection to the server (connecting again: %s)",
+           ps->why[0] ? ps->why : "in progress");
+  return -EIO;
 }
 
 /* One round trip: the pending statements, then st (NULL: only those), in
@@ -678,8 +811,8 @@ static int pg_pipeline(struct server_db *db, struct db_st *st, PGresult **out_re
   if (synced)
     PQexitPipelineMode(c);
   else if (PQstatus(c) != CONNECTION_BAD)
-    reconnect(db); /* out of step with the server (never seen): as if it broke */
-  if (rollback && PQtransactionStatus(c) == PQTRANS_INERROR) {
+    ps->stale = true; /* out of step with the server (never seen): as if it broke */
+  if (rollback && !ps->stale && PQtransactionStatus(c) == PQTRANS_INERROR) {
     db->round_trips++;
     PQclear(PQexec(c, "ROLLBACK"));
   }
@@ -739,9 +872,11 @@ static bool hold_back(struct db_st *st) {
 
 static int pg_run(struct db_st *st) {
   struct server_db *db = st->db;
-  reconnect_if_broken(db);
+  int err = reconnect_if_broken(db);
+  if (err)
+    return err;
   PGresult *res = NULL;
-  int err = pg_pipeline(db, st, &res);
+  err = pg_pipeline(db, st, &res);
   if (err)
     return err;
   const char *cmd = PQcmdStatus(res);

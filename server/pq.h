@@ -37,6 +37,9 @@
   X(char *, PQcmdTuples, (PGresult * r))                                                           \
   X(PGconn *, PQconnectdbParams,                                                                   \
     (const char *const *keywords, const char *const *values, int expand_dbname))                   \
+  X(PGconn *, PQconnectStartParams,                                                                \
+    (const char *const *keywords, const char *const *values, int expand_dbname))                   \
+  X(PostgresPollingStatusType, PQconnectPoll, (PGconn * c))                                        \
   X(void, PQconninfoFree, (PQconninfoOption * o))                                                  \
   X(PQconninfoOption *, PQconninfoParse, (const char *conninfo, char **errmsg))                    \
   X(int, PQconsumeInput, (PGconn * c))                                                             \
@@ -48,7 +51,6 @@
   X(int, PQnfields, (const PGresult *r))                                                           \
   X(PGnotify *, PQnotifies, (PGconn * c))                                                          \
   X(int, PQntuples, (const PGresult *r))                                                           \
-  X(void, PQreset, (PGconn * c))                                                                   \
   X(char *, PQresultErrorField, (const PGresult *r, int field))                                    \
   X(char *, PQresultErrorMessage, (const PGresult *r))                                             \
   X(ExecStatusType, PQresultStatus, (const PGresult *r))                                           \
@@ -85,6 +87,8 @@ int pq_load(struct cordon_diag *diag);
 #define PQcmdStatus (pq_api.PQcmdStatus)
 #define PQcmdTuples (pq_api.PQcmdTuples)
 #define PQconnectdbParams (pq_api.PQconnectdbParams)
+#define PQconnectStartParams (pq_api.PQconnectStartParams)
+#define PQconnectPoll (pq_api.PQconnectPoll)
 #define PQconninfoFree (pq_api.PQconninfoFree)
 #define PQconninfoParse (pq_api.PQconninfoParse)
 #define PQconsumeInput (pq_api.PQconsumeInput)
@@ -96,7 +100,6 @@ int pq_load(struct cordon_diag *diag);
 #define PQnfields (pq_api.PQnfields)
 #define PQnotifies (pq_api.PQnotifies)
 #define PQntuples (pq_api.PQntuples)
-#define PQreset (pq_api.PQreset)
 #define PQresultErrorField (pq_api.PQresultErrorField)
 #define PQresultErrorMessage (pq_api.PQresultErrorMessage)
 #define PQresultStatus (pq_api.PQresultStatus)

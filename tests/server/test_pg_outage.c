@@ -7,8 +7,13 @@
  * goes on dispatching. The database refuses connections for a while: a
  * dispatch fails with one clear line and no hang, a device that connects
  * meanwhile is asked to come back (goaway unavailable, not unpaired), and
- * the server works again once the database is back. */
+ * the server works again once the database is back. Its host vanishes
+ * (a proxy in front of it that answers nothing): the daemon's loop is never
+ * held by the reconnect, and it comes back once the host does. */
 #include "e2e.h"
+// e2e.h first: admin_conn.h reads its state directory
+#include "admin_conn.h"
+#include "pg_proxy.h"
 
 static const char quick_manifest[] =
     "{\"name\":\"quick\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}";
@@ -43,6 +48,35 @@ static int64_t now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* device_online, false while the daemon cannot read the devices: the
+ * first statements after the database is back may still fail, until the
+ * reconnect's backoff lets it try again. */
+static bool device_back(const char *id) {
+  struct out *o = RUN(SERVER, "devices", "--json", "--state", e2e_state);
+  int status = o->status;
+  free(o);
+  return status == 0 && device_online(id);
+}
+
+/* `dispatch --wait -- back` until it goes through (0) or tries times
+ * (its last status); each (may be NULL) runs before every try. */
+static int dispatch_back(const char *pkg, int tries, void (*each)(void)) {
+  int status = -1;
+  for (int i = 0; i < tries && status != 0; i++) {
+    if (each)
+      each();
+    struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state,
+                        "--", "back");
+    status = o->status;
+    if (status == 0)
+      cr_expect(strstr(o->out, "job back"), "%s", o->out);
+    free(o);
+    if (status != 0)
+      msleep(250);
+  }
+  return status;
 }
 
 static int server_alive(void) {
@@ -136,22 +170,82 @@ Test(pg_outage, a_database_that_refuses_connections_fails_dispatch_in_one_line_t
                "the server says why");
   allow_connections(true);
   bool back = false;
-  for (int i = 0; i < 75 && !(back = device_online(a->id)); i++)
+  for (int i = 0; i < 75 && !(back = device_back(a->id)); i++)
     msleep(200);
   cr_assert(back, "the agent is back once the database is");
   /* back: within a few seconds a dispatch goes through and runs */
-  int status = -1;
-  for (int i = 0; i < 40 && status != 0; i++) {
-    o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state, "--",
-            "back");
-    status = o->status;
-    if (status == 0)
-      cr_expect(strstr(o->out, "job back"), "%s", o->out);
-    free(o);
-    if (status != 0)
-      msleep(250);
-  }
-  cr_expect_eq(status, 0, "dispatch works again once the database is back");
+  cr_expect_eq(dispatch_back(pkg, 40, NULL), 0, "dispatch works again once the database is back");
   cr_expect(server_alive());
+  free(pkg);
+}
+
+/* One request on a new admin connection: its reply's time (ms); ok says
+ * whether it was ok. */
+static int64_t ask_timed(const char *line, bool *ok) {
+  int64_t t0 = now_ms();
+  struct conn *c = conn_open();
+  json_t *r = ask(c, line);
+  int64_t took = now_ms() - t0;
+  *ok = json_is_true(json_object_get(r, "ok"));
+  json_decref(r);
+  conn_close(c);
+  return took;
+}
+
+/* The daemon answers a ping within a second. */
+static void ping_fast(void) {
+  bool ok;
+  int64_t took = ask_timed("{\"op\":\"ping\"}", &ok);
+  cr_assert(ok && took < 1000, "ping: %s after %lld ms", ok ? "ok" : "not ok", (long long)took);
+}
+
+Test(pg_outage, a_database_host_that_vanished_never_holds_the_daemon_loop_and_it_comes_back) {
+  /* the daemon's database through the proxy (STATE/db-url: the commands'
+   * too, used only while it forwards) */
+  static struct pg_proxy proxy;
+  char url[1200];
+  pg_proxy_start(&proxy, pg_test_name, url, sizeof(url));
+  e2e_stop(&e2e_server_pid, SIGTERM);
+  char file[400];
+  snprintf(file, sizeof(file), "%s/db-url", e2e_state);
+  cr_assert_eq(unlink(file), 0);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_save_url(e2e_state, url, &d), 0, "%s", d.msg);
+  start_server();
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state,
+                      "--", "before");
+  cr_assert_eq(o->status, 0, "through the proxy: %s", o->err);
+  free(o);
+  cr_assert_gt(atomic_load(&proxy.accepted), 0, "the daemon talks through the proxy");
+  /* the host goes away: its connections cut, new ones answered by nobody */
+  pg_proxy_black_hole(&proxy, true);
+  cut_connections();
+  int64_t t0 = now_ms();
+  while (now_ms() - t0 < 12000) {
+    ping_fast();
+    /* a request that needs the database: answered at once (io_error),
+     * and a step of the reconnect */
+    bool ok;
+    int64_t took = ask_timed("{\"op\":\"jobs\",\"user\":\"alice\"}", &ok);
+    cr_assert_lt(took, 1000, "jobs: answered after %lld ms (at %lld ms)", (long long)took,
+                 (long long)(now_ms() - t0));
+    msleep(200);
+  }
+  cr_expect_gt(atomic_load(&proxy.held), 0, "the daemon tried the vanished host");
+  cr_expect_gt(count_in(e2e_server_log, "timeout expired"), 0,
+               "an attempt older than connect_timeout was dropped, and said");
+  cr_assert(server_alive());
+  /* the host is back: the daemon is, and a dispatch runs */
+  pg_proxy_black_hole(&proxy, false);
+  /* the attempt into the hole is dropped after connect_timeout, the next
+   * one after its backoff: some 12 s */
+  cr_expect_eq(dispatch_back(pkg, 120, ping_fast), 0, "dispatch works again once the host is back");
+  cr_expect_gt(count_in(e2e_server_log, "the database connection broke: connected again"), 0);
+  cr_expect(server_alive());
+  e2e_stop(&e2e_server_pid, SIGKILL); /* before the proxy it talks through */
+  pg_proxy_stop(&proxy);
   free(pkg);
 }
