@@ -111,6 +111,7 @@ struct jobs {
   bool group_on;
   struct after *after, **after_tail, *after_open;
   struct verifying *verifying; /* results whose signature is being checked */
+  size_t n_verifying;
   /* the last look at the queue found jobs in it, or one was queued since
    * (a shared database's queue is always looked at: others fill it) */
   bool queue_maybe;
@@ -1572,7 +1573,11 @@ static void log_result(struct jobs *js, struct session *s, const char *device_id
 
 /* A result whose receipt is well made waits here while its signature is
  * checked on libuv's thread pool (the costliest step of a result for the
- * loop: an Ed25519 verification); then result_store, on the loop. */
+ * loop: an Ed25519 verification); then result_store, on the loop. At most
+ * JOBS_VERIFYING_MAX wait: beyond that (a device sending results faster
+ * than the pool checks them) the signature is checked on the loop, which
+ * then reads no faster than it checks, as before. */
+#define JOBS_VERIFYING_MAX 256
 struct verifying {
   uv_work_t work;
   struct jobs *js;
@@ -1609,6 +1614,7 @@ static void verify_done(uv_work_t *w, int status) {
   for (struct verifying **pp = &js->verifying; *pp; pp = &(*pp)->next)
     if (*pp == v) {
       *pp = v->next;
+      js->n_verifying--;
       break;
     }
   struct session *s = v->s;
@@ -1663,7 +1669,7 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   int rc = result_from_msg(mr, &v->r);
   bool readable = rc == 0;
   v->j = rc == 0 ? job_result_to_json(&v->r) : NULL;
-  if (vr == 0 && v->j && js->started && !js->closing) {
+  if (vr == 0 && v->j && js->started && !js->closing && js->n_verifying < JOBS_VERIFYING_MAX) {
     /* the signature off the loop; the result waits in v (mr does not last) */
     v->js = js;
     v->s = s;
@@ -1673,6 +1679,7 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     if (uv_queue_work(js->loop, &v->work, verify_work, verify_done) == 0) {
       v->next = js->verifying;
       js->verifying = v;
+      js->n_verifying++;
       return;
     }
   }

@@ -17,7 +17,7 @@
 #include "proto/receipt.h"
 #include "proto/result_msg.h"
 
-#define PEER_MSGS 256
+#define PEER_MSGS 1024
 
 struct peer {
   uv_loop_t loop;

@@ -180,6 +180,57 @@ Test(peer, a_silent_session_is_pinged_and_a_pong_keeps_it) {
   peer_release(&p);
 }
 
+/* A device replaying one result, well and badly signed, as fast as it can
+ * write: their signatures are checked on the thread pool, out of the
+ * loop's order, and every one is still answered as it would be alone: the
+ * good ones acked, the bad ones refused and acked; one result recorded.
+ * (The pool keeps up here: the cap on what waits for it,
+ * JOBS_VERIFYING_MAX, is not reached.) */
+Test(peer, a_flood_of_replayed_results_is_answered_in_full_and_recorded_once) {
+  struct e2e_agent *a = pair_agent(0, "one", NULL);
+  struct peer p;
+  peer_session(&p, a);
+  char *pkg = pack("hello", manifest, "echo hi\n");
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", "--device", a->id, "--no-queue", pkg,
+                      "--state", e2e_state);
+  char id[33];
+  job_id_of(o, id);
+  free(o);
+  struct msg *j = peer_next(&p, MSG_JOB, 5000);
+  cr_assert_not_null(j, "the job reaches the peer");
+  uint8_t raw[CORDON_ID_LEN];
+  memcpy(raw, j->job.job_id, CORDON_ID_LEN);
+  enum { FLOOD = 320 };
+  int bad = 0;
+  for (int i = 0; i < FLOOD; i++) {
+    bool tamper = i % 4 == 3;
+    bad += tamper;
+    send_signed_result(&p, raw, a->id, &j->job.ticket, tamper);
+  }
+  int acks = 0, errors = 0;
+  for (int waited = 0; waited < 20000 && acks < FLOOD; waited += 10) {
+    acks = errors = 0;
+    for (size_t i = 0; i < p.n; i++) {
+      acks += p.got[i].type == MSG_ACK;
+      if (p.got[i].type == MSG_ERROR) {
+        errors++;
+        cr_assert_str_eq(p.got[i].error.code, "signature_invalid");
+      }
+    }
+    if (acks < FLOOD)
+      peer_spin(&p, 10);
+  }
+  cr_assert_eq(acks, FLOOD, "every result acked (%d of %d)", acks, FLOOD);
+  cr_assert_eq(errors, bad, "each badly signed one refused (%d of %d)", errors, bad);
+  cr_assert(!p.closed, "the session stays");
+  cr_assert(wait_state(id, "done", 5000), "state %s", job_state(id, NULL));
+  char want[128];
+  snprintf(want, sizeof(want), "msg=\"job finished\" job=%s", id);
+  cr_assert_eq(count_in(e2e_server_log, want), 1, "recorded once");
+  peer_release(&p);
+  free(pkg);
+}
+
 /* A result whose receipt signature does not verify: error
  * signature_invalid, then its ack (it can never be recorded); nothing is
  * stored, and the same result correctly signed is taken afterwards. */
