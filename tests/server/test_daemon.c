@@ -689,7 +689,12 @@ Test(daemon, fifty_concurrent_jobs_on_one_agent_all_finish_with_their_own_output
     free(o);
   }
   for (int i = 0; i < 50; i++) {
-    cr_assert(wait_state(ids[i], "done", 60000), "job %d: %s", i, job_state(ids[i], NULL));
+    if (!wait_state(ids[i], "done", 60000)) { /* say why: its result, stderr and all */
+      json_t *job;
+      const char *st = job_state(ids[i], &job);
+      char *why = json_dumps(json_object_get(job, "result"), JSON_COMPACT);
+      cr_assert_fail("job %d: %s: %s", i, st, why ? why : "no result");
+    }
     json_t *job;
     job_state(ids[i], &job);
     char want[32];
