@@ -486,7 +486,6 @@ static void report_quarantine(const struct grant_set *g, const char *job_id, str
 /* How one start of the job's first process ended. */
 struct start_end {
   int status;       /* its wait status */
-  bool exited;      /* it ended by itself: not killed for the time, a cancel or CPU */
   bool cpu_out;     /* killed for the tree's CPU time */
   bool not_started; /* isolated: bwrap ended by itself and the entry never started */
   size_t err_from;  /* where this start's stderr begins in res->err */
@@ -685,7 +684,6 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
   res->wall_ms = (uint64_t)(core_mono_ms() - start);
   posix_output_finish(&out);
   end->status = status;
-  end->exited = exited;
   end->cpu_out = cpu_out;
   /* bwrap ended by itself (not by a signal: an OOM kill of bwrap says
    * nothing about the entry) without reporting the entry's start */
