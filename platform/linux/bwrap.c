@@ -142,8 +142,8 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 bool bwrap_setup_error_transient(const char *line) {
-  /* bwrap's die_with_error: "bwrap: <step>: <strerror(errno)>"; glibc's
-   * and musl's texts of ENOENT, and of EBUSY */
+  /* bwrap's die_with_error: "bwrap: <step>: <strerror(errno)>", here
+   * glibc's and musl's texts of ENOENT and of EBUSY */
   static const char *const errs[] = {": No such file or directory", ": Device or resource busy",
                                      ": Resource busy"};
   if (strncmp(line, "bwrap: ", 7) != 0)
@@ -151,5 +151,7 @@ bool bwrap_setup_error_transient(const char *line) {
   for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
     if (ends_with(line, errs[i]))
       return true;
-  return false;
+  /* each step of a bind mount (the mount, the look for it in the mount
+   * table, its remount read-only) sees a mount point renamed over */
+  return strncmp(line, "bwrap: Can't bind mount ", 24) == 0;
 }

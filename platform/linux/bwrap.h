@@ -95,10 +95,12 @@ bool bwrap_status_entry_started(const char *text, size_t len);
 
 /* Is line (bwrap's last line on stderr, for a start whose entry never
  * started) a failure that a concurrent change of a host file can cause
- * and that may pass at once: a step that ended with ENOENT or EBUSY
- * (a mount point renamed over, as useradd does to /etc/shadow, between
- * bwrap's lookup and its mount(2)). bwrap runs with an empty environment,
- * so its messages are the C locale's. */
+ * and that may pass at once: a step that ended with ENOENT or EBUSY, or
+ * any failure of a bind mount ("Can't bind mount ..."), whose mount point
+ * a rename (useradd's of /etc/shadow) replaces before the mount (ENOENT),
+ * before bwrap finds it in the mount table ("Unable to find ... in mount
+ * table") or before its remount read-only (EINVAL). bwrap runs with an
+ * empty environment, so its messages are the C locale's. */
 bool bwrap_setup_error_transient(const char *line);
 
 #endif

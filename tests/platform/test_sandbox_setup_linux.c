@@ -311,6 +311,13 @@ Test(bwrap_status, only_enoent_and_ebusy_of_bwrap_are_transient) {
        true},
       {"bwrap: Can't remount readonly on /newroot/x: Device or resource busy", true},
       {"bwrap: execvp /cordon/package/run.sh: No such file or directory", true},
+      {"bwrap: Can't bind mount /oldroot/dev/null on /newroot/h/g/fifo: Unable to find "
+       "\"/newroot/h/g/fifo\" in mount table",
+       true},
+      {"bwrap: Can't bind mount /oldroot/dev/null on /newroot/etc/gshadow: Unable to remount "
+       "destination \"/newroot/etc/gshadow\" with correct flags: Invalid argument",
+       true},
+      {"bwrap: Can't mkdir /x: Permission denied", false},
       {"bwrap: Can't create file at /x/fifo: Read-only file system", false},
       {"bwrap: Can't create signalfd: Too many open files", false},
       {"cordon: No such file or directory", false},
