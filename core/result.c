@@ -70,6 +70,22 @@ int job_result_fail(struct job_result *r, int err, const char *fmt, ...) {
   return err;
 }
 
+void job_result_not_run(struct job_result *r) {
+  r->ran = r->exited = false;
+  r->exit_code = r->signal = 0;
+  r->out.len = r->err.len = 0;
+  r->out.truncated = r->err.truncated = false;
+  r->wall_ms = 0;
+  r->timed_out = false;
+  r->oom_killed = -1;
+  r->orphans_killed = 0;
+  r->level_known = false;
+  r->level = SANDBOX_LEVEL_NONE;
+  r->mechanism[0] = '\0';
+  r->downgrade_reason = NULL;
+  r->lim_memory = r->lim_processes = r->lim_cpu = r->lim_time = r->lim_disk = LIMIT_MECH_NONE;
+}
+
 bool utf8_valid(const uint8_t *s, size_t len) {
   size_t i = 0;
   while (i < len) {

@@ -65,6 +65,13 @@ void job_result_release(struct job_result *r);
 int job_result_fail(struct job_result *r, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Turn r into the result of a job that never ran (docs/protocol/messages.md
+ * section 6.8, "A job that never ran"), for a start that failed after the
+ * level and limits were filled in: no exit code or signal, empty output,
+ * wall_ms 0, no level, mechanism or limits; job_id, device_id, requested
+ * and the error are kept. The output buffers stay allocated. */
+void job_result_not_run(struct job_result *r);
+
 /* NULL on allocation failure. */
 json_t *job_result_to_json(const struct job_result *r);
 

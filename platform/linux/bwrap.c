@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
+#include <string.h>
 
 /* The only writable space of the view: one tmpfs of disk_mb on the
  * workspace, which holds /tmp and /dev/shm too (symlinks to its .tmp and
@@ -105,4 +107,51 @@ int bwrap_argv_build(const struct bwrap_host *host, const struct bwrap_input *in
   for (size_t i = 0; i < in->n_args; i++)
     strv_add(a, in->args[i]);
   return a->err;
+}
+
+int bwrap_argv_with_status_fd(const struct strv *argv, int fd, struct strv *out_argv) {
+  if (argv->n == 0)
+    return -EINVAL;
+  strv_add(out_argv, argv->v[0]);
+  strv_add(out_argv, "--json-status-fd");
+  strv_addf(out_argv, "%d", fd);
+  for (size_t i = 1; i < argv->n; i++)
+    strv_add(out_argv, argv->v[i]);
+  return out_argv->err;
+}
+
+bool bwrap_status_entry_started(const char *text, size_t len) {
+  /* one JSON object a line; objects and members not known are ignored */
+  for (size_t at = 0; at < len;) {
+    const char *nl = memchr(text + at, '\n', len - at);
+    size_t n = nl ? (size_t)(nl - (text + at)) : len - at;
+    json_t *o = json_loadb(text + at, n, 0, NULL);
+    bool started = json_is_integer(json_object_get(o, "exit-code"));
+    json_decref(o);
+    if (started)
+      return true;
+    at += n + 1;
+  }
+  return false;
+}
+
+/* does s end with suffix? */
+static bool ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), k = strlen(suffix);
+  return n >= k && memcmp(s + n - k, suffix, k) == 0;
+}
+
+bool bwrap_setup_error_transient(const char *line) {
+  /* bwrap's die_with_error: "bwrap: <step>: <strerror(errno)>", here
+   * glibc's and musl's texts of ENOENT and of EBUSY */
+  static const char *const errs[] = {": No such file or directory", ": Device or resource busy",
+                                     ": Resource busy"};
+  if (strncmp(line, "bwrap: ", 7) != 0)
+    return false;
+  for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++)
+    if (ends_with(line, errs[i]))
+      return true;
+  /* each step of a bind mount (the mount, the look for it in the mount
+   * table, its remount read-only) sees a mount point renamed over */
+  return strncmp(line, "bwrap: Can't bind mount ", 24) == 0;
 }

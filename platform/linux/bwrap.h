@@ -1,6 +1,7 @@
 /* The bwrap command line for an isolated job: a pure function of
- * (manifest, resolved grants, host facts). It opens nothing and runs
- * nothing, so it is unit-tested without bwrap; `explain` prints its output.
+ * (manifest, resolved grants, host facts), and the reading of what bwrap
+ * reports about one start. It opens nothing and runs nothing, so it is
+ * unit-tested without bwrap; `explain` prints the command line.
  */
 #ifndef CORDON_PLATFORM_LINUX_BWRAP_H
 #define CORDON_PLATFORM_LINUX_BWRAP_H
@@ -68,5 +69,38 @@ struct bwrap_input {
 /* Fill out_argv (which must be empty). Returns 0 or -ENOMEM. */
 int bwrap_argv_build(const struct bwrap_host *host, const struct bwrap_input *in,
                      struct strv *out_argv);
+
+/* ---- did the package start? ----
+ *
+ * bwrap reports a failure to build the sandbox (a mount, the chdir, the
+ * seccomp filter, the entry's execvp) the way the job reports its own end:
+ * a line on stderr and exit status 1. What tells them apart is bwrap's
+ * --json-status-fd: it writes {"child-pid": N} once it has cloned (before
+ * any mount), and {"exit-code": N} when the child ends, but that one only
+ * if the child got through every step of the setup and its execvp of the
+ * entry succeeded (bwrap >= 0.3.2: the child writes a byte to a
+ * close-on-exec pipe after the last step, and a second byte if execvp
+ * fails; the report needs exactly one). The fd is closed in the sandbox
+ * before the entry starts, so the job can neither write nor suppress it.
+ * The plan's argv (and explain) holds no status fd: each start has a pipe
+ * of its own, added by bwrap_argv_with_status_fd. */
+
+/* argv (a bwrap argv of bwrap_argv_build) with "--json-status-fd fd" after
+ * argv[0], into out_argv (which must be empty). 0 or -ENOMEM. */
+int bwrap_argv_with_status_fd(const struct strv *argv, int fd, struct strv *out_argv);
+
+/* Does text (what bwrap wrote to its --json-status-fd, JSON lines) hold
+ * the exit-code object, i.e. did the entry start? */
+bool bwrap_status_entry_started(const char *text, size_t len);
+
+/* Is line (bwrap's last line on stderr, for a start whose entry never
+ * started) a failure that a concurrent change of a host file can cause
+ * and that may pass at once: a step that ended with ENOENT or EBUSY, or
+ * any failure of a bind mount ("Can't bind mount ..."), whose mount point
+ * a rename (useradd's of /etc/shadow) replaces before the mount (ENOENT),
+ * before bwrap finds it in the mount table ("Unable to find ... in mount
+ * table") or before its remount read-only (EINVAL). bwrap runs with an
+ * empty environment, so its messages are the C locale's. */
+bool bwrap_setup_error_transient(const char *line);
 
 #endif

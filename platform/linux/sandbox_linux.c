@@ -483,63 +483,76 @@ static void report_quarantine(const struct grant_set *g, const char *job_id, str
   strv_release(&moved);
 }
 
-int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
+/* How one start of the job's first process ended. */
+struct start_end {
+  int status;       /* its wait status */
+  bool cpu_out;     /* killed for the tree's CPU time */
+  bool not_started; /* isolated: bwrap ended by itself and the entry never started */
+  size_t err_from;  /* where this start's stderr begins in res->err */
+};
+
+/* What bwrap wrote on its --json-status-fd; its writers are gone. */
+static bool entry_started(int status_fd) {
+  char buf[4096];
+  size_t have = 0;
+  while (have < sizeof(buf)) {
+    ssize_t n = read(status_fd, buf + have, sizeof(buf) - have);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    have += (size_t)n;
+  }
+  return bwrap_status_entry_started(buf, have);
+}
+
+/* Start the job's first process once (bwrap, or the entry itself) and
+ * supervise it to its end; deadline and CPU time count from start. 0, or a
+ * CORDON_E_* code (nothing started) or a negated errno. */
+static int start_once(struct sandbox_plan *plan, struct job_result *res, struct cgroup_job *cg,
+                      const struct launch_rlimit *rl, size_t nrl, int64_t start,
+                      struct start_end *end) {
   const struct manifest *m = plan->job->manifest;
   const struct sandbox_os_plan *os = plan->os;
   const struct posix_job_user_probe *user = &plan->probe->os->user;
   bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
   int r;
   int pidfd = -1;
+  int status_pipe[2] = {-1, -1};
   pid_t pid = -1;
-  struct posix_output out;
-  struct cgroup_job cg;
-  cgroup_job_init(&cg);
-
-  if (!iso && mkdir(os->workspace, 0700) == 0 && user->is_root &&
-      chown(os->workspace, user->u.uid, user->u.gid) < 0) {
-    return job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(errno));
-  }
-
-  /* bwrap's own two processes count against the process limit too */
-  unsigned nproc = m->processes + (iso ? 2 : 0);
-  if (cgroup_job_create(&cg, plan->policy->state_dir, (uint64_t)m->memory_mb << 20, nproc) < 0) {
-    cgroup_job_release(&cg);
-    return -ENOMEM;
-  }
-  struct cgroup_avail got = {cg.mem_dir != NULL, cg.pids_dir != NULL, cg.cpu_dir != NULL};
-  set_limits(plan, &got, res);
-
-  struct launch_rlimit rl[6];
-  size_t nrl = 0;
-  rl[nrl++] = (struct launch_rlimit){RLIMIT_CPU, {m->cpu_s, m->cpu_s + 1}};
-  rl[nrl++] = (struct launch_rlimit){RLIMIT_CORE, {0, 0}};
-  rl[nrl++] = (struct launch_rlimit){RLIMIT_NOFILE, {1024, 1024}};
-  rl[nrl++] =
-      (struct launch_rlimit){RLIMIT_FSIZE, {(rlim_t)m->disk_mb << 20, (rlim_t)m->disk_mb << 20}};
-  if (!cg.mem_dir) {
-    /* address space, not resident memory: the honest rlimit substitute */
-    rlim_t as = ((rlim_t)m->memory_mb << 20) + (iso ? (64u << 20) : 0);
-    rl[nrl++] = (struct launch_rlimit){RLIMIT_AS, {as, as}};
-  }
-  if (!cg.pids_dir)
-    rl[nrl++] = (struct launch_rlimit){RLIMIT_NPROC, {nproc, nproc}};
-
-  r = posix_output_open(&out, res, (size_t)m->output_kb * 1024, plan->job);
-  if (r < 0) {
-    cgroup_job_release(&cg);
-    return job_result_fail(res, CORDON_E_SPAWN_FAILED, "pipe: %s", strerror(-r));
-  }
-
   size_t nkeep = 0;
   int *keep = NULL;
+  struct posix_output out;
+  struct strv argv;
+  strv_init(&argv);
+  *end = (struct start_end){.err_from = res->err.len};
+
+  r = posix_output_open(&out, res, (size_t)m->output_kb * 1024, plan->job);
+  if (r < 0)
+    return job_result_fail(res, CORDON_E_SPAWN_FAILED, "pipe: %s", strerror(-r));
+
   if (iso) {
-    keep = malloc((2 + os->grants.n_fds) * sizeof(int));
-    if (!keep) {
+    /* a status pipe of this start's own: its report says whether the
+     * entry started (bwrap.h) */
+    if ((r = launch_cloexec_pipe(status_pipe)) < 0) {
+      r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "pipe: %s", strerror(-r));
+      goto out;
+    }
+    fcntl(status_pipe[0], F_SETFL, O_NONBLOCK);
+    /* bwrap reads the filter from the memfd's offset, which a start
+     * before this one left at its end */
+    if (lseek(os->seccomp_fd, 0, SEEK_SET) < 0) {
+      r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "seccomp filter: %s", strerror(errno));
+      goto out;
+    }
+    keep = malloc((3 + os->grants.n_fds) * sizeof(int));
+    if (!keep || (r = bwrap_argv_with_status_fd(&plan->argv, status_pipe[1], &argv)) < 0) {
       r = -ENOMEM;
       goto out;
     }
     keep[nkeep++] = plan->job->package_dirfd;
     keep[nkeep++] = os->seccomp_fd;
+    keep[nkeep++] = status_pipe[1];
     if (os->grants.n_fds) /* fds is NULL without grants */
       memcpy(keep + nkeep, os->grants.fds, os->grants.n_fds * sizeof(int));
     nkeep += os->grants.n_fds;
@@ -547,13 +560,13 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   int cgfds[3];
   size_t ncg = 0;
   for (int i = 0; i < 3; i++)
-    if (cg.procs_fd[i] >= 0)
-      cgfds[ncg++] = cg.procs_fd[i];
+    if (cg->procs_fd[i] >= 0)
+      cgfds[ncg++] = cg->procs_fd[i];
 
   static char *const empty_env[] = {NULL};
   struct launch_spec spec = {
       .path = plan->argv.v[0],
-      .argv = plan->argv.v,
+      .argv = iso ? argv.v : plan->argv.v,
       .envp = iso ? empty_env : plan->envp.v,
       .stdout_fd = out.wr[0],
       .stderr_fd = out.wr[1],
@@ -561,8 +574,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
       .n_keep = nkeep,
       .cgroup_procs_fds = cgfds,
       .n_cgroup = ncg,
-      .into_cgroup = cg.v2_dir_fd >= 0,
-      .cgroup_dir_fd = cg.v2_dir_fd,
+      .into_cgroup = cg->v2_dir_fd >= 0,
+      .cgroup_dir_fd = cg->v2_dir_fd,
       .rlimits = rl,
       .n_rlimits = nrl,
       .drop_uid = user->is_root,
@@ -573,18 +586,16 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
       .cwd = iso ? "/" : plan->job->package_path,
       .seccomp = iso ? NULL : os->prog,
   };
-  /* always a subreaper: orphans of a contained job come back to us, so the
-   * sweep finds them, and so do bwrap's inits when bwrap is killed, so
-   * they are reaped even under a PID 1 that does not reap */
-  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-  int64_t start = core_mono_ms();
   pthread_mutex_lock(&live_lock); /* the reaper of another job must not take it */
   r = launch_spawn(&spec, &pid);
   if (r == 0 && n_live < sizeof(live_pids) / sizeof(live_pids[0]))
     live_pids[n_live++] = pid;
   pthread_mutex_unlock(&live_lock);
-  free(keep);
   posix_output_close_writers(&out);
+  if (status_pipe[1] >= 0) { /* bwrap's copy is the only writer now */
+    close(status_pipe[1]);
+    status_pipe[1] = -1;
+  }
   if (r < 0) {
     r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "cannot start %s: %s", spec.path, strerror(-r));
     goto out;
@@ -616,9 +627,9 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
     /* without a pidfd, poll in short steps and ask waitpid */
     int wait_ms = pidfd >= 0 ? (int)(left > 60000 ? 60000 : left) : (left > 20 ? 20 : (int)left);
     /* the tree's CPU time, read from its cgroup every 100 ms */
-    if (cg.cpu_dir && wait_ms > 100)
+    if (cg->cpu_dir && wait_ms > 100)
       wait_ms = 100;
-    if (cg.cpu_dir && cgroup_job_cpu_usec(&cg) > cpu_max_usec) {
+    if (cg->cpu_dir && cgroup_job_cpu_usec(cg) > cpu_max_usec) {
       cpu_out = true;
       break;
     }
@@ -656,7 +667,7 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
     if (n_tree > sizeof(tree) / sizeof(tree[0]))
       n_tree = sizeof(tree) / sizeof(tree[0]);
     wait_gone(tree, n_tree);
-    cgroup_job_kill(&cg);
+    cgroup_job_kill(cg);
     if (!iso) /* one job per agent process in contained mode: see SECURITY.md */
       procs_kill_descendants(getpid());
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
@@ -665,27 +676,153 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
       job_result_fail(res, CORDON_E_CANCELLED, "the job was cancelled");
   } else if (!iso) {
     /* the entry is gone; whatever it left behind is killed and counted */
-    size_t left_behind = cg.pids_dir ? cgroup_job_kill(&cg) : procs_kill_descendants(getpid());
+    size_t left_behind = cg->pids_dir ? cgroup_job_kill(cg) : procs_kill_descendants(getpid());
     res->orphans_killed = (unsigned)left_behind;
   }
   live_remove(pid);
   reap_orphans();
   res->wall_ms = (uint64_t)(core_mono_ms() - start);
   posix_output_finish(&out);
+  end->status = status;
+  end->cpu_out = cpu_out;
+  /* bwrap ended by itself (not by a signal: an OOM kill of bwrap says
+   * nothing about the entry) without reporting the entry's start */
+  end->not_started = iso && exited && WIFEXITED(status) && !entry_started(status_pipe[0]);
+  r = 0;
+out:
+  free(keep);
+  strv_release(&argv);
+  for (int i = 0; i < 2; i++)
+    if (status_pipe[i] >= 0)
+      close(status_pipe[i]);
+  if (pidfd >= 0)
+    close(pidfd);
+  posix_output_release(&out);
+  return r;
+}
+
+/* The last line this start wrote on stderr (bwrap's own, when the entry
+ * never started), without its newline; "" when there is none. */
+static void last_err_line(const struct job_result *res, size_t from, char *buf, size_t size) {
+  const char *s = (const char *)res->err.data + from;
+  size_t n = res->err.len > from ? res->err.len - from : 0;
+  while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
+    n--;
+  size_t b = n;
+  while (b && s[b - 1] != '\n')
+    b--;
+  n -= b;
+  if (n > size - 1)
+    n = size - 1;
+  memcpy(buf, s + b, n);
+  buf[n] = '\0';
+}
+
+static bool cancel_asked(const struct sandbox_job *job) {
+  struct pollfd pf = {job->cancel_fd, POLLIN, 0};
+  return job->cancel_fd >= 0 && poll(&pf, 1, 0) > 0 && (pf.revents & (POLLIN | POLLHUP));
+}
+
+/* A line of cordon's own on the job's stderr, live too (after bwrap's
+ * line, which went out live as it was read). */
+static void stderr_note(const struct sandbox_job *job, struct job_result *res, size_t cap,
+                        const char *note) {
+  size_t before = res->err.len;
+  result_buf_append(&res->err, (const uint8_t *)note, strlen(note), cap);
+  if (job->on_output && res->err.len > before)
+    job->on_output(job->output_ctx, 1, before, res->err.data + before, res->err.len - before);
+}
+
+int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
+  const struct manifest *m = plan->job->manifest;
+  const struct sandbox_os_plan *os = plan->os;
+  const struct posix_job_user_probe *user = &plan->probe->os->user;
+  bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
+  size_t cap = (size_t)m->output_kb * 1024;
+  int r;
+  struct cgroup_job cg;
+  cgroup_job_init(&cg);
+
+  if (!iso && mkdir(os->workspace, 0700) == 0 && user->is_root &&
+      chown(os->workspace, user->u.uid, user->u.gid) < 0) {
+    return job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(errno));
+  }
+
+  /* bwrap's own two processes count against the process limit too */
+  unsigned nproc = m->processes + (iso ? 2 : 0);
+  if (cgroup_job_create(&cg, plan->policy->state_dir, (uint64_t)m->memory_mb << 20, nproc) < 0) {
+    cgroup_job_release(&cg);
+    return -ENOMEM;
+  }
+  struct cgroup_avail got = {cg.mem_dir != NULL, cg.pids_dir != NULL, cg.cpu_dir != NULL};
+  set_limits(plan, &got, res);
+
+  struct launch_rlimit rl[6];
+  size_t nrl = 0;
+  rl[nrl++] = (struct launch_rlimit){RLIMIT_CPU, {m->cpu_s, m->cpu_s + 1}};
+  rl[nrl++] = (struct launch_rlimit){RLIMIT_CORE, {0, 0}};
+  rl[nrl++] = (struct launch_rlimit){RLIMIT_NOFILE, {1024, 1024}};
+  rl[nrl++] =
+      (struct launch_rlimit){RLIMIT_FSIZE, {(rlim_t)m->disk_mb << 20, (rlim_t)m->disk_mb << 20}};
+  if (!cg.mem_dir) {
+    /* address space, not resident memory: the honest rlimit substitute */
+    rlim_t as = ((rlim_t)m->memory_mb << 20) + (iso ? (64u << 20) : 0);
+    rl[nrl++] = (struct launch_rlimit){RLIMIT_AS, {as, as}};
+  }
+  if (!cg.pids_dir)
+    rl[nrl++] = (struct launch_rlimit){RLIMIT_NPROC, {nproc, nproc}};
+
+  /* always a subreaper: orphans of a contained job come back to us, so the
+   * sweep finds them, and so do bwrap's inits when bwrap is killed, so
+   * they are reaped even under a PID 1 that does not reap */
+  prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  int64_t start = core_mono_ms();
+  struct start_end end;
+  r = start_once(plan, res, &cg, rl, nrl, start, &end);
+  char line[256] = "";
+  bool retried = false;
+  if (r == 0 && end.not_started) {
+    /* Nothing of the package ran and the sandbox is gone: a failure a
+     * host file's rename can cause is tried once more, at once, within
+     * the job's time (docs/SECURITY.md, "When bwrap cannot build the
+     * sandbox"). */
+    last_err_line(res, end.err_from, line, sizeof(line));
+    if (bwrap_setup_error_transient(line) && !cancel_asked(plan->job) &&
+        core_mono_ms() < start + (int64_t)m->timeout_s * 1000) {
+      stderr_note(plan->job, res, cap,
+                  "cordon: bwrap could not build the sandbox, the package had not started; "
+                  "building it again\n");
+      retried = true;
+      r = start_once(plan, res, &cg, rl, nrl, start, &end);
+    }
+  }
+  if (r < 0)
+    goto out;
+  if (end.not_started) {
+    /* the sandbox was never built: no level, no limits, no output */
+    last_err_line(res, end.err_from, line, sizeof(line));
+    int code = WEXITSTATUS(end.status);
+    job_result_not_run(res);
+    if (line[0])
+      r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "%s%s", line,
+                          retried ? " (retried once)" : "");
+    else
+      r = job_result_fail(res, CORDON_E_SPAWN_FAILED,
+                          "bwrap exited with status %d before the package started%s", code,
+                          retried ? " (retried once)" : "");
+    goto out;
+  }
   if (iso) /* the job tree is dead: nothing it made can change any more */
-    report_quarantine(&os->grants, plan->job->job_id, res, (size_t)m->output_kb * 1024);
+    report_quarantine(&os->grants, plan->job->job_id, res, cap);
   /* bwrap reports a job killed by signal N as exit status 128+N */
-  posix_exit_status(status, iso, res);
-  if (cpu_out) { /* reported like RLIMIT_CPU's end: signal SIGXCPU */
+  posix_exit_status(end.status, iso, res);
+  if (end.cpu_out) { /* reported like RLIMIT_CPU's end: signal SIGXCPU */
     res->exited = false;
     res->signal = SIGXCPU;
   }
   res->oom_killed = cgroup_job_oom_killed(&cg);
   r = 0;
 out:
-  if (pidfd >= 0)
-    close(pidfd);
-  posix_output_release(&out);
   cgroup_job_release(&cg);
   return r;
 }
