@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <sodium.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,8 +497,63 @@ enum after_kind {
   AFTER_RUNNING,    /* sent -> running: the event and the latency */
 };
 
+/* A ticket's signature, made on libuv's thread pool while the job's group
+ * commits (sent_run, on the loop, takes it when it is done, else signs
+ * itself). The key is copied on the loop, the only writer of the daemon's
+ * (a SIGHUP reloads it in place), and wiped once used. Two owners, both on
+ * the loop: the pool's after-callback and the after; the last frees it. */
+struct signing {
+  uv_work_t work;
+  int refs;
+  _Atomic int done; /* the signature is in sig (set on the pool's thread) */
+  uint8_t body[TICKET_BODY_LEN];
+  uint8_t sk[64];
+  uint8_t pk[32]; /* the key's public half: a key reloaded meanwhile is not it */
+  uint8_t sig[64];
+};
+
+static void signing_unref(struct signing *g) {
+  if (g && --g->refs == 0) {
+    sodium_memzero(g->sk, sizeof(g->sk));
+    free(g);
+  }
+}
+
+static void sign_work(uv_work_t *w) {
+  struct signing *g = w->data;
+  ticket_sign(g->body, g->sk, g->sig);
+  sodium_memzero(g->sk, sizeof(g->sk));
+  atomic_store_explicit(&g->done, 1, memory_order_release);
+}
+
+static void sign_done(uv_work_t *w, int status) {
+  (void)status;
+  signing_unref(w->data);
+}
+
+/* The signature of body on the pool, or NULL (then sent_run signs). */
+static struct signing *sign_soon(struct jobs *js, const uint8_t body[TICKET_BODY_LEN]) {
+  if (!js->started || js->closing)
+    return NULL;
+  struct signing *g = calloc(1, sizeof(*g));
+  if (!g)
+    return NULL;
+  g->refs = 2;
+  memcpy(g->body, body, TICKET_BODY_LEN);
+  memcpy(g->sk, js->ticket_sk, sizeof(g->sk));
+  memcpy(g->pk, js->ticket_sk + 32, sizeof(g->pk)); /* libsodium's sk: seed || pk */
+  g->work.data = g;
+  if (uv_queue_work(js->loop, &g->work, sign_work, sign_done) < 0) {
+    sodium_memzero(g->sk, sizeof(g->sk));
+    free(g);
+    return NULL;
+  }
+  return g;
+}
+
 struct after_send {
-  struct sending *x; /* ready, not linked: the fd, size, ids, queued copy */
+  struct sending *x;       /* ready, not linked: the fd, size, ids, queued copy */
+  struct signing *signing; /* its ticket's signature under way, or NULL */
   uint8_t ticket[TICKET_BODY_LEN];
   uint8_t pkg_hash[CPKG_HASH_SIZE];
   char **argv; /* one heap block */
@@ -577,6 +633,7 @@ static void after_push(struct jobs *js, struct after *a) {
 }
 
 static void after_free(struct after *a) {
+  signing_unref(a->send.signing);
   if (a->send.x) {
     if (a->send.x->fd >= 0)
       close(a->send.x->fd);
@@ -640,6 +697,7 @@ static int send_prepare(struct jobs *js, const char *job_id, const char *user, s
   t.issued_ms = core_wall_ms();
   t.expires_ms = t.issued_ms + JOB_TICKET_TTL_S * 1000ull;
   ticket_encode(&t, as->ticket);
+  as->signing = sign_soon(js, as->ticket);
   /* the ticket and the job sent: one change of the group */
   int r;
   if (add) {
@@ -717,7 +775,12 @@ static void sent_run(struct jobs *js, struct after *a) {
   memcpy(jm.job.job_id, x->raw_id, CORDON_ID_LEN);
   jm.job.ticket.data = as->ticket;
   jm.job.ticket.len = sizeof(as->ticket);
-  ticket_sign(as->ticket, js->ticket_sk, jm.job.ticket_sig);
+  struct signing *g = as->signing;
+  if (g && atomic_load_explicit(&g->done, memory_order_acquire) &&
+      memcmp(g->pk, js->ticket_sk + 32, sizeof(g->pk)) == 0)
+    memcpy(jm.job.ticket_sig, g->sig, sizeof(jm.job.ticket_sig));
+  else /* not yet (or never) made on the pool, or the key changed since */
+    ticket_sign(as->ticket, js->ticket_sk, jm.job.ticket_sig);
   memcpy(jm.job.pkg_hash, as->pkg_hash, CPKG_HASH_SIZE);
   jm.job.pkg_size = x->size;
   jm.job.args = as->argv;
