@@ -113,6 +113,7 @@ struct jobs {
   struct after *after, **after_tail, *after_open;
   struct verifying *verifying; /* results whose signature is being checked */
   size_t n_verifying;
+  uint64_t hold_since; /* uv_now + 1 when the commit began to wait for the pool, 0 for not */
   /* the last look at the queue found jobs in it, or one was queued since
    * (a shared database's queue is always looked at: others fill it) */
   bool queue_maybe;
@@ -1641,6 +1642,7 @@ static void log_result(struct jobs *js, struct session *s, const char *device_id
  * than the pool checks them) the signature is checked on the loop, which
  * then reads no faster than it checks, as before. */
 #define JOBS_VERIFYING_MAX 256
+#define JOBS_HOLD_FOR_POOL_MS 1
 struct verifying {
   uv_work_t work;
   struct jobs *js;
@@ -2022,6 +2024,19 @@ static void group_flush(struct jobs *js) {
  * then acted on. */
 static void on_commit_check(uv_check_t *h) {
   struct jobs *js = h->data;
+  /* results whose signature the pool is checking join this group rather
+   * than the next (their check ends within tens of µs and wakes the loop),
+   * for at most a millisecond of the loop's time */
+  uint64_t now = uv_now(js->loop);
+  if (js->n_verifying > 0 && server_db_group_pending(js->db)) {
+    if (!js->hold_since)
+      js->hold_since = now + 1;
+    if (now + 1 - js->hold_since < JOBS_HOLD_FOR_POOL_MS) {
+      uv_idle_stop(&js->commit_idle);
+      return;
+    }
+  }
+  js->hold_since = 0;
   group_flush(js);
   if (!js->after && !server_db_group_pending(js->db))
     uv_idle_stop(&js->commit_idle);
