@@ -556,18 +556,48 @@ static pid_t exec_bg(const char *cfg, const char *script) {
   return pid;
 }
 
-/* The exec-* job directory of pid below instance inst in hierarchy i. */
-static bool has_exec_dir(size_t i, const char *inst, pid_t pid) {
+/* The exec-* job directory of pid below instance inst in hierarchy i
+ * (its path in out, when there is one). */
+static bool exec_dir(size_t i, const char *inst, pid_t pid, char out[4800]) {
   char pre[64];
   snprintf(pre, sizeof(pre), CGROUP_EXEC_PREFIX "%ld-", (long)pid);
   DIR *d = opendir(idir(i, inst));
   bool found = false;
   struct dirent *de;
   while (d && !found && (de = readdir(d)))
-    found = strncmp(de->d_name, pre, strlen(pre)) == 0;
+    if ((found = strncmp(de->d_name, pre, strlen(pre)) == 0))
+      snprintf(out, 4800, "%.4200s/%.255s", idir(i, inst), de->d_name);
   if (d)
     closedir(d);
   return found;
+}
+
+static bool has_exec_dir(size_t i, const char *inst, pid_t pid) {
+  char dir[4800];
+  return exec_dir(i, inst, pid, dir);
+}
+
+/* Ends the nap of the exec of pid: with its sleep killed, `sleep 300;
+ * exit N` goes on to exit N. The execs nap until the test is done with
+ * them rather than sleep a fixed few seconds: what the test waits on
+ * meanwhile (the execs' start, an agent's start and session) may take
+ * longer than that under load. */
+static void end_nap(const char *inst, pid_t pid) {
+  char dir[4800];
+  cr_assert(exec_dir(0, inst, pid, dir), "the exec of %ld has its cgroup", (long)pid);
+  pid_t p[16];
+  size_t n = procs_of(dir, p, 16), killed = 0;
+  for (size_t k = 0; k < n; k++) {
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof(path), "/proc/%ld/comm", (long)p[k]);
+    FILE *f = fopen(path, "re");
+    if (f && fgets(comm, sizeof(comm), f) && strcmp(comm, "sleep\n") == 0 &&
+        kill(p[k], SIGKILL) == 0)
+      killed++;
+    if (f)
+      fclose(f);
+  }
+  cr_assert_eq(killed, 1, "the exec of %ld naps in %s", (long)pid, dir);
 }
 
 static pid_t exec_pid[2];
@@ -584,8 +614,8 @@ Test(agent_cgroup, the_sweep_leaves_another_instance_and_a_running_exec_alone, .
   cgroup_instance_name(other, 0, other_inst);
   cr_assert_str_neq(other_inst, T.inst, "another config dir is another instance");
   /* an exec of this agent's own config dir, and one of another instance */
-  T.extra[0] = exec_pid[0] = exec_bg(S.cfg, "sleep 4; exit 7");
-  T.extra[1] = exec_pid[1] = exec_bg(other, "sleep 4; exit 8");
+  T.extra[0] = exec_pid[0] = exec_bg(S.cfg, "sleep 300; exit 7");
+  T.extra[1] = exec_pid[1] = exec_bg(other, "sleep 300; exit 8");
   cr_assert(spin(15000, execs_running), "both execs run in their cgroups");
   /* a third instance killed -9 long ago: its empty pool and a job cgroup
    * that still holds a process (pid 999999999 is above any pid_max) */
@@ -617,6 +647,8 @@ Test(agent_cgroup, the_sweep_leaves_another_instance_and_a_running_exec_alone, .
     rmdir(busy[i]);
     cr_assert_eq(rmdir(idir(i, dead)), 0);
   }
+  end_nap(T.inst, exec_pid[0]);
+  end_nap(other_inst, exec_pid[1]);
   int st;
   cr_assert_eq(waitpid(exec_pid[0], &st, 0), exec_pid[0]);
   T.extra[0] = 0;
