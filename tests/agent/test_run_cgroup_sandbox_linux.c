@@ -15,6 +15,7 @@
 #include <sys/time.h>
 #include <sys/un.h>
 
+#include "../platform/sbx_harness.h"
 #include "platform/linux/cgroup.h"
 #include "scripted_server.h"
 
@@ -34,8 +35,9 @@ static struct {
   char base[3][4096]; /* the v1 memory, pids, cpuacct bases (or [0]: v2) */
   size_t n_base;
   char inst[CGROUP_INSTANCE_NAME_SIZE];
-  pid_t extra[4]; /* other processes the test started */
-  bool deleg;     /* the agent runs as cordon-test in a delegated subtree */
+  pid_t extra[4];    /* other processes the test started */
+  bool deleg;        /* the agent runs as u in a delegated subtree */
+  struct sbx_user u; /* a throw-away account of the test (deleg) */
   uid_t uid;
   gid_t gid;
   const char *job_user; /* who the jobs run as */
@@ -137,25 +139,26 @@ static void setup(void) {
   T.job_user = "cordon-job";
 }
 
-/* The per-user agent: cordon-test inside a v1 subtree chowned to it (what
- * a delegated user unit gets); T.base becomes that subtree. */
+/* The per-user agent: a throw-away account (not the shared cordon-test,
+ * whose processes the sandbox tests running at once count in their
+ * RLIMIT_NPROC) inside a v1 subtree chowned to it (what a delegated user
+ * unit gets); T.base becomes that subtree. */
 static void setup_deleg(void) {
   setup();
   if (strstr(T.base[0], "/sys/fs/cgroup/memory") != T.base[0] || T.n_base != 3)
     cr_skip_test("the delegated mode is tested on v1 hierarchies here");
-  struct passwd *pw = getpwnam("cordon-test");
-  cr_assert(pw, "the test account cordon-test");
+  sbx_user_make(&T.u, "cdncg");
   T.deleg = true;
-  T.uid = pw->pw_uid;
-  T.gid = pw->pw_gid;
-  T.job_user = "cordon-test"; /* a per-user agent's jobs run as itself */
+  T.uid = T.u.uid;
+  T.gid = T.u.gid;
+  T.job_user = T.u.name; /* a per-user agent's jobs run as itself */
   for (size_t i = 0; i < T.n_base; i++) {
     size_t n = strlen(T.base[i]);
     snprintf(T.base[i] + n, sizeof(T.base[i]) - n, "/cordon-cg-deleg-%ld", (long)getpid());
     cr_assert_eq(mkdir(T.base[i], 0755), 0, "%s", T.base[i]);
   }
   static char cmd[13000];
-  snprintf(cmd, sizeof(cmd), "chown -R cordon-test: %.200s %.4096s %.4096s %.4096s", S.dir,
+  snprintf(cmd, sizeof(cmd), "chown -R %s: %.200s %.4096s %.4096s %.4096s", T.u.name, S.dir,
            T.base[0], T.base[1], T.base[2]);
   cr_assert_eq(system(cmd), 0);
   cgroup_instance_name(S.cfg, T.uid, T.inst);
@@ -180,9 +183,10 @@ static void teardown(void) {
     rmdir(T.base[i]);
   }
   ss_teardown();
+  sbx_user_drop(&T.u);
 }
 
-/* `cordon-agent run` as root, or in the delegated mode as cordon-test
+/* `cordon-agent run` as root, or in the delegated mode as T.u
  * moved into its subtree first while still root (as systemd would). */
 static pid_t start(void) {
   if (!T.deleg)
@@ -199,10 +203,9 @@ static pid_t start(void) {
       if (!f || fprintf(f, "0\n") < 0 || fclose(f) != 0)
         _exit(126);
     }
-    struct passwd *pw = getpwnam("cordon-test");
-    if (!pw || setgroups(0, NULL) < 0 || setgid(T.gid) < 0 || setuid(T.uid) < 0)
+    if (setgroups(0, NULL) < 0 || setgid(T.gid) < 0 || setuid(T.uid) < 0)
       _exit(125);
-    setenv("HOME", pw->pw_dir, 1);
+    setenv("HOME", T.u.home, 1);
     execl(AGENT, AGENT, "--config", S.cfg, "run", "--drain-timeout", "5", (char *)NULL);
     _exit(127);
   }

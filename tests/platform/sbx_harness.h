@@ -83,9 +83,19 @@ static inline void sbx_user_make(struct sbx_user *u, const char *prefix) {
   u->gid = pw->pw_gid;
 }
 
+/* Once none of its processes is left (useradd hands a freed uid out
+ * again, and a process the test left would count against the next one's
+ * limits); one still there after 10 s fails the test. */
 static inline void sbx_user_drop(const struct sbx_user *u) {
-  if (u->name[0])
-    xsystem("userdel -f %s >/dev/null 2>&1; rm -rf %s", u->name, u->home);
+  if (!u->name[0])
+    return;
+  char cmd[64];
+  snprintf(cmd, sizeof(cmd), "pgrep -U %lu >/dev/null", (unsigned long)u->uid);
+  int tries = 0;
+  while (system(cmd) == 0 && tries++ < 200)
+    usleep(50 * 1000);
+  xsystem("userdel -f %s >/dev/null 2>&1; rm -rf %s", u->name, u->home);
+  cr_assert_leq(tries, 200, "a process of %s outlived its test", u->name);
 }
 
 /* The temp dir of one test: ROOT (0755), ROOT/agent (the agent's
