@@ -584,23 +584,33 @@ static bool has_exec_dir(size_t i, const char *inst, pid_t pid) {
  * exit N` goes on to exit N. The execs nap until the test is done with
  * them rather than sleep a fixed few seconds: what the test waits on
  * meanwhile (the execs' start, an agent's start and session) may take
- * longer than that under load. */
-static void end_nap(const char *inst, pid_t pid) {
+ * longer than that under load. The exec's cgroup is there before its
+ * sleep is: wait for that. */
+static const char *nap_inst;
+static pid_t nap_pid;
+static bool nap_ended;
+static bool end_nap_once(void) {
   char dir[4800];
-  cr_assert(exec_dir(0, inst, pid, dir), "the exec of %ld has its cgroup", (long)pid);
   pid_t p[16];
-  size_t n = procs_of(dir, p, 16), killed = 0;
-  for (size_t k = 0; k < n; k++) {
+  size_t n = 0;
+  if (!nap_ended && exec_dir(0, nap_inst, nap_pid, dir))
+    n = procs_of(dir, p, 16);
+  for (size_t k = 0; k < n && !nap_ended; k++) {
     char path[64], comm[32] = "";
     snprintf(path, sizeof(path), "/proc/%ld/comm", (long)p[k]);
     FILE *f = fopen(path, "re");
-    if (f && fgets(comm, sizeof(comm), f) && strcmp(comm, "sleep\n") == 0 &&
-        kill(p[k], SIGKILL) == 0)
-      killed++;
+    nap_ended = f && fgets(comm, sizeof(comm), f) && strcmp(comm, "sleep\n") == 0 &&
+                kill(p[k], SIGKILL) == 0;
     if (f)
       fclose(f);
   }
-  cr_assert_eq(killed, 1, "the exec of %ld naps in %s", (long)pid, dir);
+  return nap_ended;
+}
+static void end_nap(const char *inst, pid_t pid) {
+  nap_inst = inst;
+  nap_pid = pid;
+  nap_ended = false;
+  cr_assert(spin(20000, end_nap_once), "the exec of %ld naps in its cgroup", (long)pid);
 }
 
 static pid_t exec_pid[2];
