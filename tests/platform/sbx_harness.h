@@ -59,12 +59,11 @@ static inline struct passwd *sbx_account(const char *name) {
 
 /* A throw-away account of one test (useradd; sbx_user_drop removes it):
  * PREFIX and the pid, its home /home/NAME (0755, its own), uid 3000000
- * and the pid. The shared cordon-test and cordon-job clash between tests
- * run at once (ctest -j, other checkouts on the machine): RLIMIT_NPROC
- * counts every process of the uid, so another test's processes ate a
- * job's process limit, and a file planted in a shared home went with
- * another test's teardown. The uid is never the one a test just dropped
- * (useradd's own choice would be): a zombie of that test's jobs, which
+ * + 4 * pid + which of the process's (up to 4) accounts it is. The shared cordon-test and
+ * cordon-job clash between tests run at once (ctest -j, other checkouts on the machine):
+ * RLIMIT_NPROC counts every process of the uid, so another test's processes ate a job's process
+ * limit, and a file planted in a shared home went with another test's teardown. The uid is never
+ * the one a test just dropped (useradd's own choice would be): a zombie of that test's jobs, which
  * counts until its new parent (PID 1 here) reaps it, would count against
  * the next one's limit. */
 struct sbx_user {
@@ -76,7 +75,8 @@ struct sbx_user {
 
 static inline void sbx_user_make(struct sbx_user *u, const char *prefix) {
   memset(u, 0, sizeof(*u));
-  unsigned long uid = 3000000ul + (unsigned long)getpid();
+  static unsigned made;
+  unsigned long uid = 3000000ul + 4ul * (unsigned long)getpid() + made++ % 4;
   snprintf(u->name, sizeof(u->name), "%.12s%d", prefix, (int)getpid());
   snprintf(u->home, sizeof(u->home), "/home/%s", u->name);
   /* first what a test of the same pid left when it crashed */
