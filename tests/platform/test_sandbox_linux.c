@@ -332,23 +332,28 @@ BOTH(host_unix_sockets_and_dirs_are_not_visible) {
   cr_assert(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
   chmod(sp, 0777);
   listen(s, 4);
-  /* an abstract socket too: only a shared network namespace could reach it */
+  /* an abstract socket too: only a shared network namespace could reach it;
+   * its name holds the pid (the namespace is the machine's: another run of
+   * this test at once had the name, EADDRINUSE) */
   int s2 = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un b = {.sun_family = AF_UNIX};
-  memcpy(b.sun_path, "\0cordon-test-abstract", 21);
-  cr_assert(bind(s2, (struct sockaddr *)&b, offsetof(struct sockaddr_un, sun_path) + 21) == 0);
+  char an[64];
+  int al = snprintf(an, sizeof(an), "cordon-test-abstract-%d", (int)getpid());
+  memcpy(b.sun_path + 1, an, (size_t)al); /* sun_path[0] stays '\0' */
+  cr_assert(bind(s2, (struct sockaddr *)&b, offsetof(struct sockaddr_un, sun_path) + 1 + al) == 0,
+            "bind @%s: %s", an, strerror(errno));
   listen(s2, 4);
   package(NULL, "exec python3 -c '\n"
                 "import socket,sys,os\n"
-                "for addr in (sys.argv[1], \"\\0cordon-test-abstract\"):\n"
+                "for addr in (sys.argv[1], \"\\0\" + sys.argv[2]):\n"
                 "  try:\n"
                 "    c=socket.socket(socket.AF_UNIX); c.connect(addr); print(\"REACHED\", addr)\n"
                 "  except Exception as e: print(\"BLOCKED\")\n"
                 "for d in "
                 "(\"/run\",\"/var\",\"/home\",\"/root\",\"/tmp/"
                 "\"+os.path.basename(os.path.dirname(sys.argv[1]))):\n"
-                "  print(d, os.path.exists(d))\n' \"$1\"\n");
-  const char *args[] = {sp, NULL};
+                "  print(d, os.path.exists(d))\n' \"$1\" \"$2\"\n");
+  const char *args[] = {sp, an, NULL};
   struct sbx_run r = exec_pkg(args);
   assert_isolated_ok(&r);
   const char *o = out_of(&r);
