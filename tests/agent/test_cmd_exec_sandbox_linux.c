@@ -1,7 +1,9 @@
 /* cordon-agent exec|explain -- CMD: an ad-hoc command under the real
- * sandbox (bwrap + seccomp, as root with the cordon-job account), in a
- * default manifest whose capabilities are --net, --ro and --rw; and the
- * summaries `status` and `explain` print without --json. */
+ * sandbox (bwrap + seccomp, as root with a throw-away job user of each
+ * test, sbx_user_make: cordon-job's home is where other tests running at
+ * once plant and remove their .ssh), in a default manifest whose
+ * capabilities are --net, --ro and --rw; and the summaries `status` and
+ * `explain` print without --json. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <pwd.h>
@@ -13,7 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define AGENT CORDON_BINARY_DIR "/cordon-agent"
+#include "../platform/sbx_harness.h"
+
 #define CANARY "CANARY-adhoc-7f3a"
 
 struct out {
@@ -23,7 +26,7 @@ struct out {
 };
 
 static char tmp[64], cfg[128], var[64], jhome[256];
-static bool planted;
+static struct sbx_user ju; /* the job user */
 
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sh(const char *fmt, ...) {
@@ -36,10 +39,10 @@ static void sh(const char *fmt, ...) {
 }
 
 static void setup(void) {
-  struct passwd *pw = getpwnam("cordon-job");
-  if (geteuid() != 0 || !pw || access("/usr/bin/bwrap", X_OK) != 0)
-    cr_skip_test("needs root, bwrap and the cordon-job account (scripts/test-setup.sh)");
-  snprintf(jhome, sizeof(jhome), "%s", pw->pw_dir);
+  if (geteuid() != 0 || access("/usr/bin/bwrap", X_OK) != 0)
+    cr_skip_test("needs root and bwrap");
+  sbx_user_make(&ju, "cdnadx");
+  snprintf(jhome, sizeof(jhome), "%s", ju.home);
   snprintf(tmp, sizeof(tmp), "/tmp/cordon-adx-XXXXXX");
   cr_assert(mkdtemp(tmp));
   chmod(tmp, 0755);
@@ -53,7 +56,8 @@ static void setup(void) {
      var, var, var);
   char path[256], json[512];
   snprintf(path, sizeof(path), "%s/config.json", cfg);
-  snprintf(json, sizeof(json), "{\"grant_roots\": [\"~\", \"%s\"]}", var);
+  snprintf(json, sizeof(json), "{\"job_user\": \"%s\", \"grant_roots\": [\"~\", \"%s\"]}", ju.name,
+           var);
   FILE *f = fopen(path, "w");
   cr_assert(f);
   fputs(json, f);
@@ -61,10 +65,9 @@ static void setup(void) {
 }
 
 static void teardown(void) {
-  if (planted)
-    sh("rm -rf %s/.ssh", jhome);
   if (tmp[0])
     sh("rm -rf %s %s", tmp, var);
+  sbx_user_drop(&ju);
 }
 
 static void slurp(const char *path, char *buf, size_t cap) {
@@ -108,10 +111,7 @@ Test(cmd_exec, an_adhoc_command_cannot_read_the_homes_secrets, .init = setup, .f
   char dir[300], key[320];
   snprintf(dir, sizeof(dir), "%s/.ssh", jhome);
   snprintf(key, sizeof(key), "%s/id_ed25519", dir);
-  if (access(dir, F_OK) == 0)
-    cr_skip_test("%s exists: not planting over it", dir);
-  planted = true;
-  sh("mkdir -m 0700 %s && echo " CANARY " > %s && chown -R cordon-job: %s", dir, key, dir);
+  sh("mkdir -m 0700 %s && echo " CANARY " > %s && chown -R %s: %s", dir, key, ju.name, dir);
   /* no grant: the home is not there */
   struct out *o = RUN("exec", "--", "cat", key);
   cr_assert_eq(o->status, 1, "cat's own status: %d %s", o->status, o->err);

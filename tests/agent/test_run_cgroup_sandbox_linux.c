@@ -15,6 +15,7 @@
 #include <sys/time.h>
 #include <sys/un.h>
 
+#include "../platform/sbx_harness.h"
 #include "platform/linux/cgroup.h"
 #include "scripted_server.h"
 
@@ -34,8 +35,9 @@ static struct {
   char base[3][4096]; /* the v1 memory, pids, cpuacct bases (or [0]: v2) */
   size_t n_base;
   char inst[CGROUP_INSTANCE_NAME_SIZE];
-  pid_t extra[4]; /* other processes the test started */
-  bool deleg;     /* the agent runs as cordon-test in a delegated subtree */
+  pid_t extra[4];    /* other processes the test started */
+  bool deleg;        /* the agent runs as u in a delegated subtree */
+  struct sbx_user u; /* a throw-away account of the test (deleg) */
   uid_t uid;
   gid_t gid;
   const char *job_user; /* who the jobs run as */
@@ -137,25 +139,26 @@ static void setup(void) {
   T.job_user = "cordon-job";
 }
 
-/* The per-user agent: cordon-test inside a v1 subtree chowned to it (what
- * a delegated user unit gets); T.base becomes that subtree. */
+/* The per-user agent: a throw-away account (not the shared cordon-test,
+ * whose processes the sandbox tests running at once count in their
+ * RLIMIT_NPROC) inside a v1 subtree chowned to it (what a delegated user
+ * unit gets); T.base becomes that subtree. */
 static void setup_deleg(void) {
   setup();
   if (strstr(T.base[0], "/sys/fs/cgroup/memory") != T.base[0] || T.n_base != 3)
     cr_skip_test("the delegated mode is tested on v1 hierarchies here");
-  struct passwd *pw = getpwnam("cordon-test");
-  cr_assert(pw, "the test account cordon-test");
+  sbx_user_make(&T.u, "cdncg");
   T.deleg = true;
-  T.uid = pw->pw_uid;
-  T.gid = pw->pw_gid;
-  T.job_user = "cordon-test"; /* a per-user agent's jobs run as itself */
+  T.uid = T.u.uid;
+  T.gid = T.u.gid;
+  T.job_user = T.u.name; /* a per-user agent's jobs run as itself */
   for (size_t i = 0; i < T.n_base; i++) {
     size_t n = strlen(T.base[i]);
     snprintf(T.base[i] + n, sizeof(T.base[i]) - n, "/cordon-cg-deleg-%ld", (long)getpid());
     cr_assert_eq(mkdir(T.base[i], 0755), 0, "%s", T.base[i]);
   }
   static char cmd[13000];
-  snprintf(cmd, sizeof(cmd), "chown -R cordon-test: %.200s %.4096s %.4096s %.4096s", S.dir,
+  snprintf(cmd, sizeof(cmd), "chown -R %s: %.200s %.4096s %.4096s %.4096s", T.u.name, S.dir,
            T.base[0], T.base[1], T.base[2]);
   cr_assert_eq(system(cmd), 0);
   cgroup_instance_name(S.cfg, T.uid, T.inst);
@@ -180,9 +183,10 @@ static void teardown(void) {
     rmdir(T.base[i]);
   }
   ss_teardown();
+  sbx_user_drop(&T.u);
 }
 
-/* `cordon-agent run` as root, or in the delegated mode as cordon-test
+/* `cordon-agent run` as root, or in the delegated mode as T.u
  * moved into its subtree first while still root (as systemd would). */
 static pid_t start(void) {
   if (!T.deleg)
@@ -199,10 +203,9 @@ static pid_t start(void) {
       if (!f || fprintf(f, "0\n") < 0 || fclose(f) != 0)
         _exit(126);
     }
-    struct passwd *pw = getpwnam("cordon-test");
-    if (!pw || setgroups(0, NULL) < 0 || setgid(T.gid) < 0 || setuid(T.uid) < 0)
+    if (setgroups(0, NULL) < 0 || setgid(T.gid) < 0 || setuid(T.uid) < 0)
       _exit(125);
-    setenv("HOME", pw->pw_dir, 1);
+    setenv("HOME", T.u.home, 1);
     execl(AGENT, AGENT, "--config", S.cfg, "run", "--drain-timeout", "5", (char *)NULL);
     _exit(127);
   }
@@ -295,6 +298,28 @@ static const struct pkg *nap_pkg(void) {
   return &p;
 }
 
+/* The napping job's whole tree (bwrap, its init, the shell and sleep) is
+ * in its job cgroup in every hierarchy. Until then the one process there
+ * may be the launcher's child in mid-exec: it joins the job's cgroups as
+ * root (only root may write there), then drops to the job user and execs
+ * bwrap; and the running message comes before it even starts (dispatch
+ * sends it as it queues the job). The sleep exists only once every
+ * process before it has exec'd. */
+static bool job_tree_in_cgroups(void) {
+  for (size_t i = 0; i < T.n_base; i++) {
+    size_t busy;
+    char name[64] = "", dir[4400];
+    job_dirs(i, T.inst, &busy, name);
+    if (busy != 1)
+      return false;
+    snprintf(dir, sizeof(dir), "%s/%s", idir(i, T.inst), name);
+    pid_t p[8];
+    if (procs_of(dir, p, 8) < 4)
+      return false;
+  }
+  return true;
+}
+
 static bool pool_full(void) {
   size_t busy;
   return job_dirs(0, T.inst, &busy, NULL) == CGROUP_POOL_SIZE && busy == 0;
@@ -309,7 +334,8 @@ Test(agent_cgroup, a_jobs_cgroup_is_a_pooled_one_below_the_instance_parent, .ini
   send_job_id(nap_pkg(), job_id(0));
   want_running = 1;
   cr_assert(spin(20000, running_n), "the job did not start:\n%s", slurp(S.log));
-  cr_assert(spin(5000, job_in_cgroups), "the job's tree joined its cgroups");
+  cr_assert(spin(20000, job_tree_in_cgroups), "the job's tree joined its cgroups:\n%s",
+            slurp(S.log));
   for (size_t i = 0; i < T.n_base; i++) {
     size_t busy;
     char name[64] = "";
@@ -326,7 +352,8 @@ Test(agent_cgroup, a_jobs_cgroup_is_a_pooled_one_below_the_instance_parent, .ini
       char path[64];
       struct stat st;
       snprintf(path, sizeof(path), "/proc/%ld", (long)p[k]);
-      cr_assert(stat(path, &st) == 0 && st.st_uid == pw->pw_uid, "pid %ld", (long)p[k]);
+      cr_assert(stat(path, &st) == 0, "pid %ld: %s", (long)p[k], strerror(errno));
+      cr_assert_eq(st.st_uid, pw->pw_uid, "pid %ld runs as uid %ld", (long)p[k], (long)st.st_uid);
     }
     /* nothing of this job directly in the agent's own cgroup */
     char legacy[4400];
@@ -386,7 +413,8 @@ static size_t agent_with_a_napping_job(const uint8_t *id, char dirs[3][4400], pi
   send_job_id(nap_pkg(), id);
   want_running = 1;
   cr_assert(spin(20000, running_n), "the job did not start:\n%s", slurp(S.log));
-  cr_assert(spin(5000, job_in_cgroups), "the job's tree joined its cgroups");
+  cr_assert(spin(20000, job_tree_in_cgroups), "bwrap, its init and the job joined its cgroups:\n%s",
+            slurp(S.log));
   char name[64] = "";
   for (size_t i = 0; i < T.n_base; i++) {
     size_t busy;
@@ -394,9 +422,7 @@ static size_t agent_with_a_napping_job(const uint8_t *id, char dirs[3][4400], pi
     cr_assert_eq(busy, 1);
     snprintf(dirs[i], 4400, "%s/%s", idir(i, T.inst), name);
   }
-  size_t n = 0;
-  for (int tries = 0; tries < 500 && (n = procs_of(dirs[0], pids, 64)) < 4; tries++)
-    usleep(10000);
+  size_t n = procs_of(dirs[0], pids, 64);
   cr_assert_geq(n, 4, "bwrap, its init and the job");
   return n;
 }
@@ -533,18 +559,58 @@ static pid_t exec_bg(const char *cfg, const char *script) {
   return pid;
 }
 
-/* The exec-* job directory of pid below instance inst in hierarchy i. */
-static bool has_exec_dir(size_t i, const char *inst, pid_t pid) {
+/* The exec-* job directory of pid below instance inst in hierarchy i
+ * (its path in out, when there is one). */
+static bool exec_dir(size_t i, const char *inst, pid_t pid, char out[4800]) {
   char pre[64];
   snprintf(pre, sizeof(pre), CGROUP_EXEC_PREFIX "%ld-", (long)pid);
   DIR *d = opendir(idir(i, inst));
   bool found = false;
   struct dirent *de;
   while (d && !found && (de = readdir(d)))
-    found = strncmp(de->d_name, pre, strlen(pre)) == 0;
+    if ((found = strncmp(de->d_name, pre, strlen(pre)) == 0))
+      snprintf(out, 4800, "%.4200s/%.255s", idir(i, inst), de->d_name);
   if (d)
     closedir(d);
   return found;
+}
+
+static bool has_exec_dir(size_t i, const char *inst, pid_t pid) {
+  char dir[4800];
+  return exec_dir(i, inst, pid, dir);
+}
+
+/* Ends the nap of the exec of pid: with its sleep killed, `sleep 300;
+ * exit N` goes on to exit N. The execs nap until the test is done with
+ * them rather than sleep a fixed few seconds: what the test waits on
+ * meanwhile (the execs' start, an agent's start and session) may take
+ * longer than that under load. The exec's cgroup is there before its
+ * sleep is: wait for that. */
+static const char *nap_inst;
+static pid_t nap_pid;
+static bool nap_ended;
+static bool end_nap_once(void) {
+  char dir[4800];
+  pid_t p[16];
+  size_t n = 0;
+  if (!nap_ended && exec_dir(0, nap_inst, nap_pid, dir))
+    n = procs_of(dir, p, 16);
+  for (size_t k = 0; k < n && !nap_ended; k++) {
+    char path[64], comm[32] = "";
+    snprintf(path, sizeof(path), "/proc/%ld/comm", (long)p[k]);
+    FILE *f = fopen(path, "re");
+    nap_ended = f && fgets(comm, sizeof(comm), f) && strcmp(comm, "sleep\n") == 0 &&
+                kill(p[k], SIGKILL) == 0;
+    if (f)
+      fclose(f);
+  }
+  return nap_ended;
+}
+static void end_nap(const char *inst, pid_t pid) {
+  nap_inst = inst;
+  nap_pid = pid;
+  nap_ended = false;
+  cr_assert(spin(20000, end_nap_once), "the exec of %ld naps in its cgroup", (long)pid);
 }
 
 static pid_t exec_pid[2];
@@ -561,8 +627,8 @@ Test(agent_cgroup, the_sweep_leaves_another_instance_and_a_running_exec_alone, .
   cgroup_instance_name(other, 0, other_inst);
   cr_assert_str_neq(other_inst, T.inst, "another config dir is another instance");
   /* an exec of this agent's own config dir, and one of another instance */
-  T.extra[0] = exec_pid[0] = exec_bg(S.cfg, "sleep 4; exit 7");
-  T.extra[1] = exec_pid[1] = exec_bg(other, "sleep 4; exit 8");
+  T.extra[0] = exec_pid[0] = exec_bg(S.cfg, "sleep 300; exit 7");
+  T.extra[1] = exec_pid[1] = exec_bg(other, "sleep 300; exit 8");
   cr_assert(spin(15000, execs_running), "both execs run in their cgroups");
   /* a third instance killed -9 long ago: its empty pool and a job cgroup
    * that still holds a process (pid 999999999 is above any pid_max) */
@@ -594,6 +660,8 @@ Test(agent_cgroup, the_sweep_leaves_another_instance_and_a_running_exec_alone, .
     rmdir(busy[i]);
     cr_assert_eq(rmdir(idir(i, dead)), 0);
   }
+  end_nap(T.inst, exec_pid[0]);
+  end_nap(other_inst, exec_pid[1]);
   int st;
   cr_assert_eq(waitpid(exec_pid[0], &st, 0), exec_pid[0]);
   T.extra[0] = 0;
@@ -662,7 +730,7 @@ static void body_pooled_limits(void) {
     want_running = round + 1;
     cr_assert(spin(20000, running_n), "the job did not start:\n%s", slurp(S.log));
     if (round == 0) {
-      cr_assert(spin(5000, job_in_cgroups), "the job's tree joined its cgroups");
+      cr_assert(spin(20000, job_in_cgroups), "the job's tree joined its cgroups");
       for (size_t i = 0; i < T.n_base; i++) {
         size_t busy;
         char name[64] = "";

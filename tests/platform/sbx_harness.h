@@ -57,6 +57,44 @@ static inline struct passwd *sbx_account(const char *name) {
   return pw;
 }
 
+/* A throw-away account of one test (useradd; sbx_user_drop removes it):
+ * PREFIX and the pid, its home /home/NAME (0755, its own), uid 3000000
+ * + 4 * pid + which of the process's (up to 4) accounts it is. The shared cordon-test and
+ * cordon-job clash between tests run at once (ctest -j, other checkouts on the machine):
+ * RLIMIT_NPROC counts every process of the uid, so another test's processes ate a job's process
+ * limit, and a file planted in a shared home went with another test's teardown. The uid is never
+ * the one a test just dropped (useradd's own choice would be): a zombie of that test's jobs, which
+ * counts until its new parent (PID 1 here) reaps it, would count against
+ * the next one's limit. */
+struct sbx_user {
+  char name[32];
+  char home[64];
+  uid_t uid;
+  gid_t gid;
+};
+
+static inline void sbx_user_make(struct sbx_user *u, const char *prefix) {
+  memset(u, 0, sizeof(*u));
+  static unsigned made;
+  unsigned long uid = 3000000ul + 4ul * (unsigned long)getpid() + made++ % 4;
+  snprintf(u->name, sizeof(u->name), "%.12s%d", prefix, (int)getpid());
+  snprintf(u->home, sizeof(u->home), "/home/%s", u->name);
+  /* first what a test of the same pid left when it crashed */
+  xsystem("old=$(getent passwd %lu | cut -d: -f1); [ -z \"$old\" ] || userdel -f \"$old\"; "
+          "userdel -f %s >/dev/null 2>&1; rm -rf %s; mkdir -p /home && "
+          "useradd -K UID_MAX=2147483647 -M -u %lu -d %s -s /bin/sh -U %s && mkdir -m 0755 %s && "
+          "chown %s: %s",
+          uid, u->name, u->home, uid, u->home, u->name, u->home, u->name, u->home);
+  struct passwd *pw = sbx_account(u->name);
+  u->uid = pw->pw_uid;
+  u->gid = pw->pw_gid;
+}
+
+static inline void sbx_user_drop(const struct sbx_user *u) {
+  if (u->name[0])
+    xsystem("userdel -f %s >/dev/null 2>&1; rm -rf %s", u->name, u->home);
+}
+
 /* The temp dir of one test: ROOT (0755), ROOT/agent (the agent's
  * --config, 0700, owned by whoever runs the agent) and ROOT/pkg. */
 struct sbx_dirs {

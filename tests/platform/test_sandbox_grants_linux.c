@@ -1,8 +1,10 @@
 /* End-to-end tests of the filesystem rules of the Linux sandbox (issue 12,
  * classes 1, 3 and 4 and the staging holes): the real cordon-agent runs
- * real packages under real bwrap in both agent modes, root (jobs as
- * cordon-job) and per-user (the agent runs as a throw-away owner that this
- * test creates with useradd and removes at teardown). The owner's home
+ * real packages under real bwrap in both agent modes, root (jobs as a
+ * throw-away job user, named by the config's job_user) and per-user (the
+ * agent runs as a throw-away owner); sbx_user_make makes both accounts
+ * and sbx_user_drop removes them at teardown, so no other test running at
+ * once plants in or cleans the same home (cordon-job's). The owner's home
  * holds canary secrets and autorun files; after each job the test checks
  * on the host that nothing changed, that no canary was read, that renames
  * around protected entries failed and that no FIFO or socket got anything.
@@ -27,15 +29,16 @@
 #define CANARY "CANARY-5f3e1d"
 
 struct env {
-  bool as_user;      /* agent runs as the throw-away owner */
-  char owner[32];    /* the owner's account name */
-  char home[128];    /* the owner's home (holds the canaries) */
-  char jhome[128];   /* home of whoever runs the job (owner, or cordon-job) */
-  char jname[32];    /* the job user's name */
-  struct sbx_dirs d; /* temp dir: agent --config and package source dir */
+  bool as_user;       /* agent runs as the throw-away owner */
+  char owner[32];     /* the owner's account name */
+  char home[128];     /* the owner's home (holds the canaries) */
+  char jhome[128];    /* home of whoever runs the job (owner, or ju) */
+  char jname[32];     /* the job user's name */
+  struct sbx_user ou; /* the owner */
+  struct sbx_user ju; /* the job user (root mode) */
+  struct sbx_dirs d;  /* temp dir: agent --config and package source dir */
   uid_t agent_uid;
   gid_t agent_gid;
-  bool planted_jhome; /* root mode: files planted in cordon-job's home */
 };
 
 static struct env E;
@@ -87,27 +90,26 @@ static void assert_lines_kept(const char *before, const char *after) {
   free(hay);
 }
 
+static void agent_config(const char *extra_roots);
+
 static void setup_env(bool as_user) {
   memset(&E, 0, sizeof(E));
   E.as_user = as_user;
-  snprintf(E.owner, sizeof(E.owner), "cdnown%d", (int)(getpid() % 1000000));
-  snprintf(E.home, sizeof(E.home), "/home/%s", E.owner);
-  mkdir("/home", 0755);
-  xsystem("useradd -M -d %s -s /bin/sh -U %s", E.home, E.owner);
-  xsystem("mkdir -m 0755 %s && chown %s: %s", E.home, E.owner, E.home);
-  struct passwd *pw = getpwnam(E.owner);
-  cr_assert(pw);
+  sbx_user_make(&E.ou, "cdnown");
+  snprintf(E.owner, sizeof(E.owner), "%s", E.ou.name);
+  snprintf(E.home, sizeof(E.home), "%s", E.ou.home);
   if (as_user) {
-    E.agent_uid = pw->pw_uid;
-    E.agent_gid = pw->pw_gid;
+    E.agent_uid = E.ou.uid;
+    E.agent_gid = E.ou.gid;
     snprintf(E.jhome, sizeof(E.jhome), "%s", E.home);
     snprintf(E.jname, sizeof(E.jname), "%s", E.owner);
   } else {
-    struct passwd *jp = sbx_account(JOB_USER);
-    snprintf(E.jhome, sizeof(E.jhome), "%s", jp->pw_dir);
-    snprintf(E.jname, sizeof(E.jname), "%s", JOB_USER);
+    sbx_user_make(&E.ju, "cdngjob");
+    snprintf(E.jhome, sizeof(E.jhome), "%s", E.ju.home);
+    snprintf(E.jname, sizeof(E.jname), "%s", E.ju.name);
   }
   sbx_dirs_make(&E.d, "/tmp/cordon-grt-XXXXXX", E.agent_uid, E.agent_gid);
+  agent_config(NULL); /* as root: names the job user */
   /* the owner's autorun files and a canary secret */
   xsystem("cd %s && echo 'echo bashrc' > .bashrc && echo 'echo profile' > .profile && "
           "printf '[core]\\n\\tpager = less\\n' > .gitconfig && mkdir -p bin .local/bin "
@@ -118,10 +120,9 @@ static void setup_env(bool as_user) {
 }
 
 static void teardown_env(void) {
-  if (E.planted_jhome)
-    xsystem("cd %s && rm -rf .g12rc bin .local .vault-token .cargo work work2 .config", E.jhome);
   xsystem("rm -rf %s", E.d.root);
-  xsystem("userdel -f %s >/dev/null 2>&1; rm -rf %s", E.owner, E.home);
+  sbx_user_drop(&E.ju);
+  sbx_user_drop(&E.ou);
 }
 
 static void setup_root(void) {
@@ -149,8 +150,10 @@ static void package(const char *fs_json, const char *script) {
 }
 
 static void agent_config(const char *extra_roots) {
-  char json[1024];
-  snprintf(json, sizeof(json), "{\"grant_roots\":[\"~\",\"%s\"%s%s]}", E.home,
+  char json[1024], ju[64] = "";
+  if (!E.as_user)
+    snprintf(ju, sizeof(ju), "\"job_user\":\"%s\",", E.jname);
+  snprintf(json, sizeof(json), "{%s\"grant_roots\":[\"~\",\"%s\"%s%s]}", ju, E.home,
            extra_roots ? "," : "", extra_roots ? extra_roots : "");
   sbx_agent_config(&E.d, json);
 }
@@ -246,7 +249,6 @@ BOTH(a_home_dotfile_symlinked_into_a_writable_grant_keeps_its_target_read_only) 
   xsystem("mkdir -p %s/dotfiles && echo 'echo mine' > %s/dotfiles/profile && chown -R %s: "
           "%s/dotfiles && ln -sfn %s/dotfiles/profile %s/.g12rc",
           E.home, E.home, E.owner, E.home, E.home, E.jhome);
-  E.planted_jhome = !E.as_user;
   char dir[256];
   snprintf(dir, sizeof(dir), "%s/dotfiles", E.home);
   open_up(dir);
@@ -294,7 +296,6 @@ BOTH(a_home_dotfile_symlinked_into_a_writable_grant_keeps_its_target_read_only) 
 BOTH(bin_and_hidden_places_of_the_home_need_the_ceiling) {
   xsystem("mkdir -p %s/bin %s/.local/bin && chown -R %s: %s/bin %s/.local", E.jhome, E.jhome,
           E.jname, E.jhome, E.jhome);
-  E.planted_jhome = !E.as_user;
   const char *cases[] = {"{\"path\":\"~/bin\",\"access\":\"rw\"}",
                          "{\"path\":\"~/.local/bin\",\"access\":\"rw\"}",
                          "{\"path\":\"~/.local\",\"access\":\"ro\"}"};
@@ -372,7 +373,6 @@ BOTH(cloud_credentials_cordon_state_and_absent_secrets_stay_unreadable) {
           "echo " CANARY "-db > work2/state/cordon.db && echo ok > work/ok && "
           "chown -R %s: .cargo .vault-token .config work work2",
           E.jhome, E.jname);
-  E.planted_jhome = !E.as_user;
   agent_config("\"~/.cargo\",\"~/.config\"");
   /* the home itself, and a hidden place holding absent secrets */
   char parent[300];
@@ -393,7 +393,7 @@ BOTH(cloud_credentials_cordon_state_and_absent_secrets_stay_unreadable) {
           "cat ~/work/ok ~/work/offline/publisher.key ~/work2/state/cordon.db 2>/dev/null\n"
           "ls ~/work/offline ~/work2/state 2>/dev/null\n"
           "cat ~/.config/gcloud/credentials.db 2>/dev/null\necho END\n");
-  /* only what this test planted: other tests share cordon-job's home */
+  /* only what this test planted */
   char planted[300];
   snprintf(planted, sizeof(planted), "%s/work", E.jhome);
   char *before = tree_state(planted);

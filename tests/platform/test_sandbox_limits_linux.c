@@ -1,11 +1,16 @@
 /* Limits for the whole job tree (issue 12, class 5): real cordon-agent,
  * real bwrap, real jobs of six processes. Three agent setups:
  *   root:  the agent as root (jobs as cordon-job), cgroups of its own;
- *   deleg: the agent as the user cordon-test inside a cgroup subtree the
+ *   deleg: the agent as an unprivileged user inside a cgroup subtree the
  *          test creates as root and chowns to that user (what systemd's
  *          Delegate=yes gives a user unit), the agent moved into it first;
- *   plain: the agent as cordon-test with no cgroup it may write: the
+ *   plain: the agent as that user with no cgroup it may write: the
  *          result must say rlimit.
+ * That user is a throw-away account of each test (sbx_user_make): with
+ * the shared cordon-test, plain's RLIMIT_NPROC (it counts every process
+ * of the uid) also counted other tests' processes running at once. The
+ * delegated subtree's name holds the pid, so that runs of this file in
+ * other checkouts do not share it.
  * Six processes together must not pass memory_mb or cpu_s where a cgroup
  * exists; writing to /dev, /dev/shm, /tmp and the workspace together stops
  * at disk_mb; the agent reaps the orphans a kill leaves; at contained,
@@ -15,7 +20,6 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +33,7 @@
 
 #include "sbx_harness.h"
 
-#define DELEG "cordon-limits-test"
+#define DELEG "cordon-limits-test-"
 
 enum mode { MODE_ROOT, MODE_DELEG, MODE_PLAIN };
 
@@ -39,6 +43,7 @@ static const char *min_sandbox = "isolated";
 static struct {
   enum mode mode;
   struct sbx_dirs d; /* temp dir, agent --config, package source dir */
+  struct sbx_user u; /* the agent in MODE_DELEG and MODE_PLAIN */
   /* delegated cgroup dirs the agent joins (MODE_DELEG) */
   char deleg[4][2200];
   const char *deleg_dirs[4]; /* the same, for sbx_exec.cgroups */
@@ -87,7 +92,7 @@ static bool is_fs(const char *path, long magic) {
   return statfs(path, &sf) == 0 && (long)sf.f_type == magic;
 }
 
-/* A subtree owned by TEST_USER: v1 memory, pids and cpuacct dirs below
+/* A subtree owned by E.u: v1 memory, pids and cpuacct dirs below
  * ours, or one v2 dir with memory and pids enabled for its children. */
 static void make_delegation(void) {
   char own[2048];
@@ -98,8 +103,8 @@ static void make_delegation(void) {
     snprintf(mnt, sizeof(mnt), "/sys/fs/cgroup/%s", ctrls[i]);
     if (!is_fs(mnt, CGROUP_SUPER_MAGIC) || !own_cgroup(ctrls[i], own, sizeof(own)))
       continue;
-    snprintf(E.deleg[E.n_deleg], sizeof(E.deleg[0]), "%s%s/" DELEG, mnt, own);
-    xsystem("mkdir -p %s && chown -R " TEST_USER ": %s", E.deleg[E.n_deleg], E.deleg[E.n_deleg]);
+    snprintf(E.deleg[E.n_deleg], sizeof(E.deleg[0]), "%s%s/" DELEG "%d", mnt, own, (int)getpid());
+    xsystem("mkdir -p %s && chown -R %s: %s", E.deleg[E.n_deleg], E.u.name, E.deleg[E.n_deleg]);
     E.n_deleg++;
   }
   if (E.n_deleg == 3)
@@ -114,9 +119,9 @@ static void make_delegation(void) {
   snprintf(path, sizeof(path), "%s%s/cgroup.controllers", v2, own);
   if (!read_small(path, ctl, sizeof(ctl)) || !strstr(ctl, "memory") || !strstr(ctl, "pids"))
     cr_skip_test("cgroup v2 here has no memory and pids controllers to delegate");
-  snprintf(E.deleg[0], sizeof(E.deleg[0]), "%s%s/" DELEG, v2, own);
-  xsystem("mkdir -p %s && chown " TEST_USER ": %s %s/cgroup.procs %s/cgroup.subtree_control",
-          E.deleg[0], E.deleg[0], E.deleg[0], E.deleg[0]);
+  snprintf(E.deleg[0], sizeof(E.deleg[0]), "%s%s/" DELEG "%d", v2, own, (int)getpid());
+  xsystem("mkdir -p %s && chown %s: %s %s/cgroup.procs %s/cgroup.subtree_control", E.deleg[0],
+          E.u.name, E.deleg[0], E.deleg[0], E.deleg[0]);
   E.n_deleg = 1;
 }
 
@@ -131,9 +136,9 @@ static void setup(enum mode mode) {
   memset(&E, 0, sizeof(E));
   min_sandbox = "isolated";
   E.mode = mode;
-  struct passwd *pw = sbx_account(TEST_USER);
-  sbx_dirs_make(&E.d, "/tmp/cordon-lim-XXXXXX", mode != MODE_ROOT ? pw->pw_uid : 0,
-                mode != MODE_ROOT ? pw->pw_gid : 0);
+  if (mode != MODE_ROOT)
+    sbx_user_make(&E.u, "cdnlim");
+  sbx_dirs_make(&E.d, "/tmp/cordon-lim-XXXXXX", E.u.uid, E.u.gid);
   if (mode == MODE_DELEG)
     make_delegation();
 }
@@ -150,6 +155,7 @@ static void setup_plain(void) {
 static void teardown(void) {
   remove_delegation();
   xsystem("rm -rf %s", E.d.root);
+  sbx_user_drop(&E.u);
 }
 
 static void package(const char *limits, const char *script) {
@@ -161,13 +167,12 @@ static void package(const char *limits, const char *script) {
   sbx_package_files(&E.d, m, script);
 }
 
-/* `cordon-agent --config C CMD PKG` as root or TEST_USER, in MODE_DELEG
+/* `cordon-agent --config C CMD PKG` as root or E.u, in MODE_DELEG
  * moved into the delegated subtree first while still root, as systemd
  * would. */
 static struct sbx_run run_agent(const char *cmd) {
-  struct passwd *pw = sbx_account(TEST_USER);
-  struct sbx_exec x = sbx_exec_of(&E.d, cmd, NULL, E.mode != MODE_ROOT ? TEST_USER : NULL,
-                                  E.mode != MODE_ROOT ? pw->pw_dir : "/root");
+  struct sbx_exec x = sbx_exec_of(&E.d, cmd, NULL, E.mode != MODE_ROOT ? E.u.name : NULL,
+                                  E.mode != MODE_ROOT ? E.u.home : "/root");
   for (size_t i = 0; i < E.n_deleg; i++)
     E.deleg_dirs[i] = E.deleg[i];
   x.cgroups = E.deleg_dirs;

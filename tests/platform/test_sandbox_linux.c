@@ -1,15 +1,18 @@
 /* End-to-end tests of the Linux sandbox: the real cordon-agent binary runs
  * real packages under real bwrap, once with the agent as root (jobs run as
- * cordon-job) and once with the agent as the unprivileged user cordon-test
- * (jobs run as that user). Each escape attempt must be contained, and the
- * result fields must say how. scripts/test-setup.sh creates both accounts.
+ * the job_user its config names) and once with the agent as an
+ * unprivileged user (jobs run as that user). Each escape attempt must be
+ * contained, and the result fields must say how. That user is a throw-away
+ * account of each test (sbx_user_make), not the shared cordon-job or
+ * cordon-test: with those, another test running at once took part of the
+ * fork bomb's RLIMIT_NPROC (it counts every process of the uid) and
+ * removed files planted in the home.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +26,8 @@
 #include "sbx_harness.h"
 
 struct env {
-  bool as_user;      /* agent runs as TEST_USER */
+  bool as_user;      /* agent runs as u */
+  struct sbx_user u; /* the job user (and in as_user, the agent's) */
   struct sbx_dirs d; /* temp dir, agent --config, package source dir */
   char home[256];    /* home of whoever runs the job */
   uid_t owner_uid;   /* who owns files the agent must write */
@@ -32,23 +36,26 @@ struct env {
 
 static struct env E;
 
+static void agent_config(const char *json);
+
 static void setup_env(bool as_user) {
   memset(&E, 0, sizeof(E));
   E.as_user = as_user;
-  struct passwd *pw = sbx_account(as_user ? TEST_USER : JOB_USER);
-  snprintf(E.home, sizeof(E.home), "%s", pw->pw_dir);
-  E.owner_uid = as_user ? pw->pw_uid : 0;
-  E.owner_gid = as_user ? pw->pw_gid : 0;
+  sbx_user_make(&E.u, as_user ? "cdnsbxu" : "cdnsbxj");
+  snprintf(E.home, sizeof(E.home), "%s", E.u.home);
+  E.owner_uid = as_user ? E.u.uid : 0;
+  E.owner_gid = as_user ? E.u.gid : 0;
   sbx_dirs_make(&E.d, "/tmp/cordon-sbx-XXXXXX", E.owner_uid, E.owner_gid);
+  agent_config("{}");
   /* a planted secret in the job user's home */
   xsystem("mkdir -p %s/.ssh && echo SECRET-KEY-MATERIAL > %s/.ssh/id_ed25519 && "
           "chmod 700 %s/.ssh && chmod 600 %s/.ssh/id_ed25519 && chown -R %s: %s/.ssh",
-          E.home, E.home, E.home, E.home, as_user ? TEST_USER : JOB_USER, E.home);
+          E.home, E.home, E.home, E.home, E.u.name, E.home);
 }
 
 static void teardown_env(void) {
-  xsystem("rm -rf %s %s/.ssh %s/data %s/proj %s/sshlink %s/.config", E.d.root, E.home, E.home,
-          E.home, E.home, E.home);
+  xsystem("rm -rf %s", E.d.root);
+  sbx_user_drop(&E.u);
 }
 
 static void setup_root(void) {
@@ -68,15 +75,23 @@ static void package(const char *extra_manifest, const char *script) {
   sbx_package_files(&E.d, m, script);
 }
 
+/* CONFIG/config.json: json, an object; as root with E.u as its job_user
+ * unless json names one. */
 static void agent_config(const char *json) {
-  sbx_agent_config(&E.d, json);
+  char c[1024];
+  const char *rest = json + 1; /* after the '{' */
+  if (E.as_user || strstr(json, "\"job_user\""))
+    snprintf(c, sizeof(c), "%s", json);
+  else
+    snprintf(c, sizeof(c), "{\"job_user\": \"%s\"%s%s", E.u.name, *rest == '}' ? "" : ",", rest);
+  sbx_agent_config(&E.d, c);
 }
 
-/* Run `cordon-agent --config C exec PKG -- args` as root or TEST_USER.
+/* Run `cordon-agent --config C exec PKG -- args` as root or E.u.
  * envs: extra "K=V" strings for the agent's environment. */
 static struct sbx_run run_agent(const char *cmd, const char *const *args, const char *const *envs) {
   struct sbx_exec x =
-      sbx_exec_of(&E.d, cmd, args, E.as_user ? TEST_USER : NULL, E.as_user ? E.home : "/root");
+      sbx_exec_of(&E.d, cmd, args, E.as_user ? E.u.name : NULL, E.as_user ? E.home : "/root");
   x.envs = envs;
   return sbx_run_agent(&x);
 }
@@ -109,12 +124,11 @@ BOTH(runs_sh_as_the_job_user_with_package_and_workspace) {
   struct sbx_run r = exec_pkg(args);
   assert_isolated_ok(&r);
   cr_assert_eq(r.status, 0);
-  struct passwd *pw = getpwnam(E.as_user ? TEST_USER : JOB_USER);
   char want[256];
   snprintf(want, sizeof(want),
            "uid=%u pwd=/cordon/package pkg=/cordon/package "
            "ws=/cordon/workspace args=a b c\ndata\n",
-           pw->pw_uid);
+           E.u.uid);
   cr_assert_str_eq(out_of(&r), want);
   cr_assert_eq(json_integer_value(jget(r.res, "exit_code")), 0);
   json_decref(r.res);
@@ -141,7 +155,7 @@ BOTH(reports_exit_code_and_exit_status_1) {
 BOTH(a_read_grant_really_grants_and_a_write_grant_writes) {
   xsystem(
       "mkdir -p %s/data/in %s/data/out && echo granted > %s/data/in/file && chown -R %s: %s/data",
-      E.home, E.home, E.home, E.as_user ? TEST_USER : JOB_USER, E.home);
+      E.home, E.home, E.home, E.u.name, E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/data/in\",\"access\":\"ro\"},"
           "{\"path\":\"~/data/out\",\"access\":\"rw\"}]}",
           "cat ~/data/in/file; echo written > ~/data/out/new && echo W-OK;"
@@ -229,8 +243,9 @@ BOTH(agent_state_dir_is_blinded_inside_a_granted_parent) {
   char cfg[280];
   snprintf(cfg, sizeof(cfg), "%.250s/data/agentstate", E.home);
   xsystem("mkdir -p %s && echo AGENT-IDENTITY > %s/identity.key && chown -R %s: %s/data", cfg, cfg,
-          E.as_user ? TEST_USER : JOB_USER, E.home);
+          E.u.name, E.home);
   snprintf(E.d.config, sizeof(E.d.config), "%s", cfg);
+  agent_config("{}");
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/data\",\"access\":\"ro\"}]}",
           "cat ~/data/agentstate/identity.key 2>&1; echo END\n");
   struct sbx_run r = exec_pkg(NULL);
@@ -252,7 +267,7 @@ BOTH(a_symlink_inside_a_grant_does_not_reach_ssh) {
   xsystem(
       "mkdir -p %s/proj && ln -sfn %s/.ssh/id_ed25519 %s/proj/key && ln -sfn ../.ssh %s/proj/dir"
       " && chown -R %s: %s/proj",
-      E.home, E.home, E.home, E.home, E.as_user ? TEST_USER : JOB_USER, E.home);
+      E.home, E.home, E.home, E.home, E.u.name, E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/proj\",\"access\":\"ro\"}]}",
           "cat ~/proj/key 2>&1; cat ~/proj/dir/id_ed25519 2>&1; echo END\n");
   struct sbx_run r = exec_pkg(NULL);
@@ -270,8 +285,7 @@ BOTH(writing_bashrc_through_a_writable_home_grant_is_refused) {
 }
 
 BOTH(a_grant_of_dot_config_needs_the_ceiling_and_writable_is_refused) {
-  xsystem("mkdir -p %s/.config && chown %s: %s/.config", E.home, E.as_user ? TEST_USER : JOB_USER,
-          E.home);
+  xsystem("mkdir -p %s/.config && chown %s: %s/.config", E.home, E.u.name, E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/.config\",\"access\":\"rw\"}]}", "true\n");
   struct sbx_run r = exec_pkg(NULL);
   assert_refused(&r, "capability_denied");
@@ -284,8 +298,7 @@ BOTH(a_grant_of_dot_config_needs_the_ceiling_and_writable_is_refused) {
 }
 
 BOTH(git_hooks_stay_read_only_inside_a_writable_grant) {
-  xsystem("mkdir -p %s/proj/.git/hooks && chown -R %s: %s/proj", E.home,
-          E.as_user ? TEST_USER : JOB_USER, E.home);
+  xsystem("mkdir -p %s/proj/.git/hooks && chown -R %s: %s/proj", E.home, E.u.name, E.home);
   package("\"capabilities\":{\"fs\":[{\"path\":\"~/proj\",\"access\":\"rw\"}]}",
           "echo ok > ~/proj/file && echo FILE-OK; echo evil > ~/proj/.git/hooks/pre-commit 2>&1"
           " || echo HOOK-DENIED\n");
@@ -319,23 +332,28 @@ BOTH(host_unix_sockets_and_dirs_are_not_visible) {
   cr_assert(bind(s, (struct sockaddr *)&a, sizeof(a)) == 0);
   chmod(sp, 0777);
   listen(s, 4);
-  /* an abstract socket too: only a shared network namespace could reach it */
+  /* an abstract socket too: only a shared network namespace could reach it;
+   * its name holds the pid (the namespace is the machine's: another run of
+   * this test at once had the name, EADDRINUSE) */
   int s2 = socket(AF_UNIX, SOCK_STREAM, 0);
   struct sockaddr_un b = {.sun_family = AF_UNIX};
-  memcpy(b.sun_path, "\0cordon-test-abstract", 21);
-  cr_assert(bind(s2, (struct sockaddr *)&b, offsetof(struct sockaddr_un, sun_path) + 21) == 0);
+  char an[64];
+  int al = snprintf(an, sizeof(an), "cordon-test-abstract-%d", (int)getpid());
+  memcpy(b.sun_path + 1, an, (size_t)al); /* sun_path[0] stays '\0' */
+  cr_assert(bind(s2, (struct sockaddr *)&b, offsetof(struct sockaddr_un, sun_path) + 1 + al) == 0,
+            "bind @%s: %s", an, strerror(errno));
   listen(s2, 4);
   package(NULL, "exec python3 -c '\n"
                 "import socket,sys,os\n"
-                "for addr in (sys.argv[1], \"\\0cordon-test-abstract\"):\n"
+                "for addr in (sys.argv[1], \"\\0\" + sys.argv[2]):\n"
                 "  try:\n"
                 "    c=socket.socket(socket.AF_UNIX); c.connect(addr); print(\"REACHED\", addr)\n"
                 "  except Exception as e: print(\"BLOCKED\")\n"
                 "for d in "
                 "(\"/run\",\"/var\",\"/home\",\"/root\",\"/tmp/"
                 "\"+os.path.basename(os.path.dirname(sys.argv[1]))):\n"
-                "  print(d, os.path.exists(d))\n' \"$1\"\n");
-  const char *args[] = {sp, NULL};
+                "  print(d, os.path.exists(d))\n' \"$1\" \"$2\"\n");
+  const char *args[] = {sp, an, NULL};
   struct sbx_run r = exec_pkg(args);
   assert_isolated_ok(&r);
   const char *o = out_of(&r);
@@ -526,9 +544,8 @@ BOTH(missing_bwrap_downgrades_to_contained_when_both_sides_allow) {
   cr_assert(json_is_null(jget(r.res, "error")), "%s", sbx_jstr(r.res, "error.message"));
   cr_assert_str_eq(sbx_jstr(r.res, "sandbox.level"), "contained");
   cr_assert_str_eq(sbx_jstr(r.res, "sandbox.downgrade_reason"), "bwrap_unavailable");
-  struct passwd *pw = getpwnam(E.as_user ? TEST_USER : JOB_USER);
   char want[64];
-  snprintf(want, sizeof(want), "uid=%u\nWS-OK\n", pw->pw_uid);
+  snprintf(want, sizeof(want), "uid=%u\nWS-OK\n", E.u.uid);
   cr_assert_str_eq(out_of(&r), want);
   cr_assert_eq(r.status, 0);
   json_decref(r.res);

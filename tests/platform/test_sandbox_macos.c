@@ -96,7 +96,8 @@ static void assert_refused(struct sbx_run *r, const char *code) {
 }
 
 /* Gone, or a zombie nobody reaped yet (its parent may be an init that
- * does not reap): either way it runs no more. */
+ * does not reap): either way it runs no more. A zombie reaped between the
+ * kill and the open has no stat file: kill says so the second time. */
 static bool pid_dead(pid_t pid) {
   if (kill(pid, 0) < 0 && errno == ESRCH)
     return true;
@@ -104,7 +105,7 @@ static bool pid_dead(pid_t pid) {
   snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
   FILE *f = fopen(path, "re");
   if (!f)
-    return false;
+    return kill(pid, 0) < 0 && errno == ESRCH;
   size_t n = fread(buf, 1, sizeof(buf) - 1, f);
   fclose(f);
   buf[n] = '\0';

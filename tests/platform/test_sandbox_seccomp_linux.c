@@ -4,12 +4,14 @@
  * test and makes raw system calls, so every rule is seen from the kernel's
  * side (high argument bits the kernel ignores included). Then real jobs
  * through the real cordon-agent, with the agent as root (jobs run as
- * cordon-job) and as the user cordon-test (jobs run as that user), at both
- * levels that use the filter (isolated under bwrap, contained without it):
- * what a job attempted must not have happened on the host, and Python, sh,
- * coreutils and git must still work. The jobs plant files in the shared
- * homes, so this file is named *sandbox* (one test at a time).
- * scripts/test-setup.sh creates both accounts.
+ * cordon-job) and as a throw-away user of each test (sbx_user_make; jobs
+ * run as that user: with the shared cordon-test, RLIMIT_NPROC, which
+ * counts every process of the uid, also counted other tests' processes),
+ * at both levels that use the filter (isolated under bwrap, contained
+ * without it): what a job attempted must not have happened on the host,
+ * and Python, sh, coreutils and git must still work. The root mode's jobs
+ * plant files in cordon-job's home, so this file is named *sandbox* (one
+ * test at a time). scripts/test-setup.sh creates that account.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -447,6 +449,7 @@ struct env {
   char grant[192];   /* a directory of this test in that home */
   char tilde[64];    /* the same, as ~/... for a manifest */
   const char *user;  /* who runs the job */
+  struct sbx_user u; /* the agent and its jobs, as_user */
 };
 
 static struct env E;
@@ -454,10 +457,12 @@ static struct env E;
 static void setup_env(bool as_user) {
   memset(&E, 0, sizeof(E));
   E.as_user = as_user;
-  E.user = as_user ? TEST_USER : JOB_USER;
+  if (as_user)
+    sbx_user_make(&E.u, "cdnsc");
+  E.user = as_user ? E.u.name : JOB_USER;
   struct passwd *pw = sbx_account(E.user);
   snprintf(E.home, sizeof(E.home), "%s", pw->pw_dir);
-  sbx_dirs_make(&E.d, "/tmp/cordon-sc-XXXXXX", as_user ? pw->pw_uid : 0, as_user ? pw->pw_gid : 0);
+  sbx_dirs_make(&E.d, "/tmp/cordon-sc-XXXXXX", E.u.uid, E.u.gid);
   /* a name no other test uses: other sandbox tests may share these homes */
   snprintf(E.tilde, sizeof(E.tilde), "~/cordon-sc-%d", (int)getpid());
   snprintf(E.grant, sizeof(E.grant), "%s/cordon-sc-%d", E.home, (int)getpid());
@@ -466,6 +471,7 @@ static void setup_env(bool as_user) {
 
 static void teardown_env(void) {
   xsystem("rm -rf %s %s", E.d.root, E.grant);
+  sbx_user_drop(&E.u);
 }
 
 static void setup_root(void) {
@@ -500,10 +506,10 @@ static void package(const char *extra, const char *script, const char *python) {
   }
 }
 
-/* `cordon-agent --config C exec PKG [-- args]` as root or TEST_USER */
+/* `cordon-agent --config C exec PKG [-- args]` as root or E.u */
 static struct sbx_run exec_pkg(const char *const *args) {
   struct sbx_exec x =
-      sbx_exec_of(&E.d, "exec", args, E.as_user ? TEST_USER : NULL, E.as_user ? E.home : "/root");
+      sbx_exec_of(&E.d, "exec", args, E.as_user ? E.u.name : NULL, E.as_user ? E.home : "/root");
   struct sbx_run r = sbx_run_agent(&x);
   cr_assert(r.res, "no result JSON; stderr: %s", r.err);
   return r;
