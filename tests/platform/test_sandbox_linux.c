@@ -434,6 +434,60 @@ BOTH(a_fork_bomb_hits_the_process_limit) {
   json_decref(r.res);
 }
 
+/* Without a pids cgroup the limit is RLIMIT_NPROC, and a per-user agent's
+ * uid runs the user's whole desktop: with 40 other processes of the job's
+ * uid running, the job still starts and gets its 8, no more. */
+BOTH(a_busy_uid_still_runs_its_job_within_its_process_limit) {
+  pid_t others[40];
+  int ready[2];
+  cr_assert_eq(pipe(ready), 0);
+  for (int i = 0; i < 40; i++) {
+    others[i] = fork();
+    cr_assert_geq(others[i], 0);
+    if (others[i] == 0) {
+      if (setgroups(0, NULL) < 0 || setgid(E.u.gid) < 0 || setuid(E.u.uid) < 0)
+        _exit(127);
+      (void)!write(ready[1], "u", 1); /* the uid's now */
+      close(ready[1]);
+      execl("/bin/sleep", "sleep", "60", (char *)NULL);
+      _exit(127);
+    }
+  }
+  close(ready[1]);
+  char got[40];
+  size_t n = 0;
+  for (ssize_t k; n < sizeof(got) && (k = read(ready[0], got + n, sizeof(got) - n)) > 0;)
+    n += (size_t)k;
+  close(ready[0]);
+  cr_assert_eq(n, sizeof(got), "40 processes of the job's uid run");
+  package("\"limits\":{\"processes\":8}", "exec python3 -c '\n"
+                                          "import os, time, signal\n"
+                                          "kids = []\n"
+                                          "for i in range(200):\n"
+                                          "  try:\n"
+                                          "    pid = os.fork()\n"
+                                          "  except OSError:\n"
+                                          "    break\n"
+                                          "  if pid == 0:\n"
+                                          "    time.sleep(30); os._exit(0)\n"
+                                          "  kids.append(pid)\n"
+                                          "print(\"forked\", len(kids))\n"
+                                          "for k in kids: os.kill(k, signal.SIGKILL)\n"
+                                          "'\n");
+  struct sbx_run r = exec_pkg(NULL);
+  for (int i = 0; i < 40; i++) {
+    kill(others[i], SIGKILL);
+    waitpid(others[i], NULL, 0);
+  }
+  assert_isolated_ok(&r);
+  int forked = -1;
+  cr_assert(sscanf(out_of(&r), "forked %d", &forked) == 1, "got %s / %s", out_of(&r),
+            sbx_jstr(r.res, "stderr"));
+  cr_assert(forked >= 1 && forked <= 7, "forked=%d (limit by %s)", forked,
+            sbx_jstr(r.res, "sandbox.limits.processes"));
+  json_decref(r.res);
+}
+
 BOTH(memory_past_the_limit_is_stopped) {
   package("\"limits\":{\"memory_mb\":64}",
           "exec python3 -c 'b = bytearray(256 * 1024 * 1024); b[::4096] = b\"x\" * len(b[::4096]); "
