@@ -51,6 +51,46 @@ size_t procs_zombie_children(pid_t parent, pid_t *out, size_t max) {
   return n;
 }
 
+/* The real uid and the thread count of /proc/<name>/status; false when
+ * the process is gone or unreadable. */
+static bool status_uid_threads(const char *name, uid_t *uid, unsigned long *threads) {
+  char path[300], buf[4096];
+  snprintf(path, sizeof(path), "/proc/%s/status", name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t len = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (len <= 0)
+    return false;
+  buf[len] = '\0';
+  const char *u = strstr(buf, "\nUid:"), *t = strstr(buf, "\nThreads:");
+  unsigned long real, n;
+  if (!u || !t || sscanf(u + 5, " %lu", &real) != 1 || sscanf(t + 9, " %lu", &n) != 1)
+    return false;
+  *uid = (uid_t)real;
+  *threads = n;
+  return true;
+}
+
+size_t procs_count_uid(uid_t uid) {
+  DIR *d = opendir("/proc");
+  if (!d)
+    return 0;
+  size_t n = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (de->d_name[0] < '0' || de->d_name[0] > '9')
+      continue;
+    uid_t owner;
+    unsigned long threads;
+    if (status_uid_threads(de->d_name, &owner, &threads) && owner == uid)
+      n += threads;
+  }
+  closedir(d);
+  return n;
+}
+
 static size_t snapshot(struct pp **out) {
   DIR *d = opendir("/proc");
   size_t n = 0, cap = 0;

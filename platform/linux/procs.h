@@ -18,5 +18,8 @@ size_t procs_kill_descendants(pid_t root);
 /* Collect up to max zombie children of parent (processes re-parented to
  * a subreaper that died). Returns how many were found. */
 size_t procs_zombie_children(pid_t parent, pid_t *out, size_t max);
+/* The threads whose real uid is uid, by /proc (RLIMIT_NPROC's count):
+ * the figure of a moment. */
+size_t procs_count_uid(uid_t uid);
 
 #endif

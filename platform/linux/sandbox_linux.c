@@ -769,8 +769,14 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
     rlim_t as = ((rlim_t)m->memory_mb << 20) + (iso ? (64u << 20) : 0);
     rl[nrl++] = (struct launch_rlimit){RLIMIT_AS, {as, as}};
   }
-  if (!cg.pids_dir)
-    rl[nrl++] = (struct launch_rlimit){RLIMIT_NPROC, {nproc, nproc}};
+  if (!cg.pids_dir) {
+    /* RLIMIT_NPROC counts every thread of the job's uid (a per-user
+     * agent's: the user's whole desktop, the agent too): the job gets its
+     * allowance on top of what that uid runs now, as on macOS (a moment's
+     * count: what else the uid starts or ends meanwhile moves it) */
+    rlim_t np = (rlim_t)procs_count_uid(user->u.uid) + nproc;
+    rl[nrl++] = (struct launch_rlimit){RLIMIT_NPROC, {np, np}};
+  }
 
   /* always a subreaper: orphans of a contained job come back to us, so the
    * sweep finds them, and so do bwrap's inits when bwrap is killed, so
