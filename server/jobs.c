@@ -2032,6 +2032,7 @@ static void on_commit_check(uv_check_t *h) {
     if (!js->hold_since)
       js->hold_since = now + 1;
     if (now + 1 - js->hold_since < JOBS_HOLD_FOR_POOL_MS) {
+      after_run_ended(js); /* what an earlier group's end (an op_begin's) let go */
       uv_idle_stop(&js->commit_idle);
       return;
     }

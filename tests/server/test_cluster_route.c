@@ -189,6 +189,10 @@ Test(route, a_server_killed_during_a_job_loses_nothing) {
   cr_assert(strstr(jb, "done"), "B recorded the result: %s", jb);
   char needle[100];
   snprintf(needle, sizeof(needle), "msg=\"job finished\" job=%s", id);
+  /* the line follows the commit that made the state done */
+  for (int t = 0; t < 500 && count_in(cl_log_b, needle) + count_in(e2e_server_log, needle) == 0;
+       t++)
+    msleep(10);
   cr_expect_eq(count_in(cl_log_b, needle) + count_in(e2e_server_log, needle), 1,
                "recorded exactly once");
   cl_start_a();

@@ -147,6 +147,9 @@ Test(group_commit, a_burst_of_dispatches_takes_fewer_commits_than_jobs_and_each_
     cr_assert(wait_state(ids[i], "done", 60000), "job %s: %s", ids[i], job_state(ids[i], NULL));
     char finished[120];
     snprintf(finished, sizeof(finished), "msg=\"job finished\" job=%.32s", ids[i]);
+    /* the line follows the commit that made the state done */
+    for (int t = 0; t < 500 && count_in_server_logs(finished) == 0; t++)
+      msleep(10);
     cr_assert_eq(count_in_server_logs(finished), 1, "job %s: one result", ids[i]);
   }
   json_t *jobs = jobs_json();
