@@ -14,18 +14,27 @@ struct pp {
   pid_t pid, ppid;
 };
 
-/* "pid (comm) state ppid ...": comm may hold spaces and parens */
-static bool parse_stat(const char *name, char *state, long *ppid) {
-  char path[300], buf[512];
-  snprintf(path, sizeof(path), "/proc/%s/stat", name);
+/* /proc/<name>/<file> into buf (NUL-terminated, cut at size - 1); false
+ * when the process is gone or the file unreadable. */
+static bool read_proc(const char *name, const char *file, char *buf, size_t size) {
+  char path[300];
+  snprintf(path, sizeof(path), "/proc/%s/%s", name, file);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return false;
-  ssize_t len = read(fd, buf, sizeof(buf) - 1);
+  ssize_t len = read(fd, buf, size - 1);
   close(fd);
   if (len <= 0)
     return false;
   buf[len] = '\0';
+  return true;
+}
+
+/* "pid (comm) state ppid ...": comm may hold spaces and parens */
+static bool parse_stat(const char *name, char *state, long *ppid) {
+  char buf[512];
+  if (!read_proc(name, "stat", buf, sizeof(buf)))
+    return false;
   char *rp = strrchr(buf, ')');
   return rp && sscanf(rp + 1, " %c %ld", state, ppid) == 2;
 }
@@ -54,16 +63,9 @@ size_t procs_zombie_children(pid_t parent, pid_t *out, size_t max) {
 /* The real uid and the thread count of /proc/<name>/status; false when
  * the process is gone or unreadable. */
 static bool status_uid_threads(const char *name, uid_t *uid, unsigned long *threads) {
-  char path[300], buf[4096];
-  snprintf(path, sizeof(path), "/proc/%s/status", name);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  char buf[4096];
+  if (!read_proc(name, "status", buf, sizeof(buf)))
     return false;
-  ssize_t len = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (len <= 0)
-    return false;
-  buf[len] = '\0';
   const char *u = strstr(buf, "\nUid:"), *t = strstr(buf, "\nThreads:");
   unsigned long real, n;
   if (!u || !t || sscanf(u + 5, " %lu", &real) != 1 || sscanf(t + 9, " %lu", &n) != 1)

@@ -409,21 +409,24 @@ BOTH(ptrace_unshare_clone_newuser_mount_are_denied_with_eperm) {
   json_decref(r.res);
 }
 
+/* Forks until it cannot (at most 200), then says how many children it got. */
+static const char FORK_BOMB[] = "exec python3 -c '\n"
+                                "import os, time, signal\n"
+                                "kids = []\n"
+                                "for i in range(200):\n"
+                                "  try:\n"
+                                "    pid = os.fork()\n"
+                                "  except OSError:\n"
+                                "    break\n"
+                                "  if pid == 0:\n"
+                                "    time.sleep(30); os._exit(0)\n"
+                                "  kids.append(pid)\n"
+                                "print(\"forked\", len(kids))\n"
+                                "for k in kids: os.kill(k, signal.SIGKILL)\n"
+                                "'\n";
+
 BOTH(a_fork_bomb_hits_the_process_limit) {
-  package("\"limits\":{\"processes\":8}", "exec python3 -c '\n"
-                                          "import os, time, signal\n"
-                                          "kids = []\n"
-                                          "for i in range(200):\n"
-                                          "  try:\n"
-                                          "    pid = os.fork()\n"
-                                          "  except OSError:\n"
-                                          "    break\n"
-                                          "  if pid == 0:\n"
-                                          "    time.sleep(30); os._exit(0)\n"
-                                          "  kids.append(pid)\n"
-                                          "print(\"forked\", len(kids))\n"
-                                          "for k in kids: os.kill(k, signal.SIGKILL)\n"
-                                          "'\n");
+  package("\"limits\":{\"processes\":8}", FORK_BOMB);
   struct sbx_run r = exec_pkg(NULL);
   assert_isolated_ok(&r);
   int forked = -1;
@@ -460,20 +463,7 @@ BOTH(a_busy_uid_still_runs_its_job_within_its_process_limit) {
     n += (size_t)k;
   close(ready[0]);
   cr_assert_eq(n, sizeof(got), "40 processes of the job's uid run");
-  package("\"limits\":{\"processes\":8}", "exec python3 -c '\n"
-                                          "import os, time, signal\n"
-                                          "kids = []\n"
-                                          "for i in range(200):\n"
-                                          "  try:\n"
-                                          "    pid = os.fork()\n"
-                                          "  except OSError:\n"
-                                          "    break\n"
-                                          "  if pid == 0:\n"
-                                          "    time.sleep(30); os._exit(0)\n"
-                                          "  kids.append(pid)\n"
-                                          "print(\"forked\", len(kids))\n"
-                                          "for k in kids: os.kill(k, signal.SIGKILL)\n"
-                                          "'\n");
+  package("\"limits\":{\"processes\":8}", FORK_BOMB);
   struct sbx_run r = exec_pkg(NULL);
   for (int i = 0; i < 40; i++) {
     kill(others[i], SIGKILL);

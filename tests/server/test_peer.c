@@ -180,6 +180,20 @@ Test(peer, a_silent_session_is_pinged_and_a_pong_keeps_it) {
   peer_release(&p);
 }
 
+/* A job dispatched to the peer's device: its id (hex and raw) and the job
+ * message the peer got. */
+static struct msg *job_to_peer(struct peer *p, const struct e2e_agent *a, const char *pkg,
+                               char id[33], uint8_t raw[CORDON_ID_LEN]) {
+  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", "--device", a->id, "--no-queue", pkg,
+                      "--state", e2e_state);
+  job_id_of(o, id);
+  free(o);
+  struct msg *j = peer_next(p, MSG_JOB, 5000);
+  cr_assert_not_null(j, "the job reaches the peer");
+  memcpy(raw, j->job.job_id, CORDON_ID_LEN);
+  return j;
+}
+
 /* A device replaying one result, well and badly signed, as fast as it can
  * write: their signatures are checked on the thread pool, out of the
  * loop's order, and every one is still answered as it would be alone: the
@@ -191,15 +205,9 @@ Test(peer, a_flood_of_replayed_results_is_answered_in_full_and_recorded_once) {
   struct peer p;
   peer_session(&p, a);
   char *pkg = pack("hello", manifest, "echo hi\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", "--device", a->id, "--no-queue", pkg,
-                      "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
-  struct msg *j = peer_next(&p, MSG_JOB, 5000);
-  cr_assert_not_null(j, "the job reaches the peer");
   uint8_t raw[CORDON_ID_LEN];
-  memcpy(raw, j->job.job_id, CORDON_ID_LEN);
+  struct msg *j = job_to_peer(&p, a, pkg, id, raw);
   enum { FLOOD = 320 };
   int bad = 0;
   for (int i = 0; i < FLOOD; i++) {
@@ -239,15 +247,9 @@ Test(peer, a_result_with_a_bad_receipt_signature_is_refused_and_not_stored) {
   struct peer p;
   peer_session(&p, a);
   char *pkg = pack("hello", manifest, "echo hi\n");
-  struct out *o = RUN(SERVER, "dispatch", "--user", "alice", "--device", a->id, "--no-queue", pkg,
-                      "--state", e2e_state);
   char id[33];
-  job_id_of(o, id);
-  free(o);
-  struct msg *j = peer_next(&p, MSG_JOB, 5000);
-  cr_assert_not_null(j, "the job reaches the peer");
   uint8_t raw[CORDON_ID_LEN];
-  memcpy(raw, j->job.job_id, CORDON_ID_LEN);
+  struct msg *j = job_to_peer(&p, a, pkg, id, raw);
   const char *cases[] = {"tampered", "unbound", "another ticket"};
   for (size_t c = 0; c < 3; c++) {
     uint8_t other[RECEIPT_TICKET_LEN];
