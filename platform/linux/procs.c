@@ -39,20 +39,26 @@ static bool parse_stat(const char *name, char *state, long *ppid) {
   return rp && sscanf(rp + 1, " %c %ld", state, ppid) == 2;
 }
 
+/* The next process directory of /proc in d ("1234"), NULL at its end. */
+static const char *next_pid(DIR *d) {
+  struct dirent *de;
+  while ((de = readdir(d)))
+    if (de->d_name[0] >= '0' && de->d_name[0] <= '9')
+      return de->d_name;
+  return NULL;
+}
+
 size_t procs_zombie_children(pid_t parent, pid_t *out, size_t max) {
   DIR *d = opendir("/proc");
   if (!d)
     return 0;
   size_t n = 0;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    if (de->d_name[0] < '0' || de->d_name[0] > '9')
-      continue;
+  for (const char *name; (name = next_pid(d));) {
     char state;
     long ppid;
-    if (parse_stat(de->d_name, &state, &ppid) && state == 'Z' && ppid == parent) {
+    if (parse_stat(name, &state, &ppid) && state == 'Z' && ppid == parent) {
       if (n < max)
-        out[n] = (pid_t)atol(de->d_name);
+        out[n] = (pid_t)atol(name);
       n++;
     }
   }
@@ -80,13 +86,10 @@ size_t procs_count_uid(uid_t uid) {
   if (!d)
     return 0;
   size_t n = 0;
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    if (de->d_name[0] < '0' || de->d_name[0] > '9')
-      continue;
+  for (const char *name; (name = next_pid(d));) {
     uid_t owner;
     unsigned long threads;
-    if (status_uid_threads(de->d_name, &owner, &threads) && owner == uid)
+    if (status_uid_threads(name, &owner, &threads) && owner == uid)
       n += threads;
   }
   closedir(d);
@@ -101,13 +104,10 @@ static size_t snapshot(struct pp **out) {
     *out = NULL;
     return 0;
   }
-  struct dirent *de;
-  while ((de = readdir(d))) {
-    if (de->d_name[0] < '0' || de->d_name[0] > '9')
-      continue;
+  for (const char *name; (name = next_pid(d));) {
     long ppid;
     char state;
-    if (!parse_stat(de->d_name, &state, &ppid) || state == 'Z')
+    if (!parse_stat(name, &state, &ppid) || state == 'Z')
       continue; /* zombies are dead already; their parent reaps them */
     if (n == cap) {
       cap = cap ? cap * 2 : 256;
@@ -116,7 +116,7 @@ static size_t snapshot(struct pp **out) {
         break;
       v = nv;
     }
-    v[n].pid = (pid_t)atol(de->d_name);
+    v[n].pid = (pid_t)atol(name);
     v[n].ppid = (pid_t)ppid;
     n++;
   }
