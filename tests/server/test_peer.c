@@ -234,6 +234,8 @@ Test(peer, a_flood_of_replayed_results_is_answered_in_full_and_recorded_once) {
   cr_assert(wait_state(id, "done", 5000), "state %s", job_state(id, NULL));
   char want[128];
   snprintf(want, sizeof(want), "msg=\"job finished\" job=%s", id);
+  /* the line follows the commit that made the state done */
+  cr_assert(wait_in(e2e_server_log, want, 5000), "its result logged");
   cr_assert_eq(count_in(e2e_server_log, want), 1, "recorded once");
   peer_release(&p);
   free(pkg);
