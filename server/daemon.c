@@ -878,7 +878,8 @@ static int metrics_job_counts(struct daemon *d, size_t out[SERVER_DB_JOB_STATE_C
     d->finished_at = now ? now : 1;
   }
   for (int i = 0; i < SERVER_DB_JOB_STATE_COUNT; i++) {
-    bool is_live = i == SERVER_DB_JOB_QUEUED || i == SERVER_DB_JOB_SENT || i == SERVER_DB_JOB_RUNNING;
+    bool is_live =
+        i == SERVER_DB_JOB_QUEUED || i == SERVER_DB_JOB_SENT || i == SERVER_DB_JOB_RUNNING;
     out[i] = is_live ? live[i] : d->finished[i];
   }
   return 0;
@@ -908,8 +909,7 @@ static void on_http(void *data, const struct http_request *req, struct http_resp
       .instance = cluster_instance(d->cluster),
   };
   size_t devs[2], jobs[SERVER_DB_JOB_STATE_COUNT];
-  if (server_db_device_count_by_state(d->db, devs, NULL) == 0 &&
-      metrics_job_counts(d, jobs) == 0) {
+  if (server_db_device_count_by_state(d->db, devs, NULL) == 0 && metrics_job_counts(d, jobs) == 0) {
     g.have_db = true;
     g.devices_active = devs[SERVER_DB_DEVICE_ACTIVE];
     g.devices_revoked = devs[SERVER_DB_DEVICE_REVOKED];
@@ -1187,8 +1187,12 @@ int daemon_run(const struct daemon_options *opt, struct cordon_diag *diag) {
     r = open_log(opt, diag);
   if (r == 0 && notify_bad) /* not fatal: only systemd would have listened */
     core_log_kv(CORE_LOG_WARN, "no readiness notifications", "error", notify_diag.msg, NULL);
-  if (r == 0)
+  if (r == 0) {
+    struct cordon_diag ck = {{0}};
+    if (server_db_checkpoint_behind(d->db, &ck) < 0) /* not fatal: then in COMMIT, as SQLite does */
+      core_log_kv(CORE_LOG_WARN, "checkpoints stay on the loop", "error", ck.msg, NULL);
     server_db_clock_follow(d->db); /* steps of the host's clock move no deadline */
+  }
   if (r == 0)
     r = cluster_recover_devices(d->db, diag); /* cluster: not another instance's devices */
   if (r < 0)

@@ -751,6 +751,12 @@ struct server_db_session_rows {
 };
 void server_db_session_rows_release(struct server_db_session_rows *rows);
 
+/* SQLite: the WAL's checkpoints from now on run on a thread of this
+ * handle's own, with its own connection, rather than in the COMMIT that
+ * filled the WAL (the daemon's loop). Stopped by server_db_close. 0 (also
+ * on PostgreSQL, which has none), or an error: then they stay in COMMIT. */
+int server_db_checkpoint_behind(struct server_db *db, struct cordon_diag *diag);
+
 /* Whether the backend is shared by several servers (PostgreSQL). */
 bool server_db_is_shared(const struct server_db *db);
 /* The device's live session is (instance, session_id) until lease_expires:

@@ -387,6 +387,7 @@ struct server_db {
   uint64_t round_trips;  /* PostgreSQL: exchanges with the server (pipelines, scripts) */
   struct db_group group;
   uint64_t commits; /* write transactions committed: COMMITs and autocommit writes */
+  void *ckpt;       /* SQLite: the checkpoint thread (db_sqlite.c), or NULL */
 };
 
 /* --- errors --------------------------------------------------------------- */

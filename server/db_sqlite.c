@@ -3,7 +3,9 @@
  * migrations; the online backup and restore. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sqlite3.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,7 +427,132 @@ static int lite_open(struct server_db *db, const char *state_dir, const char *ur
   return 0;
 }
 
+/* --- checkpoints on a thread of their own --------------------------------- */
+
+/* SQLite's own checkpoint runs in the writer's COMMIT once the WAL holds
+ * wal_autocheckpoint (1,000) pages: on the daemon's loop, a twentieth of
+ * its time with thousands of jobs a second. server_db_checkpoint_behind
+ * hands the bulk of it to a thread with a connection of its own; the
+ * commit's WAL hook (on the writer's thread, after each COMMIT) drives it:
+ *  - every CKPT_FRAMES new pages in the WAL it wakes the thread, which
+ *    runs a PASSIVE checkpoint (it waits for no one: pages a reader still
+ *    needs stay for the next one);
+ *  - the WAL is restarted from its start only by a write transaction that
+ *    began with all of it copied, which commits made meanwhile prevent; so
+ *    the first COMMIT after the thread's checkpoint ended copies what was
+ *    written since, itself (a few groups' pages), and the next transaction
+ *    restarts the WAL, as after SQLite's own checkpoint;
+ *  - should the thread fall behind (its checkpoints failing: a full disk),
+ *    the writer checkpoints itself past CKPT_INLINE_FRAMES, so the WAL does
+ *    not grow without bound.
+ * Durability is the WAL's fsync in each COMMIT, as before: a checkpoint
+ * only moves committed pages into the database file (and fsyncs it). */
+#define CKPT_FRAMES 1000
+#define CKPT_INLINE_FRAMES 16000
+
+struct ckpt {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool want, stop, ended; /* under mu: wanted, to stop, one ended since the hook looked */
+  sqlite3 *h;             /* the thread's own connection */
+  /* the writer's (the hook's) own */
+  int last_frames; /* the WAL's length at the last commit */
+  int next_at;     /* the length at which the thread is woken next */
+};
+
+static void *ckpt_main(void *arg) {
+  struct ckpt *c = arg;
+  pthread_mutex_lock(&c->mu);
+  for (;;) {
+    while (!c->want && !c->stop)
+      pthread_cond_wait(&c->cv, &c->mu);
+    if (c->stop)
+      break;
+    c->want = false;
+    pthread_mutex_unlock(&c->mu);
+    int rc = sqlite3_wal_checkpoint_v2(c->h, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    pthread_mutex_lock(&c->mu);
+    c->ended = rc == SQLITE_OK;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+static int ckpt_hook(void *arg, sqlite3 *h, const char *name, int frames) {
+  struct ckpt *c = arg;
+  if (frames < c->last_frames) /* restarted */
+    c->next_at = CKPT_FRAMES;
+  c->last_frames = frames;
+  pthread_mutex_lock(&c->mu);
+  bool ended = c->ended, wake = false;
+  c->ended = false;
+  if (!ended && frames >= c->next_at && !c->want) {
+    c->want = wake = true;
+    c->next_at = frames + CKPT_FRAMES;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (wake)
+    pthread_cond_signal(&c->cv);
+  if (ended || frames >= CKPT_INLINE_FRAMES)
+    (void)sqlite3_wal_checkpoint_v2(h, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+  return SQLITE_OK;
+}
+
+int server_db_checkpoint_behind(struct server_db *db, struct cordon_diag *diag) {
+  if (db->drv != &db_sqlite_driver || db->ckpt)
+    return 0;
+  struct ckpt *c = calloc(1, sizeof(*c));
+  if (!c)
+    return cordon_diag_set(diag, -ENOMEM, "checkpoint thread: out of memory");
+  int rc = sqlite3_open_v2(db->path, &c->h,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX |
+                               SQLITE_OPEN_EXRESCODE,
+                           NULL);
+  if (rc == SQLITE_OK)
+    rc = sqlite3_exec(c->h, "PRAGMA synchronous = FULL", NULL, NULL, NULL);
+  if (rc != SQLITE_OK) {
+    int err = cordon_diag_set(diag, lite_err(c->h, rc), "%s: checkpoint connection: %s", db->path,
+                              c->h ? sqlite3_errmsg(c->h) : sqlite3_errstr(rc));
+    sqlite3_close(c->h);
+    free(c);
+    return err;
+  }
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  int e = pthread_create(&c->thread, NULL, ckpt_main, c);
+  if (e != 0) {
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    sqlite3_close(c->h);
+    free(c);
+    return cordon_diag_set(diag, -e, "checkpoint thread: %s", strerror(e));
+  }
+  c->next_at = CKPT_FRAMES;
+  sqlite3_wal_hook(db->h, ckpt_hook, c);
+  db->ckpt = c;
+  return 0;
+}
+
+static void ckpt_stop(struct server_db *db) {
+  struct ckpt *c = db->ckpt;
+  if (!c)
+    return;
+  sqlite3_wal_hook(db->h, NULL, NULL);
+  pthread_mutex_lock(&c->mu);
+  c->stop = true;
+  pthread_mutex_unlock(&c->mu);
+  pthread_cond_signal(&c->cv);
+  pthread_join(c->thread, NULL);
+  pthread_cond_destroy(&c->cv);
+  pthread_mutex_destroy(&c->mu);
+  sqlite3_close(c->h);
+  free(c);
+  db->ckpt = NULL;
+}
+
 static void lite_close(struct server_db *db) {
+  ckpt_stop(db); /* first: the last connection's close checkpoints the WAL away */
   sqlite3_close(db->h);
   db->h = NULL;
 }

@@ -1083,6 +1083,43 @@ Test(db, job_lists) {
   server_db_close(db);
 }
 
+/* The WAL's checkpoints on a thread of their own (db_sqlite.c): the WAL is
+ * still restarted every few thousand pages, as by SQLite's own checkpoint;
+ * were it not, it would grow to the writer's fallback (16,000 pages) and
+ * past this test's bound. What was committed is all there after. */
+Test(db, checkpoints_on_their_thread_keep_the_wal_short_and_lose_nothing) {
+  PG_TEST_SQLITE_ONLY();
+  struct server_db *db = open_db();
+  cr_assert_eq(server_db_checkpoint_behind(db, NULL), 0);
+  cr_assert_eq(server_db_checkpoint_behind(db, NULL), 0, "a second call changes nothing");
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE], id[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  char wal[512];
+  snprintf(wal, sizeof(wal), "%s/%s-wal", state_dir, SERVER_DB_FILE);
+  enum { JOBS = 6000, PAGE = 4096 + 24, BOUND = 8000 };
+  off_t most = 0;
+  for (int i = 0; i < JOBS; i++) {
+    add_job(db, alice, dev, id);
+    struct stat st;
+    if (i % 100 == 0 && stat(wal, &st) == 0 && st.st_size > most)
+      most = st.st_size;
+  }
+  struct stat st;
+  cr_assert_eq(stat(wal, &st), 0);
+  if (st.st_size > most)
+    most = st.st_size;
+  cr_assert_lt(most / PAGE, BOUND, "the WAL grew to %lld pages", (long long)(most / PAGE));
+  server_db_close(db);
+  db = open_db();
+  struct server_db_job_list l = {0};
+  cr_assert_eq(server_db_job_list(db, alice, 0, &l, NULL), 0);
+  cr_assert_eq(l.count, JOBS);
+  cr_assert_str_eq(l.items[0].id, id, "the last one too");
+  server_db_job_list_release(&l);
+  server_db_close(db);
+}
+
 Test(db, two_handles_see_each_others_commits) {
   struct server_db *a = open_db(), *b = NULL;
   cr_assert_eq(server_db_open(state_dir, 0, &b, NULL), 0);
