@@ -44,3 +44,9 @@ bool cordon_id_hex_valid(const char *s) {
 void cordon_id_random(uint8_t out[CORDON_ID_LEN]) {
   randombytes_buf(out, CORDON_ID_LEN);
 }
+
+void cordon_id_ordered(uint8_t out[CORDON_ID_LEN], uint64_t ms) {
+  for (int i = 0; i < CORDON_ID_TIME_LEN; i++)
+    out[i] = (uint8_t)(ms >> (8 * (CORDON_ID_TIME_LEN - 1 - i)));
+  randombytes_buf(out + CORDON_ID_TIME_LEN, CORDON_ID_LEN - CORDON_ID_TIME_LEN);
+}

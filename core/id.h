@@ -23,5 +23,11 @@ int cordon_id_from_hex(const char *s, uint8_t out[CORDON_ID_LEN]);
 bool cordon_id_hex_valid(const char *s);
 /* A fresh random id (libsodium's CSPRNG). */
 void cordon_id_random(uint8_t out[CORDON_ID_LEN]);
+/* An id whose first CORDON_ID_TIME_LEN bytes are ms (big-endian: the low
+ * 48 bits of a Unix time in milliseconds) and whose other 10 bytes are
+ * random (80 bits): ids made later sort after, so an index on them grows
+ * at its end (a job's id) rather than at a random page. */
+#define CORDON_ID_TIME_LEN 6
+void cordon_id_ordered(uint8_t out[CORDON_ID_LEN], uint64_t ms);
 
 #endif

@@ -533,6 +533,12 @@ void db_new_id(char out[CORDON_ID_HEX_SIZE]) {
   cordon_id_to_hex(b, out);
 }
 
+void db_new_job_id(char out[CORDON_ID_HEX_SIZE]) {
+  uint8_t b[CORDON_ID_LEN];
+  cordon_id_ordered(b, core_wall_ms());
+  cordon_id_to_hex(b, out);
+}
+
 /* --- open and migrate ----------------------------------------------------- */
 
 int db_read_schema_version(struct server_db *db, int *out_version, struct cordon_diag *diag) {

@@ -473,6 +473,8 @@ bool db_valid_token(const char *s, size_t max);
 bool db_valid_json(const char *s, size_t max, bool want_object);
 /* A fresh random id in its hex form (core/id.h). */
 void db_new_id(char out[CORDON_ID_HEX_SIZE]);
+/* A new job's id: time-ordered (cordon_id_ordered), 80 random bits. */
+void db_new_job_id(char out[CORDON_ID_HEX_SIZE]);
 
 /* --- across tables -------------------------------------------------------- */
 

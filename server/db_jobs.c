@@ -130,7 +130,7 @@ int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
   if (sent)
     memcpy(id, job->id, CORDON_ID_HEX_SIZE);
   else
-    db_new_id(id);
+    db_new_job_id(id);
   int err = 0;
   char *where = db_labels_dump(job->where, &err);
   if (err)

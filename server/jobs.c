@@ -1151,7 +1151,7 @@ static void dispatch_now(struct jobs *js, struct admin_conn *c, const struct dis
   /* drawn here: the ticket names the job, which is added already sent */
   char job_id[CORDON_ID_HEX_SIZE];
   uint8_t raw[CORDON_ID_LEN];
-  cordon_id_random(raw);
+  cordon_id_ordered(raw, core_wall_ms());
   cordon_id_to_hex(raw, job_id);
   struct cordon_diag diag = {{0}};
   struct after *sent = NULL, *answer = NULL;
