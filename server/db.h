@@ -65,7 +65,7 @@
 #include "core/manifest.h" /* enum sandbox_level */
 
 #define SERVER_DB_FILE "cordon.db"
-#define SERVER_DB_SCHEMA_VERSION 13 /* the newest schema this binary knows */
+#define SERVER_DB_SCHEMA_VERSION 14 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
 #define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */

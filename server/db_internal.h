@@ -165,11 +165,18 @@
     " RETURNING state")                                                                            \
   X(JOB_PEEK, "SELECT state, device_id, result IS NOT NULL FROM jobs WHERE id = ?1")               \
   X(JOB_GET, "SELECT " JOB_COLUMNS " WHERE j.id = ?1")                                             \
-  X(JOB_LIST, "SELECT " JOB_COLUMNS " WHERE (?1 = 0 OR j.user_id = ?1)"                            \
-              " ORDER BY j.created DESC, j.rowid DESC LIMIT ?2")                                   \
-  X(JOB_LIST_FILTERED, "SELECT " JOB_COLUMNS " WHERE (?1 = 0 OR j.user_id = ?1)"                   \
-                       " AND (?2 IS NULL OR j.device_id = ?2) AND (?3 IS NULL OR j.state = ?3)"    \
-                       " AND j.created >= ?4 ORDER BY j.created DESC, j.rowid DESC LIMIT ?5")      \
+  /* the newest first: every user's by jobs_created, one user's by                                 \
+   * jobs_user (each walks back from the newest, sorting nothing) */                               \
+  X(JOB_LIST, "SELECT " JOB_COLUMNS " ORDER BY j.created DESC, j.rowid DESC LIMIT ?1")             \
+  X(JOB_LIST_OF_USER, "SELECT " JOB_COLUMNS " WHERE j.user_id = ?1"                                \
+                      " ORDER BY j.created DESC, j.rowid DESC LIMIT ?2")                           \
+  X(JOB_LIST_FILTERED, "SELECT " JOB_COLUMNS " WHERE (?1 IS NULL OR j.device_id = ?1)"             \
+                       " AND (?2 IS NULL OR j.state = ?2) AND j.created >= ?3"                     \
+                       " ORDER BY j.created DESC, j.rowid DESC LIMIT ?4")                          \
+  X(JOB_LIST_FILTERED_OF_USER, "SELECT " JOB_COLUMNS " WHERE j.user_id = ?1"                       \
+                               " AND (?2 IS NULL OR j.device_id = ?2)"                             \
+                               " AND (?3 IS NULL OR j.state = ?3) AND j.created >= ?4"             \
+                               " ORDER BY j.created DESC, j.rowid DESC LIMIT ?5")                  \
   X(JOB_LIST_ACTIVE_ON_DEVICE, "SELECT " JOB_COLUMNS " WHERE j.device_id = ?1"                     \
                                " AND j.state IN " DB_LIVE_STATES " ORDER BY j.created, j.rowid")   \
   X(JOB_LIST_OVERDUE, "SELECT " JOB_COLUMNS " WHERE j.deadline <> 0 AND j.deadline <= ?1"          \
@@ -179,8 +186,10 @@
   X(JOB_LIST_QUEUE_EXPIRED, "SELECT " JOB_COLUMNS " WHERE j.state = 'queued'"                      \
                             " AND j.queue_expires <> 0 AND j.queue_expires <= ?1"                  \
                             " ORDER BY j.created, j.rowid")                                        \
+  /* the second IN names jobs_device_live's states: SQLite uses a partial                          \
+   * index only for a WHERE that repeats the index's own */                                        \
   X(JOB_COUNT_IN_FLIGHT, "SELECT count(*) FROM jobs WHERE device_id = ?1"                          \
-                         " AND state IN ('sent','running')")                                       \
+                         " AND state IN ('sent','running') AND state IN " DB_LIVE_STATES)          \
   X(JOB_COUNT_BY_STATE, "SELECT state, count(*) FROM jobs GROUP BY state")                         \
   X(JOB_COUNT_LIVE, "SELECT state, count(*) FROM jobs WHERE state IN ('queued','sent','running')"  \
                     " GROUP BY state")                                                             \
@@ -218,14 +227,16 @@
   X(PACKAGE_PUT, "INSERT INTO job_packages (job_id, bytes) VALUES (?1, ?2)"                        \
                  " ON CONFLICT (job_id) DO NOTHING")                                               \
   X(PACKAGE_GET, "SELECT bytes FROM job_packages WHERE job_id = ?1")                               \
-  X(PACKAGE_PURGE, "DELETE FROM job_packages WHERE job_id IN"                                      \
-                   " (SELECT id FROM jobs WHERE state <> 'queued')")                               \
+  /* by each package's job (an IN list of the sent jobs would read them                            \
+   * all: the whole history) */                                                                    \
+  X(PACKAGE_PURGE, "DELETE FROM job_packages WHERE EXISTS (SELECT 1 FROM jobs j"                   \
+                   " WHERE j.id = job_packages.job_id AND j.state <> 'queued')")                   \
   X(PACKAGE_PART_PUT, "INSERT INTO job_package_parts (job_id, part, bytes) VALUES (?1, ?2, ?3)"    \
                       " ON CONFLICT (job_id, part) DO NOTHING")                                    \
   X(PACKAGE_PART_GET, "SELECT bytes FROM job_package_parts WHERE job_id = ?1 AND part = ?2")       \
   X(PACKAGE_PART_COUNT, "SELECT count(*) FROM job_package_parts WHERE job_id = ?1")                \
-  X(PACKAGE_PART_PURGE, "DELETE FROM job_package_parts WHERE job_id IN"                            \
-                        " (SELECT id FROM jobs WHERE state <> 'queued')")
+  X(PACKAGE_PART_PURGE, "DELETE FROM job_package_parts WHERE EXISTS (SELECT 1 FROM jobs j"         \
+                        " WHERE j.id = job_package_parts.job_id AND j.state <> 'queued')")
 
 /* The daemon's clock (server/db.h, server_db_clock_tick): the database's
  * (PostgreSQL; SQLite's is the host's own), and the durations that move

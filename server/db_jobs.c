@@ -476,12 +476,14 @@ static int job_collect(struct server_db *db, struct db_st *st, struct server_db_
 int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
                        struct server_db_job_list *out_list, struct cordon_diag *diag) {
   struct db_st *st = NULL;
-  int err = db_stmt(db, Q_JOB_LIST, &st, diag);
+  int err = db_stmt(db, user_id ? Q_JOB_LIST_OF_USER : Q_JOB_LIST, &st, diag);
   if (err)
     return err;
   int rc = DB_OK;
-  db_bind_int(st, 1, user_id, &rc);
-  db_bind_int(st, 2, limit == 0 || limit > INT64_MAX ? INT64_MAX : (int64_t)limit, &rc);
+  int k = user_id ? 1 : 0; /* the parameters after the user's */
+  if (k)
+    db_bind_int(st, 1, user_id, &rc);
+  db_bind_int(st, 1 + k, limit == 0 || limit > INT64_MAX ? INT64_MAX : (int64_t)limit, &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return job_collect(db, st, out_list, diag);
@@ -490,15 +492,18 @@ int server_db_job_list(struct server_db *db, int64_t user_id, size_t limit,
 int server_db_job_list_filtered(struct server_db *db, const struct server_db_job_filter *f,
                                 struct server_db_job_list *out_list, struct cordon_diag *diag) {
   struct db_st *st = NULL;
-  int err = db_stmt(db, Q_JOB_LIST_FILTERED, &st, diag);
+  int err = db_stmt(db, f->user_id ? Q_JOB_LIST_FILTERED_OF_USER : Q_JOB_LIST_FILTERED, &st, diag);
   if (err)
     return err;
   int rc = DB_OK;
-  db_bind_int(st, 1, f->user_id, &rc);
-  db_bind_text(st, 2, f->device_id, &rc);
-  db_bind_text(st, 3, f->has_state ? server_db_job_state_name(f->state) : NULL, &rc);
-  db_bind_int(st, 4, f->since, &rc);
-  db_bind_int(st, 5, f->limit == 0 || f->limit > INT64_MAX ? INT64_MAX : (int64_t)f->limit, &rc);
+  int k = f->user_id ? 1 : 0; /* the parameters after the user's */
+  if (k)
+    db_bind_int(st, 1, f->user_id, &rc);
+  db_bind_text(st, 1 + k, f->device_id, &rc);
+  db_bind_text(st, 2 + k, f->has_state ? server_db_job_state_name(f->state) : NULL, &rc);
+  db_bind_int(st, 3 + k, f->since, &rc);
+  db_bind_int(st, 4 + k, f->limit == 0 || f->limit > INT64_MAX ? INT64_MAX : (int64_t)f->limit,
+              &rc);
   if ((err = db_bind_check(db, st, rc, diag)))
     return err;
   return job_collect(db, st, out_list, diag);

@@ -139,11 +139,17 @@ static const char *const migrations[] = {
     "  serial BIGINT NOT NULL CHECK (serial >= 1),"
     "  sealed BYTEA NOT NULL,"
     "  updated BIGINT NOT NULL);",
+    /* 5 -> 6: SQLite's 13 -> 14, the live jobs of a device in an index of
+     * their own, the newest jobs listed by an index of their creation */
+    "DROP INDEX jobs_device_state;"
+    "CREATE INDEX jobs_device_live ON jobs (device_id, state)"
+    "  WHERE state IN ('queued','sent','running');"
+    "CREATE INDEX jobs_created ON jobs (created);",
 };
 #define PG_SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 
 /* api_version[n]: the SERVER_DB_SCHEMA_VERSION PostgreSQL's version n means */
-static const int api_version[] = {0, 9, 10, 11, 12, 13};
+static const int api_version[] = {0, 9, 10, 11, 12, 13, 14};
 _Static_assert(sizeof(api_version) / sizeof(api_version[0]) ==
                    sizeof(migrations) / sizeof(migrations[0]) + 1,
                "one API version per PostgreSQL schema version");

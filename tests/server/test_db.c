@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "server/db.h"
+#include "server/db_internal.h" /* the statements, for their query plans */
 #include "tests/server/pg_test.h"
 
 static char state_dir[256];
@@ -107,10 +108,10 @@ Test(db, fresh_dir_migrates_to_current_and_reopens) {
   cr_assert_eq(server_db_user_get_by_name(again, "alice", &u, NULL), 0);
   cr_assert_str_eq(u.name, "alice");
   server_db_close(again);
-  /* PostgreSQL numbers its own schema: its version 5 is SQLite's 13 */
+  /* PostgreSQL numbers its own schema: its version 6 is SQLite's 14 */
   if (pg_test_base())
-    cr_assert_eq(pg_test_exec("DO $$BEGIN IF (SELECT version FROM schema_version) <> 5"
-                              " THEN RAISE 'not version 5'; END IF; END$$"),
+    cr_assert_eq(pg_test_exec("DO $$BEGIN IF (SELECT version FROM schema_version) <> 6"
+                              " THEN RAISE 'not version 6'; END IF; END$$"),
                  0);
 }
 
@@ -1083,6 +1084,52 @@ Test(db, job_lists) {
   server_db_close(db);
 }
 
+/* The jobs table only grows (one row per job, thousands a second), and
+ * the daemon runs its statements on its one loop thread: none may read
+ * the whole table, and the lists (newest first, with a limit) may not sort
+ * it. SQLite plans without statistics here as in the daemon (it never runs
+ * ANALYZE). */
+Test(db, no_statement_reads_or_sorts_the_whole_job_history) {
+  PG_TEST_SQLITE_ONLY();
+  server_db_close(open_db());
+  char path[512];
+  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
+  sqlite3 *h = NULL;
+  cr_assert_eq(sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+#define PLAN_Q(name, sql) {#name, sql},
+  static const struct {
+    const char *name, *sql;
+  } qs[] = {DB_JOB_STATEMENTS(PLAN_Q) DB_SESSION_STATEMENTS(PLAN_Q) DB_CLOCK_STATEMENTS(PLAN_Q)};
+#undef PLAN_Q
+  size_t lists = 0;
+  for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+    /* the finished jobs' counts for the metrics: every job once a minute
+     * at most (daemon.c), by the smallest index */
+    bool whole_ok = strcmp(qs[i].name, "JOB_COUNT_BY_STATE") == 0;
+    bool list = strncmp(qs[i].name, "JOB_LIST", 8) == 0 && strstr(qs[i].sql, "DESC LIMIT");
+    lists += list;
+    char sql[8192];
+    snprintf(sql, sizeof(sql), "EXPLAIN QUERY PLAN %s", qs[i].sql);
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_prepare_v2(h, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", qs[i].name,
+                 sqlite3_errmsg(h));
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const char *d = (const char *)sqlite3_column_text(st, 3);
+      /* "SCAN j USING INDEX jobs_created": a list walks back from the
+       * newest and stops at its limit */
+      size_t n = strncmp(d, "SCAN ", 5) == 0 ? strcspn(d + 5, " ") : 0;
+      bool of_jobs = (n == 4 && strncmp(d + 5, "jobs", 4) == 0) || (n == 1 && d[5] == 'j');
+      bool scans = of_jobs && (d[5 + n] == '\0' || (!whole_ok && !list));
+      cr_assert(!scans, "%s reads every job: %s", qs[i].name, d);
+      cr_assert(!(list && strstr(d, "TEMP B-TREE")), "%s sorts the jobs it lists: %s", qs[i].name,
+                d);
+    }
+    sqlite3_finalize(st);
+  }
+  cr_assert_eq(lists, 4, "the four lists, newest first");
+  sqlite3_close(h);
+}
+
 /* The WAL's checkpoints on a thread of their own (db_sqlite.c): the WAL is
  * still restarted every few thousand pages, as by SQLite's own checkpoint;
  * were it not, it would grow to the writer's fallback (16,000 pages) and
@@ -1117,6 +1164,47 @@ Test(db, checkpoints_on_their_thread_keep_the_wal_short_and_lose_nothing) {
   cr_assert_eq(l.count, JOBS);
   cr_assert_str_eq(l.items[0].id, id, "the last one too");
   server_db_job_list_release(&l);
+  server_db_close(db);
+}
+
+Test(db, job_lists_filtered_by_user_device_state_and_time) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice"), bob = add_user(db, "bob");
+  char d1[CORDON_ID_HEX_SIZE], d2[CORDON_ID_HEX_SIZE], j[5][CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, d1);
+  add_device(db, bob, 2, d2);
+  for (int i = 0; i < 5; i++) {
+    server_db_set_clock(db, 100 * (i + 1));
+    add_job(db, i == 3 ? bob : alice, i == 3 ? d2 : d1, j[i]);
+  }
+  cr_assert_eq(
+      server_db_job_transition(db, j[1], SERVER_DB_JOB_QUEUED, SERVER_DB_JOB_CANCELLED, NULL, NULL),
+      0);
+  struct {
+    struct server_db_job_filter f;
+    size_t n;
+    int ids[5]; /* newest first */
+  } cases[] = {
+      {{0}, 5, {4, 3, 2, 1, 0}},
+      {{.user_id = alice}, 4, {4, 2, 1, 0}},
+      {{.user_id = bob}, 1, {3}},
+      {{.device_id = d1}, 4, {4, 2, 1, 0}},
+      {{.user_id = bob, .device_id = d1}, 0, {0}},
+      {{.has_state = true, .state = SERVER_DB_JOB_CANCELLED}, 1, {1}},
+      {{.user_id = alice, .has_state = true, .state = SERVER_DB_JOB_QUEUED}, 3, {4, 2, 0}},
+      {{.since = 300}, 3, {4, 3, 2}},
+      {{.user_id = alice, .since = 200, .limit = 2}, 2, {4, 2}},
+      {{.limit = 1}, 1, {4}},
+  };
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    struct server_db_job_list l = {0};
+    struct cordon_diag d = {{0}};
+    cr_assert_eq(server_db_job_list_filtered(db, &cases[c].f, &l, &d), 0, "case %zu: %s", c, d.msg);
+    cr_assert_eq(l.count, cases[c].n, "case %zu: %zu jobs", c, l.count);
+    for (size_t k = 0; k < l.count; k++)
+      cr_assert_str_eq(l.items[k].id, j[cases[c].ids[k]], "case %zu, job %zu", c, k);
+    server_db_job_list_release(&l);
+  }
   server_db_close(db);
 }
 
