@@ -310,6 +310,18 @@ Test(pg_outage, a_listen_connection_made_again_into_a_vanished_host_never_holds_
   cr_assert(heard, "the daemon hears its channel again once the host is back");
   cr_expect_eq(count_in(e2e_server_log, "listening for queued jobs and events again"), 1);
   cr_expect(server_alive());
-  e2e_stop(&e2e_server_pid, SIGKILL); /* before the proxy it talks through */
+  /* stopped while it makes its LISTEN connection into the hole again: at
+   * once (nothing waits for the attempt, which goes with the handle) */
+  pg_proxy_black_hole(&proxy, true);
+  int before = atomic_load(&proxy.held);
+  cr_assert_eq(on_listener("pg_terminate_backend"), 0, "the daemon's LISTEN connection, cut again");
+  for (int i = 0; i < 50 && atomic_load(&proxy.held) == before; i++)
+    msleep(100);
+  cr_assert_gt(atomic_load(&proxy.held), before, "an attempt into the hole");
+  msleep(500);
+  ping_fast();
+  int64_t t1 = now_ms();
+  e2e_stop(&e2e_server_pid, SIGTERM); /* before the proxy it talks through */
+  cr_expect_lt(now_ms() - t1, 5000, "stopped after %lld ms", (long long)(now_ms() - t1));
   pg_proxy_stop(&proxy);
 }
