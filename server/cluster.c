@@ -20,10 +20,12 @@
 #define CLUSTER_PURGE_TICKS 5          /* the packages of sent jobs go every 5th tick */
 #define CLUSTER_RELAY_PENDING_MAX 1024 /* payloads waiting for the next loop turn's NOTIFY */
 #define CLUSTER_RELAY_LOG_WINDOW_MS 60000
+#define CLUSTER_LISTEN_STEP_MS 100 /* a LISTEN connection being made is taken further */
 
 /* A handle of its own that LISTENs for queued jobs, and its poll. */
 struct listener {
   uv_poll_t poll;
+  bool polling; /* it listens, its socket polled; else its connection is being made */
   struct server_db *db;
   struct cluster *c;
 };
@@ -34,7 +36,10 @@ struct cluster {
   struct sessions *sessions;
   const char *state_dir;
   struct cluster_hooks hooks;
-  struct listener *listener; /* NULL: not listening (the next tick tries again) */
+  struct listener *listener; /* NULL: none (the next tick opens one) */
+  uv_timer_t listen_step;    /* an attempt in progress, taken further */
+  bool listen_warned;        /* "cannot LISTEN" said, since it last listened */
+  bool listen_lost;          /* it listened, and that broke */
   bool shared;               /* PostgreSQL: there may be other instances */
   bool started;
   char instance[CORDON_ID_HEX_SIZE];
@@ -93,12 +98,25 @@ static void listener_closed(uv_handle_t *h) {
   free(l);
 }
 
+static bool listening(const struct cluster *c) {
+  return c->listener && c->listener->polling;
+}
+
 static void listen_stop(struct cluster *c) {
-  if (!c->listener)
+  struct listener *l = c->listener;
+  if (!l)
     return;
-  uv_poll_stop(&c->listener->poll);
-  uv_close((uv_handle_t *)&c->listener->poll, listener_closed);
   c->listener = NULL;
+  if (c->started)
+    uv_timer_stop(&c->listen_step);
+  if (!l->polling) { /* no poll yet: nothing of the loop's to wait for */
+    server_db_close(l->db);
+    free(l);
+    return;
+  }
+  c->listen_lost = true;
+  uv_poll_stop(&l->poll);
+  uv_close((uv_handle_t *)&l->poll, listener_closed);
 }
 
 /* ---- the relay of events ---- */
@@ -181,7 +199,7 @@ static void relay_flush(struct cluster *c, bool then_read) {
   c->n_pending = 0;
   if (!batch)
     return;
-  while (sent < n && c->listener) {
+  while (sent < n && listening(c)) {
     size_t k = n - sent < SERVER_DB_EVENTS_BATCH_MAX ? n - sent : SERVER_DB_EVENTS_BATCH_MAX;
     struct cordon_diag diag = {{0}};
     int r = server_db_events_notify(c->listener->db, (const char *const *)batch + sent, k, &diag);
@@ -198,7 +216,7 @@ static void relay_flush(struct cluster *c, bool then_read) {
     free(batch[i]);
   free(batch);
   /* what libpq read meanwhile is not on the socket any more */
-  if (c->listener && then_read)
+  if (listening(c) && then_read)
     read_notes(c, 0);
 }
 
@@ -265,33 +283,57 @@ static void relay_stop(struct cluster *c) {
     uv_close((uv_handle_t *)&c->flush, NULL);
 }
 
-/* A second handle LISTENs; failures leave the poll of the queue alone. */
+static void listen_start(struct cluster *c);
+
+static void on_listen_step(uv_timer_t *t) {
+  listen_start(t->data);
+}
+
+/* A second handle LISTENs, its connection made without holding the loop
+ * (server_db_listener_open): tried at the start and at every tick while
+ * it does not listen, an attempt in progress taken further every
+ * CLUSTER_LISTEN_STEP_MS. Failures leave the poll of the queue alone. */
 static void listen_start(struct cluster *c) {
+  if (listening(c))
+    return;
   struct cordon_diag diag = {{0}};
-  struct listener *l = calloc(1, sizeof(*l));
-  int fd = -1;
-  int r = l ? server_db_open(c->state_dir, 0, &l->db, &diag) : -ENOMEM;
+  struct listener *l = c->listener;
+  int fd = -1, r = 0;
+  if (!l) {
+    l = calloc(1, sizeof(*l));
+    r = l ? server_db_listener_open(c->db, &l->db, &diag) : -ENOMEM;
+    if (r == 0) {
+      l->c = c;
+      c->listener = l;
+    } else {
+      free(l);
+    }
+  }
   if (r == 0)
     r = server_db_queue_listen(l->db, &fd, &diag);
   if (r == 0)
     r = server_db_events_listen(l->db, &diag);
   if (r == 0)
     r = uv_poll_init(c->loop, &l->poll, fd);
-  if (r < 0) {
-    if (!c->ticks) /* once, not at every retry */
+  if (r == -EINPROGRESS) {
+    uv_timer_start(&c->listen_step, on_listen_step, CLUSTER_LISTEN_STEP_MS, 0);
+    return;
+  }
+  if (r < 0) {             /* the handle stays: its next attempt after its backoff */
+    if (!c->listen_warned) /* once, not at every retry */
       core_log_kv(CORE_LOG_WARN,
                   "cannot LISTEN for queued jobs and events: the queue is polled, events are not "
                   "relayed",
                   "error", diag.msg[0] ? diag.msg : cordon_err_message(r), NULL);
-    if (l)
-      server_db_close(l->db);
-    free(l);
+    c->listen_warned = true;
     return;
   }
-  l->c = c;
+  l->polling = true;
   l->poll.data = l;
   uv_poll_start(&l->poll, UV_READABLE, on_notified);
-  c->listener = l;
+  if (c->listen_warned || c->listen_lost)
+    core_log_kv(CORE_LOG_INFO, "listening for queued jobs and events again", NULL);
+  c->listen_warned = c->listen_lost = false;
 }
 
 void cluster_close(struct cluster *c) {
@@ -300,8 +342,10 @@ void cluster_close(struct cluster *c) {
   if (c->started)
     relay_stop(c);
   listen_stop(c);
-  if (c->started && !uv_is_closing((uv_handle_t *)&c->tick))
+  if (c->started && !uv_is_closing((uv_handle_t *)&c->tick)) {
     uv_close((uv_handle_t *)&c->tick, NULL);
+    uv_close((uv_handle_t *)&c->listen_step, NULL);
+  }
 }
 
 void cluster_free(struct cluster *c) {
@@ -470,8 +514,7 @@ static void on_tick(uv_timer_t *t) {
     }
   }
   (void)server_db_session_expire(c->db, false, NULL);
-  if (!c->listener)
-    listen_start(c);
+  listen_start(c); /* when it does not listen */
   close_revoked(c);
   relay_cancels(c);
   if (++c->ticks % CLUSTER_PURGE_TICKS == 0) {
@@ -487,12 +530,14 @@ void cluster_start(struct cluster *c) {
   if (!c->shared)
     return;
   c->cancel_since = server_db_now(c->db);
-  relay_start(c);
-  listen_start(c);
   uv_timer_init(c->loop, &c->tick);
   c->tick.data = c;
-  uv_timer_start(&c->tick, on_tick, CLUSTER_RENEW_MS, CLUSTER_RENEW_MS);
+  uv_timer_init(c->loop, &c->listen_step);
+  c->listen_step.data = c;
   c->started = true;
+  relay_start(c);
+  listen_start(c);
+  uv_timer_start(&c->tick, on_tick, CLUSTER_RENEW_MS, CLUSTER_RENEW_MS);
 }
 
 /* ---- queued packages ---- */

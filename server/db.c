@@ -757,7 +757,7 @@ void server_db_close(struct server_db *db) {
   for (size_t i = 0; i < Q_COUNT_; i++)
     if (db->stmts[i].ready || db->stmts[i].h)
       db->drv->finalize(&db->stmts[i]);
-  if (db->h)
+  if (db->h || db->pg) /* PostgreSQL: pg without h, a listener not connected yet */
     db->drv->close(db);
   free(db);
 }

@@ -826,6 +826,16 @@ int server_db_job_package_purge(struct server_db *db, struct cordon_diag *diag);
  * server_db_queue_notify tells every listener. -EOPNOTSUPP on SQLite
  * (notify: 0, nothing to tell). */
 #define SERVER_DB_QUEUE_CHANNEL "cordon_queue"
+/* Such a handle on db's database, returned at once, its connection not
+ * made yet (-EOPNOTSUPP on SQLite): it is made as a broken connection is
+ * made again, never blocking for long — each server_db_queue_listen and
+ * server_db_events_listen on it takes the attempt a step further, waiting
+ * 100 ms at most per attempt in all; an attempt older than connect_timeout
+ * is dropped, the next starts no sooner than 0.5 s later, doubling to 5 s.
+ * Until it is made they fail: -EINPROGRESS while an attempt runs, -EIO
+ * after a failed one (diag: why). It logs nothing of its connection. */
+int server_db_listener_open(const struct server_db *db, struct server_db **out_db,
+                            struct cordon_diag *diag);
 int server_db_queue_listen(struct server_db *db, int *out_fd, struct cordon_diag *diag);
 int server_db_queue_notifications(struct server_db *db);
 int server_db_queue_notify(struct server_db *db, struct cordon_diag *diag);

@@ -241,6 +241,7 @@ struct pg_state {
   unsigned failures;
   int64_t connect_timeout_ms; /* the URL's connect_timeout, or ours; 0: none */
   bool stale;                 /* out of step with the server: made again as if it broke */
+  bool listener; /* server_db_listener_open: made by its scripts, and it says nothing of it */
   char why[200];
   struct pg_stmt q[Q_COUNT_];
   int pending[PG_PENDING_MAX]; /* held back, in order */
@@ -626,6 +627,8 @@ static int send_stmt(struct server_db *db, int q, const struct db_st *st, bool b
  * the URL's user, host, port and name. */
 static void say_reconnect(struct server_db *db, bool ok) {
   struct pg_state *ps = db->pg;
+  if (ps->listener)
+    return; /* its caller says what it lacks (server/cluster.c) */
   uint64_t n = 0;
   char sup[24];
   if (ok || core_ratelimit_hit(&ps->log_reconnect, core_mono_ms(), &n))
@@ -746,6 +749,21 @@ static int reconnect_if_broken(struct server_db *db) {
     return 0;
   snprintf(db->errmsg, sizeof(db->errmsg), "no connection to the server (connecting again: %s)",
            ps->why[0] ? ps->why : "in progress");
+  return -EIO;
+}
+
+/* A listener's connection (server_db_listener_open), made as a broken one
+ * is made again: 0 once it is, -EINPROGRESS while an attempt runs, -EIO
+ * between attempts (why the last failed kept). */
+static int listener_connect(struct server_db *db) {
+  struct pg_state *ps = db->pg;
+  if (!reconnect_if_broken(db))
+    return 0;
+  if (ps->next) {
+    snprintf(db->errmsg, sizeof(db->errmsg), "connecting");
+    return -EINPROGRESS;
+  }
+  snprintf(db->errmsg, sizeof(db->errmsg), "cannot connect: %s", ps->why);
   return -EIO;
 }
 
@@ -1001,6 +1019,10 @@ static void pg_sync(struct server_db *db, bool full) {
 }
 
 static int pg_exec_script(struct server_db *db, const char *sql) {
+  struct pg_state *ps = db->pg;
+  int cerr = ps && ps->listener ? listener_connect(db) : 0;
+  if (cerr)
+    return cerr;
   int ferr = pg_flush(db);
   if (ferr)
     return ferr;
@@ -1058,6 +1080,32 @@ const struct db_driver db_pg_driver = {
     .errmsg = pg_errmsg,
     .sync = pg_sync,
 };
+
+/* --- a listener (server/db.h) -------------------------------------------- */
+
+int server_db_listener_open(const struct server_db *db, struct server_db **out_db,
+                            struct cordon_diag *diag) {
+  if (!db || db->drv != &db_pg_driver)
+    return cordon_diag_set(diag, -EOPNOTSUPP, "LISTEN: PostgreSQL only");
+  const struct pg_state *from = db->pg;
+  struct server_db *l = calloc(1, sizeof(*l));
+  struct pg_state *ps = calloc(1, sizeof(*ps));
+  if (!l || !ps || !(ps->url = strdup(from->url))) {
+    free(l);
+    free(ps);
+    return cordon_diag_set(diag, -ENOMEM, "out of memory");
+  }
+  l->drv = &db_pg_driver;
+  memcpy(l->path, db->path, sizeof(l->path));
+  /* no connection yet (h NULL: as a broken one), the first attempt at
+   * once: its first script starts it */
+  ps->gen = 1;
+  ps->listener = true;
+  ps->connect_timeout_ms = from->connect_timeout_ms;
+  l->pg = ps;
+  *out_db = l;
+  return 0;
+}
 
 /* --- moving a state from SQLite (server/db.h, cordon-server migrate) ------ */
 

@@ -199,12 +199,11 @@ static void ping_fast(void) {
   cr_assert(ok && took < 1000, "ping: %s after %lld ms", ok ? "ok" : "not ok", (long long)took);
 }
 
-Test(pg_outage, a_database_host_that_vanished_never_holds_the_daemon_loop_and_it_comes_back) {
-  /* the daemon's database through the proxy (STATE/db-url: the commands'
-   * too, used only while it forwards) */
-  static struct pg_proxy proxy;
+/* The daemon started again with its database through a proxy (STATE/db-url:
+ * the commands' too, used only while it forwards). */
+static void server_through(struct pg_proxy *proxy) {
   char url[1200];
-  pg_proxy_start(&proxy, pg_test_name, url, sizeof(url));
+  pg_proxy_start(proxy, pg_test_name, url, sizeof(url));
   e2e_stop(&e2e_server_pid, SIGTERM);
   char file[400];
   snprintf(file, sizeof(file), "%s/db-url", e2e_state);
@@ -212,6 +211,11 @@ Test(pg_outage, a_database_host_that_vanished_never_holds_the_daemon_loop_and_it
   struct cordon_diag d = {{0}};
   cr_assert_eq(server_db_save_url(e2e_state, url, &d), 0, "%s", d.msg);
   start_server();
+}
+
+Test(pg_outage, a_database_host_that_vanished_never_holds_the_daemon_loop_and_it_comes_back) {
+  static struct pg_proxy proxy;
+  server_through(&proxy);
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   start_agent(a);
   char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
@@ -248,4 +252,76 @@ Test(pg_outage, a_database_host_that_vanished_never_holds_the_daemon_loop_and_it
   e2e_stop(&e2e_server_pid, SIGKILL); /* before the proxy it talks through */
   pg_proxy_stop(&proxy);
   free(pkg);
+}
+
+/* fn(pid) over the daemon's LISTEN connection: the one backend whose
+ * last statement was a LISTEN or a relayed event's NOTIFY (the daemon's
+ * other connection runs neither). 0, or -1 when there is not exactly one. */
+static int on_listener(const char *fn) {
+  char sql[600];
+  snprintf(sql, sizeof(sql),
+           "DO $$BEGIN IF (SELECT count(%s(pid)) FROM pg_stat_activity"
+           " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+           " AND application_name = 'cordon-server'"
+           " AND (query LIKE 'LISTEN %%' OR query LIKE 'SELECT pg_notify(%%')) <> 1"
+           " THEN RAISE 'not one LISTEN connection'; END IF; END$$",
+           fn);
+  return pg_test_exec(sql);
+}
+
+Test(pg_outage, a_listen_connection_made_again_into_a_vanished_host_never_holds_the_daemon_loop) {
+  static struct pg_proxy proxy;
+  server_through(&proxy);
+  bool listening = false;
+  for (int i = 0; i < 50 && !(listening = on_listener("abs") == 0); i++)
+    msleep(100);
+  cr_assert(listening, "the daemon listens (by its first tick)");
+  /* the host goes away while the daemon's main connection stays (relayed
+   * before): its ticks go on, and each tries to LISTEN again */
+  pg_proxy_black_hole(&proxy, true);
+  cr_assert_eq(on_listener("pg_terminate_backend"), 0, "the daemon's LISTEN connection, cut");
+  cr_assert(wait_in(e2e_server_log, "the LISTEN connection broke", 5000));
+  int held = atomic_load(&proxy.held);
+  int64_t t0 = now_ms();
+  while (now_ms() - t0 < 17000) {
+    ping_fast();
+    bool ok;
+    int64_t took = ask_timed("{\"op\":\"jobs\",\"user\":\"alice\"}", &ok);
+    cr_assert(ok && took < 1000, "jobs: %s after %lld ms (at %lld ms)", ok ? "ok" : "not ok",
+              (long long)took, (long long)(now_ms() - t0));
+    msleep(200);
+  }
+  cr_expect_geq(atomic_load(&proxy.held) - held, 2, "the daemon tried the vanished host again");
+  cr_expect_eq(count_in(e2e_server_log, "msg=\"cannot LISTEN"), 1, "said once, not at every try");
+  cr_expect_gt(count_in(e2e_server_log, "timeout expired"), 0,
+               "an attempt older than connect_timeout was dropped");
+  cr_expect_eq(count_in(e2e_server_log, "the database connection broke"), 0,
+               "the main connection never broke");
+  cr_assert(server_alive());
+  /* the host is back: the daemon listens again (after the attempt into the
+   * hole is dropped, and its backoff), and hears a NOTIFY on its channel */
+  pg_proxy_black_hole(&proxy, false);
+  bool heard = false;
+  for (int i = 0; i < 60 && !heard; i++) {
+    ping_fast();
+    cr_assert_eq(pg_test_exec("NOTIFY " SERVER_DB_EVENTS_CHANNEL ", 'garbage'"), 0);
+    heard = wait_in(e2e_server_log, "relayed event dropped: not a payload this server reads", 500);
+  }
+  cr_assert(heard, "the daemon hears its channel again once the host is back");
+  cr_expect_eq(count_in(e2e_server_log, "listening for queued jobs and events again"), 1);
+  cr_expect(server_alive());
+  /* stopped while it makes its LISTEN connection into the hole again: at
+   * once (nothing waits for the attempt, which goes with the handle) */
+  pg_proxy_black_hole(&proxy, true);
+  int before = atomic_load(&proxy.held);
+  cr_assert_eq(on_listener("pg_terminate_backend"), 0, "the daemon's LISTEN connection, cut again");
+  for (int i = 0; i < 50 && atomic_load(&proxy.held) == before; i++)
+    msleep(100);
+  cr_assert_gt(atomic_load(&proxy.held), before, "an attempt into the hole");
+  msleep(500);
+  ping_fast();
+  int64_t t1 = now_ms();
+  e2e_stop(&e2e_server_pid, SIGTERM); /* before the proxy it talks through */
+  cr_expect_lt(now_ms() - t1, 5000, "stopped after %lld ms", (long long)(now_ms() - t1));
+  pg_proxy_stop(&proxy);
 }
