@@ -201,8 +201,8 @@ static void reply(const char *fmt, ...) {
 static struct jslot *slot_get(const uint8_t id[CORDON_ID_LEN], bool add) {
   if (!slots)
     return NULL;
-  uint64_t h;
-  memcpy(&h, id, sizeof(h));
+  uint64_t h; /* the id's last 8 bytes: random (its first 6 are the time it was made) */
+  memcpy(&h, id + CORDON_ID_LEN - sizeof(h), sizeof(h));
   for (size_t i = 0; i < slot_cap; i++) {
     struct jslot *s = &slots[(h + i) & (slot_cap - 1)];
     if (!s->used) {
