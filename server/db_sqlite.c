@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/clock.h"
+#include "core/log.h"
 #include "server/db.h"
 #include "server/db_internal.h"
 
@@ -451,41 +453,66 @@ static int lite_open(struct server_db *db, const char *state_dir, const char *ur
  *    the first COMMIT after the thread's checkpoint ended copies what was
  *    written since, itself (a few groups' pages), and the next transaction
  *    restarts the WAL, as after SQLite's own checkpoint;
- *  - should the thread fall behind (its checkpoints failing: a full disk),
- *    the writer checkpoints itself past CKPT_INLINE_FRAMES, so the WAL does
- *    not grow without bound.
- * Durability is the WAL's fsync in each COMMIT, as before: a checkpoint
- * only moves committed pages into the database file (and fsyncs it). */
+ *  - the thread starts no checkpoint until the writer has taken the end
+ *    of the last one, and is not woken while one runs;
+ *  - should the thread fall behind (a slow disk; its checkpoints failing,
+ *    e.g. when the disk is full) past CKPT_INLINE_FRAMES, the writer stops
+ *    waking it, waits for the checkpoint under way to end and checkpoints
+ *    itself, as SQLite's own would: the WAL does not grow without bound.
+ * A checkpoint that fails is logged, at most once a minute. Durability is
+ * the WAL's fsync in each COMMIT, as before: a checkpoint only moves
+ * committed pages into the database file (and fsyncs it). */
 #define CKPT_FRAMES 1000
 #define CKPT_INLINE_FRAMES 16000
+#define CKPT_LOG_MS 60000
 
 struct ckpt {
   pthread_t thread;
   pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool want, stop, ended; /* under mu: wanted, to stop, one ended since the hook looked */
-  sqlite3 *h;             /* the thread's own connection */
+  pthread_cond_t cv; /* the thread waits for work; the writer for the thread to end one */
+  /* under mu: work wanted, to stop, one under way, one ended that the
+   * writer has not taken yet, and the last one's failure (SQLite's code) */
+  bool want, stop, running, ended;
+  int failed;
+  sqlite3 *h; /* the thread's own connection */
   /* the writer's (the hook's) own */
-  int last_frames; /* the WAL's length at the last commit */
-  int next_at;     /* the length at which the thread is woken next */
+  int last_frames;   /* the WAL's length at the last commit */
+  int next_at;       /* the length at which the thread is woken next */
+  int64_t logged_ms; /* the last failure logged (core_mono_ms), 0: none */
+  const char *path;  /* for messages */
 };
 
 static void *ckpt_main(void *arg) {
   struct ckpt *c = arg;
   pthread_mutex_lock(&c->mu);
   for (;;) {
-    while (!c->want && !c->stop)
+    while (!c->stop && (!c->want || c->ended))
       pthread_cond_wait(&c->cv, &c->mu);
     if (c->stop)
       break;
     c->want = false;
+    c->running = true;
     pthread_mutex_unlock(&c->mu);
     int rc = sqlite3_wal_checkpoint_v2(c->h, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     pthread_mutex_lock(&c->mu);
-    c->ended = rc == SQLITE_OK;
+    c->running = false;
+    if (rc == SQLITE_OK)
+      c->ended = true;
+    else
+      c->failed = rc;
+    pthread_cond_broadcast(&c->cv);
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
+}
+
+static void ckpt_log(struct ckpt *c, int rc) {
+  int64_t now = (int64_t)core_mono_ms();
+  if (c->logged_ms && now - c->logged_ms < CKPT_LOG_MS)
+    return;
+  c->logged_ms = now;
+  core_log_kv(CORE_LOG_WARN, "WAL checkpoint failed: the WAL grows until one succeeds", "db",
+              c->path, "error", sqlite3_errstr(rc), NULL);
 }
 
 static int ckpt_hook(void *arg, sqlite3 *h, const char *name, int frames) {
@@ -493,24 +520,44 @@ static int ckpt_hook(void *arg, sqlite3 *h, const char *name, int frames) {
   if (frames < c->last_frames) /* restarted */
     c->next_at = CKPT_FRAMES;
   c->last_frames = frames;
+  bool behind = frames >= CKPT_INLINE_FRAMES, wake = false;
   pthread_mutex_lock(&c->mu);
-  bool ended = c->ended, wake = false;
+  bool catch_up = c->ended;
   c->ended = false;
-  if (!ended && frames >= c->next_at && !c->want) {
+  int failed = c->failed;
+  c->failed = SQLITE_OK;
+  if (behind) {
+    c->want = false;
+    while (c->running)
+      pthread_cond_wait(&c->cv, &c->mu);
+  } else if (!catch_up && !c->running && !c->want && frames >= c->next_at) {
     c->want = wake = true;
     c->next_at = frames + CKPT_FRAMES;
   }
   pthread_mutex_unlock(&c->mu);
   if (wake)
-    pthread_cond_signal(&c->cv);
-  if (ended || frames >= CKPT_INLINE_FRAMES)
-    (void)sqlite3_wal_checkpoint_v2(h, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    pthread_cond_broadcast(&c->cv);
+  if (failed != SQLITE_OK)
+    ckpt_log(c, failed);
+  if (catch_up || behind) {
+    int rc = sqlite3_wal_checkpoint_v2(h, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    if (rc == SQLITE_BUSY && catch_up && !behind) { /* again at the next commit */
+      pthread_mutex_lock(&c->mu);
+      c->ended = true;
+      pthread_mutex_unlock(&c->mu);
+    } else if (rc != SQLITE_OK) {
+      ckpt_log(c, rc);
+    }
+  }
   return SQLITE_OK;
 }
 
 int server_db_checkpoint_behind(struct server_db *db, struct cordon_diag *diag) {
   if (db->drv != &db_sqlite_driver || db->ckpt)
     return 0;
+  if (!sqlite3_threadsafe())
+    return cordon_diag_set(diag, -ENOTSUP,
+                           "checkpoint thread: this SQLite is built without thread safety");
   struct ckpt *c = calloc(1, sizeof(*c));
   if (!c)
     return cordon_diag_set(diag, -ENOMEM, "checkpoint thread: out of memory");
@@ -538,6 +585,7 @@ int server_db_checkpoint_behind(struct server_db *db, struct cordon_diag *diag) 
     return cordon_diag_set(diag, -e, "checkpoint thread: %s", strerror(e));
   }
   c->next_at = CKPT_FRAMES;
+  c->path = db->path;
   sqlite3_wal_hook(db->h, ckpt_hook, c);
   db->ckpt = c;
   return 0;
@@ -551,7 +599,7 @@ static void ckpt_stop(struct server_db *db) {
   pthread_mutex_lock(&c->mu);
   c->stop = true;
   pthread_mutex_unlock(&c->mu);
-  pthread_cond_signal(&c->cv);
+  pthread_cond_broadcast(&c->cv);
   pthread_join(c->thread, NULL);
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
