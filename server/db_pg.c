@@ -140,11 +140,17 @@ static const char *const migrations[] = {
     "  sealed BYTEA NOT NULL,"
     "  updated BIGINT NOT NULL);",
     /* 5 -> 6: SQLite's 13 -> 14, the live jobs of a device in an index of
-     * their own, the newest jobs listed by an index of their creation */
-    "DROP INDEX jobs_device_state;"
+     * their own, the newest jobs listed by an index of their creation
+     * (and rowid, which SQLite's index holds anyway), the cancels still to
+     * tell (SESSION_LIST_CANCELLED, a cluster's, every tick: PostgreSQL
+     * only); the old index dropped last (its drop locks the table out to
+     * readers until the commit; the builds only to writers) */
     "CREATE INDEX jobs_device_live ON jobs (device_id, state)"
     "  WHERE state IN ('queued','sent','running');"
-    "CREATE INDEX jobs_created ON jobs (created);",
+    "CREATE INDEX jobs_created ON jobs (created, rowid);"
+    "CREATE INDEX jobs_cancelled_unanswered ON jobs (updated)"
+    "  WHERE state = 'cancelled' AND result IS NULL;"
+    "DROP INDEX jobs_device_state;",
 };
 #define PG_SCHEMA_VERSION ((int)(sizeof(migrations) / sizeof(migrations[0])))
 

@@ -151,15 +151,17 @@ static const char *const migrations[] = {
     "  serial INTEGER NOT NULL CHECK (serial >= 1),"
     "  sealed BLOB NOT NULL,"
     "  updated INTEGER NOT NULL);",
-    /* 13 -> 14: a job's state changes touch the live jobs' index only
+    /* 13 -> 14 (the new indexes first, the old one dropped last: on
+     * PostgreSQL the drop locks the table until the commit): a job's
+     * state changes touch the live jobs' index only
      * (jobs_device_state held every job of the history, so each change was
      * a random page of it: half the pages of each commit), and the newest
      * jobs are listed by an index of their creation rather than by sorting
      * the whole table */
-    "DROP INDEX jobs_device_state;"
     "CREATE INDEX jobs_device_live ON jobs (device_id, state)"
     "  WHERE state IN ('queued','sent','running');"
-    "CREATE INDEX jobs_created ON jobs (created);",
+    "CREATE INDEX jobs_created ON jobs (created);"
+    "DROP INDEX jobs_device_state;",
 };
 
 _Static_assert(sizeof(migrations) / sizeof(migrations[0]) == SERVER_DB_SCHEMA_VERSION,
