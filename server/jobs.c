@@ -546,7 +546,10 @@ static void pool_done(uv_work_t *w, int status) {
   free(b);
 }
 
-/* The open batch to the pool (or, should libuv refuse it, done here). */
+/* The open batch to the pool. libuv refuses work only without a work
+ * callback; were it to, the batch is done here, on the loop (its items'
+ * owners see them done as from the pool: each verifying is linked in
+ * js->verifying before it is added). */
 static void pool_submit(struct jobs *js) {
   struct pool_batch *b = js->pool_open;
   if (!b)
@@ -1809,12 +1812,14 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
     v->s = s;
     memcpy(v->job_id, mr->job_id, CORDON_ID_LEN);
     snprintf(v->id, sizeof(v->id), "%s", id);
-    if (pool_add(js, v, NULL) == 0) {
-      v->next = js->verifying;
-      js->verifying = v;
-      js->n_verifying++;
+    /* linked first: a full batch is submitted inside pool_add */
+    v->next = js->verifying;
+    js->verifying = v;
+    js->n_verifying++;
+    if (pool_add(js, v, NULL) == 0)
       return;
-    }
+    js->verifying = v->next;
+    js->n_verifying--;
   }
   if (vr == 0 && receipt_sig_ok(v->receipt, v->receipt_len, &v->why) < 0) {
     refuse_result_with(s, mr->job_id, id, METRICS_REFUSAL_BAD_RECEIPT, "bad_receipt",
@@ -2102,12 +2107,14 @@ static void on_commit_check(uv_check_t *h) {
       js->hold_since = now + 1;
     if (now + 1 - js->hold_since < JOBS_HOLD_FOR_POOL_MS) {
       after_run_ended(js); /* what an earlier group's end (an op_begin's) let go */
+      pool_submit(js);     /* what that gave the pool: no batch waits while poll blocks */
       uv_idle_stop(&js->commit_idle);
       return;
     }
   }
   js->hold_since = 0;
   group_flush(js);
+  pool_submit(js); /* what the acts after the commit gave the pool */
   if (!js->after && !server_db_group_pending(js->db))
     uv_idle_stop(&js->commit_idle);
 }
