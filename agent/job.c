@@ -19,8 +19,8 @@
 int agent_job_dir_prepare(const struct agent_config *cfg, char *out_jobs, size_t len,
                           struct cordon_diag *diag) {
   /* A root agent's jobs reach their package by path as the job user: the
-   * state and jobs dirs are then searchable (0711), never listable; job
-   * ids are 128-bit random. */
+   * state and jobs dirs are then searchable (0711), never listable; a job
+   * id holds 80 random bits (docs/protocol/ticket.md). */
   bool root = geteuid() == 0;
   int r = fs_mkdir_p(cfg->dir, 0700);
   char jobs[PATH_MAX];

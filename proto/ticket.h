@@ -3,7 +3,7 @@
  * A ticket is a fixed 161-byte body signed with the server's ticket key
  * (Ed25519) over "cordon-ticket-v1" 0x00 || body:
  *   u8     version (1)
- *   16     job id (random)
+ *   16     job id (6 bytes of the server's ms clock, 10 random; opaque)
  *   16     device id
  *   16     user tag: BLAKE2b-128(key none, "cordon-user-v1" 0x00 || user name)
  *   16     session id (from the welcome of the session it is sent in)

@@ -557,7 +557,7 @@ struct server_db_job_new {
   const char *package_version;
   const char *key; /* NULL, or the idempotency key (1..SERVER_DB_KEY_MAX bytes of
                       printable ASCII): one job per user and key */
-  /* NULL: the job is added queued with a new random id. Else it is added
+  /* NULL: the job is added queued with a new id (db_new_job_id). Else it is added
    * already sent to device_id (required, as is a deadline) with this ticket
    * (1..SERVER_DB_TICKET_MAX bytes), under id (CORDON_ID_HEX_LEN hex digits
    * the caller drew at random: the ticket names the job) — what
@@ -604,8 +604,8 @@ struct server_db_job_list {
 void server_db_job_release(struct server_db_job *job);
 void server_db_job_list_release(struct server_db_job_list *list);
 
-/* Add a queued job with a new random 128-bit id (or a sent one: ticket
- * above). -EINVAL for a bad field, -ENOENT for no such user or device. */
+/* Add a queued job with a new id: 6 bytes of the host's ms clock, then 80
+ * random bits (cordon_id_ordered), or a sent one (ticket above). -EINVAL for a bad field, -ENOENT for no such user or device. */
 int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
                       char out_id[CORDON_ID_HEX_SIZE], struct cordon_diag *diag);
 /* (server_db_job_add: -EEXIST when the user has a job with that key.) */
