@@ -1021,8 +1021,9 @@ static void echo_one(unsigned dev_idx) {
   struct dev *d = &devs[dev_idx];
   uint8_t id[CORDON_ID_LEN] = {0};
   echo_seq++;
-  memcpy(id, &echo_seq, sizeof(echo_seq));
-  id[15] = 0xec;
+  id[0] = 0xec;
+  memcpy(id + CORDON_ID_LEN - sizeof(echo_seq), &echo_seq,
+         sizeof(echo_seq)); /* what slot_get hashes */
   struct jslot *s = slot_get(id, true);
   if (!s || d->state != D_READY) {
     run_failed++;
