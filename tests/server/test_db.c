@@ -115,13 +115,19 @@ Test(db, fresh_dir_migrates_to_current_and_reopens) {
                  0);
 }
 
-Test(db, opens_in_wal_mode) {
-  PG_TEST_SQLITE_ONLY();
+/* A fresh database, read with SQLite itself. */
+static sqlite3 *fresh_db_read_only(void) {
   server_db_close(open_db());
   char path[512];
   snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
   sqlite3 *h = NULL;
   cr_assert_eq(sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  return h;
+}
+
+Test(db, opens_in_wal_mode) {
+  PG_TEST_SQLITE_ONLY();
+  sqlite3 *h = fresh_db_read_only();
   sqlite3_stmt *st = NULL;
   cr_assert_eq(sqlite3_prepare_v2(h, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
   cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
@@ -1091,11 +1097,7 @@ Test(db, job_lists) {
  * ANALYZE). */
 Test(db, no_statement_reads_or_sorts_the_whole_job_history) {
   PG_TEST_SQLITE_ONLY();
-  server_db_close(open_db());
-  char path[512];
-  snprintf(path, sizeof(path), "%s/%s", state_dir, SERVER_DB_FILE);
-  sqlite3 *h = NULL;
-  cr_assert_eq(sqlite3_open_v2(path, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+  sqlite3 *h = fresh_db_read_only();
 #define PLAN_Q(name, sql) {#name, sql},
   static const struct {
     const char *name, *sql;
