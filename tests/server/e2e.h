@@ -322,11 +322,18 @@ E2E_FN bool device_online(const char *id) {
 }
 
 E2E_FN void start_agent(struct e2e_agent *a) {
+  /* the session of an agent just killed may not be closed yet: its
+   * "online" would pass for this one's, then go (seen failing right after
+   * a kill -9 as "did not connect" within half a second); a little wait
+   * for it to go first */
+  for (int i = 0; i < 100 && device_online(a->id); i++)
+    msleep(20);
   const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
   a->pid = spawn_logged(a->log, argv);
-  for (int i = 0; i < 250 && !device_online(a->id); i++)
+  bool on = false; /* what was seen, not asked once more */
+  for (int i = 0; i < 250 && !(on = device_online(a->id)); i++)
     msleep(20);
-  cr_assert(device_online(a->id), "agent %s did not connect", a->name);
+  cr_assert(on, "agent %s did not connect", a->name);
 }
 
 E2E_FN char *pack(const char *name, const char *manifest, const char *script) {
