@@ -1,5 +1,6 @@
-/* The one id of cordon: 128 random bits for jobs, devices, servers,
- * sessions, tickets and package signing keys. On the wire and in the
+/* The one id of cordon: 128 bits for jobs, devices, servers, sessions,
+ * tickets and package signing keys, all random but a job's (the time it was
+ * made, then 80 random bits: cordon_id_ordered). On the wire and in the
  * database it travels as CORDON_ID_LEN raw bytes or as CORDON_ID_HEX_LEN
  * lowercase hex digits; a char buffer for the hex form with its NUL is
  * CORDON_ID_HEX_SIZE bytes. */
