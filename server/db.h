@@ -605,7 +605,8 @@ void server_db_job_release(struct server_db_job *job);
 void server_db_job_list_release(struct server_db_job_list *list);
 
 /* Add a queued job with a new id: 6 bytes of the host's ms clock, then 80
- * random bits (cordon_id_ordered), or a sent one (ticket above). -EINVAL for a bad field, -ENOENT for no such user or device. */
+ * random bits (cordon_id_ordered), or a sent one (ticket above). -EINVAL
+ * for a bad field, -ENOENT for no such user or device. */
 int server_db_job_add(struct server_db *db, const struct server_db_job_new *job,
                       char out_id[CORDON_ID_HEX_SIZE], struct cordon_diag *diag);
 /* (server_db_job_add: -EEXIST when the user has a job with that key.) */

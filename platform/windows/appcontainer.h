@@ -35,7 +35,8 @@ void appcontainer_api_release(struct appcontainer_api *api);
 
 #define APPCONTAINER_NAME_MAX 64
 /* "cordon.job.<job id>": job ids are unique (80 random bits after the
- * time), so concurrent jobs never share a profile or a SID. -EINVAL unless job_id is 32 hex chars. */
+ * time), so concurrent jobs never share a profile or a SID. -EINVAL
+ * unless job_id is 32 hex chars. */
 int appcontainer_profile_name(const char *job_id, wchar_t *out, size_t len);
 
 /* The capability SIDs a job gets: none, or with net internetClient
