@@ -201,8 +201,12 @@ static void reply(const char *fmt, ...) {
 static struct jslot *slot_get(const uint8_t id[CORDON_ID_LEN], bool add) {
   if (!slots)
     return NULL;
-  uint64_t h; /* the id's last 8 bytes: random (its first 6 are the time it was made) */
-  memcpy(&h, id + CORDON_ID_LEN - sizeof(h), sizeof(h));
+  /* both halves of the id: a job's begins with the time it was made, the
+   * echo's with a counter */
+  uint64_t h, lo;
+  memcpy(&h, id, sizeof(h));
+  memcpy(&lo, id + sizeof(h), sizeof(lo));
+  h ^= lo;
   for (size_t i = 0; i < slot_cap; i++) {
     struct jslot *s = &slots[(h + i) & (slot_cap - 1)];
     if (!s->used) {
@@ -1021,9 +1025,8 @@ static void echo_one(unsigned dev_idx) {
   struct dev *d = &devs[dev_idx];
   uint8_t id[CORDON_ID_LEN] = {0};
   echo_seq++;
-  id[0] = 0xec;
-  memcpy(id + CORDON_ID_LEN - sizeof(echo_seq), &echo_seq,
-         sizeof(echo_seq)); /* what slot_get hashes */
+  memcpy(id, &echo_seq, sizeof(echo_seq));
+  id[15] = 0xec;
   struct jslot *s = slot_get(id, true);
   if (!s || d->state != D_READY) {
     run_failed++;
