@@ -17,6 +17,7 @@
 
 #include "core/clock.h"
 #include "core/id.h"
+#include "core/log.h"
 #include "server/db_internal.h"
 
 static const char *const stmt_sql[] = {
@@ -297,15 +298,88 @@ uint64_t server_db_commit_count(const struct server_db *db) {
   return db->commits;
 }
 
+/* COMMIT the connection's transaction (rolled back if that fails): 0 or
+ * the error. *doubt: the transaction's id when the COMMIT went out and its
+ * answer was lost with the connection (committed or not: only the
+ * database knows), else 0. One that is no longer open (it died with its
+ * connection, made again since) is not committed, and is not asked. */
+static int commit_tx(struct server_db *db, uint64_t *doubt, struct cordon_diag *diag) {
+  *doubt = 0;
+  if (!db_in_tx(db))
+    return cordon_diag_set(diag, -EIO,
+                           "%s: commit: no transaction is open any more (lost with its "
+                           "connection, or rolled back under it)",
+                           db->path);
+  int err = db_simple(db, Q_COMMIT, "commit", diag);
+  if (err && db->drv->unanswered)
+    *doubt = db->drv->unanswered(db);
+  if (err && !*doubt && db_in_tx(db))
+    db_simple(db, Q_ROLLBACK, "rollback", NULL);
+  return err;
+}
+
+/* Ask what became of a commit whose answer was lost: 0 committed, -EAGAIN
+ * not known yet (diag says so as -EIO), else the error it was not
+ * committed with. */
+static int commit_outcome(struct server_db *db, uint64_t xid, struct cordon_diag *diag) {
+  struct cordon_diag why = {{0}};
+  int r = db->drv->outcome(db, xid, &why);
+  if (r == -EAGAIN)
+    cordon_diag_set(diag, -EIO,
+                    "%s: commit: the connection broke before its answer: whether it was "
+                    "committed is not known yet",
+                    db->path);
+  else if (r < 0)
+    cordon_diag_set(diag, r, "%s: commit: the connection broke before its answer: %s", db->path,
+                    why.msg);
+  if (r != -EAGAIN) {
+    char x[24];
+    snprintf(x, sizeof(x), "%llu", (unsigned long long)xid);
+    core_log_kv(r ? CORE_LOG_ERROR : CORE_LOG_WARN,
+                r ? "a commit lost its answer with the connection: it was not committed"
+                  : "a commit lost its answer with the connection: it was committed",
+                "database", db->path, "transaction", x, "error", r ? why.msg : "-", NULL);
+  }
+  return r;
+}
+
+/* The group whose COMMIT's answer was lost: asked again; once known, it
+ * ends (committed, or not). -EAGAIN while still not known. */
+static int group_settle(struct server_db *db, struct cordon_diag *diag) {
+  struct db_group *g = &db->group;
+  if (!g->doubt)
+    return 0;
+  int err = commit_outcome(db, g->doubt, diag);
+  if (err == -EAGAIN)
+    return err;
+  g->doubt = 0;
+  group_ended(db, err);
+  return err;
+}
+
 int server_db_group_commit(struct server_db *db, struct cordon_diag *diag) {
   struct db_group *g = &db->group;
   if (!g->open || g->depth > 0)
     return 0;
-  int err = db_simple(db, Q_COMMIT, "commit", diag);
-  if (err && db_in_tx(db))
-    db_simple(db, Q_ROLLBACK, "rollback", NULL);
+  uint64_t doubt;
+  int err = commit_tx(db, &doubt, diag);
+  if (doubt) {
+    g->open = false;
+    g->ops = 0;
+    g->doubt = doubt;
+    int r = group_settle(db, diag);
+    return r == -EAGAIN ? -EIO : r;
+  }
   group_ended(db, err);
   return err;
+}
+
+bool server_db_group_in_doubt(const struct server_db *db) {
+  return db->group.doubt != 0;
+}
+
+int server_db_group_settle(struct server_db *db) {
+  return group_settle(db, NULL) == -EAGAIN ? -EAGAIN : 0;
 }
 
 int server_db_group_op_begin(struct server_db *db, struct cordon_diag *diag) {
@@ -313,6 +387,10 @@ int server_db_group_op_begin(struct server_db *db, struct cordon_diag *diag) {
   if (g->lost)
     return cordon_diag_set(diag, g->lost_err, "%s: the group transaction was rolled back",
                            db->path);
+  /* no new group before the last one's end is known: what waits for it
+   * would be taken for this one's */
+  if (g->doubt && group_settle(db, diag) == -EAGAIN)
+    return -EIO;
   if (g->open && g->depth == 0 &&
       (g->ops >= SERVER_DB_GROUP_OPS_MAX ||
        (int64_t)core_mono_ms() - g->opened_ms >= SERVER_DB_GROUP_MS_MAX))
@@ -383,10 +461,11 @@ int db_tx_commit(struct server_db *db, struct cordon_diag *diag) {
     }
     return err;
   }
-  int err = db_simple(db, Q_COMMIT, "commit", diag);
-  if (err && db_in_tx(db))
-    db_simple(db, Q_ROLLBACK, "rollback", NULL);
-  return err;
+  uint64_t doubt;
+  int err = commit_tx(db, &doubt, diag);
+  if (doubt) /* asked at once: a server that is up answers on the connection made again */
+    err = commit_outcome(db, doubt, diag);
+  return err == -EAGAIN ? -EIO : err;
 }
 
 void db_tx_rollback(struct server_db *db) {

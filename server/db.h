@@ -197,7 +197,8 @@ int64_t server_db_clock_skew_ms(const struct server_db *db);
  * of the statement under which SQLite rolled the whole transaction back
  * (disk full, I/O): then none of its ops happened. It is called from inside
  * the call that ended the group (an op_begin that found the group full, a
- * write outside an op, server_db_group_commit): it must only take note.
+ * write outside an op, server_db_group_commit, server_db_group_settle):
+ * it must only take note.
  * A group holds at most SERVER_DB_GROUP_OPS_MAX ops and stays open at most
  * SERVER_DB_GROUP_MS_MAX: the op_begin after that commits it first. */
 #define SERVER_DB_GROUP_OPS_MAX 512
@@ -212,8 +213,20 @@ int server_db_group_op_begin(struct server_db *db, struct cordon_diag *diag);
  * rolled back under it). */
 int server_db_group_op_end(struct server_db *db, int err);
 /* Commit the open group (nothing when none is open): 0 or the error, both
- * also given to ended. */
+ * also given to ended.
+ *
+ * A COMMIT whose answer is lost with the connection (PostgreSQL: the
+ * server restarted, a failover, a cut) may have been committed or not:
+ * the group is then in doubt, and ended is not called until the database
+ * says which (asked by the transaction's id on the connection made again,
+ * at once, then by every server_db_group_settle and op_begin; an op_begin
+ * fails with -EIO meanwhile, for what waits for the group in doubt would
+ * be taken for the next one's). Its -EIO says so. */
 int server_db_group_commit(struct server_db *db, struct cordon_diag *diag);
+/* Whether the last group is in doubt; ask again: 0 once its end is known
+ * (ended was called, from in here), -EAGAIN while it is not. */
+bool server_db_group_in_doubt(const struct server_db *db);
+int server_db_group_settle(struct server_db *db);
 /* Whether a group transaction is open (its ops not yet durable). */
 bool server_db_group_pending(const struct server_db *db);
 /* Write transactions this handle committed (each one sync, or none for a

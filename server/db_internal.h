@@ -279,9 +279,11 @@
  * transaction takes one lock for the whole database, as BEGIN IMMEDIATE
  * does in SQLite, so that what SQLite's single writer settled (a count
  * then an insert, a name check then a rename) stays settled when several
- * handles and servers write at once. */
+ * handles and servers write at once. Its answer also gives the
+ * transaction's id: a COMMIT whose answer is lost with the connection is
+ * asked after by it (db_driver.outcome). */
 #define DB_PG_STATEMENTS(X)                                                                        \
-  X(BEGIN_IMMEDIATE, "BEGIN; SELECT pg_advisory_xact_lock(1668248164)")                            \
+  X(BEGIN_IMMEDIATE, "BEGIN; SELECT pg_advisory_xact_lock(1668248164), txid_current()")            \
   X(CLOCK_NOW_MS, "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)")
 
 enum db_stmt {
@@ -359,6 +361,14 @@ struct db_driver {
   bool (*in_tx)(struct server_db *db);
   const char *(*errmsg)(struct server_db *db);
   void (*sync)(struct server_db *db, bool full);
+  /* A COMMIT that went out and whose answer was lost with the connection
+   * (PostgreSQL; NULL for SQLite, whose commit is in this process): the
+   * transaction's id, then forgotten here, or 0 for none. outcome asks the
+   * database what became of it: 0 committed, -EAGAIN not known yet (no
+   * connection, or its old backend still runs it), else the error it was
+   * not committed with (in diag). */
+  uint64_t (*unanswered)(struct server_db *db);
+  int (*outcome)(struct server_db *db, uint64_t xid, struct cordon_diag *diag);
 };
 /* bind's kind; TEXT or BLOB with p NULL binds a NULL of that type */
 enum { DB_BIND_NULL, DB_BIND_INT, DB_BIND_TEXT, DB_BIND_BLOB };
@@ -376,6 +386,7 @@ struct db_group {
   unsigned tx_nested; /* db_tx_begin inside an op: one SAVEPOINT t each */
   unsigned ops;       /* ops in the open transaction */
   int64_t opened_ms;  /* core_mono_ms when it was opened */
+  uint64_t doubt;     /* its COMMIT's answer was lost: the transaction, until known */
   server_db_group_fn *ended;
   void *ended_arg;
 };

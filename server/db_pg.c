@@ -249,6 +249,9 @@ struct pg_state {
   bool stale;                 /* out of step with the server: made again as if it broke */
   bool listener; /* server_db_listener_open: made by its scripts, and it says nothing of it */
   char why[200];
+  /* the open transaction's id, from its BEGIN's answer (0: not known);
+   * that of a COMMIT whose answer was lost, until unanswered() takes it */
+  uint64_t xid, unanswered;
   struct pg_stmt q[Q_COUNT_];
   int pending[PG_PENDING_MAX]; /* held back, in order */
   int npending;
@@ -259,6 +262,7 @@ struct pg_item {
   int q, variant, part; /* variant -1: run unnamed */
   bool prepare;         /* its Parse, not its run */
   bool begin;           /* a part of BEGIN_IMMEDIATE sent with no transaction open */
+  bool xid;             /* the part of that BEGIN that answers the transaction's id */
   bool keep;            /* the answer the caller reads */
 };
 
@@ -608,6 +612,8 @@ static int send_stmt(struct server_db *db, int q, const struct db_st *st, bool b
     types[i] = st->params[i].type;
   }
   int v = pick_variant(p, ps->gen, types, np);
+  if (begin)
+    ps->xid = 0; /* a new transaction's, once its answer comes */
   for (int part = 0; part < p->nparts; part++) {
     char name[64];
     snprintf(name, sizeof(name), "cordon_%u_%d_%d_%d", ps->gen, q, v, part);
@@ -622,8 +628,12 @@ static int send_stmt(struct server_db *db, int q, const struct db_st *st, bool b
                  : PQsendQueryParams(db->h, p->part[part], np, types, values, lengths, formats, 0);
     if (!ok)
       return send_error(db);
-    items[(*n)++] = (struct pg_item){
-        .q = q, .variant = v, .part = part, .begin = begin, .keep = st && part == p->nparts - 1};
+    items[(*n)++] = (struct pg_item){.q = q,
+                                     .variant = v,
+                                     .part = part,
+                                     .begin = begin,
+                                     .xid = begin && part == p->nparts - 1,
+                                     .keep = st && part == p->nparts - 1};
   }
   return 0;
 }
@@ -829,6 +839,8 @@ static int pg_pipeline(struct server_db *db, struct db_st *st, PGresult **out_re
       if (state && (strcmp(state, "26000") == 0 || strcmp(state, "42P05") == 0))
         ps->gen++; /* our prepared statements are not the server's: anew, under new names */
     }
+    if (ok && it && it->xid && PQntuples(r) == 1 && PQnfields(r) == 2)
+      ps->xid = strtoull(PQgetvalue(r, 0, 1), NULL, 10);
     if (ok && it && it->keep && !keep)
       keep = r;
     else
@@ -907,6 +919,9 @@ static int pg_run(struct db_st *st) {
     return err;
   PGresult *res = NULL;
   err = pg_pipeline(db, st, &res);
+  struct pg_state *ps = db->pg;
+  if (err && st->is_commit && ps->xid && (PQstatus(db->h) == CONNECTION_BAD || ps->stale))
+    ps->unanswered = ps->xid; /* it went out: only the server knows what became of it */
   if (err)
     return err;
   const char *cmd = PQcmdStatus(res);
@@ -1024,6 +1039,46 @@ static void pg_sync(struct server_db *db, bool full) {
   PQclear(PQexec(db->h, full ? "SET synchronous_commit = on" : "SET synchronous_commit = off"));
 }
 
+static uint64_t pg_unanswered(struct server_db *db) {
+  struct pg_state *ps = db->pg;
+  uint64_t xid = ps->unanswered;
+  ps->unanswered = 0;
+  return xid;
+}
+
+/* What became of transaction xid, whose COMMIT's answer was lost: asked
+ * on the connection made again (txid_status). A transaction whose old
+ * backend has not yet seen the break is "in progress": not known yet. */
+static int pg_outcome(struct server_db *db, uint64_t xid, struct cordon_diag *diag) {
+  if (reconnect_if_broken(db) < 0 || pg_flush(db) < 0 ||
+      PQtransactionStatus(db->h) == PQTRANS_INERROR)
+    return -EAGAIN;
+  char v[24];
+  snprintf(v, sizeof(v), "%llu", (unsigned long long)xid);
+  const char *const vals[] = {v};
+  db->round_trips++;
+  PGresult *res =
+      PQexecParams(db->h, "SELECT txid_status($1::bigint)", 1, NULL, vals, NULL, NULL, 0);
+  int r = -EAGAIN;
+  if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+    const char *s = PQgetisnull(res, 0, 0) ? NULL : PQgetvalue(res, 0, 0);
+    if (!s)
+      r = cordon_diag_set(diag, -EIO, "transaction %s is too old for the database to say", v);
+    else if (strcmp(s, "committed") == 0)
+      r = 0;
+    else if (strcmp(s, "aborted") == 0)
+      r = cordon_diag_set(diag, -EIO, "the database rolled transaction %s back", v);
+  } else if (PQstatus(db->h) != CONNECTION_BAD) {
+    /* e.g. "in the future": a database that never had it (a failover to a
+     * standby behind the old primary, a restore) */
+    const char *m = PQresultErrorMessage(res);
+    r = cordon_diag_set(diag, -EIO, "the database does not know transaction %s: %.*s", v,
+                        (int)strcspn(m, "\n"), m);
+  }
+  PQclear(res);
+  return r;
+}
+
 static int pg_exec_script(struct server_db *db, const char *sql) {
   struct pg_state *ps = db->pg;
   int cerr = ps && ps->listener ? listener_connect(db) : 0;
@@ -1085,6 +1140,8 @@ const struct db_driver db_pg_driver = {
     .in_tx = pg_in_tx,
     .errmsg = pg_errmsg,
     .sync = pg_sync,
+    .unanswered = pg_unanswered,
+    .outcome = pg_outcome,
 };
 
 /* --- a listener (server/db.h) -------------------------------------------- */

@@ -2087,8 +2087,13 @@ static void after_run_ended(struct jobs *js) {
 
 static void group_flush(struct jobs *js) {
   struct cordon_diag diag = {{0}};
+  server_db_group_settle(js->db); /* a commit that lost its answer: asked again */
   if (server_db_group_pending(js->db) && server_db_group_commit(js->db, &diag) < 0)
-    core_log_kv(CORE_LOG_ERROR, "cannot commit the jobs' changes: each takes its failure path",
+    core_log_kv(CORE_LOG_ERROR,
+                server_db_group_in_doubt(js->db)
+                    ? "a commit of the jobs' changes lost its answer: they wait until the "
+                      "database says whether it was committed"
+                    : "cannot commit the jobs' changes: each takes its failure path",
                 "error", diag.msg, NULL);
   after_run_ended(js);
 }
@@ -2115,7 +2120,9 @@ static void on_commit_check(uv_check_t *h) {
   js->hold_since = 0;
   group_flush(js);
   pool_submit(js); /* what the acts after the commit gave the pool */
-  if (!js->after && !server_db_group_pending(js->db))
+  /* what waits for a group in doubt waits for the database, not the loop:
+   * the tick asks again */
+  if ((!js->after || server_db_group_in_doubt(js->db)) && !server_db_group_pending(js->db))
     uv_idle_stop(&js->commit_idle);
 }
 

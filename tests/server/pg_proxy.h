@@ -5,7 +5,11 @@
  * answered (no byte forwarded, no close, no RST), as a host that went
  * away without a word looks to a client whose SYN got through. The
  * connections relayed before stay relayed (their close comes through: a
- * cut backend is seen). Include after pg_test.h. Header-only. */
+ * cut backend is seen). Armed to cut (pg_proxy_cut), it cuts one relayed
+ * connection at a chosen point of a COMMIT: before the request reaches the
+ * server, or after the server answered it (the answer dropped), as a
+ * failover or a lost link cuts a client that cannot tell which it was.
+ * Include after pg_test.h. Header-only. */
 #ifndef CORDON_TESTS_SERVER_PG_PROXY_H
 #define CORDON_TESTS_SERVER_PG_PROXY_H
 
@@ -29,14 +33,25 @@
 #define PG_PROXY_PAIRS 128
 
 struct pg_proxy_pair {
-  int client, server; /* server -1: held (black-holed) */
+  int client, server;   /* server -1: held (black-holed) */
+  bool commit_sent;     /* a request holding a COMMIT went through (armed to cut its answer) */
+  char commit_name[64]; /* the name the client prepared COMMIT under, "" for none yet */
 };
+
+/* Where pg_proxy_cut cuts a connection. PG_PROXY_CUT_REQUEST: the client's
+ * next bytes are dropped, and the connection cut. PG_PROXY_CUT_ANSWER: the
+ * server's next answer that ends with ReadyForQuery is dropped, and the
+ * connection cut. PG_PROXY_CUT_COMMIT_ANSWER: the same, for the first
+ * answer after a request that runs a COMMIT (its text, or the name the
+ * connection prepared it under, which the proxy learns from its Parse).
+ * Each cuts once, then it forwards. */
+enum { PG_PROXY_CUT_NONE, PG_PROXY_CUT_REQUEST, PG_PROXY_CUT_ANSWER, PG_PROXY_CUT_COMMIT_ANSWER };
 
 struct pg_proxy {
   int listen_fd, port;
   char up_host[512], up_port[16]; /* the real server: a socket directory or a host */
   atomic_bool black_hole, stop;
-  atomic_int accepted, held;
+  atomic_int accepted, held, cut, cuts;
   struct pg_proxy_pair pairs[PG_PROXY_PAIRS];
   int npairs;
   pthread_t thread;
@@ -75,14 +90,61 @@ PG_PROXY_FN void pg_proxy_drop(struct pg_proxy *p, int i) {
   p->pairs[i] = p->pairs[--p->npairs];
 }
 
-/* What is readable on from goes to to; false when from or to is done. */
-PG_PROXY_FN bool pg_proxy_relay(int from, int to) {
+/* Whether buf holds needle. */
+PG_PROXY_FN bool pg_proxy_has(const char *buf, size_t n, const char *needle, size_t len) {
+  for (size_t i = 0; i + len <= n; i++)
+    if (memcmp(buf + i, needle, len) == 0)
+      return true;
+  return false;
+}
+
+/* Armed (p->cut), whether this chunk of pair x's, read from its client
+ * (up) or its server, is where the connection is cut: then it is dropped. */
+PG_PROXY_FN bool pg_proxy_cut_here(struct pg_proxy *p, struct pg_proxy_pair *x, bool up,
+                                   const char *buf, size_t n) {
+  int mode = atomic_load(&p->cut);
+  static const char ready[] = {'Z', 0, 0, 0, 5}; /* ReadyForQuery */
+  bool here = false;
+  for (size_t i = 1; up && i + 7 <= n; i++) /* Parse: ... name \0 "COMMIT" \0 ... */
+    if (buf[i - 1] == '\0' && memcmp(buf + i, "COMMIT", 7) == 0) {
+      size_t b = i - 1;
+      while (b > 0 && (buf[b - 1] == '_' || (buf[b - 1] >= '0' && buf[b - 1] <= '9') ||
+                       (buf[b - 1] >= 'a' && buf[b - 1] <= 'z')))
+        b--;
+      if (i - 1 - b < sizeof(x->commit_name))
+        snprintf(x->commit_name, sizeof(x->commit_name), "%.*s", (int)(i - 1 - b), buf + b);
+    }
+  if (up && mode == PG_PROXY_CUT_COMMIT_ANSWER) {
+    char bind[68]; /* Bind: portal "" \0, statement name \0 */
+    size_t len = strlen(x->commit_name);
+    bind[0] = '\0';
+    memcpy(bind + 1, x->commit_name, len + 1);
+    if (pg_proxy_has(buf, n, "COMMIT", 7) || (len && pg_proxy_has(buf, n, bind, len + 2)))
+      x->commit_sent = true;
+  }
+  if (up)
+    here = mode == PG_PROXY_CUT_REQUEST;
+  else if (pg_proxy_has(buf, n, ready, sizeof(ready)))
+    here = mode == PG_PROXY_CUT_ANSWER || (mode == PG_PROXY_CUT_COMMIT_ANSWER && x->commit_sent);
+  if (here && atomic_compare_exchange_strong(&p->cut, &mode, PG_PROXY_CUT_NONE)) {
+    atomic_fetch_add(&p->cuts, 1);
+    return true;
+  }
+  return false;
+}
+
+/* What is readable on pair x's from goes to its to; false when from or to
+ * is done (or the connection is cut here). */
+PG_PROXY_FN bool pg_proxy_relay(struct pg_proxy *p, struct pg_proxy_pair *x, bool up) {
+  int from = up ? x->client : x->server, to = up ? x->server : x->client;
   char buf[16384];
   ssize_t n = read(from, buf, sizeof(buf));
   if (n <= 0)
     return false;
   if (to < 0)
     return true; /* held: read, never answered */
+  if (pg_proxy_cut_here(p, x, up, buf, (size_t)n))
+    return false;
   for (ssize_t o = 0; o < n;) {
     ssize_t w = send(to, buf + o, (size_t)(n - o), MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR)
@@ -110,9 +172,9 @@ PG_PROXY_FN void *pg_proxy_run(void *arg) {
       struct pollfd *c = &fds[1 + 2 * i], *s = &fds[2 + 2 * i];
       bool ok = true;
       if (c->revents)
-        ok = pg_proxy_relay(p->pairs[i].client, p->pairs[i].server);
+        ok = pg_proxy_relay(p, &p->pairs[i], true);
       if (ok && s->fd >= 0 && s->revents)
-        ok = pg_proxy_relay(p->pairs[i].server, p->pairs[i].client);
+        ok = pg_proxy_relay(p, &p->pairs[i], false);
       if (!ok)
         pg_proxy_drop(p, i);
     }
@@ -179,6 +241,11 @@ PG_PROXY_FN void pg_proxy_start(struct pg_proxy *p, const char *name, char *url_
 
 PG_PROXY_FN void pg_proxy_black_hole(struct pg_proxy *p, bool on) {
   atomic_store(&p->black_hole, on);
+}
+
+/* Arm the proxy to cut one connection at mode (PG_PROXY_CUT_*). */
+PG_PROXY_FN void pg_proxy_cut(struct pg_proxy *p, int mode) {
+  atomic_store(&p->cut, mode);
 }
 
 PG_PROXY_FN void pg_proxy_stop(struct pg_proxy *p) {

@@ -5,7 +5,10 @@
  * ops costs N + 1 round trips) and an op that fails still rolls back only
  * itself; a connection killed under the handle is made again, its
  * statements prepared anew, inside a group or not; a BEGIN whose writer
- * lock times out fails its op and leaves no failed transaction behind. */
+ * lock times out fails its op and leaves no failed transaction behind; a
+ * COMMIT whose answer the connection lost (a proxy cuts it) ends as the
+ * database says it went, asked on the connection made again, and while
+ * that cannot be asked no new group begins. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <sodium.h>
@@ -17,6 +20,8 @@
 #include "server/db.h"
 #include "server/db_internal.h"
 #include "tests/server/pg_test.h"
+// pg_test.h first: pg_proxy.h reads its base URL
+#include "tests/server/pg_proxy.h"
 
 static char state_dir[256];
 static struct server_db *db;
@@ -235,4 +240,134 @@ Test(db_pg, a_begin_whose_writer_lock_times_out_fails_its_op_and_leaves_no_faile
   cr_assert_eq(server_db_group_commit(db, &d), 0, "%s", d.msg);
   cr_assert_eq(ended_err, 0);
   cr_assert(user_exists("carol") && !user_exists("bob"));
+}
+
+/* ---- a COMMIT whose answer is lost -------------------------------------- */
+
+static struct pg_proxy proxy;
+
+/* A second handle on the test's database, through a proxy that can cut
+ * its connection (a reconnect gives up after 2 s: connect_timeout). */
+static struct server_db *open_through_proxy(char dir[64]) {
+  char url[1200];
+  pg_proxy_start(&proxy, pg_test_name, url, sizeof(url) - 32);
+  strcat(url, "?connect_timeout=2");
+  snprintf(dir, 64, "/tmp/cordon-test-dbpg-proxy-XXXXXX");
+  cr_assert_not_null(mkdtemp(dir));
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_save_url(dir, url, &d), 0, "%s", d.msg);
+  struct server_db *h = NULL;
+  cr_assert_eq(server_db_open(dir, 0, &h, &d), 0, "%s", d.msg);
+  return h;
+}
+
+static void close_through_proxy(struct server_db *h, const char *dir) {
+  server_db_close(h);
+  pg_proxy_stop(&proxy);
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
+}
+
+/* One op of h's group: a user named name added. */
+static void group_add_user(struct server_db *h, const char *name) {
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_group_op_begin(h, &d), 0, "%s", d.msg);
+  cr_assert_eq(server_db_group_op_end(h, server_db_user_add(h, name, NULL, &d)), 0, "%s", d.msg);
+}
+
+/* server_db_group_settle on h until the group in doubt ends (at most ms). */
+static bool settle_within(struct server_db *h, int ms) {
+  for (int i = 0; i < ms / 50; i++) {
+    if (server_db_group_settle(h) == 0)
+      return true;
+    usleep(50 * 1000);
+  }
+  return false;
+}
+
+Test(db_pg, a_group_commit_whose_answer_is_lost_ends_as_the_database_says_it_went) {
+  PG_ONLY();
+  char dir[64];
+  struct server_db *h = open_through_proxy(dir);
+  server_db_group_enable(h, on_ended, NULL);
+  struct cordon_diag d = {{0}};
+
+  /* committed, its answer dropped: asked at once on the connection made
+   * again, it ended committed (before, it ended with -EIO: what waited for
+   * it took its failure path although its changes were in) */
+  group_add_user(h, "frank");
+  pg_proxy_cut(&proxy, PG_PROXY_CUT_ANSWER);
+  cr_assert_eq(server_db_group_commit(h, &d), 0, "%s", d.msg);
+  cr_assert_eq(atomic_load(&proxy.cuts), 1, "the proxy cut the COMMIT's answer");
+  cr_assert_eq(ended_calls, 1);
+  cr_assert_eq(ended_err, 0, "the group committed, and says so");
+  cr_assert(user_exists("frank"));
+  cr_assert(!server_db_group_in_doubt(h));
+
+  /* never reached the server: it ended not committed (once the old
+   * backend saw the cut: until then the transaction is in progress) */
+  group_add_user(h, "gina");
+  pg_proxy_cut(&proxy, PG_PROXY_CUT_REQUEST);
+  int r = server_db_group_commit(h, &d);
+  cr_assert_eq(r, -EIO, "%s", d.msg);
+  cr_assert_eq(atomic_load(&proxy.cuts), 2);
+  cr_assert(settle_within(h, 5000), "the database said what became of it");
+  cr_assert_eq(ended_calls, 2);
+  cr_assert_eq(ended_err, -EIO, "not committed, and says so");
+  cr_assert(!user_exists("gina"));
+
+  /* committed, answer dropped, and the database cannot be asked (its host
+   * answers nothing): in doubt, no new group begins, until it can */
+  group_add_user(h, "hana");
+  pg_proxy_black_hole(&proxy, true);
+  pg_proxy_cut(&proxy, PG_PROXY_CUT_ANSWER);
+  r = server_db_group_commit(h, &d);
+  cr_assert_eq(r, -EIO);
+  cr_assert(strstr(d.msg, "not known yet"), "%s", d.msg);
+  cr_assert(server_db_group_in_doubt(h));
+  cr_assert_eq(ended_calls, 2, "not ended while not known");
+  cr_assert(!server_db_group_pending(h));
+  cr_assert_eq(server_db_group_op_begin(h, &d), -EIO, "no group begins while one is in doubt");
+  cr_assert(strstr(d.msg, "not known yet"), "%s", d.msg);
+  cr_assert_eq(server_db_group_settle(h), -EAGAIN);
+  cr_assert(user_exists("hana"), "(it is in, as the other handle sees)");
+  pg_proxy_black_hole(&proxy, false);
+  /* the attempt into the hole gives up after connect_timeout (2 s) */
+  cr_assert(settle_within(h, 10000), "asked once the host is back");
+  cr_assert_eq(ended_calls, 3);
+  cr_assert_eq(ended_err, 0, "committed, and says so");
+  cr_assert(!server_db_group_in_doubt(h));
+
+  /* and the next group goes on */
+  group_add_user(h, "ivan");
+  cr_assert_eq(server_db_group_commit(h, &d), 0, "%s", d.msg);
+  cr_assert_eq(ended_calls, 4);
+  cr_assert(user_exists("ivan"));
+  close_through_proxy(h, dir);
+}
+
+Test(db_pg, a_transaction_commit_whose_answer_is_lost_returns_what_the_database_says) {
+  PG_ONLY();
+  char dir[64];
+  struct server_db *h = open_through_proxy(dir);
+  struct cordon_diag d = {{0}};
+  int64_t id = 0;
+  cr_assert_eq(server_db_user_add(h, "jo", &id, &d), 0, "%s", d.msg);
+  /* server_db_user_remove is a transaction of its own (db_tx_commit): the
+   * answer cut is its COMMIT's (the first on each connection is parsed) */
+  pg_proxy_cut(&proxy, PG_PROXY_CUT_COMMIT_ANSWER);
+  cr_assert_eq(server_db_user_remove(h, id, &d), 0, "committed, its answer lost: %s", d.msg);
+  cr_assert_eq(atomic_load(&proxy.cuts), 1);
+  struct server_db_user u;
+  cr_assert_eq(server_db_user_get(db, id, &u, NULL), 0);
+  cr_assert(u.removed);
+  /* the database cannot be asked: an error that says so, not a success */
+  cr_assert_eq(server_db_user_add(h, "kim", &id, &d), 0, "%s", d.msg);
+  pg_proxy_black_hole(&proxy, true);
+  pg_proxy_cut(&proxy, PG_PROXY_CUT_COMMIT_ANSWER);
+  cr_assert_eq(server_db_user_remove(h, id, &d), -EIO);
+  cr_assert(strstr(d.msg, "not known yet"), "%s", d.msg);
+  pg_proxy_black_hole(&proxy, false);
+  close_through_proxy(h, dir);
 }

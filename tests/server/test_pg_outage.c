@@ -325,3 +325,109 @@ Test(pg_outage, a_listen_connection_made_again_into_a_vanished_host_never_holds_
   cr_expect_lt(now_ms() - t1, 5000, "stopped after %lld ms", (long long)(now_ms() - t1));
   pg_proxy_stop(&proxy);
 }
+
+/* The CPU time (ms) process pid has used so far. */
+static long long cpu_ms(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  cr_assert_not_null(f);
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *p = strrchr(buf, ')'); /* past the name, which may hold spaces */
+  cr_assert_not_null(p);
+  unsigned long long ut = 0, st = 0;
+  /* after ")": state, then 10 fields, then utime and stime */
+  cr_assert_eq(sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st), 2);
+  return (long long)(ut + st) * 1000 / sysconf(_SC_CLK_TCK);
+}
+
+/* The daemon's connection made again, by a request that only reads (so
+ * that its next COMMIT is the first on it: parsed, seen by the proxy). */
+static void fresh_connection(void) {
+  cut_connections();
+  bool ok = false;
+  for (int i = 0; i < 50 && !ok; i++) {
+    ask_timed("{\"op\":\"jobs\",\"user\":\"alice\"}", &ok);
+    if (!ok)
+      msleep(100);
+  }
+  cr_assert(ok, "the daemon reads its database again");
+}
+
+Test(pg_outage, a_commit_whose_answer_is_lost_is_acted_on_as_the_database_says_it_went) {
+  static struct pg_proxy proxy;
+  server_through(&proxy);
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
+  cr_assert_eq(dispatch_back(pkg, 20, NULL), 0, "through the proxy");
+
+  /* the dispatch's commit went in and its answer was cut: before, the
+   * caller heard io_error and the job stayed `sent`, never sent */
+  enum { N = 3 };
+  char ids[N][33];
+  for (int i = 0; i < N; i++) {
+    fresh_connection();
+    int cuts = atomic_load(&proxy.cuts);
+    pg_proxy_cut(&proxy, PG_PROXY_CUT_COMMIT_ANSWER);
+    char arg[16];
+    snprintf(arg, sizeof(arg), "cut%d", i);
+    struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--detach", "--state",
+                        e2e_state, "--", arg);
+    cr_assert_eq(o->status, 0, "dispatch %d, its commit's answer cut: %s", i, o->err);
+    job_id_of(o, ids[i]);
+    free(o);
+    cr_assert_eq(atomic_load(&proxy.cuts), cuts + 1, "the proxy cut a commit's answer");
+  }
+  for (int i = 0; i < N; i++) {
+    cr_assert(wait_state(ids[i], "done", 15000), "job %s: %s", ids[i], job_state(ids[i], NULL));
+    char needle[160];
+    snprintf(needle, sizeof(needle), "msg=\"job finished\" job=%s", ids[i]);
+    cr_expect_eq(count_in(e2e_server_log, needle), 1, "job %s recorded once", ids[i]);
+  }
+  cr_expect_geq(count_in(e2e_server_log, "a commit lost its answer with the connection: it was "
+                                         "committed"),
+                N, "the operator hears of it");
+
+  /* the answer cut and the host gone: the dispatch waits, the daemon
+   * answers the rest (no loop held, none spinning), and once the host is
+   * back the dispatch is answered as it went */
+  fresh_connection();
+  pg_proxy_cut(&proxy, PG_PROXY_CUT_COMMIT_ANSWER);
+  pg_proxy_black_hole(&proxy, true);
+  char log[400];
+  snprintf(log, sizeof(log), "%s/dispatch-doubt.log", e2e_dir);
+  const char *argv[] = {SERVER,    "dispatch", "--user", "alice", pkg, "--wait",
+                        "--state", e2e_state,  "--",     "doubt", NULL};
+  pid_t d = spawn_logged(log, argv);
+  bool cut = false;
+  for (int i = 0; i < 100 && !(cut = atomic_load(&proxy.cuts) == N + 1); i++)
+    msleep(50);
+  cr_assert(cut, "the dispatch's commit answer was cut");
+  long long c0 = cpu_ms(e2e_server_pid);
+  int64_t t0 = now_ms();
+  while (now_ms() - t0 < 3000) {
+    ping_fast();
+    msleep(200);
+  }
+  long long used = cpu_ms(e2e_server_pid) - c0;
+  cr_expect_lt(used, 1000, "the daemon waits, not spins: %lld ms of CPU in 3 s", used);
+  cr_assert_eq(waitpid(d, NULL, WNOHANG), 0, "the dispatch waits while its end is not known");
+  pg_proxy_black_hole(&proxy, false);
+  int status = -1;
+  for (int i = 0; i < 300; i++) {
+    if (waitpid(d, &status, WNOHANG) == d)
+      break;
+    status = -1;
+    msleep(100);
+  }
+  cr_assert_neq(status, -1, "the dispatch was answered once the host was back");
+  cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "dispatch --wait: %d", status);
+  cr_expect_gt(count_in(log, "job doubt"), 0, "it ran");
+  cr_expect(server_alive());
+  e2e_stop(&e2e_server_pid, SIGKILL); /* before the proxy it talks through */
+  pg_proxy_stop(&proxy);
+  free(pkg);
+}
