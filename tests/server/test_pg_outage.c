@@ -213,12 +213,17 @@ static void server_through(struct pg_proxy *proxy) {
   start_server();
 }
 
+/* The daemon through proxy, a laptop of alice's connected: the package
+ * that echoes "job ARG" (the caller frees it). */
+static char *proxied_laptop(struct pg_proxy *proxy) {
+  server_through(proxy);
+  start_agent(pair_agent(0, "laptop", NULL));
+  return pack("quick", quick_manifest, "echo \"job $1\"\n");
+}
+
 Test(pg_outage, a_database_host_that_vanished_never_holds_the_daemon_loop_and_it_comes_back) {
   static struct pg_proxy proxy;
-  server_through(&proxy);
-  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
-  start_agent(a);
-  char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
+  char *pkg = proxied_laptop(&proxy);
   struct out *o = RUN(SERVER, "dispatch", "--user", "alice", pkg, "--wait", "--state", e2e_state,
                       "--", "before");
   cr_assert_eq(o->status, 0, "through the proxy: %s", o->err);
@@ -358,10 +363,7 @@ static void fresh_connection(void) {
 
 Test(pg_outage, a_commit_whose_answer_is_lost_is_acted_on_as_the_database_says_it_went) {
   static struct pg_proxy proxy;
-  server_through(&proxy);
-  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
-  start_agent(a);
-  char *pkg = pack("quick", quick_manifest, "echo \"job $1\"\n");
+  char *pkg = proxied_laptop(&proxy);
   cr_assert_eq(dispatch_back(pkg, 20, NULL), 0, "through the proxy");
 
   /* the dispatch's commit went in and its answer was cut: before, the
