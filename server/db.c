@@ -306,7 +306,7 @@ uint64_t server_db_commit_count(const struct server_db *db) {
 static int commit_tx(struct server_db *db, uint64_t *doubt, struct cordon_diag *diag) {
   *doubt = 0;
   if (!db_in_tx(db))
-    return cordon_diag_set(diag, -EIO,
+    return cordon_diag_set(diag, db->last_err ? db->last_err : -EIO,
                            "%s: commit: no transaction is open any more (lost with its "
                            "connection, or rolled back under it)",
                            db->path);
@@ -343,12 +343,21 @@ static int commit_outcome(struct server_db *db, uint64_t xid, struct cordon_diag
   return r;
 }
 
-/* The group whose COMMIT's answer was lost: asked again; once known, it
+/* The group whose COMMIT's answer was lost: asked again (at most every
+ * DB_DOUBT_ASK_MS: each ask is a round trip on the loop); once known, it
  * ends (committed, or not). -EAGAIN while still not known. */
+#define DB_DOUBT_ASK_MS 100
 static int group_settle(struct server_db *db, struct cordon_diag *diag) {
   struct db_group *g = &db->group;
   if (!g->doubt)
     return 0;
+  int64_t now = (int64_t)core_mono_ms();
+  if (now < g->doubt_next_ms)
+    return cordon_diag_set(diag, -EAGAIN,
+                           "%s: commit: the connection broke before its answer: whether it was "
+                           "committed is not known yet",
+                           db->path);
+  g->doubt_next_ms = now + DB_DOUBT_ASK_MS;
   int err = commit_outcome(db, g->doubt, diag);
   if (err == -EAGAIN)
     return err;
@@ -367,6 +376,7 @@ int server_db_group_commit(struct server_db *db, struct cordon_diag *diag) {
     g->open = false;
     g->ops = 0;
     g->doubt = doubt;
+    g->doubt_next_ms = 0; /* asked at once */
     int r = group_settle(db, diag);
     return r == -EAGAIN ? -EIO : r;
   }
@@ -393,8 +403,9 @@ int server_db_group_op_begin(struct server_db *db, struct cordon_diag *diag) {
     return -EIO;
   if (g->open && g->depth == 0 &&
       (g->ops >= SERVER_DB_GROUP_OPS_MAX ||
-       (int64_t)core_mono_ms() - g->opened_ms >= SERVER_DB_GROUP_MS_MAX))
-    server_db_group_commit(db, NULL); /* full: its ops are durable sooner */
+       (int64_t)core_mono_ms() - g->opened_ms >= SERVER_DB_GROUP_MS_MAX) &&
+      server_db_group_commit(db, diag) < 0 && g->doubt)
+    return -EIO; /* full, committed now, and that commit is in doubt: as above */
   int err;
   if (!g->open) {
     if ((err = db_simple(db, Q_BEGIN_IMMEDIATE, "begin", diag)))

@@ -379,14 +379,15 @@ extern const struct db_driver db_pg_driver;
 /* Group commit (server/db.h; db.c, "transactions and group commit"). */
 struct db_group {
   bool enabled;
-  bool open;          /* its transaction is open */
-  bool lost;          /* the backend rolled it back under the ops still open */
-  int lost_err;       /* why */
-  unsigned depth;     /* ops open: one SAVEPOINT g each */
-  unsigned tx_nested; /* db_tx_begin inside an op: one SAVEPOINT t each */
-  unsigned ops;       /* ops in the open transaction */
-  int64_t opened_ms;  /* core_mono_ms when it was opened */
-  uint64_t doubt;     /* its COMMIT's answer was lost: the transaction, until known */
+  bool open;             /* its transaction is open */
+  bool lost;             /* the backend rolled it back under the ops still open */
+  int lost_err;          /* why */
+  unsigned depth;        /* ops open: one SAVEPOINT g each */
+  unsigned tx_nested;    /* db_tx_begin inside an op: one SAVEPOINT t each */
+  unsigned ops;          /* ops in the open transaction */
+  int64_t opened_ms;     /* core_mono_ms when it was opened */
+  uint64_t doubt;        /* its COMMIT's answer was lost: the transaction, until known */
+  int64_t doubt_next_ms; /* asked again no sooner (core_mono_ms) */
   server_db_group_fn *ended;
   void *ended_arg;
 };

@@ -681,6 +681,7 @@ static void attempt_done(struct server_db *db) {
   db->h = ps->next;
   ps->next = NULL;
   ps->npending = 0;
+  ps->xid = 0; /* the old session's transaction is gone with it */
   ps->gen++;
   ps->stale = false;
   ps->failures = 0;
@@ -924,6 +925,8 @@ static int pg_run(struct db_st *st) {
     ps->unanswered = ps->xid; /* it went out: only the server knows what became of it */
   if (err)
     return err;
+  if (st->is_commit)
+    ps->xid = 0; /* answered: over, one way or the other */
   const char *cmd = PQcmdStatus(res);
   if (strcmp(cmd, "ROLLBACK") == 0 && strcmp(st->sql, "COMMIT") == 0) {
     /* COMMIT of a transaction a failed statement had aborted */
@@ -1047,8 +1050,14 @@ static uint64_t pg_unanswered(struct server_db *db) {
 }
 
 /* What became of transaction xid, whose COMMIT's answer was lost: asked
- * on the connection made again (txid_status). A transaction whose old
- * backend has not yet seen the break is "in progress": not known yet. */
+ * on the connection made again (txid_status). "in progress": its old
+ * backend has not seen the break (a link that died without a word leaves
+ * it idle in its transaction, holding the writer lock, until its TCP
+ * keepalive: hours by default), so it is ended (pg_terminate_backend: our
+ * own role's backend), which rolls back a transaction whose COMMIT never
+ * came and cannot undo one that was committed; the next ask says which.
+ * Only "committed", "aborted" and "in the future" (22023: a database that
+ * never had it, e.g. restored) are answers; any other failure is not. */
 static int pg_outcome(struct server_db *db, uint64_t xid, struct cordon_diag *diag) {
   if (reconnect_if_broken(db) < 0 || pg_flush(db) < 0 ||
       PQtransactionStatus(db->h) == PQTRANS_INERROR)
@@ -1062,18 +1071,30 @@ static int pg_outcome(struct server_db *db, uint64_t xid, struct cordon_diag *di
   int r = -EAGAIN;
   if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
     const char *s = PQgetisnull(res, 0, 0) ? NULL : PQgetvalue(res, 0, 0);
-    if (!s)
-      r = cordon_diag_set(diag, -EIO, "transaction %s is too old for the database to say", v);
+    if (!s) /* older than the commit log kept: never within a reconnect's time */
+      r = cordon_diag_set(diag, -EIO,
+                          "transaction %s is too old for the database to say: taken as not "
+                          "committed",
+                          v);
     else if (strcmp(s, "committed") == 0)
       r = 0;
     else if (strcmp(s, "aborted") == 0)
       r = cordon_diag_set(diag, -EIO, "the database rolled transaction %s back", v);
+    else { /* in progress */
+      PQclear(res);
+      db->round_trips++;
+      res = PQexecParams(db->h,
+                         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                         " WHERE backend_xid::text = ($1::bigint % 4294967296)::text"
+                         " AND pid <> pg_backend_pid()",
+                         1, NULL, vals, NULL, NULL, 0);
+    }
   } else if (PQstatus(db->h) != CONNECTION_BAD) {
-    /* e.g. "in the future": a database that never had it (a failover to a
-     * standby behind the old primary, a restore) */
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
     const char *m = PQresultErrorMessage(res);
-    r = cordon_diag_set(diag, -EIO, "the database does not know transaction %s: %.*s", v,
-                        (int)strcspn(m, "\n"), m);
+    if (state && strcmp(state, "22023") == 0)
+      r = cordon_diag_set(diag, -EIO, "the database does not know transaction %s: %.*s", v,
+                          (int)strcspn(m, "\n"), m);
   }
   PQclear(res);
   return r;

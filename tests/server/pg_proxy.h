@@ -41,17 +41,29 @@ struct pg_proxy_pair {
 /* Where pg_proxy_cut cuts a connection. PG_PROXY_CUT_REQUEST: the client's
  * next bytes are dropped, and the connection cut. PG_PROXY_CUT_ANSWER: the
  * server's next answer that ends with ReadyForQuery is dropped, and the
- * connection cut. PG_PROXY_CUT_COMMIT_ANSWER: the same, for the first
+ * connection cut. PG_PROXY_CUT_REQUEST_LINGER: the client's next bytes are
+ * dropped and its side closed, but the server's side stays open, never
+ * written (a link that died without a word: the backend waits for the
+ * rest of its transaction). PG_PROXY_CUT_COMMIT_ANSWER: the same as
+ * PG_PROXY_CUT_ANSWER, for the first
  * answer after a request that runs a COMMIT (its text, or the name the
  * connection prepared it under, which the proxy learns from its Parse).
  * Each cuts once, then it forwards. */
-enum { PG_PROXY_CUT_NONE, PG_PROXY_CUT_REQUEST, PG_PROXY_CUT_ANSWER, PG_PROXY_CUT_COMMIT_ANSWER };
+enum {
+  PG_PROXY_CUT_NONE,
+  PG_PROXY_CUT_REQUEST,
+  PG_PROXY_CUT_REQUEST_LINGER,
+  PG_PROXY_CUT_ANSWER,
+  PG_PROXY_CUT_COMMIT_ANSWER
+};
 
 struct pg_proxy {
   int listen_fd, port;
   char up_host[512], up_port[16]; /* the real server: a socket directory or a host */
   atomic_bool black_hole, stop;
   atomic_int accepted, held, cut, cuts;
+  int linger[PG_PROXY_PAIRS]; /* server sides kept open after a LINGER cut, until stop */
+  int nlinger;
   struct pg_proxy_pair pairs[PG_PROXY_PAIRS];
   int npairs;
   pthread_t thread;
@@ -123,10 +135,14 @@ PG_PROXY_FN bool pg_proxy_cut_here(struct pg_proxy *p, struct pg_proxy_pair *x, 
       x->commit_sent = true;
   }
   if (up)
-    here = mode == PG_PROXY_CUT_REQUEST;
+    here = mode == PG_PROXY_CUT_REQUEST || mode == PG_PROXY_CUT_REQUEST_LINGER;
   else if (pg_proxy_has(buf, n, ready, sizeof(ready)))
     here = mode == PG_PROXY_CUT_ANSWER || (mode == PG_PROXY_CUT_COMMIT_ANSWER && x->commit_sent);
   if (here && atomic_compare_exchange_strong(&p->cut, &mode, PG_PROXY_CUT_NONE)) {
+    if (mode == PG_PROXY_CUT_REQUEST_LINGER && p->nlinger < PG_PROXY_PAIRS) {
+      p->linger[p->nlinger++] = x->server;
+      x->server = -1; /* not closed with the pair */
+    }
     atomic_fetch_add(&p->cuts, 1);
     return true;
   }
@@ -201,6 +217,8 @@ PG_PROXY_FN void *pg_proxy_run(void *arg) {
   }
   while (p->npairs)
     pg_proxy_drop(p, p->npairs - 1);
+  while (p->nlinger)
+    close(p->linger[--p->nlinger]);
   return NULL;
 }
 

@@ -339,10 +339,39 @@ Test(db_pg, a_group_commit_whose_answer_is_lost_ends_as_the_database_says_it_wen
   cr_assert_eq(ended_err, 0, "committed, and says so");
   cr_assert(!server_db_group_in_doubt(h));
 
+  /* the group full (open past SERVER_DB_GROUP_MS_MAX): the op_begin that
+   * commits it finds that commit in doubt, and begins no group of its own
+   * (what waits for the next would be taken for the one in doubt's) */
+  group_add_user(h, "lee");
+  usleep((SERVER_DB_GROUP_MS_MAX + 5) * 1000);
+  /* its COMMIT never reaches the server, whose backend waits (see below):
+   * the connection is made again at once, but the answer is not known */
+  pg_proxy_cut(&proxy, PG_PROXY_CUT_REQUEST_LINGER);
+  cr_assert_eq(server_db_group_op_begin(h, &d), -EIO, "no op while its group's commit is in doubt");
+  cr_assert(server_db_group_in_doubt(h));
+  cr_assert(!server_db_group_pending(h), "no group opened");
+  cr_assert_eq(ended_calls, 3);
+  cr_assert(settle_within(h, 5000));
+  cr_assert_eq(ended_calls, 4);
+  cr_assert_eq(ended_err, -EIO);
+  cr_assert(!user_exists("lee"));
+
+  /* the COMMIT never came and the old backend waits for the rest, idle in
+   * its transaction with the writer lock (a link that died without a
+   * word): "in progress" until its keepalive, hours; it is ended, and the
+   * group ends not committed */
+  group_add_user(h, "mia");
+  pg_proxy_cut(&proxy, PG_PROXY_CUT_REQUEST_LINGER);
+  cr_assert_eq(server_db_group_commit(h, &d), -EIO, "%s", d.msg);
+  cr_assert(settle_within(h, 5000), "the old backend was ended, and the database said");
+  cr_assert_eq(ended_calls, 5);
+  cr_assert_eq(ended_err, -EIO);
+  cr_assert(!user_exists("mia"));
+
   /* and the next group goes on */
   group_add_user(h, "ivan");
   cr_assert_eq(server_db_group_commit(h, &d), 0, "%s", d.msg);
-  cr_assert_eq(ended_calls, 4);
+  cr_assert_eq(ended_calls, 6);
   cr_assert(user_exists("ivan"));
   close_through_proxy(h, dir);
 }
