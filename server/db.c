@@ -318,17 +318,23 @@ static int commit_tx(struct server_db *db, uint64_t *doubt, struct cordon_diag *
   return err;
 }
 
+/* err, with diag saying that whether a commit whose answer was lost went
+ * in is not known yet. */
+static int not_known_yet(struct server_db *db, int err, struct cordon_diag *diag) {
+  return cordon_diag_set(diag, err,
+                         "%s: commit: the connection broke before its answer: whether it was "
+                         "committed is not known yet",
+                         db->path);
+}
+
 /* Ask what became of a commit whose answer was lost: 0 committed, -EAGAIN
- * not known yet (diag says so as -EIO), else the error it was not
- * committed with. */
+ * not known yet (diag says so), else the error it was not committed
+ * with. */
 static int commit_outcome(struct server_db *db, uint64_t xid, struct cordon_diag *diag) {
   struct cordon_diag why = {{0}};
   int r = db->drv->outcome(db, xid, &why);
   if (r == -EAGAIN)
-    cordon_diag_set(diag, -EIO,
-                    "%s: commit: the connection broke before its answer: whether it was "
-                    "committed is not known yet",
-                    db->path);
+    not_known_yet(db, r, diag);
   else if (r < 0)
     cordon_diag_set(diag, r, "%s: commit: the connection broke before its answer: %s", db->path,
                     why.msg);
@@ -353,10 +359,7 @@ static int group_settle(struct server_db *db, struct cordon_diag *diag) {
     return 0;
   int64_t now = (int64_t)core_mono_ms();
   if (now < g->doubt_next_ms)
-    return cordon_diag_set(diag, -EAGAIN,
-                           "%s: commit: the connection broke before its answer: whether it was "
-                           "committed is not known yet",
-                           db->path);
+    return not_known_yet(db, -EAGAIN, diag);
   g->doubt_next_ms = now + DB_DOUBT_ASK_MS;
   int err = commit_outcome(db, g->doubt, diag);
   if (err == -EAGAIN)
