@@ -102,14 +102,6 @@ PG_PROXY_FN void pg_proxy_drop(struct pg_proxy *p, int i) {
   p->pairs[i] = p->pairs[--p->npairs];
 }
 
-/* Whether buf holds needle. */
-PG_PROXY_FN bool pg_proxy_has(const char *buf, size_t n, const char *needle, size_t len) {
-  for (size_t i = 0; i + len <= n; i++)
-    if (memcmp(buf + i, needle, len) == 0)
-      return true;
-  return false;
-}
-
 /* Armed (p->cut), whether this chunk of pair x's, read from its client
  * (up) or its server, is where the connection is cut: then it is dropped. */
 PG_PROXY_FN bool pg_proxy_cut_here(struct pg_proxy *p, struct pg_proxy_pair *x, bool up,
@@ -117,26 +109,27 @@ PG_PROXY_FN bool pg_proxy_cut_here(struct pg_proxy *p, struct pg_proxy_pair *x, 
   int mode = atomic_load(&p->cut);
   static const char ready[] = {'Z', 0, 0, 0, 5}; /* ReadyForQuery */
   bool here = false;
-  for (size_t i = 1; up && i + 7 <= n; i++) /* Parse: ... name \0 "COMMIT" \0 ... */
-    if (buf[i - 1] == '\0' && memcmp(buf + i, "COMMIT", 7) == 0) {
-      size_t b = i - 1;
-      while (b > 0 && (buf[b - 1] == '_' || (buf[b - 1] >= '0' && buf[b - 1] <= '9') ||
-                       (buf[b - 1] >= 'a' && buf[b - 1] <= 'z')))
-        b--;
-      if (i - 1 - b < sizeof(x->commit_name))
-        snprintf(x->commit_name, sizeof(x->commit_name), "%.*s", (int)(i - 1 - b), buf + b);
-    }
+  /* Parse: ... name \0 "COMMIT" \0 ... */
+  const char *at = up ? memmem(buf, n, "\0COMMIT", 8) : NULL;
+  if (at) {
+    size_t e = (size_t)(at - buf), b = e;
+    while (b > 0 && (buf[b - 1] == '_' || (buf[b - 1] >= '0' && buf[b - 1] <= '9') ||
+                     (buf[b - 1] >= 'a' && buf[b - 1] <= 'z')))
+      b--;
+    if (e - b < sizeof(x->commit_name))
+      snprintf(x->commit_name, sizeof(x->commit_name), "%.*s", (int)(e - b), buf + b);
+  }
   if (up && mode == PG_PROXY_CUT_COMMIT_ANSWER) {
     char bind[68]; /* Bind: portal "" \0, statement name \0 */
     size_t len = strlen(x->commit_name);
     bind[0] = '\0';
     memcpy(bind + 1, x->commit_name, len + 1);
-    if (pg_proxy_has(buf, n, "COMMIT", 7) || (len && pg_proxy_has(buf, n, bind, len + 2)))
+    if (memmem(buf, n, "COMMIT", 7) || (len && memmem(buf, n, bind, len + 2)))
       x->commit_sent = true;
   }
   if (up)
     here = mode == PG_PROXY_CUT_REQUEST || mode == PG_PROXY_CUT_REQUEST_LINGER;
-  else if (pg_proxy_has(buf, n, ready, sizeof(ready)))
+  else if (memmem(buf, n, ready, sizeof(ready)))
     here = mode == PG_PROXY_CUT_ANSWER || (mode == PG_PROXY_CUT_COMMIT_ANSWER && x->commit_sent);
   if (here && atomic_compare_exchange_strong(&p->cut, &mode, PG_PROXY_CUT_NONE)) {
     if (mode == PG_PROXY_CUT_REQUEST_LINGER && p->nlinger < PG_PROXY_PAIRS) {
