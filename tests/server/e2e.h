@@ -321,19 +321,28 @@ E2E_FN bool device_online(const char *id) {
   return on;
 }
 
+/* Whether device id was seen online (want) or offline (!want) within
+ * about ms, asked every 20 ms: what was seen, not asked once more (it may
+ * flap while an old session closes). */
+E2E_FN bool device_online_within(const char *id, bool want, int ms) {
+  for (int waited = 0;; waited += 20) {
+    if (device_online(id) == want)
+      return true;
+    if (waited >= ms)
+      return false;
+    msleep(20);
+  }
+}
+
 E2E_FN void start_agent(struct e2e_agent *a) {
   /* the session of an agent just killed may not be closed yet: its
    * "online" would pass for this one's, then go (seen failing right after
    * a kill -9 as "did not connect" within half a second); a little wait
    * for it to go first */
-  for (int i = 0; i < 100 && device_online(a->id); i++)
-    msleep(20);
+  device_online_within(a->id, false, 2000);
   const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
   a->pid = spawn_logged(a->log, argv);
-  bool on = false; /* what was seen, not asked once more */
-  for (int i = 0; i < 250 && !(on = device_online(a->id)); i++)
-    msleep(20);
-  cr_assert(on, "agent %s did not connect", a->name);
+  cr_assert(device_online_within(a->id, true, 5000), "agent %s did not connect", a->name);
 }
 
 E2E_FN char *pack(const char *name, const char *manifest, const char *script) {

@@ -234,8 +234,7 @@ static struct e2e_agent *agent_draining(const char *secs) {
   struct e2e_agent *a = pair_agent(0, "laptop", NULL);
   const char *argv[] = {AGENT, "--config", a->dir, "run", "--drain-timeout", secs, NULL};
   a->pid = spawn_logged(a->log, argv);
-  for (int i = 0; i < 250 && !device_online(a->id); i++)
-    msleep(20);
+  device_online_within(a->id, true, 5000);
   return a;
 }
 
@@ -300,10 +299,7 @@ Test(faults, a_result_the_full_disk_refused_is_recorded_once_after_space_is_free
   e2e_stop(&e2e_server_pid, SIGTERM);
   e2e_state_on_tmpfs(8);
   start_server();
-  bool back = false;
-  for (int i = 0; i < 250 && !(back = device_online(a->id)); i++)
-    msleep(20);
-  cr_assert(back, "the agent came back");
+  cr_assert(device_online_within(a->id, true, 5000), "the agent came back");
   /* a result of some 30 KB: it needs new blocks in the database's log */
   char *pkg = pack("big",
                    "{\"name\":\"big\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"

@@ -179,11 +179,8 @@ Test(group_commit, a_kill_during_a_burst_loses_no_answered_job_and_runs_none_twi
   }
   cr_assert_geq(n_answered, BURST, "the first burst was answered");
   start_server_metrics();
-  for (int i = 0; i < 2; i++) {
-    for (int t = 0; t < 250 && !device_online(agents[i]->id); t++)
-      msleep(20);
-    cr_assert(device_online(agents[i]->id), "%s is back", agents[i]->name);
-  }
+  for (int i = 0; i < 2; i++)
+    cr_assert(device_online_within(agents[i]->id, true, 5000), "%s is back", agents[i]->name);
   /* every job the admin socket told of exists and ends with a result (or
    * an explicit failure: device_lost at its deadline) */
   for (int i = 0; i < n_answered; i++) {
