@@ -1,6 +1,6 @@
 /* Small Win32 helpers shared by the POSIX shim (compat/mingw.c) and the
  * windows platform layer: UTF-8 inside, UTF-16 at the API boundary; Win32
- * errors mapped once to negated errno values (STYLE.md). Compiled into the
+ * errors mapped once to negated errno values (core/error.h). Compiled into the
  * Windows build only. Nothing here prints. */
 #ifndef CORDON_COMPAT_WIN32_H
 #define CORDON_COMPAT_WIN32_H

@@ -8,8 +8,8 @@
  * Library code never prints: it may fill a `struct cordon_diag` with a one-
  * line detail (which field, which file) for the program to log once.
  */
-#ifndef CORDON_PROTO_ERROR_H
-#define CORDON_PROTO_ERROR_H
+#ifndef CORDON_CORE_ERROR_H
+#define CORDON_CORE_ERROR_H
 
 #include <stddef.h>
 

@@ -5,8 +5,8 @@
  * diag. The input is capped at MANIFEST_MAX_BYTES before anything is parsed.
  * A parsed manifest owns all its strings; manifest_free() releases them.
  */
-#ifndef CORDON_PROTO_MANIFEST_H
-#define CORDON_PROTO_MANIFEST_H
+#ifndef CORDON_CORE_MANIFEST_H
+#define CORDON_CORE_MANIFEST_H
 
 #include <stdbool.h>
 #include <stddef.h>
