@@ -801,6 +801,12 @@ int server_db_save_url(const char *state_dir, const char *url, struct cordon_dia
   return err;
 }
 
+/* which driver, asked of the handle that chose it (db.c), so that no
+ * table file is called back */
+bool server_db_is_shared(const struct server_db *db) {
+  return db && db->drv == &db_pg_driver;
+}
+
 int server_db_open_url(const char *state_dir, const char *url, unsigned flags,
                        struct server_db **out_db, struct cordon_diag *diag) {
   if (!state_dir || !out_db)

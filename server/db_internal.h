@@ -23,8 +23,10 @@
  * Calls go one way: every table file calls db.c; db_devices.c also calls
  * db_pair_codes.c (consuming the code), which calls db_users.c (the user a
  * code is minted for); db_devices.c and db_jobs.c call db_labels.c (labels
- * from and to their JSON text). Nothing calls back. Every statement is prepared once per handle
- * from DB_STATEMENTS; user data is only ever bound, never spliced into SQL. */
+ * from and to their JSON text). Nothing calls back: what a caller asks of
+ * the handle itself (server_db_is_shared) is db.c's. Every statement is
+ * prepared once per handle from DB_STATEMENTS; user data is only ever
+ * bound, never spliced into SQL. */
 #ifndef CORDON_SERVER_DB_INTERNAL_H
 #define CORDON_SERVER_DB_INTERNAL_H
 

@@ -10,10 +10,6 @@
 #include "server/db.h"
 #include "server/db_internal.h"
 
-bool server_db_is_shared(const struct server_db *db) {
-  return db && db->drv == &db_pg_driver;
-}
-
 void server_db_session_rows_release(struct server_db_session_rows *rows) {
   if (!rows)
     return;
