@@ -54,7 +54,17 @@ size_t agent_session_unsent(const struct agent_session *s) {
 }
 
 int64_t agent_session_server_now_ms(const struct agent_session *s) {
-  return (int64_t)core_wall_ms() + s->clock_offset_ms;
+  if (!s->clock_known)
+    return (int64_t)core_wall_ms();
+  return s->clock_server_ms + (core_boot_ms() - s->clock_boot_ms);
+}
+
+/* The server's clock read time_ms just now (it travelled one way, a few
+ * milliseconds at most on a live session). */
+static void clock_sync(struct agent_session *s, uint64_t time_ms) {
+  s->clock_known = true;
+  s->clock_server_ms = (int64_t)time_ms;
+  s->clock_boot_ms = core_boot_ms();
 }
 
 static void schedule_connect(struct agent_session *s);
@@ -131,7 +141,7 @@ static void on_first_record(struct agent_session *s, struct net_conn *c, const s
     learn_servers(s, &m->welcome);
     memcpy(s->id, m->welcome.session_id, CORDON_ID_LEN);
     s->version = m->welcome.version;
-    s->clock_offset_ms = (int64_t)m->welcome.time_ms - (int64_t)core_wall_ms();
+    clock_sync(s, m->welcome.time_ms);
     s->health->connected = true;
     s->health->connected_since_ms = core_wall_ms();
     s->health->sessions++;
@@ -155,21 +165,22 @@ static void on_first_record(struct agent_session *s, struct net_conn *c, const s
   }
 }
 
-/* The server's clock in a ping or pong: the offset is learned again, so a
- * step of either clock inside a session is absorbed at the next one
- * (tickets are judged on the server's clock). */
+/* The server's clock in a ping or pong, learned again: a step of the
+ * server's clock inside a session is absorbed at the next one, and one of
+ * this machine's wall clock changes nothing (tickets are judged on the
+ * server's clock, carried on the boot-time clock). A jump against what was
+ * carried is the server's clock stepping: logged. */
 static void learn_clock(struct agent_session *s, const struct msg_ping *p) {
   if (!p->has_time_ms)
     return;
-  int64_t offset = (int64_t)p->time_ms - (int64_t)core_wall_ms();
-  int64_t moved = offset - s->clock_offset_ms;
-  if (moved > SESSION_CLOCK_NOTE_MS || moved < -SESSION_CLOCK_NOTE_MS) {
+  int64_t moved = (int64_t)p->time_ms - agent_session_server_now_ms(s);
+  if (s->clock_known && (moved > SESSION_CLOCK_NOTE_MS || moved < -SESSION_CLOCK_NOTE_MS)) {
     char ms[24];
     snprintf(ms, sizeof(ms), "%lld", (long long)moved);
-    core_log_kv(CORE_LOG_WARN, "the clock offset to the server changed: a clock was stepped",
+    core_log_kv(CORE_LOG_WARN, "the server's clock moved against this machine's boot-time clock",
                 "server", s->health->server, "moved_ms", ms, NULL);
   }
-  s->clock_offset_ms = offset;
+  clock_sync(s, p->time_ms);
 }
 
 static void on_session_record(struct agent_session *s, struct net_conn *c, struct msg *m) {

@@ -69,7 +69,12 @@ struct agent_session {
   void *ctx;
   struct net_limits limits;
   struct net_conn *conn;
-  int64_t clock_offset_ms; /* server - local */
+  /* the server's clock as last learned (welcome, ping, pong), carried on
+   * core_boot_ms, which neither clock's step moves and a suspend does not
+   * stop: clock_server_ms was the server's time at clock_boot_ms */
+  bool clock_known;
+  int64_t clock_server_ms;
+  int64_t clock_boot_ms;
   uv_timer_t retry;
   struct agent_servers servers; /* the cluster's addresses, read-only outside */
   size_t cur;                   /* the address of this attempt, an index in servers */
@@ -98,7 +103,10 @@ int agent_session_send(struct agent_session *s, const struct msg *m);
 int agent_session_send_encoded(struct agent_session *s, const uint8_t *buf, size_t len);
 /* Bytes queued on the connection and not yet written (0 without one). */
 size_t agent_session_unsent(const struct agent_session *s);
-/* Now on the server's clock (ms since the epoch), as of the last welcome. */
+/* Now on the server's clock (ms since the epoch): its time as last learned
+ * (welcome, ping, pong) plus the boot-time clock's advance since, so a step
+ * of this machine's wall clock changes nothing; this machine's wall clock
+ * before any welcome. */
 int64_t agent_session_server_now_ms(const struct agent_session *s);
 /* For good: no reconnecting; the retry timer and the connection close
  * (their callbacks run in the loop; on_lost is still called). */

@@ -89,8 +89,9 @@ struct held {
 struct jobs {
   uv_loop_t *loop;
   struct server_db *db;
-  bool skew_said;      /* clock_tick: the skew to the database's clock was logged, */
-  int64_t skew_said_s; /* as this */
+  bool skew_said;           /* clock_tick: the skew to the database's clock was logged, */
+  int64_t skew_said_s;      /* as this */
+  int64_t host_wall_off_ms; /* clock_tick: this host's wall clock minus its monotonic one */
   struct sessions *sessions;
   char queue_dir[3072]; /* short enough for QUEUE/<name> in PATH_MAX */
   const uint8_t *ticket_sk, *publisher_pk;
@@ -2177,11 +2178,29 @@ static void expire_queue(struct jobs *js) {
   server_db_job_list_release(&list);
 }
 
+static void ping_clock(struct session *s, void *data) {
+  (void)data;
+  session_ping_clock(s);
+}
+
+/* Tickets and pings carry this host's wall clock; when it steps, every
+ * agent is told at once (a ping with the new time), not at its session's
+ * next quiet ping, so a ticket minted after the step is judged on the
+ * clock that minted it (docs/protocol/messages.md). */
+static void host_clock_tick(struct jobs *js) {
+  int64_t off = (int64_t)core_wall_ms() - core_mono_ms();
+  int64_t moved = off - js->host_wall_off_ms;
+  js->host_wall_off_ms = off;
+  if (moved >= SERVER_DB_CLOCK_STEP_MS || moved <= -SERVER_DB_CLOCK_STEP_MS)
+    sessions_foreach(js->sessions, ping_clock, NULL);
+}
+
 /* The host's clock stepped (server/db.h, server_db_clock_tick): the
  * deadlines moved with it. PostgreSQL: the database's clock; a host clock
  * off it by a step or more is said, and again when that changes by a step. */
 static void clock_tick(struct jobs *js) {
   int64_t step = 0;
+  host_clock_tick(js);
   struct cordon_diag diag = {{0}};
   char buf[24];
   if (server_db_clock_tick(js->db, &step, &diag) < 0) {
@@ -2326,6 +2345,7 @@ void jobs_start(struct jobs *js) {
     jobs_recover(js);
   uv_timer_init(js->loop, &js->tick);
   js->tick.data = js;
+  js->host_wall_off_ms = (int64_t)core_wall_ms() - core_mono_ms(); /* host_clock_tick's base */
   uv_timer_start(&js->tick, tick, JOB_TICK_MS, JOB_TICK_MS);
   uv_check_init(js->loop, &js->commit_check);
   js->commit_check.data = js;

@@ -448,9 +448,7 @@ static int on_ready(struct net_conn *c) {
   return 0;
 }
 
-/* Silent for 2 * SERVER_PING_MS: ask (the pong is traffic). */
-static void on_quiet(struct net_conn *c) {
-  struct session *s = net_conn_data(c);
+void session_ping_clock(struct session *s) {
   if (!s || s->state == SESSION_HELLO)
     return;
   struct msg p = {.type = MSG_PING};
@@ -458,6 +456,11 @@ static void on_quiet(struct net_conn *c) {
   p.ping.has_time_ms = true;
   p.ping.time_ms = core_wall_ms();
   (void)session_send(s, &p);
+}
+
+/* Silent for 2 * SERVER_PING_MS: ask (the pong is traffic). */
+static void on_quiet(struct net_conn *c) {
+  session_ping_clock(net_conn_data(c));
 }
 
 /* Why a connection ended, for the log: what this side said, what the

@@ -119,6 +119,9 @@ void sessions_foreach(struct sessions *t, void (*fn)(struct session *s, void *da
 
 /* Encode and queue m (logged when it cannot be encoded). 0 or an error. */
 int session_send(struct session *s, const struct msg *m);
+/* A ping carrying this host's clock (time_ms): the agent learns the
+ * server's clock again from it, before any job sent after it. */
+void session_ping_clock(struct session *s);
 /* Send a goaway, flush it and close: from now on s is no device's session.
  * The code is the reason the close is logged with. */
 void session_goaway(struct session *s, const char *code, const char *message);

@@ -16,14 +16,20 @@ static char offset_file[400];
   "sleep\0"                                                                                        \
   "61.7" /* the job's command line, to find it */
 
-static void set_offset(const char *offset) {
-  char tmp[420];
-  snprintf(tmp, sizeof(tmp), "%s.tmp", offset_file);
+/* libfaketime's offset in file, e.g. "+1h" */
+static void set_offset_in(const char *file, const char *offset) {
+  char tmp[460];
+  snprintf(tmp, sizeof(tmp), "%s.tmp", file);
   FILE *f = fopen(tmp, "w");
   cr_assert(f);
   fprintf(f, "%s\n", offset);
   fclose(f);
-  cr_assert_eq(rename(tmp, offset_file), 0); /* whole, never half a line */
+  cr_assert_eq(rename(tmp, file), 0); /* whole, never half a line */
+}
+
+/* the daemon's */
+static void set_offset(const char *offset) {
+  set_offset_in(offset_file, offset);
 }
 
 /* The daemon again (e2e_setup started it), under libfaketime. */
@@ -127,4 +133,67 @@ Test(clock, a_step_back_holds_no_job_past_its_deadline) {
   cr_expect(wait_state(id, "expired", 15000), "expired at its deadline, not an hour later: %s",
             job_state(id, NULL));
   free(slow);
+}
+
+/* A package that says it ran, dispatched; its end state and error. */
+static void quick_job_ends(const char *why) {
+  char *quick =
+      pack("quick", "{\"name\":\"quick\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"]}",
+           "echo ran\n");
+  char id[33];
+  dispatch_detached(quick, id);
+  json_t *j = NULL;
+  if (!wait_state(id, "done", 15000)) {
+    job_state(id, &j);
+    cr_assert_fail("%s: %s", why, json_dumps(j, 0));
+  }
+  job_state(id, &j);
+  cr_expect(json_is_null(json_object_get(j, "error")) || !json_object_get(j, "error"),
+            "%s: error %s", why, json_string_value(json_object_get(j, "error")));
+  json_decref(j);
+  free(quick);
+}
+
+/* The agent under libfaketime with its own offset file. */
+static void start_agent_faked(struct e2e_agent *a, const char *file) {
+  setenv("LD_PRELOAD", FAKETIME_LIB, 1);
+  setenv("FAKETIME_TIMESTAMP_FILE", file, 1);
+  setenv("FAKETIME_NO_CACHE", "1", 1);
+  setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+  start_agent(a);
+  unsetenv("LD_PRELOAD");
+  unsetenv("FAKETIME_TIMESTAMP_FILE");
+  unsetenv("FAKETIME_NO_CACHE");
+  unsetenv("FAKETIME_DONT_FAKE_MONOTONIC");
+}
+
+/* A laptop's clock steps inside a session (a resume, NTP after sleep):
+ * the agent carries the server's clock on its boot-time clock, so the
+ * next ticket is judged right at once, not after the next ping (15 s). */
+Test(clock, an_agent_clock_step_either_way_inside_a_session_breaks_no_ticket) {
+  char agent_offset[420];
+  snprintf(agent_offset, sizeof(agent_offset), "%s/faketime-agent", e2e_dir);
+  set_offset_in(agent_offset, "+0");
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent_faked(a, agent_offset);
+  set_offset_in(agent_offset, "+15m"); /* the agent's clock, forward */
+  msleep(300);
+  quick_job_ends("after a step forward of the agent's clock");
+  set_offset_in(agent_offset, "-15m"); /* and back, 15 minutes behind the server */
+  msleep(300);
+  quick_job_ends("after a step back of the agent's clock");
+  cr_expect(!wait_in(a->log, "ticket", 100), "no ticket was refused");
+}
+
+/* The server's clock steps: it tells every agent at once (a ping with the
+ * new time) instead of at each session's next quiet ping, so the next
+ * ticket, minted on the new clock, is judged on it. */
+Test(clock, a_server_clock_step_back_is_told_to_the_agents_before_the_next_ticket) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  quick_job_ends("before the step");
+  set_offset("-15m");
+  msleep(1500); /* the daemon's tick (every second) notices and pings */
+  quick_job_ends("after a step back of the server's clock");
+  cr_expect(wait_in(a->log, "the server's clock moved", 3000), "the agent logged the move");
 }
