@@ -20,6 +20,10 @@
 /* reconnecting: 0.5 s doubling, capped at 30 s */
 #define BACKOFF_FIRST_MS 500
 #define BACKOFF_MAX_MS 30000
+/* a server that said `shutdown` is likely restarting: for a minute its
+ * agents try again at least every 2 s instead of backing off to 30 s */
+#define RESTART_BACKOFF_MAX_MS 2000
+#define RESTART_WINDOW_MS 60000
 
 /* Every record this side sends goes through here (bytes counted). */
 static int send_record(struct agent_session *s, struct net_conn *c, const uint8_t *buf,
@@ -101,10 +105,16 @@ static int on_ready(struct net_conn *c) {
   return r;
 }
 
-/* A goaway's retry_ms: not sooner than that (docs/protocol/messages.md). */
+/* A goaway's retry_ms: not sooner than that (docs/protocol/messages.md).
+ * A `shutdown`: the server is likely coming back soon; the backoff starts
+ * again and stays short for a while. */
 static void note_retry(struct agent_session *s, const struct msg_goaway *g) {
   if (g->has_retry_ms)
     s->retry_after_ms = g->retry_ms;
+  if (strcmp(g->code, MSG_GOAWAY_SHUTDOWN) == 0) {
+    s->backoff_ms = 0;
+    s->restart_until_ms = core_mono_ms() + RESTART_WINDOW_MS;
+  }
 }
 
 static bool goaway_is_final(const struct msg_goaway *g) {
@@ -319,8 +329,11 @@ static uint64_t not_sooner(struct agent_session *s, uint64_t delay) {
 /* A new round, from the address that worked last, after the backoff. */
 static void schedule_connect(struct agent_session *s) {
   /* exponential backoff with jitter: the delay is within [b/2, b] */
+  unsigned max = core_mono_ms() < s->restart_until_ms ? RESTART_BACKOFF_MAX_MS : BACKOFF_MAX_MS;
   unsigned b = s->backoff_ms ? s->backoff_ms : BACKOFF_FIRST_MS;
-  s->backoff_ms = b * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : b * 2;
+  if (b > max)
+    b = max;
+  s->backoff_ms = b * 2 > max ? max : b * 2;
   uint64_t delay = not_sooner(s, b / 2 + randombytes_uniform(b / 2 + 1));
   s->cur = s->servers.last;
   s->tried = 0;

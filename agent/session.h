@@ -85,6 +85,9 @@ struct agent_session {
   bool stopping;
   bool flushing; /* the goaway of agent_session_shutdown is being written */
   uint64_t ping_nonce;
+  /* after a goaway `shutdown`, until this (core_mono_ms): the server is
+   * likely restarting, so rounds are at most 2 s apart */
+  int64_t restart_until_ms;
 };
 
 /* Set up (no connection yet). cfg, pairing, facts, priv (the identity

@@ -184,6 +184,11 @@ void sessions_shutdown(struct sessions *t) {
       struct msg m = {.type = MSG_GOAWAY};
       m.goaway.code = MSG_GOAWAY_SHUTDOWN;
       m.goaway.message = "the server is shutting down";
+      /* a restart is the likely end: back in 1-3 s, spread so that a
+       * thousand devices do not all come at once */
+      m.goaway.has_retry_ms = true;
+      m.goaway.retry_ms =
+          SESSION_SHUTDOWN_RETRY_MS + randombytes_uniform(SESSION_SHUTDOWN_RETRY_MS * 2);
       (void)session_send(s, &m);
       set_reason(s, "goaway.", MSG_GOAWAY_SHUTDOWN);
     }

@@ -129,5 +129,6 @@ void session_goaway(struct session *s, const char *code, const char *message);
 void session_goaway_retry(struct session *s, const char *code, const char *message,
                           uint32_t retry_ms);
 #define SESSION_UNAVAILABLE_RETRY_MS 2000u /* the database failed: back in 2-4 s */
+#define SESSION_SHUTDOWN_RETRY_MS 1000u    /* shutting down: back in 1-3 s */
 
 #endif

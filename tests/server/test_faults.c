@@ -523,6 +523,21 @@ Test(faults, sigterm_of_the_server_during_dispatch_wait_names_the_job_and_its_st
   free(pkg);
 }
 
+/* A restart: the goaway `shutdown` carries a retry_ms of 1-3 s, and the
+ * agent's rounds stay at most 2 s apart for a minute after it, so the
+ * device is back within seconds of the server, not after a backoff that
+ * grew to 8 or 16 s while the server was down. */
+Test(faults, a_device_is_back_within_seconds_of_a_server_restart) {
+  struct e2e_agent *a = pair_agent(0, "laptop", NULL);
+  start_agent(a);
+  e2e_stop(&e2e_server_pid, SIGTERM);
+  msleep(8000); /* down long enough for a doubling backoff to reach 8 s */
+  start_server();
+  cr_assert(device_online_within(a->id, true, 3000), "back within 3 s of the restart");
+  cr_assert(wait_in(a->log, "msg=\"reconnecting when the server asked\"", 100),
+            "the shutdown's retry_ms was honoured");
+}
+
 /* ---- caps that fit an office behind one address ---- */
 
 #define OFFICE 20
