@@ -2,6 +2,7 @@
 # The manual pages: each docs/man/*.scd builds (scripts/build-man.sh), man -l
 # renders it without a single groff or man warning, its header and NAME
 # match its file name, no source line is one scdoc would silently eat,
+# no merge leftover (an entry doubled or glued, prose said twice),
 # and nothing the code accepts is missing from it:
 # every command `cordon-server --help` lists, every long option the two
 # programs parse, every manifest key and every config.json key. Installs
@@ -38,6 +39,44 @@ fail() {
 # request), so such a line loses text: keep none in the sources.
 if grep -nE "^[[:space:]]*[.']" docs/man/*.scd >"$out/dots"; then
   fail "a line starts with '.' or a quote (reword it): $(tr '\n' ' ' <"$out/dots")"
+fi
+# Merge leftovers: a command's entry twice in a row (a doubled synopsis),
+# an entry glued to the paragraph before it (no blank line), or the same
+# run of 12 words twice in a page's prose (a paragraph spliced into
+# another). Synopsis lines (an entry's first line) may repeat options.
+if ! python3 - docs/man/*.scd >"$out/leftovers" <<'PY'; then
+import re, sys
+bad = 0
+for path in sys.argv[1:]:
+    lines = open(path).read().split("\n")
+    prose = []
+    for i, line in enumerate(lines):
+        # an entry: a line at column 0 that opens with *word* and whose
+        # next line is its indented body (prose at column 0 is a paragraph)
+        term = re.match(r"\*([a-z][a-z-]*)\*", line)
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if term and nxt.startswith("\t"):
+            prev = lines[i - 1] if i else ""
+            m = re.match(r"\*([a-z][a-z-]*)\*", prev)
+            if prev.startswith("\t"):
+                print(f"{path}:{i + 1}: entry *{term.group(1)}* glued to the body before it")
+                bad = 1
+            elif m and m.group(1) == term.group(1):
+                print(f"{path}:{i + 1}: entry *{term.group(1)}* doubled")
+                bad = 1
+        elif line.startswith("\t"):
+            prose += re.findall(r"[a-z0-9]+", re.sub(r"[*_]", "", line.lower()))
+    seen = {}
+    for k in range(len(prose) - 12):
+        run = " ".join(prose[k:k + 12])
+        if run in seen and k - seen[run] >= 12:
+            print(f"{path}: prose said twice: {run}")
+            bad = 1
+            break
+        seen.setdefault(run, k)
+sys.exit(bad)
+PY
+  fail "merge leftovers in the man pages: $(tr '\n' ' ' <"$out/leftovers")"
 fi
 scripts/build-man.sh "$out" >"$out/built"
 want=(cordon-server.8 cordon-agent.8 cordon-manifest.5)
