@@ -851,7 +851,6 @@ struct quarantine {
   size_t depth; /* frames on the stack; st[0] is the grant root */
   unsigned long counter;
   struct grants_quarantine_report *rep;
-  int err; /* -ENOMEM: the report is incomplete (the walk is not) */
 };
 
 static bool has_suffix(const char *name, const char *suffix) {
@@ -893,7 +892,7 @@ static void q_name(struct quarantine *q, const char *what, const char *to) {
     strv_addf(&rep->named, "%s %s/%.*s...%s %s", what, q->dest, (int)keep, q->rel,
               q->rel + n - keep, to);
   if (rep->named.err)
-    q->err = rep->named.err;
+    rep->names_lost = true;
 }
 
 /* Rename name (in dfd) to name<suffix>, or, when that is too long or
@@ -1075,7 +1074,7 @@ static int quarantine_grant(struct quarantine *q, int root_fd) {
       continue; /* moved aside by this walk (readdir may show it again) */
     if (rel_set(q, f, name) < 0) {
       /* no memory to name it: moved aside whole from the parent */
-      q->err = -ENOMEM;
+      q->rep->names_lost = true;
       f->unfinished = true;
       continue;
     }
@@ -1126,5 +1125,5 @@ int grants_quarantine_new(const struct grant_set *g, const char *job_id,
   }
   free(q.st);
   free(q.rel);
-  return q.err;
+  return 0;
 }

@@ -59,6 +59,7 @@ struct grants_quarantine_report {
   size_t n_links;    /* new outward symlinks moved aside */
   size_t n_unwalked; /* directories moved aside whole without being walked */
   size_t n_failed;   /* entries that could be neither checked nor moved aside */
+  bool names_lost;   /* no memory to name some of them (they were moved) */
   struct strv named; /* the first GRANTS_QUARANTINE_MAX_NAMED, one line each
                         ("new hidden entry PATH moved aside as NAME", ...) */
 };
@@ -78,7 +79,8 @@ void grants_quarantine_report_release(struct grants_quarantine_report *rep);
  *    cannot be opened or read, or an entry in it can be neither checked
  *    nor moved), as a whole, unwalked.
  * No count of entries stops the walk. What cannot be moved is counted in
- * n_failed (the grant is then returned as it is). Returns 0 or -ENOMEM. */
+ * n_failed (the grant is then returned as it is). Returns 0, or a negated
+ * errno when no grant could be walked at all (-ENOMEM, -EIO). */
 int grants_quarantine_new(const struct grant_set *g, const char *job_id,
                           struct grants_quarantine_report *rep);
 

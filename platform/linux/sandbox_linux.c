@@ -467,19 +467,29 @@ static void report_quarantine(const struct grant_set *g, const char *job_id, str
   grants_quarantine_report_init(&rep);
   int r = grants_quarantine_new(g, job_id, &rep);
   char line[GRANTS_QUARANTINE_NAME_CHARS + 4 * NAME_MAX];
+  if (r < 0) {
+    int n = snprintf(line, sizeof(line),
+                     "cordon: the quarantine could not run (%s): writable grants are returned as "
+                     "they are; check them before running tools there\n",
+                     strerror(-r));
+    if (n > 0)
+      result_buf_append(&res->err, (const uint8_t *)line, (size_t)n, cap);
+  }
   for (size_t i = 0; i < rep.named.n; i++) {
     int n = snprintf(line, sizeof(line), "cordon: %s\n", rep.named.v[i]);
+    if (n >= (int)sizeof(line)) { /* cut, still one line */
+      n = (int)sizeof(line) - 1;
+      line[n - 1] = '\n';
+    }
     if (n > 0)
-      result_buf_append(&res->err, (const uint8_t *)line,
-                        (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1, cap);
+      result_buf_append(&res->err, (const uint8_t *)line, (size_t)n, cap);
   }
   size_t all = rep.n_hidden + rep.n_links + rep.n_unwalked;
-  if (all > rep.named.n || r < 0) {
+  if (all > rep.named.n || rep.names_lost) {
     int n = snprintf(line, sizeof(line),
                      "cordon: in all %zu new hidden entries, %zu new outward symlinks and %zu "
-                     "unwalked directories moved aside (.cordon-quarantined-<job id>-<nonce>)%s\n",
-                     rep.n_hidden, rep.n_links, rep.n_unwalked,
-                     r < 0 ? "; some could not be named (no memory)" : "");
+                     "unwalked directories moved aside (.cordon-quarantined-<job id>-<nonce>)\n",
+                     rep.n_hidden, rep.n_links, rep.n_unwalked);
     if (n > 0)
       result_buf_append(&res->err, (const uint8_t *)line, (size_t)n, cap);
   }

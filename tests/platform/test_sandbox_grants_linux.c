@@ -457,6 +457,8 @@ static const char quarantine_job[] =
     "                     ('src/in', '../src/main.c')]:\n"
     "    os.symlink(target, P + '/' + name)\n"
     "os.symlink('src', P + '/srclink')\n"
+    "# the owner's link, inside where it was, outward one level up\n"
+    "os.rename(P + '/src/back', P + '/back')\n"
     "# directories its owner cannot search or write (per-user: the agent)\n"
     "for name, mode in [('locked', 0), ('nowrite', 0o555)]:\n"
     "    os.mkdir(P + '/' + name); mk(name + '/.envrc'); os.chmod(P + '/' + name, mode)\n"
@@ -465,7 +467,7 @@ static const char quarantine_job[] =
 BOTH(the_quarantine_moves_every_new_hidden_entry_and_outward_link_whatever_the_tree) {
   xsystem("cd %s && mkdir -p proj/src proj/.git && echo x > proj/src/main.c && "
           "echo 'export OLD=1' > proj/.envrc && ln -s ../.bashrc proj/old-out && "
-          "ln -s src/main.c proj/old-in && chown -hR %s: proj",
+          "ln -s src/main.c proj/old-in && ln -s ../src/main.c proj/src/back && chown -hR %s: proj",
           E.home, E.owner);
   char proj[256];
   snprintf(proj, sizeof(proj), "%s/proj", E.home);
