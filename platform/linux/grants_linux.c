@@ -1,17 +1,22 @@
 #include "platform/linux/grants_linux.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
+#include <linux/openat2.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/fsuid.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "platform/forbidden.h"
@@ -22,9 +27,24 @@ struct ident {
   ino_t ino;
 };
 
+/* A symlink as it was before the job: a symlink cannot be changed, only
+ * replaced, and a replacement (even one on a reused inode) or a rename has
+ * a new ctime. */
+struct link_id {
+  dev_t dev;
+  ino_t ino;
+  time_t ctime_s;
+  long ctime_ns;
+};
+
+/* What was inside the writable grants before the job (grants_linux_mounts):
+ * the hidden entries (by identity; each one is read-only during the job and
+ * cannot be renamed or removed) and the symlinks, sorted. */
 struct grants_known {
   struct ident *v;
   size_t n;
+  struct link_id *links;
+  size_t n_links, cap_links;
 };
 
 struct sandbox_os_place {
@@ -284,8 +304,10 @@ void grants_release(struct grant_set *g) {
   strv_release(&g->read_only);
   strv_release(&g->blinded);
   free(g->rw_grants);
-  if (g->known)
+  if (g->known) {
     free(g->known->v);
+    free(g->known->links);
+  }
   free(g->known);
   for (size_t i = 0; i < g->n_fds; i++)
     close(g->fds[i]);
@@ -385,11 +407,50 @@ static int known_add(struct grants_known *k, struct ident id) {
   return 0;
 }
 
+static int ident_cmp(const void *pa, const void *pb) {
+  const struct ident *a = pa, *b = pb;
+  if (a->dev != b->dev)
+    return a->dev < b->dev ? -1 : 1;
+  return a->ino < b->ino ? -1 : a->ino > b->ino;
+}
+
+/* (sorted by grants_linux_mounts) */
 static bool known_has(const struct grants_known *k, struct ident id) {
-  for (size_t i = 0; k && i < k->n; i++)
-    if (same(k->v[i], id))
-      return true;
-  return false;
+  return k && k->n && bsearch(&id, k->v, k->n, sizeof(id), ident_cmp) != NULL;
+}
+
+static struct link_id link_id_of(const struct stat *st) {
+  return (struct link_id){st->st_dev, st->st_ino, st->st_ctim.tv_sec, st->st_ctim.tv_nsec};
+}
+
+static int link_id_cmp(const void *pa, const void *pb) {
+  const struct link_id *a = pa, *b = pb;
+  if (a->dev != b->dev)
+    return a->dev < b->dev ? -1 : 1;
+  if (a->ino != b->ino)
+    return a->ino < b->ino ? -1 : 1;
+  if (a->ctime_s != b->ctime_s)
+    return a->ctime_s < b->ctime_s ? -1 : 1;
+  return a->ctime_ns < b->ctime_ns ? -1 : a->ctime_ns > b->ctime_ns;
+}
+
+/* (bounded by the walk's GRANTS_WALK_MAX_ENTRIES) */
+static int known_link_add(struct grants_known *k, const struct stat *st) {
+  if (k->n_links == k->cap_links) {
+    size_t cap = k->cap_links ? 2 * k->cap_links : 64;
+    struct link_id *v = realloc(k->links, cap * sizeof(*v));
+    if (!v)
+      return -ENOMEM;
+    k->links = v;
+    k->cap_links = cap;
+  }
+  k->links[k->n_links++] = link_id_of(st);
+  return 0;
+}
+
+static bool known_link_has(const struct grants_known *k, const struct stat *st) {
+  struct link_id id = link_id_of(st);
+  return k && k->n_links && bsearch(&id, k->links, k->n_links, sizeof(id), link_id_cmp) != NULL;
 }
 
 /* A directory on the walk's path from the grant root. */
@@ -519,7 +580,10 @@ static int walk_tree(struct walk *w, struct walk_dir *dir, bool protect, int dep
       continue;
     }
     if (is_secret(w->sg, (struct ident){st.st_dev, st.st_ino})) {
+      /* blinded during the job: the quarantine leaves it */
       w->rel[len] = '\0';
+      if (protect && (r = known_add(w->gs->known, (struct ident){st.st_dev, st.st_ino})) < 0)
+        break;
       continue;
     }
     bool hidden = name[0] == '.' || home_ids_has(w->home, (struct ident){st.st_dev, st.st_ino});
@@ -532,6 +596,9 @@ static int walk_tree(struct walk *w, struct walk_dir *dir, bool protect, int dep
       if (r == 0)
         r = walk_mount(w, BWRAP_MOUNT_BLIND_FILE, -1, "blind");
     } else if (S_ISLNK(st.st_mode)) {
+      /* an outward symlink the owner made is left by the quarantine */
+      if (protect && (r = known_link_add(w->gs->known, &st)) < 0)
+        break;
       /* a symlink cannot be a mount point: a hidden one would be replaceable */
       if (protect && name[0] == '.')
         r = cordon_diag_set(w->diag, CORDON_E_SCOPE_TOO_BROAD,
@@ -547,7 +614,10 @@ static int walk_tree(struct walk *w, struct walk_dir *dir, bool protect, int dep
       }
       if (sub >= 0 && is_state_dir(sub)) {
         close(sub);
-        r = pin_ancestors(w, protect ? dir : NULL);
+        /* blinded during the job: the quarantine leaves it (by identity) */
+        r = protect ? known_add(w->gs->known, (struct ident){st.st_dev, st.st_ino}) : 0;
+        if (r == 0)
+          r = pin_ancestors(w, protect ? dir : NULL);
         if (r == 0)
           r = walk_mount(w, BWRAP_MOUNT_BLIND_DIR, -1, "blind");
       } else if (sub >= 0) {
@@ -710,6 +780,10 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
   }
   if (r == 0)
     r = gs.read_only.err ? gs.read_only.err : gs.blinded.err;
+  if (r == 0 && gs.known->n)
+    qsort(gs.known->v, gs.known->n, sizeof(*gs.known->v), ident_cmp);
+  if (r == 0 && gs.known->n_links)
+    qsort(gs.known->links, gs.known->n_links, sizeof(*gs.known->links), link_id_cmp);
   release_later(&later);
   free(hids.v);
   free(home_real);
@@ -730,7 +804,7 @@ static json_t *strv_array(const struct strv *s) {
 
 json_t *grants_explain_json(const struct grant_set *g) {
   return json_pack(
-      "{s:o, s:o, s:[s,s,s,s,s,s], s:{s:i, s:i}}", "read_only", strv_array(&g->read_only),
+      "{s:o, s:o, s:[s,s,s,s,s,s], s:{s:i, s:i, s:i}}", "read_only", strv_array(&g->read_only),
       "blinded", strv_array(&g->blinded), "rules", "a grant of / or ~ is too broad",
       "hidden entries and bin, .local/bin of the home are granted only when the owner's grant "
       "roots name them",
@@ -739,21 +813,44 @@ json_t *grants_explain_json(const struct grant_set *g) {
       "dotfile is read-only, the directories above it cannot be renamed",
       "FIFOs and sockets in any grant are replaced by /dev/null; cordon state directories by an "
       "empty directory",
-      "new hidden entries a job creates in a writable grant are moved aside when the job "
-      "ends (NAME.cordon-quarantined-<job id>) and named on its stderr",
-      "walk_limits", "entries", GRANTS_WALK_MAX_ENTRIES, "protected", GRANTS_WALK_MAX_PROTECTED);
+      "new hidden entries and new outward symlinks a job leaves in a writable grant are moved "
+      "aside when the job ends (NAME.cordon-quarantined-<job id>-<nonce>), and so is whole any "
+      "directory deeper than the quarantine's depth bound or that cannot be walked; the first "
+      "ones are named on its stderr, the rest counted",
+      "walk_limits", "entries", GRANTS_WALK_MAX_ENTRIES, "protected", GRANTS_WALK_MAX_PROTECTED,
+      "quarantine_depth", GRANTS_QUARANTINE_MAX_DEPTH);
 }
 
-/* ---- after the job: new hidden entries moved aside ---- */
+/* ---- after the job: new hidden entries and outward links moved aside ---- */
+
+void grants_quarantine_report_init(struct grants_quarantine_report *rep) {
+  memset(rep, 0, sizeof(*rep));
+  strv_init(&rep->named);
+}
+
+void grants_quarantine_report_release(struct grants_quarantine_report *rep) {
+  if (rep)
+    strv_release(&rep->named);
+}
+
+/* A directory on the quarantine walk's stack. */
+struct qframe {
+  DIR *d;
+  struct ident id;
+  size_t rel_len;  /* its path below the grant root: q->rel[0..rel_len] */
+  bool unfinished; /* something in it could be neither checked nor moved */
+};
 
 struct quarantine {
   const struct grants_known *known;
   const char *suffix;
-  const char *dest; /* the grant's host path */
-  char rel[PATH_MAX];
-  size_t entries;
-  struct strv *moved;
-  int count;
+  const char *dest; /* the grant's host path (for the report only) */
+  char *rel;        /* the current entry's path below the grant root */
+  size_t rel_cap;
+  struct qframe *st;
+  size_t depth; /* frames on the stack; st[0] is the grant root */
+  unsigned long counter;
+  struct grants_quarantine_report *rep;
 };
 
 static bool has_suffix(const char *name, const char *suffix) {
@@ -761,73 +858,272 @@ static bool has_suffix(const char *name, const char *suffix) {
   return n >= k && strcmp(name + n - k, suffix) == 0;
 }
 
-static int quarantine_tree(struct quarantine *q, int dfd, size_t rel_len, int depth) {
-  if (depth > 256)
-    return 0;
-  int dup_fd = dup(dfd);
-  DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
-  if (!d) {
-    if (dup_fd >= 0)
-      close(dup_fd);
-    return 0;
+/* rel = the path of frame f, then "/" name (bounded: depth x NAME_MAX) */
+static int rel_set(struct quarantine *q, const struct qframe *f, const char *name) {
+  size_t n = strlen(name), need = f->rel_len + 1 + n + 1;
+  if (need > q->rel_cap) {
+    size_t cap = q->rel_cap ? q->rel_cap : 256;
+    while (cap < need)
+      cap *= 2;
+    char *r = realloc(q->rel, cap);
+    if (!r)
+      return -ENOMEM;
+    q->rel = r;
+    q->rel_cap = cap;
   }
-  int r = 0;
-  struct dirent *de;
-  while (r == 0 && (de = readdir(d)) && ++q->entries <= GRANTS_WALK_MAX_ENTRIES) {
-    const char *name = de->d_name;
-    if (!strcmp(name, ".") || !strcmp(name, ".."))
-      continue;
-    struct stat st;
-    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-      continue;
-    struct ident id = {st.st_dev, st.st_ino};
-    if (pathf(q->rel + rel_len, sizeof(q->rel) - rel_len, "%s%s", rel_len ? "/" : "", name) < 0)
-      continue;
-    if (name[0] == '.' && known_has(q->known, id)) {
-      /* was there, and read-only during the job */
-    } else if (name[0] == '.' && !has_suffix(name, q->suffix)) {
-      /* only what this walk renamed is passed over (readdir may show it
-       * again); any other new hidden name, whatever it contains, moves */
-      char to[NAME_MAX + 1];
-      if (pathf(to, sizeof(to), "%s%s", name, q->suffix) == 0 &&
-          renameat2(dfd, name, dfd, to, RENAME_NOREPLACE) == 0) {
-        char full[PATH_MAX];
-        if (pathf(full, sizeof(full), "%s/%s", q->dest, q->rel) == 0)
-          strv_add(q->moved, full);
-        q->count++;
-      }
-    } else if (S_ISDIR(st.st_mode)) {
-      int sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (sub >= 0) {
-        r = quarantine_tree(q, sub, strlen(q->rel), depth + 1);
-        close(sub);
-      }
-    }
-    q->rel[rel_len] = '\0';
-  }
-  closedir(d);
-  return r;
+  size_t at = f->rel_len;
+  if (at)
+    q->rel[at++] = '/';
+  memcpy(q->rel + at, name, n + 1);
+  return 0;
 }
 
-int grants_quarantine_new(const struct grant_set *g, const char *job_id, struct strv *moved,
-                          bool *out_incomplete) {
-  *out_incomplete = false;
-  char suffix[64];
-  snprintf(suffix, sizeof(suffix), ".cordon-quarantined-%.32s", job_id ? job_id : "job");
-  int total = 0;
+static void q_name(struct quarantine *q, const char *what, const char *to) {
+  struct grants_quarantine_report *rep = q->rep;
+  if (rep->named.n >= GRANTS_QUARANTINE_MAX_NAMED)
+    return;
+  /* a path longer than the cut keeps its head and its tail */
+  size_t n = strlen(q->rel), keep = GRANTS_QUARANTINE_NAME_CHARS / 2;
+  if (n == 0)
+    strv_addf(&rep->named, "%s %s %s", what, q->dest, to);
+  else if (n <= GRANTS_QUARANTINE_NAME_CHARS)
+    strv_addf(&rep->named, "%s %s/%s %s", what, q->dest, q->rel, to);
+  else
+    strv_addf(&rep->named, "%s %s/%.*s...%s %s", what, q->dest, (int)keep, q->rel,
+              q->rel + n - keep, to);
+  if (rep->named.err)
+    rep->names_lost = true;
+}
+
+/* Rename name (in dfd) to name<suffix>, or, when that is too long or
+ * taken, to a cut name with a number before the suffix. The suffix holds
+ * a nonce drawn after the job ended: no name the job made ends with it. */
+static int move_aside(struct quarantine *q, int dfd, const char *name, char *to, size_t to_len) {
+  size_t nl = strlen(name), sl = strlen(q->suffix);
+  if (to_len < NAME_MAX + 1)
+    return -EINVAL;
+  if (nl + sl <= NAME_MAX) {
+    memcpy(to, name, nl);
+    memcpy(to + nl, q->suffix, sl + 1);
+    if (renameat2(dfd, name, dfd, to, RENAME_NOREPLACE) == 0)
+      return 0;
+    if (errno != EEXIST)
+      return -errno;
+  }
+  for (int tries = 0; tries < 4; tries++) {
+    char num[32];
+    snprintf(num, sizeof(num), "-%lu", ++q->counter);
+    size_t ml = strlen(num), keep = NAME_MAX - sl - ml;
+    keep = keep < nl ? keep : nl;
+    memcpy(to, name, keep);
+    memcpy(to + keep, num, ml);
+    memcpy(to + keep + ml, q->suffix, sl + 1);
+    if (renameat2(dfd, name, dfd, to, RENAME_NOREPLACE) == 0)
+      return 0;
+    if (errno != EEXIST)
+      return -errno;
+  }
+  return -EEXIST;
+}
+
+enum q_kind { Q_HIDDEN, Q_LINK, Q_UNWALKED };
+
+/* Move the entry q->rel (name in frame f) aside and count it; a failure
+ * leaves f unfinished, so that f itself is moved aside whole. */
+static void q_move(struct quarantine *q, struct qframe *f, const char *name, enum q_kind kind) {
+  static const char *const what[] = {"new hidden entry", "new outward symlink",
+                                     "unwalked directory"};
+  char to[NAME_MAX + 1];
+  char note[NAME_MAX + 32];
+  if (move_aside(q, dirfd(f->d), name, to, sizeof(to)) < 0) {
+    f->unfinished = true;
+    return;
+  }
+  if (kind == Q_HIDDEN)
+    q->rep->n_hidden++;
+  else if (kind == Q_LINK)
+    q->rep->n_links++;
+  else
+    q->rep->n_unwalked++;
+  snprintf(note, sizeof(note), "moved aside as %s", to);
+  q_name(q, what[kind], note);
+}
+
+/* A symlink target, component by component, from the link's directory
+ * (depth levels below the grant root): does it leave the grant or name a
+ * hidden entry? */
+static bool lexically_outward(const char *t, size_t depth) {
+  size_t lvl = depth;
+  for (const char *c = t; *c;) {
+    size_t n = strcspn(c, "/");
+    if (n == 2 && c[0] == '.' && c[1] == '.') {
+      if (lvl == 0)
+        return true;
+      lvl--;
+    } else if (n == 1 && c[0] == '.') {
+      /* here */
+    } else if (n > 0) {
+      if (c[0] == '.')
+        return true;
+      lvl++;
+    }
+    c += n;
+    while (*c == '/')
+      c++;
+  }
+  return false;
+}
+
+bool grants_link_outward(int dfd, const char *name, size_t depth) {
+  char t[PATH_MAX + 1];
+  ssize_t n = readlinkat(dfd, name, t, sizeof(t));
+  if (n <= 0 || (size_t)n >= sizeof(t))
+    return true;
+  t[n] = '\0';
+  if (t[0] == '/' || lexically_outward(t, depth))
+    return true;
+  /* lexically inside: the kernel agrees only if no component on the way
+   * is a symlink (nor a mount point), the last one included */
+  struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                         .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV};
+  int fd = (int)syscall(SYS_openat2, dfd, t, &how, sizeof(how));
+  if (fd < 0)
+    return !(errno == ENOENT || errno == ENOTDIR);
+  struct stat st;
+  bool out = fstat(fd, &st) < 0 || S_ISLNK(st.st_mode);
+  close(fd);
+  return out;
+}
+
+/* Open directory name in frame f and push it; false if it cannot be
+ * walked (too deep, cannot be opened or is no longer what was seen). */
+static bool q_push(struct quarantine *q, struct qframe *f, const char *name,
+                   const struct stat *st) {
+  if (q->depth >= GRANTS_QUARANTINE_MAX_DEPTH + 1)
+    return false;
+  int sub = openat(dirfd(f->d), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat sst;
+  if (sub >= 0 && (fstat(sub, &sst) < 0 || sst.st_ino != st->st_ino || sst.st_dev != st->st_dev)) {
+    close(sub);
+    sub = -1;
+  }
+  DIR *d = sub >= 0 ? fdopendir(sub) : NULL;
+  if (!d) {
+    if (sub >= 0)
+      close(sub);
+    return false;
+  }
+  q->st[q->depth++] = (struct qframe){d, {st->st_dev, st->st_ino}, strlen(q->rel), false};
+  return true;
+}
+
+/* Pop the top frame; an unfinished directory is moved aside whole from
+ * its parent (the grant root cannot be: it is counted as failed). */
+static void q_pop(struct quarantine *q) {
+  struct qframe f = q->st[--q->depth];
+  closedir(f.d);
+  if (!f.unfinished)
+    return;
+  if (q->depth == 0) {
+    q->rep->n_failed++;
+    if (rel_set(q, &(struct qframe){0}, "") == 0)
+      q_name(q, "grant", "could not be walked to its end");
+    return;
+  }
+  struct qframe *p = &q->st[q->depth - 1];
+  q->rel[f.rel_len] = '\0';
+  const char *name = q->rel + p->rel_len + (p->rel_len ? 1 : 0);
+  struct stat st;
+  /* still the directory that was walked (the owner may rename things) */
+  if (fstatat(dirfd(p->d), name, &st, AT_SYMLINK_NOFOLLOW) < 0 || st.st_dev != f.id.dev ||
+      st.st_ino != f.id.ino) {
+    p->unfinished = true;
+    return;
+  }
+  q_move(q, p, name, Q_UNWALKED);
+}
+
+static int quarantine_grant(struct quarantine *q, int root_fd) {
+  int dfd = openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  struct stat rst;
+  if (!d || fstat(dirfd(d), &rst) < 0) {
+    if (d)
+      closedir(d);
+    else if (dfd >= 0)
+      close(dfd);
+    q->rep->n_failed++;
+    if (rel_set(q, &(struct qframe){0}, "") == 0)
+      q_name(q, "grant", "could not be opened");
+    return 0;
+  }
+  q->st[0] = (struct qframe){d, {rst.st_dev, rst.st_ino}, 0, false};
+  q->depth = 1;
+  while (q->depth > 0) {
+    struct qframe *f = &q->st[q->depth - 1];
+    errno = 0;
+    struct dirent *de = readdir(f->d);
+    if (!de) {
+      if (errno)
+        f->unfinished = true;
+      q_pop(q);
+      continue;
+    }
+    const char *name = de->d_name;
+    if (!strcmp(name, ".") || !strcmp(name, "..") || has_suffix(name, q->suffix))
+      continue; /* moved aside by this walk (readdir may show it again) */
+    if (rel_set(q, f, name) < 0) {
+      /* no memory to name it: moved aside whole from the parent */
+      q->rep->names_lost = true;
+      f->unfinished = true;
+      continue;
+    }
+    struct stat st;
+    if (fstatat(dirfd(f->d), name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno != ENOENT) /* gone is fine; unknown is not */
+        f->unfinished = true;
+      continue;
+    }
+    if (known_has(q->known, (struct ident){st.st_dev, st.st_ino})) {
+      /* there before and read-only or blinded during the job: left, and
+       * not looked into */
+    } else if (name[0] == '.') {
+      q_move(q, f, name, Q_HIDDEN);
+    } else if (S_ISLNK(st.st_mode)) {
+      if (!known_link_has(q->known, &st) && grants_link_outward(dirfd(f->d), name, q->depth - 1))
+        q_move(q, f, name, Q_LINK);
+    } else if (S_ISDIR(st.st_mode)) {
+      if (!q_push(q, f, name, &st))
+        q_move(q, f, name, Q_UNWALKED);
+    }
+  }
+  return 0;
+}
+
+int grants_quarantine_new(const struct grant_set *g, const char *job_id,
+                          struct grants_quarantine_report *rep) {
+  /* the nonce is drawn now, after the job ended: no name it made has it */
+  uint8_t nonce[8];
+  if (getrandom(nonce, sizeof(nonce), 0) != (ssize_t)sizeof(nonce))
+    return -EIO;
+  char id[33];
+  size_t k = 0;
+  for (const char *c = job_id ? job_id : "job"; *c && k < sizeof(id) - 1; c++)
+    id[k++] = (isalnum((unsigned char)*c) || *c == '-' || *c == '_') ? *c : '_';
+  id[k] = '\0';
+  char suffix[80];
+  snprintf(suffix, sizeof(suffix), ".cordon-quarantined-%s-%02x%02x%02x%02x%02x%02x%02x%02x", id,
+           nonce[0], nonce[1], nonce[2], nonce[3], nonce[4], nonce[5], nonce[6], nonce[7]);
+  struct quarantine q = {.known = g->known, .suffix = suffix, .rep = rep};
+  q.st = calloc(GRANTS_QUARANTINE_MAX_DEPTH + 1, sizeof(*q.st));
+  if (!q.st)
+    return -ENOMEM;
   for (size_t i = 0; i < g->n_rw_grants; i++) {
     const struct bwrap_mount *m = &g->mounts[g->rw_grants[i]];
-    int dfd = openat(m->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
-      continue;
-    struct quarantine q = {.known = g->known, .suffix = suffix, .dest = m->dest, .moved = moved};
-    int r = quarantine_tree(&q, dfd, 0, 0);
-    close(dfd);
-    if (r < 0)
-      return r;
-    total += q.count;
-    if (q.entries > GRANTS_WALK_MAX_ENTRIES)
-      *out_incomplete = true;
+    q.dest = m->dest;
+    quarantine_grant(&q, m->fd);
   }
-  return moved->err ? moved->err : total;
+  free(q.st);
+  free(q.rel);
+  return 0;
 }

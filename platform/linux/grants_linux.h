@@ -45,15 +45,53 @@ int grants_linux_mounts(const struct sandbox_grants *judged, const char *home,
                         struct grant_set *out, struct cordon_diag *diag);
 void grants_release(struct grant_set *g);
 
-/* After the whole job tree is dead: walk each writable grant again (same
- * bounds, by fd, no symlink followed) and rename every hidden entry that
- * was not there before the job to NAME.cordon-quarantined-<job_id>, so
- * that a new .git, .envrc or .venv the job made is not run by the owner's
- * tools. Appends each renamed host path to moved; *out_incomplete says a
- * grant had grown past the bound and was not checked to its end. Returns
- * how many were moved, or a negated errno. */
-int grants_quarantine_new(const struct grant_set *g, const char *job_id, struct strv *moved,
-                          bool *out_incomplete);
+/* The quarantine walk holds one open directory per level below the grant
+ * root; deeper than this, a directory is moved aside whole, unwalked. */
+#define GRANTS_QUARANTINE_MAX_DEPTH 512
+/* At most this many moved entries are named one by one; the rest are
+ * counted. A named path is cut to GRANTS_QUARANTINE_NAME_CHARS bytes. */
+#define GRANTS_QUARANTINE_MAX_NAMED 32
+#define GRANTS_QUARANTINE_NAME_CHARS 400
+
+/* What grants_quarantine_new did, bounded in size whatever the job made. */
+struct grants_quarantine_report {
+  size_t n_hidden;   /* new hidden entries moved aside */
+  size_t n_links;    /* new outward symlinks moved aside */
+  size_t n_unwalked; /* directories moved aside whole without being walked */
+  size_t n_failed;   /* entries that could be neither checked nor moved aside */
+  bool names_lost;   /* no memory to name some of them (they were moved) */
+  struct strv named; /* the first GRANTS_QUARANTINE_MAX_NAMED, one line each
+                        ("new hidden entry PATH moved aside as NAME", ...) */
+};
+void grants_quarantine_report_init(struct grants_quarantine_report *rep);
+void grants_quarantine_report_release(struct grants_quarantine_report *rep);
+
+/* After the whole job tree is dead: walk each writable grant again by fd
+ * (openat/fdopendir/fstatat/renameat2, O_NOFOLLOW, no symlink followed,
+ * no path buffer, an explicit stack of at most GRANTS_QUARANTINE_MAX_DEPTH
+ * levels) and rename aside, to NAME<suffix> with the suffix
+ * .cordon-quarantined-<job_id>-<random nonce> (RENAME_NOREPLACE):
+ *  - every hidden entry that was not a hidden entry there before the job
+ *    (by identity), as a whole, without looking inside;
+ *  - every symlink that was not there before the job (identity and ctime)
+ *    and points outward (grants_link_outward);
+ *  - every directory the walk cannot finish (deeper than the bound, or it
+ *    cannot be opened or read, or an entry in it can be neither checked
+ *    nor moved), as a whole, unwalked.
+ * No count of entries stops the walk. What cannot be moved is counted in
+ * n_failed (the grant is then returned as it is). Returns 0, or a negated
+ * errno when no grant could be walked at all (-ENOMEM, -EIO). */
+int grants_quarantine_new(const struct grant_set *g, const char *job_id,
+                          struct grants_quarantine_report *rep);
+
+/* Is the symlink NAME in directory dfd (depth levels below the grant
+ * root) outward? Yes if its target is empty, absolute or longer than
+ * PATH_MAX; if its lexical resolution from dfd (".." counted against
+ * depth) leaves the grant root or names a hidden component; or if
+ * resolving it from dfd meets a symlink, another file system, or fails
+ * otherwise than for a missing component (openat2 RESOLVE_NO_SYMLINKS |
+ * RESOLVE_NO_XDEV, a trailing symlink included). */
+bool grants_link_outward(int dfd, const char *name, size_t depth);
 
 /* explain's "filesystem" object: the rules, what is kept read-only and
  * what is blinded for this plan. Caller owns; NULL on allocation failure. */

@@ -457,30 +457,51 @@ static void reap_orphans(void) {
 
 /* ---- running ---- */
 
-/* New hidden entries the job made in writable grants are moved aside and
- * named on the job's stderr (docs/SECURITY.md, "New hidden entries"). */
+/* New hidden entries and outward symlinks the job left in writable grants
+ * are moved aside; the first ones are named on the job's stderr, the rest
+ * counted, so the note stays bounded (docs/SECURITY.md, "New hidden
+ * entries"). */
 static void report_quarantine(const struct grant_set *g, const char *job_id, struct job_result *res,
                               size_t cap) {
-  struct strv moved;
-  strv_init(&moved);
-  bool incomplete = false;
-  int n_moved = grants_quarantine_new(g, job_id, &moved, &incomplete);
-  if (incomplete) {
-    static const char note[] = "cordon: a writable grant grew past the walk's bound during the "
-                               "job; new hidden entries beyond it were not moved aside\n";
-    result_buf_append(&res->err, (const uint8_t *)note, sizeof(note) - 1, cap);
+  struct grants_quarantine_report rep;
+  grants_quarantine_report_init(&rep);
+  int r = grants_quarantine_new(g, job_id, &rep);
+  char line[GRANTS_QUARANTINE_NAME_CHARS + 4 * NAME_MAX];
+  if (r < 0) {
+    int n = snprintf(line, sizeof(line),
+                     "cordon: the quarantine could not run (%s): writable grants are returned as "
+                     "they are; check them before running tools there\n",
+                     strerror(-r));
+    if (n > 0)
+      result_buf_append(&res->err, (const uint8_t *)line, (size_t)n, cap);
   }
-  if (n_moved > 0) {
-    for (size_t i = 0; i < moved.n; i++) {
-      char line[PATH_MAX + 96];
-      int n = snprintf(line, sizeof(line), "cordon: new hidden entry %s moved aside (%s)\n",
-                       moved.v[i], ".cordon-quarantined-<job id>");
-      if (n > 0)
-        result_buf_append(&res->err, (const uint8_t *)line,
-                          (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1, cap);
+  for (size_t i = 0; i < rep.named.n; i++) {
+    int n = snprintf(line, sizeof(line), "cordon: %s\n", rep.named.v[i]);
+    if (n >= (int)sizeof(line)) { /* cut, still one line */
+      n = (int)sizeof(line) - 1;
+      line[n - 1] = '\n';
     }
+    if (n > 0)
+      result_buf_append(&res->err, (const uint8_t *)line, (size_t)n, cap);
   }
-  strv_release(&moved);
+  size_t all = rep.n_hidden + rep.n_links + rep.n_unwalked;
+  if (all > rep.named.n || rep.names_lost) {
+    int n = snprintf(line, sizeof(line),
+                     "cordon: in all %zu new hidden entries, %zu new outward symlinks and %zu "
+                     "unwalked directories moved aside (.cordon-quarantined-<job id>-<nonce>)\n",
+                     rep.n_hidden, rep.n_links, rep.n_unwalked);
+    if (n > 0)
+      result_buf_append(&res->err, (const uint8_t *)line, (size_t)n, cap);
+  }
+  if (rep.n_failed > 0) {
+    int n = snprintf(line, sizeof(line),
+                     "cordon: %zu places in writable grants could be neither checked nor moved "
+                     "aside: the grant is returned as it is; check it before running tools there\n",
+                     rep.n_failed);
+    if (n > 0)
+      result_buf_append(&res->err, (const uint8_t *)line, (size_t)n, cap);
+  }
+  grants_quarantine_report_release(&rep);
 }
 
 /* How one start of the job's first process ended. */

@@ -417,6 +417,124 @@ BOTH(cloud_credentials_cordon_state_and_absent_secrets_stay_unreadable) {
   json_decref(r.res);
 }
 
+/* ---- the quarantine fails closed (issue 28, item 2) ---- */
+
+/* The job (Python, fd-relative so that no path limit of its own stops it)
+ * buries new hidden entries past the old walk's entry bound (100,000
+ * files first), below a path longer than PATH_MAX and in a tree deeper
+ * than any depth cut, and leaves symlinks pointing out of the grant. */
+static const char quarantine_job[] =
+    "import os\n"
+    "P = os.environ['P']\n"
+    "def mk(rel, data='evil'):\n"
+    "    with open(os.path.join(P, rel), 'w') as f: f.write(data)\n"
+    "os.mkdir(P + '/many')\n"
+    "for i in range(100000): open('%s/many/f%d' % (P, i), 'w').close()\n"
+    "mk('many/.envrc')\n"
+    "for i in range(40):\n"
+    "    os.mkdir('%s/d%d' % (P, i)); mk('d%d/.envrc' % i)\n"
+    "# a path beyond PATH_MAX, made by mkdirat chains\n"
+    "fd = os.open(P, os.O_RDONLY)\n"
+    "for i in range(20):\n"
+    "    os.mkdir('n' * 250, dir_fd=fd)\n"
+    "    fd2 = os.open('n' * 250, os.O_RDONLY, dir_fd=fd); os.close(fd); fd = fd2\n"
+    "os.close(os.open('.envrc', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))\n"
+    "os.symlink('../' * 21 + '.bashrc', 'long-up', dir_fd=fd)\n"
+    "os.symlink('../' * 19 + 'src/main.c', 'long-in', dir_fd=fd)\n"
+    "# deeper than any depth cut: 300 and 700 levels\n"
+    "fd = os.open(P, os.O_RDONLY)\n"
+    "for i in range(700):\n"
+    "    os.mkdir('d', dir_fd=fd)\n"
+    "    fd2 = os.open('d', os.O_RDONLY, dir_fd=fd); os.close(fd); fd = fd2\n"
+    "    if i == 299: os.close(os.open('.envrc', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))\n"
+    "os.close(os.open('.envrc', os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))\n"
+    "# outward symlinks, and links that stay inside\n"
+    "for name, target in [('notes.txt', '../.bashrc'), ('keys.txt', '../.ssh/authorized_keys'),\n"
+    "                     ('abs', '/etc/passwd'), ('c2', '../x'), ('c1', 'c2'),\n"
+    "                     ('sneaky', 'src/../../.bashrc'), ('hid', 'src/../.git/config'),\n"
+    "                     ('viadir', 'srclink/x'), ('in', 'src/main.c'), ('dangling', 'nothere'),\n"
+    "                     ('chain', 'old-in'), ('src/up', '../../.profile'),\n"
+    "                     ('src/in', '../src/main.c')]:\n"
+    "    os.symlink(target, P + '/' + name)\n"
+    "os.symlink('src', P + '/srclink')\n"
+    "# the owner's link, inside where it was, outward one level up\n"
+    "os.rename(P + '/src/back', P + '/back')\n"
+    "# directories its owner cannot search or write (per-user: the agent)\n"
+    "for name, mode in [('locked', 0), ('nowrite', 0o555)]:\n"
+    "    os.mkdir(P + '/' + name); mk(name + '/.envrc'); os.chmod(P + '/' + name, mode)\n"
+    "print('MADE')\n";
+
+BOTH(the_quarantine_moves_every_new_hidden_entry_and_outward_link_whatever_the_tree) {
+  xsystem("cd %s && mkdir -p proj/src proj/.git && echo x > proj/src/main.c && "
+          "echo 'export OLD=1' > proj/.envrc && ln -s ../.bashrc proj/old-out && "
+          "ln -s src/main.c proj/old-in && ln -s ../src/main.c proj/src/back && chown -hR %s: proj",
+          E.home, E.owner);
+  char proj[256];
+  snprintf(proj, sizeof(proj), "%s/proj", E.home);
+  open_up(proj);
+  char fs[512];
+  snprintf(fs, sizeof(fs), "{\"path\":\"%s\",\"access\":\"rw\"}", proj);
+  char script[512];
+  snprintf(script, sizeof(script), "P=%s exec /usr/bin/python3 q.py\n", proj);
+  package(fs, script);
+  char py[256];
+  snprintf(py, sizeof(py), "%s/q.py", E.d.pkg);
+  write_file(py, quarantine_job, 0644);
+  agent_config(NULL);
+  struct sbx_run r = run_agent("exec");
+  assert_ran(&r);
+  cr_assert(strstr(out_of(&r), "MADE"), "the job did not finish: %s / %s", out_of(&r),
+            sbx_jstr(r.res, "stderr"));
+  const char *err = sbx_jstr(r.res, "stderr");
+  /* no new hidden entry is left under a name a tool looks for, however
+   * deep; one inside a directory moved aside whole is below a moved name */
+  char *left = capture("cd %s && find . -name .envrc ! -path '*cordon-quarantined*' | sort", proj);
+  cr_assert_str_eq(left, "./.envrc\n", "new hidden entries left in place: %s", left);
+  free(left);
+  char *moved = capture("cd %s && find . -name '.envrc.cordon-quarantined-*' | wc -l", proj);
+  /* many/, d0..d39, the long path and level 300 one by one; locked/ and
+   * nowrite/ too where the agent is root, else they are moved whole */
+  int one_by_one = E.as_user ? 43 : 45, whole = E.as_user ? 3 : 1;
+  cr_assert_eq(atoi(moved), one_by_one, "moved one by one: %s", moved);
+  free(moved);
+  char *deep = capture("cd %s && find . -type d -name 'd.cordon-quarantined-*' | wc -l", proj);
+  cr_assert_eq(atoi(deep), 1, "the tree below the depth bound moved aside whole: %s", deep);
+  free(deep);
+  deep = capture("cd %s && ls -d locked* nowrite*", proj);
+  cr_assert(E.as_user ? strstr(deep, "locked.cordon-quarantined-") &&
+                            strstr(deep, "nowrite.cordon-quarantined-")
+                      : strstr(deep, "locked\n") && strstr(deep, "nowrite\n"),
+            "unwalkable directories: %s", deep);
+  free(deep);
+  /* the links left are the owner's and the ones that stay inside (c1
+   * points at c2, which is moved aside before or after c1 is looked at) */
+  char *links = capture(
+      "cd %s && find . -type l ! -name '*cordon-quarantined*' ! -name c1 ! -name 'long-*' | sort",
+      proj);
+  cr_assert_str_eq(links, "./dangling\n./in\n./old-in\n./old-out\n./src/in\n./srclink\n",
+                   "links left: %s", links);
+  free(links);
+  char *longlinks = capture("cd %s && find . -type l -name 'long-*' ! -name '*cordon-quarantined*' "
+                            "| sed 's,.*/,,' | sort",
+                            proj);
+  cr_assert_str_eq(longlinks, "long-in\n", "links below PATH_MAX: %s", longlinks);
+  free(longlinks);
+  /* what was there before the job is untouched */
+  char *old = capture("cat %s/.envrc && readlink %s/old-out", proj, proj);
+  cr_assert_str_eq(old, "export OLD=1\n../.bashrc\n");
+  free(old);
+  /* the note is bounded: the first ones named, the rest counted */
+  size_t lines = 0;
+  for (const char *l = err; (l = strstr(l, "cordon: ")); l++)
+    lines++;
+  cr_assert_eq(lines, 32 + 1, "%zu note lines: %s", lines, err);
+  char want_h[64], want_u[64];
+  snprintf(want_h, sizeof(want_h), "in all %d new hidden entries, ", one_by_one);
+  snprintf(want_u, sizeof(want_u), " new outward symlinks and %d unwalked directories", whole);
+  cr_assert(strstr(err, want_h) && strstr(err, want_u), "stderr: %s", err);
+  json_decref(r.res);
+}
+
 /* ---- bounds ---- */
 
 BOTH(a_grant_with_too_many_entries_is_refused) {
