@@ -8,6 +8,7 @@
  * command succeeded; 1 ran and failed, timed out or was refused; 2 bad
  * usage or malformed local input; 3 (`run`) not paired, or revoked or
  * unpaired by the server; an ad-hoc `exec`: the command's own. */
+#include <getopt.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -106,61 +107,188 @@ struct cli {
   size_t n_args;
 };
 
+/* Every option a command may take; which command takes which is the
+ * table below. getopt_long: "--opt VALUE" and "--opt=VALUE" alike. */
+enum {
+  OPT_CONFIG = 1000,
+  OPT_TRUST,
+  OPT_JSON,
+  OPT_NET,
+  OPT_RO,
+  OPT_RW,
+  OPT_SERVER,
+  OPT_CODE,
+  OPT_NAME,
+  OPT_DRAIN,
+  OPT_LOG_LEVEL,
+  OPT_SERVICE
+};
+static const struct option all_opts[] = {
+    {"config", required_argument, NULL, OPT_CONFIG},
+    {"trust", required_argument, NULL, OPT_TRUST},
+    {"json", no_argument, NULL, OPT_JSON},
+    {"net", no_argument, NULL, OPT_NET},
+    {"ro", required_argument, NULL, OPT_RO},
+    {"rw", required_argument, NULL, OPT_RW},
+    {"server", required_argument, NULL, OPT_SERVER},
+    {"code", required_argument, NULL, OPT_CODE},
+    {"name", required_argument, NULL, OPT_NAME},
+    {"drain-timeout", required_argument, NULL, OPT_DRAIN},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"service", no_argument, NULL, OPT_SERVICE},
+    {0},
+};
+
+/* Which options each command takes (--config: every one), and how many
+ * operands before "--". */
+static const struct {
+  const char *cmd;
+  const int opts[8];
+  int operands;
+} cmd_opts[] = {
+    {"status", {OPT_JSON}, 0},
+    {"explain", {OPT_TRUST, OPT_JSON, OPT_NET, OPT_RO, OPT_RW}, 1},
+    {"exec", {OPT_TRUST, OPT_JSON, OPT_NET, OPT_RO, OPT_RW}, 1},
+    {"pair", {OPT_SERVER, OPT_CODE, OPT_NAME}, 0},
+    {"run", {OPT_DRAIN, OPT_LOG_LEVEL, OPT_SERVICE}, 0},
+    {"metrics", {0}, 0},
+    {"unpair", {0}, 0},
+};
+
+/* The command's own option table (getopt_long's form) into out. */
+static int command_options(const char *cmd, struct option out[16], int *out_operands) {
+  for (size_t i = 0; i < sizeof(cmd_opts) / sizeof(cmd_opts[0]); i++) {
+    if (strcmp(cmd_opts[i].cmd, cmd) != 0)
+      continue;
+    size_t n = 0;
+    out[n++] = all_opts[0]; /* --config */
+    for (size_t k = 0; k < 8 && cmd_opts[i].opts[k]; k++)
+      for (const struct option *o = all_opts; o->name; o++)
+        if (o->val == cmd_opts[i].opts[k])
+          out[n++] = *o;
+    out[n] = (struct option){0};
+    *out_operands = cmd_opts[i].operands;
+    return 0;
+  }
+  return -1;
+}
+
+/* An option the command does not take (known to another command, or to
+ * none), or a value given to one that takes none. */
+static int refused_option(const char *cmd, const struct option *mine, const char *arg) {
+  if (strncmp(arg, "--", 2) != 0)
+    return agent_usagef("unknown option %s (" AGENT_PROG " help %s)", arg, cmd);
+  size_t n = strcspn(arg + 2, "=");
+  for (const struct option *o = mine; o->name; o++)
+    if (strlen(o->name) == n && strncmp(o->name, arg + 2, n) == 0)
+      return agent_usagef("--%s takes no value", o->name);
+  for (const struct option *o = all_opts; o->name; o++)
+    if (strlen(o->name) == n && strncmp(o->name, arg + 2, n) == 0)
+      return agent_usagef("%s does not take --%s (" AGENT_PROG " help %s)", cmd, o->name, cmd);
+  return agent_usagef("unknown option %.*s (" AGENT_PROG " help %s)", (int)(n + 2), arg, cmd);
+}
+
+static int set_option(struct cli *c, int id, const char *v) {
+  switch (id) {
+  case OPT_CONFIG:
+    c->config_dir = v;
+    break;
+  case OPT_TRUST:
+    c->trust = v;
+    break;
+  case OPT_JSON:
+    c->json = true;
+    break;
+  case OPT_NET:
+    c->net = true;
+    break;
+  case OPT_SERVER:
+    c->server = v;
+    break;
+  case OPT_CODE:
+    c->code = v;
+    break;
+  case OPT_NAME:
+    c->name = v;
+    break;
+  case OPT_DRAIN:
+    c->drain_timeout = v;
+    break;
+  case OPT_LOG_LEVEL:
+    c->log_level = v;
+    break;
+  case OPT_SERVICE:
+    c->service = true;
+    break;
+  case OPT_RO:
+  case OPT_RW:
+    if (c->n_ro + c->n_rw >= MANIFEST_MAX_GRANTS)
+      return agent_usagef("at most %d --ro and --rw", MANIFEST_MAX_GRANTS);
+    if (id == OPT_RO)
+      c->ro[c->n_ro++] = v;
+    else
+      c->rw[c->n_rw++] = v;
+    break;
+  }
+  return 0;
+}
+
+/* [--config DIR] COMMAND [its options and operands] [-- ARGS...]. The
+ * environment's CORDON_CONFIG stands in for --config. */
 static int parse_cli(int argc, char **argv, struct cli *c) {
   memset(c, 0, sizeof(*c));
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--") == 0) {
-      c->args = argv + i + 1;
-      c->n_args = (size_t)(argc - i - 1);
-      break;
-    } else if (strcmp(a, "--config") == 0 || strcmp(a, "--trust") == 0 ||
-               strcmp(a, "--server") == 0 || strcmp(a, "--code") == 0 || strcmp(a, "--name") == 0 ||
-               strcmp(a, "--drain-timeout") == 0 || strcmp(a, "--log-level") == 0) {
-      if (i + 1 >= argc)
-        return agent_usagef("%s needs a value", a);
-      const char *v = argv[++i];
-      if (strcmp(a, "--config") == 0)
-        c->config_dir = v;
-      else if (strcmp(a, "--trust") == 0)
-        c->trust = v;
-      else if (strcmp(a, "--server") == 0)
-        c->server = v;
-      else if (strcmp(a, "--code") == 0)
-        c->code = v;
-      else if (strcmp(a, "--drain-timeout") == 0)
-        c->drain_timeout = v;
-      else if (strcmp(a, "--log-level") == 0)
-        c->log_level = v;
-      else
-        c->name = v;
-    } else if (strcmp(a, "--ro") == 0 || strcmp(a, "--rw") == 0) {
-      if (i + 1 >= argc)
-        return agent_usagef("%s needs a path", a);
-      if (c->n_ro + c->n_rw >= MANIFEST_MAX_GRANTS)
-        return agent_usagef("at most %d --ro and --rw", MANIFEST_MAX_GRANTS);
-      if (a[3] == 'o')
-        c->ro[c->n_ro++] = argv[++i];
-      else
-        c->rw[c->n_rw++] = argv[++i];
-    } else if (strcmp(a, "--net") == 0) {
-      c->net = true;
-    } else if (strcmp(a, "--json") == 0) {
-      c->json = true;
-    } else if (strcmp(a, "--service") == 0) {
-      c->service = true;
-    } else if (a[0] == '-' && a[1] != '\0') {
-      return agent_usagef("unknown option %s", a);
-    } else if (!c->cmd) {
-      c->cmd = a;
-    } else if (!c->target) {
-      c->target = a;
+  c->config_dir = getenv("CORDON_CONFIG");
+  if (c->config_dir && !c->config_dir[0])
+    c->config_dir = NULL;
+  static const struct option global[] = {{"config", required_argument, NULL, OPT_CONFIG}, {0}};
+  opterr = 0;
+  optind = 0; /* glibc: start afresh */
+  int id;
+  /* "+": the options before the command only */
+  while ((id = getopt_long(argc, argv, "+", global, NULL)) != -1) {
+    if (id == '?' || id == ':')
+      return optopt == OPT_CONFIG ||
+                     (argv[optind - 1] && strncmp(argv[optind - 1], "--config", 8) == 0)
+                 ? agent_usage("--config needs a directory")
+                 : agent_usagef("unknown option %s before the command", argv[optind - 1]);
+    c->config_dir = optarg;
+  }
+  if (optind >= argc)
+    return agent_usage("a command is needed (" AGENT_PROG " help lists them)");
+  c->cmd = argv[optind];
+  struct option opts[16];
+  int operands = 0;
+  if (command_options(c->cmd, opts, &operands) < 0)
+    return 0; /* main() names an unknown command */
+  int sub_argc = argc - optind;
+  char **sub_argv = argv + optind;
+  optind = 0;
+  int n_operands = 0;
+  /* "-": operands come back as 1, in order; "--" ends the options */
+  while ((id = getopt_long(sub_argc, sub_argv, "-:", opts, NULL)) != -1) {
+    const char *arg = sub_argv[optind - 1];
+    if (id == 1) {
+      if (++n_operands > operands)
+        return agent_usagef("unexpected argument %s (" AGENT_PROG " help %s)", optarg, c->cmd);
+      c->target = optarg;
+    } else if (id == ':') {
+      return agent_usagef("%s needs a value", arg);
+    } else if (id == '?') {
+      return refused_option(c->cmd, opts, arg);
     } else {
-      return agent_usagef("unexpected argument %s", a);
+      int r = set_option(c, id, optarg);
+      if (r)
+        return r;
     }
   }
-  if (!c->cmd)
-    return agent_usage("a command is needed (" AGENT_PROG " help lists them)");
+  if (optind > 0 && optind <= sub_argc && strcmp(sub_argv[optind - 1], "--") == 0) {
+    c->args = sub_argv + optind;
+    c->n_args = (size_t)(sub_argc - optind);
+  } else if (optind < sub_argc) {
+    return agent_usagef("unexpected argument %s", sub_argv[optind]);
+  }
+  if (c->n_args && operands == 0)
+    return agent_usagef("%s takes no arguments after --", c->cmd);
   return 0;
 }
 
@@ -195,11 +323,15 @@ static int cmd_exec(const struct cli *c, const struct agent_config *cfg, bool ex
 
 /* `service ...` takes options of its own: hand it the rest of argv. */
 static int service_command(int argc, char **argv) {
-  const char *config_dir = NULL;
+  const char *config_dir = getenv("CORDON_CONFIG");
+  if (config_dir && !config_dir[0])
+    config_dir = NULL;
   int i = 1;
   for (; i < argc; i++) {
     if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
       config_dir = argv[++i];
+    else if (strncmp(argv[i], "--config=", 9) == 0)
+      config_dir = argv[i] + 9;
     else
       break;
   }
@@ -240,6 +372,8 @@ int main(int argc, char **argv) {
       i++;
       continue;
     }
+    if (strncmp(argv[i], "--config=", 9) == 0)
+      continue;
     if (strcmp(argv[i], "service") == 0)
       return sodium_init() < 0 ? 1 : service_command(argc, argv);
     break;
@@ -249,12 +383,6 @@ int main(int argc, char **argv) {
     return r;
   if (!agent_cli_find(c.cmd))
     return agent_usagef("unknown command %s (" AGENT_PROG " help lists them)", c.cmd);
-  if (c.service && strcmp(c.cmd, "run") != 0)
-    return agent_usage("--service goes with run only");
-  if ((c.net || c.n_ro || c.n_rw) && strcmp(c.cmd, "exec") != 0 && strcmp(c.cmd, "explain") != 0)
-    return agent_usage("--net, --ro and --rw go with exec and explain only");
-  if ((c.drain_timeout || c.log_level) && strcmp(c.cmd, "run") != 0)
-    return agent_usage("--drain-timeout and --log-level go with run only");
   if (c.log_level) {
     enum core_log_level level;
     if (core_log_level_parse(c.log_level, &level) < 0)

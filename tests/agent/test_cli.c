@@ -159,6 +159,13 @@ Test(agent_cli, usage_errors_are_one_line_with_exit_2, .init = setup, .fini = te
   assert_usage_error(RUN("--config", dir, "service"), "service without an action");
   assert_usage_error(RUN("--config", dir, "service", "reinstall"), "unknown action");
   assert_usage_error(RUN("--config", dir, "version", "extra"), "version operand");
+  /* each command takes its own options only, and its operands only */
+  assert_usage_error(RUN("--config", dir, "status", "--code", "x", "--trust", "/nonexistent"),
+                     "another command's option");
+  assert_usage_error(RUN("--config", dir, "status", "a"), "an operand status does not take");
+  assert_usage_error(RUN("--config", dir, "pair", "--drain-timeout", "5"), "run's option on pair");
+  assert_usage_error(RUN("--config", dir, "status", "--json=yes"), "a value for a flag");
+  assert_usage_error(RUN("--config", dir, "metrics", "--", "x"), "arguments after --");
   /* "--" ends the options: a job's --help is the job's */
   struct out *o = RUN("--config", dir, "exec", "--", "--help");
   cr_assert_eq(o->status, 2, "%s", o->err);
@@ -250,4 +257,27 @@ Test(cli, an_error_detail_never_carries_control_bytes_to_the_terminal) {
   cr_assert(strstr(buf, "x: \\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\x0d\xc2\xa0ok\n"), "%s", buf);
   for (size_t i = 0; i + 1 < n; i++)
     cr_assert(buf[i] >= 0x20 || buf[i] < 0, "a control byte at %zu", i);
+}
+
+/* --config=DIR is --config DIR; CORDON_CONFIG stands in for either, and
+ * an explicit --config wins over it (status --json names the directory). */
+static bool config_is(const struct out *o, const char *want) {
+  char key[700];
+  snprintf(key, sizeof(key), "\"config_dir\": \"%s\"", want);
+  return strstr(o->out, key) != NULL;
+}
+
+Test(agent_cli, config_by_equals_and_by_the_environment, .init = setup, .fini = teardown) {
+  char other[600];
+  snprintf(other, sizeof(other), "%s/other", dir);
+  char eq[640];
+  snprintf(eq, sizeof(eq), "--config=%s", other);
+  struct out *o = RUN(eq, "status", "--json");
+  cr_assert(config_is(o, other), "--config= was read: %s %s", o->out, o->err);
+  setenv("CORDON_CONFIG", other, 1);
+  o = RUN("status", "--json");
+  cr_assert(config_is(o, other), "CORDON_CONFIG was read: %s %s", o->out, o->err);
+  o = RUN("--config", dir, "status", "--json");
+  unsetenv("CORDON_CONFIG");
+  cr_assert(config_is(o, dir), "--config wins over CORDON_CONFIG: %s", o->out);
 }
