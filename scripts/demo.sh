@@ -5,10 +5,12 @@
 # starts is stopped at the end. Installs what is missing on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
-scripts/test-setup.sh >/dev/null
-scripts/build.sh build >/dev/null
-B=$PWD/build
+scripts/deps.sh --runtime
+scripts/test-setup.sh --job-user >/dev/null
+# the two programs only, in a build directory of their own (no tests)
+cmake -S . -B build-demo -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCORDON_TESTS=OFF >/dev/null
+cmake --build build-demo -j"$(nproc)" --target cordon-server cordon-agent >/dev/null
+B=$PWD/build-demo
 work=$(mktemp -d /tmp/cordon-demo-XXXXXX)
 chmod 755 "$work"
 pids=()

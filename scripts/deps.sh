@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
-# Install everything cordon needs to build and test on Debian 12.
-# Idempotent: only calls apt-get when a package is missing.
+# Install everything cordon needs on Debian 12. Idempotent: only calls
+# apt-get when a package is missing.
+# Usage: scripts/deps.sh [--runtime]
+#   --runtime  what building and running the two programs needs (the demo)
+#   (default)  that and the test stack (scripts/test.sh)
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
-      libsodium-dev libuv1-dev libmsgpack-dev libseccomp-dev libcriterion-dev
-      libjansson-dev libsqlite3-dev bubblewrap python3 passwd procps iproute2
-      systemd libxml2-utils git
-      libpq-dev postgresql-15 # the PostgreSQL backend; the tests' throwaway cluster (pg-temp.sh)
-      faketime # tests/server/test_clock.c: a daemon whose clock steps
+# building and running cordon-server and cordon-agent
+runtime=(build-essential cmake pkg-config
+      libsodium-dev libuv1-dev libmsgpack-dev libseccomp-dev libjansson-dev libsqlite3-dev
+      libpq-dev # the PostgreSQL backend's header (libpq itself is loaded on first use)
+      bubblewrap python3 passwd procps)
+# the tests, the sanitizer and fuzz builds, and what they drive
+tests=(clang libclang-rt-14-dev libcriterion-dev iproute2 systemd libxml2-utils git
+      postgresql-15 # the tests' throwaway cluster (pg-temp.sh)
+      faketime # tests/server/test_clock.c: clocks that step
       strace) # tests/server/test_cmd_dispatch.c: what a dispatch opens
+case "${1:-}" in
+  --runtime) pkgs=("${runtime[@]}") ;;
+  "") pkgs=("${runtime[@]}" "${tests[@]}") ;;
+  *) echo "usage: scripts/deps.sh [--runtime]" >&2; exit 2 ;;
+esac
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
