@@ -20,6 +20,12 @@ struct sandbox_os_probe {
   char userns_detail[160];
   bool seccomp_ok;
   int landlock_abi;
+  /* the workspace tmpfs: the agent mounts it itself, sized in bytes and
+   * inodes (root with CAP_SYS_ADMIN), or bwrap's --size bounds bytes only */
+  bool mounts_workspace;
+  /* a memory cgroup is charged the kernel memory of the inodes a job
+   * makes (no cgroup.memory=nokmem on the kernel command line) */
+  bool kmem_charged;
 };
 
 #endif
