@@ -112,4 +112,13 @@ int sandbox_sweep_leftovers(const char *state_dir);
  * logs it: the jobs are then swept at the next start only). */
 int sandbox_reaper_start(const char *state_dir);
 
+/* A per-user agent that can make no job cgroup asks the machine for one
+ * before it does anything else: on Linux, where a systemd user manager
+ * runs, it re-executes argv in a transient user scope with Delegate=yes
+ * (platform/linux/user_scope.h; not verified on the test hosts, which run
+ * no systemd). Returns only when it does not: 0, with *out_why saying why
+ * (root, a cgroup already, no user manager, ...), or a negated errno when
+ * the exec itself failed. Elsewhere it returns 0 at once. */
+int sandbox_enter_user_cgroup(int argc, char *const *argv, const char **out_why);
+
 #endif

@@ -28,6 +28,7 @@
 #include "platform/linux/grants_linux.h"
 #include "platform/linux/procs.h"
 #include "platform/linux/seccomp.h"
+#include "platform/linux/user_scope.h"
 #include "platform/posix/launch.h"
 #include "platform/posix/output.h"
 
@@ -285,6 +286,16 @@ json_t *sandbox_os_probe_json(const struct sandbox_os_probe *p) {
                       json_pack("{s:s, s:b}", "mounted_by", p->mounts_workspace ? "agent" : "bwrap",
                                 "inodes_bounded", p->mounts_workspace));
   json_object_set_new(o, "kmem_charged", json_boolean(p->kmem_charged));
+  struct user_scope_facts us;
+  user_scope_facts_read(getenv("XDG_RUNTIME_DIR"), &us);
+  const char *why;
+  enum user_scope_choice uc = user_scope_decide(&us, &why);
+  json_object_set_new(o, "user_scope",
+                      json_pack("{s:s, s:s, s:b}", "decision",
+                                uc == USER_SCOPE_ENTER        ? "enter"
+                                : uc == USER_SCOPE_NOT_NEEDED ? "not_needed"
+                                                              : "unavailable",
+                                "why", why, "in_scope", us.in_scope));
   json_object_set_new(o, "cgroups", cgroup_probe_json());
   json_object_set_new(o, "job_user", posix_job_user_json(&p->user));
   return o;
@@ -1004,6 +1015,10 @@ out:
     workspace_mount_leave(plan, &wm);
   cgroup_job_release(&cg);
   return r;
+}
+
+int sandbox_os_enter_user_cgroup(int argc, char *const *argv, const char **out_why) {
+  return user_scope_enter(argc, argv, out_why);
 }
 
 int sandbox_os_sweep_leftovers(const char *state_dir) {
