@@ -284,7 +284,7 @@ json_t *sandbox_os_probe_json(const struct sandbox_os_probe *p) {
                       json_pack("{s:i, s:b}", "abi", p->landlock_abi, "used", false));
   json_object_set_new(o, "workspace_tmpfs",
                       json_pack("{s:s, s:b}", "mounted_by", p->mounts_workspace ? "agent" : "bwrap",
-                                "inodes_bounded", p->mounts_workspace));
+                                "nr_inodes", p->mounts_workspace));
   json_object_set_new(o, "kmem_charged", json_boolean(p->kmem_charged));
   struct user_scope_facts us;
   user_scope_facts_read(getenv("XDG_RUNTIME_DIR"), &us);
