@@ -44,11 +44,17 @@ struct sandbox_os_plan {
   struct sock_fprog *prog;
   struct grant_set grants;
   char *workspace; /* contained mode: host path */
-  /* isolated, probe->mounts_workspace: the fd bwrap gets with --bind-fd
-   * for the workspace; an O_PATH fd of /dev/null (which bwrap cannot bind
-   * on a directory) except during a run, when it is the root of the
+  /* isolated: the fd bwrap gets with --bind-fd for the workspace; an
+   * O_PATH fd of /dev/null (which bwrap cannot bind on a directory) in
+   * the agent but during a root agent's run, when it is the root of the
    * job's tmpfs (workspace_mount_enter); -1 otherwise */
   int workspace_fd;
+  /* isolated, not probe->mounts_workspace: the launcher's child mounts
+   * the tmpfs in a user and mount namespace of its own and lands its root
+   * on workspace_fd, and bwrap runs in them (launch.h); target NULL else */
+  struct launch_ns_tmpfs ns_tmpfs;
+  char ns_uid_map[32], ns_gid_map[32], ns_options[160];
+  char *ns_target;
   struct cgroup_avail expect_cgroup;
 };
 
@@ -179,20 +185,6 @@ static bool may_mount(void) {
   return found && (eff >> 21 & 1); /* CAP_SYS_ADMIN */
 }
 
-/* Is a memory cgroup charged the kernel memory (inodes, dentries) of the
- * files a job makes? Yes on every kernel cordon runs on (v1 and v2),
- * unless the command line turns it off with cgroup.memory=nokmem. */
-static bool kmem_charged(void) {
-  char cmd[4096];
-  FILE *f = fopen("/proc/cmdline", "re");
-  if (!f)
-    return false;
-  size_t n = fread(cmd, 1, sizeof(cmd) - 1, f);
-  fclose(f);
-  cmd[n] = '\0';
-  return strstr(cmd, "nokmem") == NULL;
-}
-
 int sandbox_os_probe_new(const struct sandbox_policy *policy, bool thorough,
                          struct sandbox_os_probe **out_probe, struct sandbox_facts *out_facts) {
   struct sandbox_os_probe *p = calloc(1, sizeof(*p));
@@ -232,7 +224,6 @@ int sandbox_os_probe_new(const struct sandbox_policy *policy, bool thorough,
   p->landlock_abi = abi > 0 ? (int)abi : 0;
 
   p->mounts_workspace = p->user.is_root && may_mount();
-  p->kmem_charged = kmem_charged();
 
   if (thorough && p->bwrap_exists && p->user.ok)
     try_bwrap(p);
@@ -283,9 +274,8 @@ json_t *sandbox_os_probe_json(const struct sandbox_os_probe *p) {
   json_object_set_new(o, "landlock",
                       json_pack("{s:i, s:b}", "abi", p->landlock_abi, "used", false));
   json_object_set_new(o, "workspace_tmpfs",
-                      json_pack("{s:s, s:b}", "mounted_by", p->mounts_workspace ? "agent" : "bwrap",
-                                "nr_inodes", p->mounts_workspace));
-  json_object_set_new(o, "kmem_charged", json_boolean(p->kmem_charged));
+                      json_pack("{s:s, s:b}", "mounted_by",
+                                p->mounts_workspace ? "agent" : "agent-userns", "nr_inodes", true));
   struct user_scope_facts us;
   user_scope_facts_read(getenv("XDG_RUNTIME_DIR"), &us);
   const char *why;
@@ -340,8 +330,26 @@ static int plan_isolated(struct sandbox_plan *plan, struct sandbox_os_plan *os,
   if (os->seccomp_fd < 0)
     return job_result_fail(result, CORDON_E_SPAWN_FAILED, "seccomp filter: %s",
                            strerror(-os->seccomp_fd));
-  if (probe->mounts_workspace && (os->workspace_fd = open("/dev/null", O_PATH | O_CLOEXEC)) < 0)
+  if ((os->workspace_fd = open("/dev/null", O_PATH | O_CLOEXEC)) < 0)
     return job_result_fail(result, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(errno));
+  if (!probe->mounts_workspace) {
+    /* the job's uid and gid (a per-user agent's own), mapped to themselves */
+    uid_t uid = probe->user.is_root ? probe->user.u.uid : getuid();
+    gid_t gid = probe->user.is_root ? probe->user.u.gid : getgid();
+    snprintf(os->ns_uid_map, sizeof(os->ns_uid_map), "%u %u 1", (unsigned)uid, (unsigned)uid);
+    snprintf(os->ns_gid_map, sizeof(os->ns_gid_map), "%u %u 1", (unsigned)gid, (unsigned)gid);
+    int r = bwrap_workspace_tmpfs_options(job->manifest->disk_mb, uid, gid, os->ns_options,
+                                          sizeof(os->ns_options));
+    if (r < 0 || asprintf(&os->ns_target, "%s/workspace", job->job_dir) < 0) {
+      os->ns_target = NULL;
+      return -ENOMEM;
+    }
+    os->ns_tmpfs = (struct launch_ns_tmpfs){.uid_map = os->ns_uid_map,
+                                            .gid_map = os->ns_gid_map,
+                                            .target = os->ns_target,
+                                            .options = os->ns_options,
+                                            .fd = os->workspace_fd};
+  }
   struct bwrap_host host = {.bwrap_path = probe->bwrap_path};
   host.base = host_base(&host.n_base);
   grants_base_blinds(&host.blind_files, &host.n_blind_files, &host.blind_dirs, &host.n_blind_dirs);
@@ -415,30 +423,27 @@ void sandbox_os_plan_free(struct sandbox_os_plan *os) {
     close(os->seccomp_fd);
   if (os->workspace_fd >= 0)
     close(os->workspace_fd);
+  free(os->ns_target);
   seccomp_job_prog_free(os->prog);
   grants_release(&os->grants);
   free(os->workspace);
   free(os);
 }
 
-/* What bounds the inodes of the workspace tmpfs, whose count bwrap's
- * --size leaves at the kernel's default (half the RAM's pages): the
- * agent's nr_inodes, or a memory cgroup that is charged their kernel
- * memory (then they count against memory_mb), or nothing. */
-static enum limit_mech workspace_inodes(const struct sandbox_plan *plan,
-                                        const struct cgroup_avail *cg) {
-  if (plan->level != SANDBOX_LEVEL_ISOLATED)
-    return LIMIT_MECH_NONE;
-  if (plan->os->workspace_fd >= 0)
-    return LIMIT_MECH_TMPFS;
-  return cg->memory && plan->probe->os->kmem_charged ? LIMIT_MECH_CGROUP : LIMIT_MECH_NONE;
+/* What bounds the inodes of the workspace tmpfs: its nr_inodes, at
+ * isolated always (the agent's mount, or the launcher's in a namespace of
+ * its own; bwrap's --size would leave the count at the kernel's default,
+ * half the RAM's pages). */
+static enum limit_mech workspace_inodes(const struct sandbox_plan *plan) {
+  return plan->level == SANDBOX_LEVEL_ISOLATED && plan->os->workspace_fd >= 0 ? LIMIT_MECH_TMPFS
+                                                                              : LIMIT_MECH_NONE;
 }
 
 /* disk_mb holds for the tree when the workspace tmpfs is the only
  * writable place and its inodes are bounded too; a writable grant is
  * bounded per file (RLIMIT_FSIZE) only, as is everything at contained. */
-static bool disk_holds(const struct sandbox_plan *plan, const struct cgroup_avail *cg) {
-  return workspace_inodes(plan, cg) != LIMIT_MECH_NONE && plan->os->grants.n_rw_grants == 0;
+static bool disk_holds(const struct sandbox_plan *plan) {
+  return workspace_inodes(plan) != LIMIT_MECH_NONE && plan->os->grants.n_rw_grants == 0;
 }
 
 /* Which mechanism enforces each limit, given which cgroups exist. */
@@ -449,7 +454,7 @@ static void set_limits(const struct sandbox_plan *plan, const struct cgroup_avai
   res->lim_processes = cg->pids ? LIMIT_MECH_CGROUP : LIMIT_MECH_RLIMIT;
   res->lim_cpu = cg->cpu ? LIMIT_MECH_CGROUP : LIMIT_MECH_RLIMIT;
   res->lim_time = iso ? LIMIT_MECH_PID_NAMESPACE : cg->pids ? LIMIT_MECH_CGROUP : LIMIT_MECH_PGROUP;
-  res->lim_disk = disk_holds(plan, cg) ? LIMIT_MECH_TMPFS : LIMIT_MECH_NONE;
+  res->lim_disk = disk_holds(plan) ? LIMIT_MECH_TMPFS : LIMIT_MECH_NONE;
   bool any = cg->memory || cg->pids || cg->cpu;
   snprintf(res->mechanism, sizeof(res->mechanism), "%sseccomp%s+rlimit%s", iso ? "bwrap+" : "",
            any ? "+cgroup" : "", (!iso && !cg->pids) ? "+pgroup" : "");
@@ -460,15 +465,15 @@ static void set_limits(const struct sandbox_plan *plan, const struct cgroup_avai
  * uid, so it bounds the tree too. */
 static json_t *tree_json(const struct sandbox_plan *plan, const struct cgroup_avail *cg) {
   return json_pack("{s:b, s:b, s:b, s:b, s:b, s:b}", "memory", cg->memory, "processes", true, "cpu",
-                   cg->cpu, "time", true, "disk", disk_holds(plan, cg), "inodes",
-                   workspace_inodes(plan, cg) != LIMIT_MECH_NONE);
+                   cg->cpu, "time", true, "disk", disk_holds(plan), "inodes",
+                   workspace_inodes(plan) != LIMIT_MECH_NONE);
 }
 
 /* What bounds each writable place of the job, in the result's words:
  * the workspace tmpfs's bytes and inodes, and the writable grants. */
-static json_t *disk_json(const struct sandbox_plan *plan, const struct cgroup_avail *cg) {
+static json_t *disk_json(const struct sandbox_plan *plan) {
   bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
-  enum limit_mech inodes = workspace_inodes(plan, cg);
+  enum limit_mech inodes = workspace_inodes(plan);
   json_t *bound =
       inodes == LIMIT_MECH_TMPFS
           ? json_integer((json_int_t)plan->job->manifest->disk_mb * BWRAP_WORKSPACE_INODES_PER_MB)
@@ -478,6 +483,7 @@ static json_t *disk_json(const struct sandbox_plan *plan, const struct cgroup_av
                    limit_mech_name(iso ? LIMIT_MECH_TMPFS : LIMIT_MECH_NONE), "workspace_inodes",
                    limit_mech_name(inodes), "workspace_mounted_by",
                    !iso                          ? "none"
+                   : plan->os->ns_target         ? "agent-userns"
                    : plan->os->workspace_fd >= 0 ? "agent"
                                                  : "bwrap",
                    "inode_bound", bound, "writable_grants", (int)rw, "writable_grants_bytes",
@@ -490,15 +496,14 @@ json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_resu
   json_t *o = json_object();
   json_object_set_new(o, "seccomp", seccomp_job_rules_json(plan->net));
   json_object_set_new(o, "limits_for_tree", tree_json(plan, &os->expect_cgroup));
-  json_object_set_new(o, "disk_for_tree", disk_json(plan, &os->expect_cgroup));
+  json_object_set_new(o, "disk_for_tree", disk_json(plan));
   json_object_set_new(
       o, "limits_note",
       json_string("cgroup where the agent's uid may create one at run time (root, or a "
                   "subtree delegated to it), per-process rlimit otherwise; the result "
                   "says which was used. disk holds for the tree only when the workspace "
-                  "tmpfs is the only writable place and its inodes are bounded (by the "
-                  "agent's nr_inodes, or by a memory cgroup charged their kernel memory); "
-                  "a writable grant is bounded per file (RLIMIT_FSIZE) only"));
+                  "tmpfs (bounded in bytes and in inodes) is the only writable place; a "
+                  "writable grant is bounded per file (RLIMIT_FSIZE) only"));
   json_object_set_new(o, "job_uid", json_integer(plan->probe->os->user.u.uid));
   const char *join = cgroup_join_method();
   json_object_set_new(o, "cgroup_join", join ? json_string(join) : json_null());
@@ -691,6 +696,7 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
       .parent_death_signal = SIGKILL,
       .cwd = iso ? "/" : plan->job->package_path,
       .seccomp = iso ? NULL : os->prog,
+      .ns_tmpfs = iso && os->ns_target ? &os->ns_tmpfs : NULL,
   };
   pthread_mutex_lock(&live_lock); /* the reaper of another job must not take it */
   r = launch_spawn(&spec, &pid);
@@ -959,7 +965,15 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
    * sweep finds them, and so do bwrap's inits when bwrap is killed, so
    * they are reaped even under a PID 1 that does not reap */
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-  if (iso && os->workspace_fd >= 0 && (r = workspace_mount_enter(plan, &wm)) < 0) {
+  /* the mount point of the launcher's namespace (a per-user agent) */
+  if (iso && os->ns_target && mkdir(os->ns_target, 0700) < 0 && errno != EEXIST) {
+    r = -errno;
+    job_result_not_run(res);
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(-r));
+    goto out;
+  }
+  if (iso && !os->ns_target && os->workspace_fd >= 0 &&
+      (r = workspace_mount_enter(plan, &wm)) < 0) {
     job_result_not_run(res);
     r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace tmpfs: %s", strerror(-r));
     goto out;
@@ -1013,6 +1027,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
 out:
   if (wm.old_ns >= 0 || wm.path)
     workspace_mount_leave(plan, &wm);
+  if (iso && os->ns_target)
+    rmdir(os->ns_target);
   cgroup_job_release(&cg);
   return r;
 }

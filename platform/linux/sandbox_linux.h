@@ -20,12 +20,10 @@ struct sandbox_os_probe {
   char userns_detail[160];
   bool seccomp_ok;
   int landlock_abi;
-  /* the workspace tmpfs: the agent mounts it itself, sized in bytes and
-   * inodes (root with CAP_SYS_ADMIN), or bwrap's --size bounds bytes only */
+  /* the workspace tmpfs, sized in bytes and inodes: the agent mounts it
+   * itself (root with CAP_SYS_ADMIN), or else the launcher's child does,
+   * in a user and mount namespace of its own that bwrap then runs in */
   bool mounts_workspace;
-  /* a memory cgroup is charged the kernel memory of the inodes a job
-   * makes (no cgroup.memory=nokmem on the kernel command line) */
-  bool kmem_charged;
 };
 
 #endif

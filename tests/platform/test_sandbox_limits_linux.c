@@ -198,13 +198,6 @@ static const char *expected_mech(void) {
   return E.mode == MODE_PLAIN ? "rlimit" : "cgroup";
 }
 
-/* disk_mb holds for the tree where the workspace tmpfs's inodes are
- * bounded too: root mounts it with nr_inodes, deleg's memory cgroup is
- * charged their kernel memory; plain has neither. */
-static const char *expected_disk(void) {
-  return E.mode == MODE_PLAIN ? "none" : "tmpfs";
-}
-
 static size_t count(const char *hay, const char *needle) {
   size_t n = 0;
   for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
@@ -300,7 +293,7 @@ ALL3(writes_to_dev_shm_tmp_and_workspace_together_stop_at_disk_mb) {
   struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
   const char *out = jstr(r.res, "stdout");
-  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), expected_disk());
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "tmpfs");
   long total = -1;
   const char *t = strstr(out, "total ");
   cr_assert(t && sscanf(t, "total %ld", &total) == 1, "got %s / %s", out, jstr(r.res, "stderr"));
@@ -314,10 +307,9 @@ ALL3(writes_to_dev_shm_tmp_and_workspace_together_stop_at_disk_mb) {
 }
 
 /* 100,000 empty files in the workspace (the red team's 300,000 took 330
- * MiB of host kernel memory with disk_mb 8): root's tmpfs stops them at
- * its inode bound (disk_mb x 256) with ENOSPC; deleg's memory cgroup is
- * charged their inodes and stops the tree at memory_mb; plain has neither,
- * so they are all made, and the result says disk: none. */
+ * MiB of host kernel memory with disk_mb 8, bwrap's --size bounding bytes
+ * only): in every mode the tmpfs stops them at its inode bound (disk_mb x
+ * 256) with ENOSPC, with or without a cgroup. */
 static const char inode_flood[] =
     "exec python3 -c '\n"
     "import errno, os\n"
@@ -332,7 +324,7 @@ static const char inode_flood[] =
     "print(\"made\", n, err, flush=True)\n"
     "'\n";
 
-ALL3(an_inode_flood_stays_within_disk_mb_or_memory_mb_or_the_result_says_it_does_not) {
+ALL3(an_inode_flood_stops_at_the_workspace_tmpfs_inode_bound_in_every_mode) {
   package("\"memory_mb\":64,\"disk_mb\":8,\"processes\":16", inode_flood);
   struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
@@ -341,24 +333,11 @@ ALL3(an_inode_flood_stays_within_disk_mb_or_memory_mb_or_the_result_says_it_does
   const char *m = strstr(out, "made ");
   if (m)
     sscanf(m, "made %ld", &made);
-  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), expected_disk(), "%s", out);
-  switch (E.mode) {
-  case MODE_ROOT:
-    cr_assert(strstr(out, "inodes 2048\n"), "8 MiB x 256 inodes: %s", out);
-    cr_assert(strstr(out, "ENOSPC"), "the flood ends at the inode bound: %s", out);
-    /* the root directory, .tmp and .shm take three */
-    cr_assert(made >= 2000 && made <= 2048, "made %ld: %s", made, out);
-    break;
-  case MODE_DELEG:
-    /* killed by the OOM killer, or ENOMEM: either way short of the flood */
-    cr_assert(made < 100000, "the memory cgroup stops the tree: %s", out);
-    cr_assert(json_is_true(jget(r.res, "oom_killed")) || strstr(out, "ENOMEM"),
-              "stopped by memory_mb: %s / %s", out, jstr(r.res, "stderr"));
-    break;
-  case MODE_PLAIN:
-    cr_assert_eq(made, 100000, "nothing bounds the inodes here, and the result says so: %s", out);
-    break;
-  }
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "tmpfs", "%s", out);
+  cr_assert(strstr(out, "inodes 2048\n"), "8 MiB x 256 inodes: %s", out);
+  cr_assert(strstr(out, "ENOSPC"), "the flood ends at the inode bound: %s", out);
+  /* the root directory, .tmp and .shm take three */
+  cr_assert(made >= 2000 && made <= 2048, "made %ld: %s", made, out);
   json_decref(r.res);
 }
 
@@ -411,10 +390,10 @@ ALL3(a_writable_grant_is_bounded_per_file_only_and_the_result_says_so) {
   json_decref(r.res);
 }
 
-/* The workspace tmpfs is the job's alone and goes with it: a root agent
- * mounts it in a mount namespace of its own, so the host never has it in
- * its mount table, during the job or after, and the job directory (its
- * mount point in it) is gone after the job. */
+/* The workspace tmpfs is the job's alone and goes with it: the agent (root)
+ * or its launcher (per-user) mounts it in a mount namespace of its own,
+ * so the host never has it in its mount table, during the job or after,
+ * and the job directory (its mount point in it) is gone after the job. */
 ALL3(the_workspace_tmpfs_is_never_in_the_host_mount_table_and_gone_after_the_job) {
   char cmd[512];
   snprintf(cmd, sizeof(cmd), "grep -c cordon-workspace /proc/%d/mountinfo > %s/during",
@@ -437,8 +416,7 @@ ALL3(the_workspace_tmpfs_is_never_in_the_host_mount_table_and_gone_after_the_job
   waitpid(looker, &st, 0);
   assert_ran_isolated(&r);
   const char *out = jstr(r.res, "stdout");
-  if (E.mode == MODE_ROOT)
-    cr_assert(strstr(out, "nr_inodes=2048"), "the agent's tmpfs: %s", out);
+  cr_assert(strstr(out, "nr_inodes=2048"), "the agent's tmpfs: %s", out);
   char path[256], during[32] = "";
   snprintf(path, sizeof(path), "%s/during", E.d.root);
   cr_assert(read_small(path, during, sizeof(during)));
@@ -486,20 +464,20 @@ ALL3(explain_says_which_limits_hold_for_the_tree) {
   bool cg = E.mode != MODE_PLAIN;
   cr_assert_eq(json_is_true(json_object_get(tree, "memory")), cg);
   cr_assert_eq(json_is_true(json_object_get(tree, "cpu")), cg);
-  /* plain: nothing bounds the workspace's inodes (bwrap's --size is bytes only) */
-  cr_assert_eq(json_is_true(json_object_get(tree, "disk")), E.mode != MODE_PLAIN);
-  cr_assert_eq(json_is_true(json_object_get(tree, "inodes")), E.mode != MODE_PLAIN);
-  cr_assert_str_eq(jstr(e.res, "disk_for_tree.workspace_inodes"), E.mode == MODE_ROOT ? "tmpfs"
-                                                                  : cg                ? "cgroup"
-                                                                                      : "none");
-  cr_assert_str_eq(jstr(e.res, "limits.disk.enforced_by"), expected_disk());
+  cr_assert(json_is_true(json_object_get(tree, "disk")));
+  cr_assert(json_is_true(json_object_get(tree, "inodes")));
+  cr_assert_str_eq(jstr(e.res, "disk_for_tree.workspace_inodes"), "tmpfs");
+  cr_assert_eq(json_integer_value(jget(e.res, "disk_for_tree.inode_bound")), 64 * 256);
+  cr_assert_str_eq(jstr(e.res, "disk_for_tree.workspace_mounted_by"),
+                   E.mode == MODE_ROOT ? "agent" : "agent-userns");
+  cr_assert_str_eq(jstr(e.res, "limits.disk.enforced_by"), "tmpfs");
   cr_assert_str_eq(jstr(e.res, "limits.memory.enforced_by"), expected_mech());
   cr_assert_str_eq(jstr(e.res, "limits.cpu.enforced_by"), expected_mech());
   struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), expected_mech());
-  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), expected_disk());
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "tmpfs");
   json_decref(e.res);
   json_decref(r.res);
 }

@@ -505,12 +505,7 @@ BOTH(tmp_is_capped_at_the_disk_limit) {
   long a = 0, b = 0;
   cr_assert(sscanf(out_of(&r), "%ld %ld", &a, &b) == 2, "got %s", out_of(&r));
   cr_assert(a <= 4L << 20 && b <= 4L << 20, "a=%ld b=%ld", a, b);
-  /* disk holds for the tree only where the tmpfs's inodes are bounded
-   * too: root's own tmpfs, or a memory cgroup (none for a per-user agent
-   * here): test_sandbox_limits_linux.c has each case */
-  bool inodes_bounded =
-      !E.as_user || strcmp(sbx_jstr(r.res, "sandbox.limits.memory"), "cgroup") == 0;
-  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.limits.disk"), inodes_bounded ? "tmpfs" : "none");
+  cr_assert_str_eq(sbx_jstr(r.res, "sandbox.limits.disk"), "tmpfs");
   json_decref(r.res);
 }
 
