@@ -45,10 +45,13 @@ struct sandbox_job {
   const struct manifest *manifest;
   char *const *args; /* appended to the entry */
   size_t n_args;
-  const char *job_id;          /* 32 hex chars */
-  int package_dirfd;           /* the staged package: read-only for the job */
-  const char *package_path;    /* its host path (for contained mode) */
-  const char *job_dir;         /* private per-job directory of the agent (0700) */
+  const char *job_id;       /* 32 hex chars */
+  int package_dirfd;        /* the staged package: read-only for the job */
+  const char *package_path; /* its host path (for contained mode) */
+  /* private per-job directory of the agent (0700; 0711 for a root agent,
+   * whose job user reaches its package and, on Linux, the mount point of
+   * its workspace tmpfs there by path) */
+  const char *job_dir;
   int cancel_fd;               /* -1, or readable when the job must be cancelled */
   sandbox_output_fn on_output; /* NULL: no live output */
   void *output_ctx;

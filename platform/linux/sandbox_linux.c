@@ -275,7 +275,10 @@ json_t *sandbox_os_probe_json(const struct sandbox_os_probe *p) {
                       json_pack("{s:i, s:b}", "abi", p->landlock_abi, "used", false));
   json_object_set_new(o, "workspace_tmpfs",
                       json_pack("{s:s, s:b}", "mounted_by",
-                                p->mounts_workspace ? "agent" : "agent-userns", "nr_inodes", true));
+                                p->mounts_workspace ? "agent"
+                                : !p->user.is_root  ? "agent-userns"
+                                                    : "bwrap",
+                                "nr_inodes", p->mounts_workspace || !p->user.is_root));
   struct user_scope_facts us;
   user_scope_facts_read(getenv("XDG_RUNTIME_DIR"), &us);
   const char *why;
@@ -330,12 +333,15 @@ static int plan_isolated(struct sandbox_plan *plan, struct sandbox_os_plan *os,
   if (os->seccomp_fd < 0)
     return job_result_fail(result, CORDON_E_SPAWN_FAILED, "seccomp filter: %s",
                            strerror(-os->seccomp_fd));
-  if ((os->workspace_fd = open("/dev/null", O_PATH | O_CLOEXEC)) < 0)
+  /* a root agent that may not mount (no CAP_SYS_ADMIN) leaves it to
+   * bwrap's --size: bytes only, and the limits say so */
+  if ((probe->mounts_workspace || !probe->user.is_root) &&
+      (os->workspace_fd = open("/dev/null", O_PATH | O_CLOEXEC)) < 0)
     return job_result_fail(result, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(errno));
-  if (!probe->mounts_workspace) {
-    /* the job's uid and gid (a per-user agent's own), mapped to themselves */
-    uid_t uid = probe->user.is_root ? probe->user.u.uid : getuid();
-    gid_t gid = probe->user.is_root ? probe->user.u.gid : getgid();
+  if (!probe->mounts_workspace && !probe->user.is_root) {
+    /* the agent's own uid and gid (the job's), mapped to themselves */
+    uid_t uid = getuid();
+    gid_t gid = getgid();
     snprintf(os->ns_uid_map, sizeof(os->ns_uid_map), "%u %u 1", (unsigned)uid, (unsigned)uid);
     snprintf(os->ns_gid_map, sizeof(os->ns_gid_map), "%u %u 1", (unsigned)gid, (unsigned)gid);
     int r = bwrap_workspace_tmpfs_options(job->manifest->disk_mb, uid, gid, os->ns_options,
@@ -430,10 +436,10 @@ void sandbox_os_plan_free(struct sandbox_os_plan *os) {
   free(os);
 }
 
-/* What bounds the inodes of the workspace tmpfs: its nr_inodes, at
- * isolated always (the agent's mount, or the launcher's in a namespace of
- * its own; bwrap's --size would leave the count at the kernel's default,
- * half the RAM's pages). */
+/* What bounds the inodes of the workspace tmpfs: its nr_inodes where the
+ * agent or its launcher mounts it; nothing where bwrap's --size makes it
+ * (a root agent without CAP_SYS_ADMIN), which leaves the count at the
+ * kernel's default, half the RAM's pages. */
 static enum limit_mech workspace_inodes(const struct sandbox_plan *plan) {
   return plan->level == SANDBOX_LEVEL_ISOLATED && plan->os->workspace_fd >= 0 ? LIMIT_MECH_TMPFS
                                                                               : LIMIT_MECH_NONE;

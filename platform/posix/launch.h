@@ -75,7 +75,10 @@ struct launch_spec {
   bool drop_uid; /* supplementary groups {gid}, then gid, then uid; uid 0 must not come back */
   uid_t uid;
   gid_t gid;
-  /* NULL, or made after the drop to the job user (without CORDON_WITH_USERNS: ENOSYS) */
+  /* NULL, or made after the drop to the job user (without CORDON_WITH_USERNS:
+   * ENOSYS). Not with drop_uid: a child that changed its uid is not
+   * dumpable, so its /proc/self/uid_map is root's (EACCES), and it must
+   * stay so: a vfork child shares the agent's memory until exec. */
   const struct launch_ns_tmpfs *ns_tmpfs;
   bool no_new_privs;       /* PR_SET_NO_NEW_PRIVS */
   int parent_death_signal; /* 0, or PR_SET_PDEATHSIG after the uid change (agent checked alive) */
