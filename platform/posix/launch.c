@@ -200,15 +200,23 @@ static void child_main(const struct launch_spec *s, int err_fd, int null_fd, int
     if (fcntl(s->keep_fds[i], F_SETFD, 0) < 0)
       child_fail(err_fd, errno);
 
+  /* RLIMIT_NOFILE last: the namespace's fd may lie above it */
   for (size_t i = 0; i < s->n_rlimits; i++)
-    if (setrlimit(s->rlimits[i].resource, &s->rlimits[i].lim) < 0)
+    if (s->rlimits[i].resource != RLIMIT_NOFILE &&
+        setrlimit(s->rlimits[i].resource, &s->rlimits[i].lim) < 0)
+      child_fail(err_fd, errno);
+  /* after the other rlimits: the new user namespace keeps RLIMIT_NPROC
+   * as it is now as the bound of the uid's processes outside it; never
+   * after a drop of the uid (launch.h) */
+  int e;
+  if (s->ns_tmpfs && (e = s->drop_uid ? EINVAL : ns_tmpfs_mount(s->ns_tmpfs)) != 0)
+    child_fail(err_fd, e);
+  for (size_t i = 0; i < s->n_rlimits; i++)
+    if (s->rlimits[i].resource == RLIMIT_NOFILE &&
+        setrlimit(s->rlimits[i].resource, &s->rlimits[i].lim) < 0)
       child_fail(err_fd, errno);
 
-  int e;
   if (s->drop_uid && (e = drop_ids(s->uid, s->gid)) != 0)
-    child_fail(err_fd, e);
-  /* as the job user: its namespace, which the agent's uid never owns */
-  if (s->ns_tmpfs && (e = ns_tmpfs_mount(s->ns_tmpfs)) != 0)
     child_fail(err_fd, e);
   if (s->no_new_privs && (e = set_no_new_privs()) != 0)
     child_fail(err_fd, e);
