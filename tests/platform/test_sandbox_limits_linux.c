@@ -402,6 +402,7 @@ ALL3(the_workspace_tmpfs_is_never_in_the_host_mount_table_and_gone_after_the_job
   /* the job cannot read the host's /proc; the test looks while it sleeps */
   snprintf(script, sizeof(script),
            "grep ' /cordon/workspace ' /proc/self/mountinfo\n"
+           "grep -E '^(CapPrm|CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status\n"
            "touch $WORKSPACE/f && sleep 2\n");
   package("\"disk_mb\":8", script);
   pid_t looker = fork();
@@ -417,6 +418,11 @@ ALL3(the_workspace_tmpfs_is_never_in_the_host_mount_table_and_gone_after_the_job
   assert_ran_isolated(&r);
   const char *out = jstr(r.res, "stdout");
   cr_assert(strstr(out, "nr_inodes=2048"), "the agent's tmpfs: %s", out);
+  /* the launcher's user namespace (per-user) gives the job nothing */
+  cr_assert(strstr(out, "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+                        "CapBnd:\t0000000000000000\n"),
+            "no capability: %s", out);
+  cr_assert(strstr(out, "NoNewPrivs:\t1\nSeccomp:\t2\n"), "%s", out);
   char path[256], during[32] = "";
   snprintf(path, sizeof(path), "%s/during", E.d.root);
   cr_assert(read_small(path, during, sizeof(during)));
