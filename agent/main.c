@@ -22,6 +22,7 @@
 #include "compat/posix.h"
 #include "core/log.h"
 #include "core/manifest.h"
+#include "platform/sandbox.h"
 
 /* Options that take a value, of every command (service's included): the
  * word after one is never the command. */
@@ -388,6 +389,14 @@ int main(int argc, char **argv) {
     if (core_log_level_parse(c.log_level, &level) < 0)
       return agent_usage("--log-level: debug, info, warn or error");
     core_log_set_level(level);
+  }
+  if (strcmp(c.cmd, "exec") == 0 || strcmp(c.cmd, "run") == 0) {
+    /* a per-user agent without a cgroup asks for one first (a delegated
+     * systemd user scope); only when there is none do the limits fall
+     * back to rlimits, as the result then says */
+    const char *why;
+    if (sandbox_enter_user_cgroup(argc, argv, &why) < 0)
+      fprintf(stderr, AGENT_PROG ": %s; limits by rlimit\n", why);
   }
   if (sodium_init() < 0) {
     fprintf(stderr, AGENT_PROG ": crypto_failed: libsodium could not start\n");

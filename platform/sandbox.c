@@ -201,6 +201,11 @@ int sandbox_reaper_start(const char *state_dir) {
   return sandbox_os_reaper_start(state_dir);
 }
 
+int sandbox_enter_user_cgroup(int argc, char *const *argv, const char **out_why) {
+  *out_why = NULL;
+  return sandbox_os_enter_user_cgroup(argc, argv, out_why);
+}
+
 int sandbox_reap_leftovers(const char *job_id) {
   return sandbox_os_reap_leftovers(job_id);
 }

@@ -45,10 +45,13 @@ struct sandbox_job {
   const struct manifest *manifest;
   char *const *args; /* appended to the entry */
   size_t n_args;
-  const char *job_id;          /* 32 hex chars */
-  int package_dirfd;           /* the staged package: read-only for the job */
-  const char *package_path;    /* its host path (for contained mode) */
-  const char *job_dir;         /* private per-job directory of the agent (0700) */
+  const char *job_id;       /* 32 hex chars */
+  int package_dirfd;        /* the staged package: read-only for the job */
+  const char *package_path; /* its host path (for contained mode) */
+  /* private per-job directory of the agent (0700; 0711 for a root agent,
+   * whose job user reaches its package and, on Linux, the mount point of
+   * its workspace tmpfs there by path) */
+  const char *job_dir;
   int cancel_fd;               /* -1, or readable when the job must be cancelled */
   sandbox_output_fn on_output; /* NULL: no live output */
   void *output_ctx;
@@ -111,5 +114,14 @@ int sandbox_sweep_leftovers(const char *state_dir);
  * Start it for the agent of state_dir: 0, or a negated errno (the caller
  * logs it: the jobs are then swept at the next start only). */
 int sandbox_reaper_start(const char *state_dir);
+
+/* A per-user agent that can make no job cgroup asks the machine for one
+ * before it does anything else: on Linux, where a systemd user manager
+ * runs, it re-executes argv in a transient user scope with Delegate=yes
+ * (platform/linux/user_scope.h; not verified on the test hosts, which run
+ * no systemd). Returns only when it does not: 0, with *out_why saying why
+ * (root, a cgroup already, no user manager, ...), or a negated errno when
+ * the exec itself failed. Elsewhere it returns 0 at once. */
+int sandbox_enter_user_cgroup(int argc, char *const *argv, const char **out_why);
 
 #endif

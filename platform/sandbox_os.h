@@ -106,6 +106,9 @@ int sandbox_os_sweep_leftovers(const char *state_dir);
 /* See sandbox_reaper_start. */
 int sandbox_os_reaper_start(const char *state_dir);
 
+/* See sandbox_enter_user_cgroup. */
+int sandbox_os_enter_user_cgroup(int argc, char *const *argv, const char **out_why);
+
 /* ---- places (grants_<os>.c) ---- */
 
 enum sandbox_place_base {

@@ -3,15 +3,17 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <stdio.h>
 #include <string.h>
 
-/* The only writable space of the view: one tmpfs of disk_mb on the
- * workspace, which holds /tmp and /dev/shm too (symlinks to its .tmp and
+/* The writable space of the view besides the writable grants: one tmpfs
+ * of disk_mb on the workspace (the agent's, bounded in inodes too, or
+ * bwrap's), which holds /tmp and /dev/shm too (symlinks to its .tmp and
  * .shm), so writing to all of them together stops at disk_mb with ENOSPC.
  * /dev is a read-only directory of the root with the host's harmless
  * device nodes bound on it; ptys come from a private devpts that bwrap's
  * --dev mounts under SANDBOX_DEV_DIR, whose tmpfs is then read-only. */
-static void add_dev_and_scratch(struct strv *a, uint64_t disk) {
+static void add_dev_and_scratch(struct strv *a, const struct bwrap_input *in, uint64_t disk) {
   static const char *const nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
   strv_addv(a, "--dev", SANDBOX_DEV_DIR, "--remount-ro", SANDBOX_DEV_DIR, "--perms", "0755",
             "--dir", "/dev", NULL);
@@ -24,11 +26,25 @@ static void add_dev_and_scratch(struct strv *a, uint64_t disk) {
             "/dev/stdin", "--symlink", "/proc/self/fd/1", "/dev/stdout", "--symlink",
             "/proc/self/fd/2", "/dev/stderr", "--symlink", SANDBOX_DEV_DIR "/pts", "/dev/pts",
             "--symlink", "pts/ptmx", "/dev/ptmx", NULL);
-  strv_add(a, "--size");
-  strv_addf(a, "%" PRIu64, disk);
-  strv_addv(a, "--tmpfs", SANDBOX_WORKSPACE_DIR, "--perms", "01777", "--dir", SANDBOX_TMP_DIR,
-            "--perms", "01777", "--dir", SANDBOX_SHM_DIR, "--symlink", SANDBOX_TMP_DIR, "/tmp",
-            "--symlink", SANDBOX_SHM_DIR, "/dev/shm", NULL);
+  if (in->workspace_mounted) {
+    strv_add(a, "--bind-fd");
+    strv_addf(a, "%d", in->workspace_fd);
+    strv_add(a, SANDBOX_WORKSPACE_DIR);
+  } else {
+    strv_add(a, "--size");
+    strv_addf(a, "%" PRIu64, disk);
+    strv_addv(a, "--tmpfs", SANDBOX_WORKSPACE_DIR, NULL);
+  }
+  strv_addv(a, "--perms", "01777", "--dir", SANDBOX_TMP_DIR, "--perms", "01777", "--dir",
+            SANDBOX_SHM_DIR, "--symlink", SANDBOX_TMP_DIR, "/tmp", "--symlink", SANDBOX_SHM_DIR,
+            "/dev/shm", NULL);
+}
+
+int bwrap_workspace_tmpfs_options(uint32_t disk_mb, uid_t uid, gid_t gid, char *buf, size_t len) {
+  uint64_t inodes = (uint64_t)disk_mb * BWRAP_WORKSPACE_INODES_PER_MB;
+  int n = snprintf(buf, len, "size=%" PRIu64 ",nr_inodes=%" PRIu64 ",mode=0755,uid=%u,gid=%u",
+                   (uint64_t)disk_mb << 20, inodes, (unsigned)uid, (unsigned)gid);
+  return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
 int bwrap_argv_build(const struct bwrap_host *host, const struct bwrap_input *in,
@@ -60,7 +76,7 @@ int bwrap_argv_build(const struct bwrap_host *host, const struct bwrap_input *in
     strv_addv(a, "--tmpfs", host->blind_dirs[i], "--remount-ro", host->blind_dirs[i], NULL);
   strv_add(a, "--proc");
   strv_add(a, "/proc");
-  add_dev_and_scratch(a, disk);
+  add_dev_and_scratch(a, in, disk);
   strv_add(a, "--ro-bind-fd");
   strv_addf(a, "%d", in->package_fd);
   strv_add(a, SANDBOX_PACKAGE_DIR);

@@ -8,6 +8,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 #include "core/manifest.h"
 #include "platform/strv.h"
@@ -21,6 +23,13 @@
 #define SANDBOX_SHM_DIR SANDBOX_WORKSPACE_DIR "/.shm"
 /* bwrap's --dev (read-only after setup), for its private devpts */
 #define SANDBOX_DEV_DIR "/cordon/dev"
+
+/* The inode bound of the workspace tmpfs the agent mounts itself: one
+ * inode per 4 KiB of disk_mb (a page, the least an inode with data takes).
+ * An inode and its dentry cost about 1 KiB of kernel memory (measured: 64
+ * MiB held 62,000 empty files), so the tmpfs holds at most about
+ * 1.25 x disk_mb of memory. bwrap's own --size bounds bytes only. */
+#define BWRAP_WORKSPACE_INODES_PER_MB 256
 
 enum bwrap_mount_kind {
   BWRAP_MOUNT_RO_FD,      /* --ro-bind-fd fd dest */
@@ -62,9 +71,21 @@ struct bwrap_input {
   const char *user; /* USER/LOGNAME */
   int package_fd;
   int seccomp_fd;
+  /* true: the workspace is a tmpfs the agent mounted itself, sized in
+   * bytes and inodes (bwrap_workspace_tmpfs_options), whose root is
+   * workspace_fd, bound with --bind-fd; false: bwrap's own
+   * --size disk_mb --tmpfs, bounded in bytes only */
+  bool workspace_mounted;
+  int workspace_fd;
   const struct bwrap_mount *mounts; /* grants, then their blinds/overlays */
   size_t n_mounts;
 };
+
+/* The mount options of the agent-mounted workspace tmpfs of disk_mb for
+ * the job user uid/gid: its size, its inode bound (disk_mb x
+ * BWRAP_WORKSPACE_INODES_PER_MB) and its root 0755 owned by the job user,
+ * into buf. 0, or -ENAMETOOLONG when len is too small. */
+int bwrap_workspace_tmpfs_options(uint32_t disk_mb, uid_t uid, gid_t gid, char *buf, size_t len);
 
 /* Fill out_argv (which must be empty). Returns 0 or -ENOMEM. */
 int bwrap_argv_build(const struct bwrap_host *host, const struct bwrap_input *in,

@@ -9,10 +9,12 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -26,6 +28,7 @@
 #include "platform/linux/grants_linux.h"
 #include "platform/linux/procs.h"
 #include "platform/linux/seccomp.h"
+#include "platform/linux/user_scope.h"
 #include "platform/posix/launch.h"
 #include "platform/posix/output.h"
 
@@ -41,6 +44,17 @@ struct sandbox_os_plan {
   struct sock_fprog *prog;
   struct grant_set grants;
   char *workspace; /* contained mode: host path */
+  /* isolated: the fd bwrap gets with --bind-fd for the workspace; an
+   * O_PATH fd of /dev/null (which bwrap cannot bind on a directory) in
+   * the agent but during a root agent's run, when it is the root of the
+   * job's tmpfs (workspace_mount_enter); -1 otherwise */
+  int workspace_fd;
+  /* isolated, not probe->mounts_workspace: the launcher's child mounts
+   * the tmpfs in a user and mount namespace of its own and lands its root
+   * on workspace_fd, and bwrap runs in them (launch.h); target NULL else */
+  struct launch_ns_tmpfs ns_tmpfs;
+  char ns_uid_map[32], ns_gid_map[32], ns_options[160];
+  char *ns_target;
   struct cgroup_avail expect_cgroup;
 };
 
@@ -157,6 +171,20 @@ static void try_bwrap(struct sandbox_os_probe *p) {
   }
 }
 
+/* Does this process hold CAP_SYS_ADMIN, so that it may mount a tmpfs? */
+static bool may_mount(void) {
+  FILE *f = fopen("/proc/self/status", "re");
+  if (!f)
+    return false;
+  char line[256];
+  unsigned long long eff = 0;
+  bool found = false;
+  while (!found && fgets(line, sizeof(line), f))
+    found = sscanf(line, "CapEff: %llx", &eff) == 1;
+  fclose(f);
+  return found && (eff >> 21 & 1); /* CAP_SYS_ADMIN */
+}
+
 int sandbox_os_probe_new(const struct sandbox_policy *policy, bool thorough,
                          struct sandbox_os_probe **out_probe, struct sandbox_facts *out_facts) {
   struct sandbox_os_probe *p = calloc(1, sizeof(*p));
@@ -194,6 +222,8 @@ int sandbox_os_probe_new(const struct sandbox_policy *policy, bool thorough,
   p->seccomp_ok = strstr(avail, "errno") != NULL;
   long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, 1UL /* VERSION */);
   p->landlock_abi = abi > 0 ? (int)abi : 0;
+
+  p->mounts_workspace = p->user.is_root && may_mount();
 
   if (thorough && p->bwrap_exists && p->user.ok)
     try_bwrap(p);
@@ -243,6 +273,22 @@ json_t *sandbox_os_probe_json(const struct sandbox_os_probe *p) {
   json_object_set_new(o, "seccomp", json_pack("{s:b}", "available", p->seccomp_ok));
   json_object_set_new(o, "landlock",
                       json_pack("{s:i, s:b}", "abi", p->landlock_abi, "used", false));
+  json_object_set_new(o, "workspace_tmpfs",
+                      json_pack("{s:s, s:b}", "mounted_by",
+                                p->mounts_workspace ? "agent"
+                                : !p->user.is_root  ? "agent-userns"
+                                                    : "bwrap",
+                                "nr_inodes", p->mounts_workspace || !p->user.is_root));
+  struct user_scope_facts us;
+  user_scope_facts_read(getenv("XDG_RUNTIME_DIR"), &us);
+  const char *why;
+  enum user_scope_choice uc = user_scope_decide(&us, &why);
+  json_object_set_new(o, "user_scope",
+                      json_pack("{s:s, s:s, s:b}", "decision",
+                                uc == USER_SCOPE_ENTER        ? "enter"
+                                : uc == USER_SCOPE_NOT_NEEDED ? "not_needed"
+                                                              : "unavailable",
+                                "why", why, "in_scope", us.in_scope));
   json_object_set_new(o, "cgroups", cgroup_probe_json());
   json_object_set_new(o, "job_user", posix_job_user_json(&p->user));
   return o;
@@ -287,6 +333,29 @@ static int plan_isolated(struct sandbox_plan *plan, struct sandbox_os_plan *os,
   if (os->seccomp_fd < 0)
     return job_result_fail(result, CORDON_E_SPAWN_FAILED, "seccomp filter: %s",
                            strerror(-os->seccomp_fd));
+  /* a root agent that may not mount (no CAP_SYS_ADMIN) leaves it to
+   * bwrap's --size: bytes only, and the limits say so */
+  if ((probe->mounts_workspace || !probe->user.is_root) &&
+      (os->workspace_fd = open("/dev/null", O_PATH | O_CLOEXEC)) < 0)
+    return job_result_fail(result, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(errno));
+  if (!probe->mounts_workspace && !probe->user.is_root) {
+    /* the agent's own uid and gid (the job's), mapped to themselves */
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    snprintf(os->ns_uid_map, sizeof(os->ns_uid_map), "%u %u 1", (unsigned)uid, (unsigned)uid);
+    snprintf(os->ns_gid_map, sizeof(os->ns_gid_map), "%u %u 1", (unsigned)gid, (unsigned)gid);
+    int r = bwrap_workspace_tmpfs_options(job->manifest->disk_mb, uid, gid, os->ns_options,
+                                          sizeof(os->ns_options));
+    if (r < 0 || asprintf(&os->ns_target, "%s/workspace", job->job_dir) < 0) {
+      os->ns_target = NULL;
+      return -ENOMEM;
+    }
+    os->ns_tmpfs = (struct launch_ns_tmpfs){.uid_map = os->ns_uid_map,
+                                            .gid_map = os->ns_gid_map,
+                                            .target = os->ns_target,
+                                            .options = os->ns_options,
+                                            .fd = os->workspace_fd};
+  }
   struct bwrap_host host = {.bwrap_path = probe->bwrap_path};
   host.base = host_base(&host.n_base);
   grants_base_blinds(&host.blind_files, &host.n_blind_files, &host.blind_dirs, &host.n_blind_dirs);
@@ -299,6 +368,8 @@ static int plan_isolated(struct sandbox_plan *plan, struct sandbox_os_plan *os,
       .user = probe->user.u.name,
       .package_fd = job->package_dirfd,
       .seccomp_fd = os->seccomp_fd,
+      .workspace_mounted = os->workspace_fd >= 0,
+      .workspace_fd = os->workspace_fd,
       .mounts = os->grants.mounts,
       .n_mounts = os->grants.n_mounts,
   };
@@ -331,6 +402,7 @@ int sandbox_os_plan_new(struct sandbox_plan *plan, const struct sandbox_grants *
   if (!os)
     return -ENOMEM;
   os->seccomp_fd = -1;
+  os->workspace_fd = -1;
   /* what the agent's uid may create now; run() reports reality */
   cgroup_available(&os->expect_cgroup);
   struct cordon_diag diag = {{0}};
@@ -355,10 +427,29 @@ void sandbox_os_plan_free(struct sandbox_os_plan *os) {
     return;
   if (os->seccomp_fd >= 0)
     close(os->seccomp_fd);
+  if (os->workspace_fd >= 0)
+    close(os->workspace_fd);
+  free(os->ns_target);
   seccomp_job_prog_free(os->prog);
   grants_release(&os->grants);
   free(os->workspace);
   free(os);
+}
+
+/* What bounds the inodes of the workspace tmpfs: its nr_inodes where the
+ * agent or its launcher mounts it; nothing where bwrap's --size makes it
+ * (a root agent without CAP_SYS_ADMIN), which leaves the count at the
+ * kernel's default, half the RAM's pages. */
+static enum limit_mech workspace_inodes(const struct sandbox_plan *plan) {
+  return plan->level == SANDBOX_LEVEL_ISOLATED && plan->os->workspace_fd >= 0 ? LIMIT_MECH_TMPFS
+                                                                              : LIMIT_MECH_NONE;
+}
+
+/* disk_mb holds for the tree when the workspace tmpfs is the only
+ * writable place and its inodes are bounded too; a writable grant is
+ * bounded per file (RLIMIT_FSIZE) only, as is everything at contained. */
+static bool disk_holds(const struct sandbox_plan *plan) {
+  return workspace_inodes(plan) != LIMIT_MECH_NONE && plan->os->grants.n_rw_grants == 0;
 }
 
 /* Which mechanism enforces each limit, given which cgroups exist. */
@@ -369,7 +460,7 @@ static void set_limits(const struct sandbox_plan *plan, const struct cgroup_avai
   res->lim_processes = cg->pids ? LIMIT_MECH_CGROUP : LIMIT_MECH_RLIMIT;
   res->lim_cpu = cg->cpu ? LIMIT_MECH_CGROUP : LIMIT_MECH_RLIMIT;
   res->lim_time = iso ? LIMIT_MECH_PID_NAMESPACE : cg->pids ? LIMIT_MECH_CGROUP : LIMIT_MECH_PGROUP;
-  res->lim_disk = iso ? LIMIT_MECH_TMPFS : LIMIT_MECH_NONE;
+  res->lim_disk = disk_holds(plan) ? LIMIT_MECH_TMPFS : LIMIT_MECH_NONE;
   bool any = cg->memory || cg->pids || cg->cpu;
   snprintf(res->mechanism, sizeof(res->mechanism), "%sseccomp%s+rlimit%s", iso ? "bwrap+" : "",
            any ? "+cgroup" : "", (!iso && !cg->pids) ? "+pgroup" : "");
@@ -379,9 +470,30 @@ static void set_limits(const struct sandbox_plan *plan, const struct cgroup_avai
  * process or per file (false). RLIMIT_NPROC counts every process of the
  * uid, so it bounds the tree too. */
 static json_t *tree_json(const struct sandbox_plan *plan, const struct cgroup_avail *cg) {
+  return json_pack("{s:b, s:b, s:b, s:b, s:b, s:b}", "memory", cg->memory, "processes", true, "cpu",
+                   cg->cpu, "time", true, "disk", disk_holds(plan), "inodes",
+                   workspace_inodes(plan) != LIMIT_MECH_NONE);
+}
+
+/* What bounds each writable place of the job, in the result's words:
+ * the workspace tmpfs's bytes and inodes, and the writable grants. */
+static json_t *disk_json(const struct sandbox_plan *plan) {
   bool iso = plan->level == SANDBOX_LEVEL_ISOLATED;
-  return json_pack("{s:b, s:b, s:b, s:b, s:b}", "memory", cg->memory, "processes", true, "cpu",
-                   cg->cpu, "time", true, "disk", iso);
+  enum limit_mech inodes = workspace_inodes(plan);
+  json_t *bound =
+      inodes == LIMIT_MECH_TMPFS
+          ? json_integer((json_int_t)plan->job->manifest->disk_mb * BWRAP_WORKSPACE_INODES_PER_MB)
+          : json_null();
+  size_t rw = plan->os->grants.n_rw_grants;
+  return json_pack("{s:s, s:s, s:s, s:o, s:i, s:s}", "workspace_bytes",
+                   limit_mech_name(iso ? LIMIT_MECH_TMPFS : LIMIT_MECH_NONE), "workspace_inodes",
+                   limit_mech_name(inodes), "workspace_mounted_by",
+                   !iso                          ? "none"
+                   : plan->os->ns_target         ? "agent-userns"
+                   : plan->os->workspace_fd >= 0 ? "agent"
+                                                 : "bwrap",
+                   "inode_bound", bound, "writable_grants", (int)rw, "writable_grants_bytes",
+                   rw ? limit_mech_name(LIMIT_MECH_RLIMIT) : "none");
 }
 
 json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_result *limits) {
@@ -390,11 +502,14 @@ json_t *sandbox_os_plan_explain(const struct sandbox_plan *plan, struct job_resu
   json_t *o = json_object();
   json_object_set_new(o, "seccomp", seccomp_job_rules_json(plan->net));
   json_object_set_new(o, "limits_for_tree", tree_json(plan, &os->expect_cgroup));
+  json_object_set_new(o, "disk_for_tree", disk_json(plan));
   json_object_set_new(
       o, "limits_note",
       json_string("cgroup where the agent's uid may create one at run time (root, or a "
                   "subtree delegated to it), per-process rlimit otherwise; the result "
-                  "says which was used"));
+                  "says which was used. disk holds for the tree only when the workspace "
+                  "tmpfs (bounded in bytes and in inodes) is the only writable place; a "
+                  "writable grant is bounded per file (RLIMIT_FSIZE) only"));
   json_object_set_new(o, "job_uid", json_integer(plan->probe->os->user.u.uid));
   const char *join = cgroup_join_method();
   json_object_set_new(o, "cgroup_join", join ? json_string(join) : json_null());
@@ -566,7 +681,7 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
       r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "seccomp filter: %s", strerror(errno));
       goto out;
     }
-    keep = malloc((3 + os->grants.n_fds) * sizeof(int));
+    keep = malloc((4 + os->grants.n_fds) * sizeof(int));
     if (!keep || (r = bwrap_argv_with_status_fd(&plan->argv, status_pipe[1], &argv)) < 0) {
       r = -ENOMEM;
       goto out;
@@ -574,6 +689,8 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
     keep[nkeep++] = plan->job->package_dirfd;
     keep[nkeep++] = os->seccomp_fd;
     keep[nkeep++] = status_pipe[1];
+    if (os->workspace_fd >= 0)
+      keep[nkeep++] = os->workspace_fd;
     if (os->grants.n_fds) /* fds is NULL without grants */
       memcpy(keep + nkeep, os->grants.fds, os->grants.n_fds * sizeof(int));
     nkeep += os->grants.n_fds;
@@ -606,6 +723,7 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
       .parent_death_signal = SIGKILL,
       .cwd = iso ? "/" : plan->job->package_path,
       .seccomp = iso ? NULL : os->prog,
+      .ns_tmpfs = iso && os->ns_target ? &os->ns_tmpfs : NULL,
   };
   pthread_mutex_lock(&live_lock); /* the reaper of another job must not take it */
   r = launch_spawn(&spec, &pid);
@@ -722,6 +840,76 @@ out:
   return r;
 }
 
+/* The workspace tmpfs a root agent mounts for an isolated job: sized in
+ * bytes and in inodes (bwrap_workspace_tmpfs_options; bwrap has no inode
+ * option), owned by the job user, on JOB_DIR/workspace, in a mount
+ * namespace of the running thread's own that receives the host's mounts
+ * and sends none: the host never sees it, and it dies with the agent
+ * (nothing to sweep after a crash). bwrap, started from this thread,
+ * copies that namespace and binds the tmpfs from os->workspace_fd. */
+struct workspace_mount {
+  int old_ns; /* the thread's mount namespace before, or -1 */
+  char *path; /* the mount point */
+  bool mounted;
+};
+
+static int workspace_mount_enter(const struct sandbox_plan *plan, struct workspace_mount *wm) {
+  const struct posix_job_user_probe *user = &plan->probe->os->user;
+  char opts[160];
+  int r = bwrap_workspace_tmpfs_options(plan->job->manifest->disk_mb, user->u.uid, user->u.gid,
+                                        opts, sizeof(opts));
+  if (r < 0)
+    return r;
+  if (asprintf(&wm->path, "%s/workspace", plan->job->job_dir) < 0) {
+    wm->path = NULL;
+    return -ENOMEM;
+  }
+  if ((wm->old_ns = open("/proc/thread-self/ns/mnt", O_RDONLY | O_CLOEXEC)) < 0)
+    return -errno;
+  /* per thread (it unshares the thread's fs_struct too); never let the
+   * tmpfs propagate to the host's mount namespace */
+  if (unshare(CLONE_NEWNS) < 0) {
+    r = -errno;
+    close(wm->old_ns);
+    wm->old_ns = -1;
+    return r;
+  }
+  if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+    return -errno;
+  if (mkdir(wm->path, 0700) < 0 && errno != EEXIST)
+    return -errno;
+  if (mount("cordon-workspace", wm->path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+    return -errno;
+  wm->mounted = true;
+  int fd = open(wm->path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  r = dup3(fd, plan->os->workspace_fd, O_CLOEXEC) < 0 ? -errno : 0;
+  close(fd);
+  return r;
+}
+
+/* After the job (or a failed enter): the placeholder on the fd again, the
+ * tmpfs unmounted, the thread back in its mount namespace, the mount point
+ * removed. The tmpfs's memory is freed once bwrap's namespace is gone. */
+static void workspace_mount_leave(const struct sandbox_plan *plan, struct workspace_mount *wm) {
+  int ph = open("/dev/null", O_PATH | O_CLOEXEC);
+  if (ph >= 0) {
+    dup3(ph, plan->os->workspace_fd, O_CLOEXEC);
+    close(ph);
+  }
+  if (wm->mounted)
+    umount2(wm->path, MNT_DETACH);
+  if (wm->old_ns >= 0) {
+    setns(wm->old_ns, CLONE_NEWNS);
+    close(wm->old_ns);
+  }
+  if (wm->path)
+    rmdir(wm->path);
+  free(wm->path);
+  *wm = (struct workspace_mount){.old_ns = -1};
+}
+
 /* The last line this start wrote on stderr (bwrap's own, when the entry
  * never started), without its newline; "" when there is none. */
 static void last_err_line(const struct job_result *res, size_t from, char *buf, size_t size) {
@@ -763,6 +951,7 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   int r;
   struct cgroup_job cg;
   cgroup_job_init(&cg);
+  struct workspace_mount wm = {.old_ns = -1};
 
   if (!iso && mkdir(os->workspace, 0700) == 0 && user->is_root &&
       chown(os->workspace, user->u.uid, user->u.gid) < 0) {
@@ -803,6 +992,19 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
    * sweep finds them, and so do bwrap's inits when bwrap is killed, so
    * they are reaped even under a PID 1 that does not reap */
   prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+  /* the mount point of the launcher's namespace (a per-user agent) */
+  if (iso && os->ns_target && mkdir(os->ns_target, 0700) < 0 && errno != EEXIST) {
+    r = -errno;
+    job_result_not_run(res);
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace: %s", strerror(-r));
+    goto out;
+  }
+  if (iso && !os->ns_target && os->workspace_fd >= 0 &&
+      (r = workspace_mount_enter(plan, &wm)) < 0) {
+    job_result_not_run(res);
+    r = job_result_fail(res, CORDON_E_SPAWN_FAILED, "workspace tmpfs: %s", strerror(-r));
+    goto out;
+  }
   int64_t start = core_mono_ms();
   struct start_end end;
   r = start_once(plan, res, &cg, rl, nrl, start, &end);
@@ -850,8 +1052,16 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   res->oom_killed = cgroup_job_oom_killed(&cg);
   r = 0;
 out:
+  if (wm.old_ns >= 0 || wm.path)
+    workspace_mount_leave(plan, &wm);
+  if (iso && os->ns_target)
+    rmdir(os->ns_target);
   cgroup_job_release(&cg);
   return r;
+}
+
+int sandbox_os_enter_user_cgroup(int argc, char *const *argv, const char **out_why) {
+  return user_scope_enter(argc, argv, out_why);
 }
 
 int sandbox_os_sweep_leftovers(const char *state_dir) {

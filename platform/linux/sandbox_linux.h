@@ -20,6 +20,12 @@ struct sandbox_os_probe {
   char userns_detail[160];
   bool seccomp_ok;
   int landlock_abi;
+  /* the workspace tmpfs, sized in bytes and inodes: the agent mounts it
+   * itself (root with CAP_SYS_ADMIN); a per-user agent's launcher child
+   * mounts it in a user and mount namespace of its own that bwrap then
+   * runs in; a root agent without CAP_SYS_ADMIN leaves it to bwrap's
+   * --size (bytes only) */
+  bool mounts_workspace;
 };
 
 #endif

@@ -416,6 +416,13 @@ int sandbox_os_reaper_start(const char *state_dir) {
   return 0;
 }
 
+int sandbox_os_enter_user_cgroup(int argc, char *const *argv, const char **out_why) {
+  (void)argc;
+  (void)argv;
+  *out_why = "macOS has no cgroups";
+  return 0;
+}
+
 int sandbox_os_reap_leftovers(const char *job_id) {
   /* Nothing outlives the agent's own sweep here that a later process could
    * find again: there is no per-job kernel object on macOS. */

@@ -26,6 +26,9 @@
 #ifndef CORDON_WITH_CLONE3
 #define CORDON_WITH_CLONE3 0
 #endif
+#ifndef CORDON_WITH_USERNS
+#define CORDON_WITH_USERNS 0
+#endif
 
 #if CORDON_WITH_PRCTL
 #include <linux/filter.h>
@@ -45,6 +48,10 @@
 #endif
 #if CORDON_WITH_CLOSE_RANGE
 #include <linux/close_range.h>
+#endif
+#if CORDON_WITH_USERNS
+#include <sched.h>
+#include <sys/mount.h>
 #endif
 
 /* Runs in the vfork child: async-signal-safe system calls only, no heap,
@@ -120,6 +127,46 @@ static int load_seccomp(const struct sock_fprog *prog) {
 }
 #endif
 
+#if CORDON_WITH_USERNS
+/* Write s (NUL-ended) to the file path. 0 or a positive errno. */
+static int write_file(const char *path, const char *s) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno;
+  size_t n = strlen(s);
+  int e = write(fd, s, n) == (ssize_t)n ? 0 : errno ? errno : EIO;
+  close(fd);
+  return e;
+}
+
+static int ns_tmpfs_mount(const struct launch_ns_tmpfs *t) {
+  int e;
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
+    return errno;
+  if ((e = write_file("/proc/self/setgroups", "deny")) != 0 ||
+      (e = write_file("/proc/self/uid_map", t->uid_map)) != 0 ||
+      (e = write_file("/proc/self/gid_map", t->gid_map)) != 0)
+    return e;
+  /* a namespace of a new user namespace gets the host's shared mounts as
+   * slaves already; said again, so nothing can propagate out */
+  if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+    return errno;
+  if (mount("cordon-workspace", t->target, "tmpfs", MS_NOSUID | MS_NODEV, t->options) < 0)
+    return errno;
+  int fd = open(t->target, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return errno;
+  e = dup2(fd, t->fd) < 0 ? errno : 0;
+  close(fd);
+  return e;
+}
+#else
+static int ns_tmpfs_mount(const struct launch_ns_tmpfs *t) {
+  (void)t;
+  return ENOSYS;
+}
+#endif
+
 static void child_main(const struct launch_spec *s, int err_fd, int null_fd, int max_fd,
                        pid_t parent, bool in_cgroup) {
   /* Signals: default dispositions and an empty mask for the new program. */
@@ -153,11 +200,22 @@ static void child_main(const struct launch_spec *s, int err_fd, int null_fd, int
     if (fcntl(s->keep_fds[i], F_SETFD, 0) < 0)
       child_fail(err_fd, errno);
 
+  /* RLIMIT_NOFILE last: the namespace's fd may lie above it */
   for (size_t i = 0; i < s->n_rlimits; i++)
-    if (setrlimit(s->rlimits[i].resource, &s->rlimits[i].lim) < 0)
+    if (s->rlimits[i].resource != RLIMIT_NOFILE &&
+        setrlimit(s->rlimits[i].resource, &s->rlimits[i].lim) < 0)
+      child_fail(err_fd, errno);
+  /* after the other rlimits: the new user namespace keeps RLIMIT_NPROC
+   * as it is now as the bound of the uid's processes outside it; never
+   * after a drop of the uid (launch.h) */
+  int e;
+  if (s->ns_tmpfs && (e = s->drop_uid ? EINVAL : ns_tmpfs_mount(s->ns_tmpfs)) != 0)
+    child_fail(err_fd, e);
+  for (size_t i = 0; i < s->n_rlimits; i++)
+    if (s->rlimits[i].resource == RLIMIT_NOFILE &&
+        setrlimit(s->rlimits[i].resource, &s->rlimits[i].lim) < 0)
       child_fail(err_fd, errno);
 
-  int e;
   if (s->drop_uid && (e = drop_ids(s->uid, s->gid)) != 0)
     child_fail(err_fd, e);
   if (s->no_new_privs && (e = set_no_new_privs()) != 0)

@@ -5,7 +5,9 @@
  * join cgroups (Linux: by writing "0" to each given file, unless the
  * process was started in its cgroup by clone3(CLONE_INTO_CGROUP)), a new session (the job is its
  * own process group), stdin from /dev/null, every other inherited fd close-on-exec but the kept
- * ones, rlimits, the drop to the job user, no_new_privs and the parent-death signal (Linux), cwd,
+ * ones, rlimits (RLIMIT_NOFILE after the next step), a user and mount namespace of its own with
+ * a tmpfs mounted in it (Linux), the drop to the job user, no_new_privs and the parent-death
+ * signal (Linux), cwd,
  * the seccomp filter (Linux), execve.
  *
  * The steps marked Linux are asked for by spec fields; where the build has
@@ -27,6 +29,22 @@ enum launch_join {
   LAUNCH_JOIN_NONE,   /* no cgroup asked for */
   LAUNCH_JOIN_CLONE3, /* started in it: clone3(CLONE_INTO_CGROUP), no migration */
   LAUNCH_JOIN_WRITE,  /* vfork, then the child wrote "0" to each of cgroup_procs_fds */
+};
+
+/* A tmpfs the child mounts in a user and mount namespace of its own before
+ * exec (Linux): the program (bwrap) then runs in them, so that a
+ * per-user agent, which may mount nothing in the host's namespace, gives
+ * it a tmpfs bounded as it chooses (nr_inodes). The namespace maps the
+ * child's uid and gid to themselves (uid_map and gid_map: "ID ID 1",
+ * prepared by the caller; setgroups denied), receives the host's mounts
+ * and sends none. The tmpfs's root lands on fd (an O_PATH fd that is
+ * in keep_fds too). It dies with the last process in the namespace. */
+struct launch_ns_tmpfs {
+  const char *uid_map;
+  const char *gid_map;
+  const char *target;  /* an existing directory */
+  const char *options; /* tmpfs mount options */
+  int fd;
 };
 
 struct launch_rlimit {
@@ -58,6 +76,13 @@ struct launch_spec {
   bool drop_uid; /* supplementary groups {gid}, then gid, then uid; uid 0 must not come back */
   uid_t uid;
   gid_t gid;
+  /* NULL, or made after the rlimits but RLIMIT_NOFILE (without
+   * CORDON_WITH_USERNS: ENOSYS); the namespace records RLIMIT_NPROC then
+   * as the bound of the uid's processes in and outside it.
+   * Never with drop_uid (EINVAL): a child that changed its uid is not
+   * dumpable, so its /proc/self/uid_map is root's, and it must stay so: a
+   * vfork child shares the agent's memory until exec. */
+  const struct launch_ns_tmpfs *ns_tmpfs;
   bool no_new_privs;       /* PR_SET_NO_NEW_PRIVS */
   int parent_death_signal; /* 0, or PR_SET_PDEATHSIG after the uid change (agent checked alive) */
   const char *cwd;         /* NULL: unchanged */

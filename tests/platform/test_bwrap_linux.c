@@ -8,6 +8,7 @@
 #include "platform/strv.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -366,6 +367,51 @@ Test(bwrap, one_size_capped_tmpfs_holds_workspace_tmp_and_shm) {
     }
     fx_release(&f);
   }
+}
+
+/* A root agent mounts the workspace tmpfs itself, sized in bytes and in
+ * inodes (bwrap's --size bounds bytes only): bwrap binds it from its fd
+ * where it made its own tmpfs, and /tmp and /dev/shm still point into it. */
+Test(bwrap, an_agent_mounted_workspace_is_bound_from_its_fd_instead_of_a_sized_tmpfs) {
+  struct fx f;
+  memset(&f, 0, sizeof(f));
+  const char *json = "{" BASE ",\"limits\":{\"disk_mb\":8}}";
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(manifest_parse(json, strlen(json), &f.m, &d), 0);
+  struct bwrap_input in = {.m = f.m,
+                           .entry = &f.m->entry[0],
+                           .home = "/h",
+                           .user = "u",
+                           .package_fd = 3,
+                           .seccomp_fd = 4,
+                           .workspace_mounted = true,
+                           .workspace_fd = 0, /* any fd, 0 included */
+                           .mounts = test_mounts,
+                           .n_mounts = N_TEST_MOUNTS};
+  strv_init(&f.argv);
+  cr_assert_eq(bwrap_argv_build(&test_host, &in, &f.argv), 0);
+  f.a = f.argv.v;
+  f.n = f.argv.n;
+  long ws = find_triple(&f, "--bind-fd", "0", SANDBOX_WORKSPACE_DIR);
+  cr_assert_geq(ws, 0, "the workspace is the agent's tmpfs");
+  cr_assert_eq(count_flag(&f, "--size"), 0, "no tmpfs of bwrap's own for it");
+  cr_assert_eq(count_pair(&f, "--tmpfs", SANDBOX_WORKSPACE_DIR), 0);
+  long tmpdir = find_pair(&f, "--dir", SANDBOX_TMP_DIR);
+  long shmdir = find_pair(&f, "--dir", SANDBOX_SHM_DIR);
+  cr_assert(tmpdir > ws && shmdir > ws, "/tmp and /dev/shm are made inside it");
+  cr_assert_gt(find_triple(&f, "--bind-fd", "14", "/cordon/workspace/out"), ws,
+               "a grant inside the workspace is bound after it");
+  fx_release(&f);
+}
+
+Test(bwrap, the_workspace_tmpfs_options_bound_size_and_inodes_for_the_job_user) {
+  char opts[160];
+  cr_assert_eq(bwrap_workspace_tmpfs_options(8, 999, 995, opts, sizeof(opts)), 0);
+  cr_assert_str_eq(opts, "size=8388608,nr_inodes=2048,mode=0755,uid=999,gid=995");
+  cr_assert_eq(bwrap_workspace_tmpfs_options(16384, 4294967294u, 7, opts, sizeof(opts)), 0);
+  cr_assert_str_eq(opts, "size=17179869184,nr_inodes=4194304,mode=0755,uid=4294967294,gid=7",
+                   "no 32-bit wrap");
+  cr_assert_eq(bwrap_workspace_tmpfs_options(8, 999, 995, opts, 20), -ENAMETOOLONG);
 }
 
 /* ---- package and grants ---- */

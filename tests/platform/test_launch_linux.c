@@ -2,14 +2,17 @@
  * real processes (as root): the first process and every descendant land
  * in the cgroup, by clone3(CLONE_INTO_CGROUP) on a v2 hierarchy and by the
  * child writing 0 to `tasks` on v1, and a v1 pids.max holds for the tree.
- * A hierarchy this machine lacks skips its test. */
+ * A hierarchy this machine lacks skips its test. And the tmpfs the child
+ * mounts in a user namespace of its own (ns_tmpfs). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -214,4 +217,82 @@ Test(launch, v1_pids_max_holds_for_every_descendant, .init = setup, .fini = tear
   /* python itself is one of the 6 */
   cr_assert_leq(made, 5, "at most pids.max - 1 children: %s", out);
   cr_assert_geq(made, 1, "forking works below the limit: %s", out);
+}
+
+/* The child of a per-user agent (here a child of the test that became
+ * uid 65534, dumpable as after its exec) mounts a tmpfs in a user and
+ * mount namespace of its own and lands its root on the asked-for fd: the
+ * program sees the bound inode count there, runs with no capability, and
+ * the host's mount table never has the tmpfs. */
+Test(launch, ns_tmpfs_is_mounted_in_a_namespace_of_the_childs_own, .init = setup) {
+  if (geteuid() != 0)
+    cr_skip_test("needs root to become another user");
+  char target[] = "/tmp/cordon-launch-ns-XXXXXX";
+  cr_assert(mkdtemp(target));
+  cr_assert_eq(chown(target, 65534, 65534), 0);
+  int p[2];
+  cr_assert_eq(pipe(p), 0);
+  pid_t agent = fork();
+  cr_assert_geq(agent, 0);
+  if (agent == 0) {
+    close(p[0]);
+    dup2(p[1], 1);
+    if (setgroups(0, NULL) < 0 || setgid(65534) < 0 || setuid(65534) < 0 ||
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+      _exit(90);
+    int fd = open("/dev/null", O_PATH | O_CLOEXEC); /* the number the tmpfs lands on */
+    char script[256];
+    snprintf(script, sizeof(script),
+             "stat -f -c 'inodes %%c' /proc/self/fd/%d; id -u; grep CapEff /proc/self/status; "
+             "touch /proc/self/fd/%d/f && echo wrote",
+             fd, fd);
+    char *const argv[] = {"/bin/sh", "-c", script, NULL};
+    static char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+    struct launch_ns_tmpfs t = {.uid_map = "65534 65534 1",
+                                .gid_map = "65534 65534 1",
+                                .target = target,
+                                .options = "size=1048576,nr_inodes=64,mode=0755",
+                                .fd = fd};
+    struct launch_spec spec = {.path = argv[0],
+                               .argv = argv,
+                               .envp = envp,
+                               .stdout_fd = 1,
+                               .stderr_fd = 1,
+                               .keep_fds = &fd,
+                               .n_keep = 1,
+                               .no_new_privs = true,
+                               .ns_tmpfs = &t};
+    pid_t pid;
+    int r = launch_spawn(&spec, &pid);
+    if (r < 0) {
+      printf("launch: %s\n", strerror(-r));
+      _exit(91);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 92);
+  }
+  close(p[1]);
+  char out[4096];
+  size_t have = 0;
+  ssize_t k;
+  while (have < sizeof(out) - 1 && (k = read(p[0], out + have, sizeof(out) - 1 - have)) > 0)
+    have += (size_t)k;
+  out[have] = '\0';
+  close(p[0]);
+  int st;
+  cr_assert_eq(waitpid(agent, &st, 0), agent);
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d: %s", st, out);
+  cr_assert(strstr(out, "inodes 64\n"), "the bound tmpfs is on the fd: %s", out);
+  cr_assert(strstr(out, "\n65534\n"), "as the user: %s", out);
+  cr_assert(strstr(out, "CapEff:\t0000000000000000"), "no capability after exec: %s", out);
+  cr_assert(strstr(out, "wrote"), "the user's own tmpfs: %s", out);
+  FILE *f = fopen("/proc/self/mountinfo", "re");
+  char line[4096];
+  while (f && fgets(line, sizeof(line), f))
+    cr_assert(!strstr(line, target), "in the host's mount table: %s", line);
+  if (f)
+    fclose(f);
+  cr_assert_eq(rmdir(target), 0, "the mount point is a plain empty directory here: %s",
+               strerror(errno));
 }

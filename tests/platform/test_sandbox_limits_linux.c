@@ -306,6 +306,138 @@ ALL3(writes_to_dev_shm_tmp_and_workspace_together_stop_at_disk_mb) {
   json_decref(r.res);
 }
 
+/* 100,000 empty files in the workspace (the red team's 300,000 took 330
+ * MiB of host kernel memory with disk_mb 8, bwrap's --size bounding bytes
+ * only): in every mode the tmpfs stops them at its inode bound (disk_mb x
+ * 256) with ENOSPC, with or without a cgroup. */
+static const char inode_flood[] =
+    "exec python3 -c '\n"
+    "import errno, os\n"
+    "w = os.environ[\"WORKSPACE\"]\n"
+    "print(\"inodes\", os.statvfs(w).f_files, flush=True)\n"
+    "n, err = 0, \"ok\"\n"
+    "try:\n"
+    "  for i in range(100000):\n"
+    "    os.close(os.open(\"%s/f%d\" % (w, i), os.O_CREAT | os.O_WRONLY, 0o644)); n += 1\n"
+    "except OSError as e:\n"
+    "  err = errno.errorcode[e.errno]\n"
+    "print(\"made\", n, err, flush=True)\n"
+    "'\n";
+
+ALL3(an_inode_flood_stops_at_the_workspace_tmpfs_inode_bound_in_every_mode) {
+  package("\"memory_mb\":64,\"disk_mb\":8,\"processes\":16", inode_flood);
+  struct sbx_run r = run_agent("exec");
+  assert_ran_isolated(&r);
+  const char *out = jstr(r.res, "stdout");
+  long made = -1;
+  const char *m = strstr(out, "made ");
+  if (m)
+    sscanf(m, "made %ld", &made);
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "tmpfs", "%s", out);
+  cr_assert(strstr(out, "inodes 2048\n"), "8 MiB x 256 inodes: %s", out);
+  cr_assert(strstr(out, "ENOSPC"), "the flood ends at the inode bound: %s", out);
+  /* the root directory, .tmp and .shm take three */
+  cr_assert(made >= 2000 && made <= 2048, "made %ld: %s", made, out);
+  json_decref(r.res);
+}
+
+/* A writable grant is no part of the workspace tmpfs: what a job writes
+ * there is bounded per file (RLIMIT_FSIZE = disk_mb: EFBIG past it) and
+ * not in total, so three files of 6 MiB under disk_mb 8 all land, and the
+ * result says disk: none in every mode. */
+ALL3(a_writable_grant_is_bounded_per_file_only_and_the_result_says_so) {
+  /* not below /tmp, which is the workspace's .tmp in the view */
+  char dir[128], json[512];
+  snprintf(dir, sizeof(dir), "/var/tmp/cordon-lim-grant-%d", (int)getpid());
+  xsystem("rm -rf %s && mkdir -m 0777 %s", dir, dir);
+  snprintf(json, sizeof(json), "{\"grant_roots\":[\"%s\"]}", dir);
+  sbx_agent_config(&E.d, json);
+  char m[1024];
+  snprintf(m, sizeof(m),
+           "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
+           "\"timeout_s\":30,\"limits\":{\"disk_mb\":8},"
+           "\"capabilities\":{\"fs\":[{\"path\":\"%s\",\"access\":\"rw\"}]}}",
+           dir);
+  char script[1024];
+  snprintf(script, sizeof(script),
+           "exec python3 -c '\n"
+           "import errno\n"
+           "for name, mib in ((\"a\", 6), (\"b\", 6), (\"c\", 6), (\"big\", 9)):\n"
+           "  n, err = 0, \"ok\"\n"
+           "  try:\n"
+           "    with open(\"%s/\" + name, \"wb\") as f:\n"
+           "      for i in range(mib * 16): n += f.write(b\"x\" * 65536); f.flush()\n"
+           "  except OSError as e:\n"
+           "    err = errno.errorcode[e.errno]\n"
+           "  print(name, n, err)\n"
+           "'\n",
+           dir);
+  sbx_package_files(&E.d, m, script);
+  struct sbx_run r = run_agent("exec");
+  assert_ran_isolated(&r);
+  const char *out = jstr(r.res, "stdout");
+  cr_assert(strstr(out, "a 6291456 ok\nb 6291456 ok\nc 6291456 ok\n"),
+            "18 MiB in total under disk_mb 8: %s / %s", out, jstr(r.res, "stderr"));
+  cr_assert(strstr(out, "big 8388608 EFBIG"), "one file stops at disk_mb: %s", out);
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "none",
+                   "disk_mb does not hold for the tree with a writable grant");
+  struct sbx_run e = run_agent("explain");
+  cr_assert(json_is_false(jget(e.res, "limits_for_tree.disk")));
+  cr_assert_eq(json_integer_value(jget(e.res, "disk_for_tree.writable_grants")), 1);
+  cr_assert_str_eq(jstr(e.res, "disk_for_tree.writable_grants_bytes"), "rlimit");
+  xsystem("rm -rf %s", dir);
+  json_decref(e.res);
+  json_decref(r.res);
+}
+
+/* The workspace tmpfs is the job's alone and goes with it: the agent (root)
+ * or its launcher (per-user) mounts it in a mount namespace of its own,
+ * so the host never has it in its mount table, during the job or after,
+ * and the job directory (its mount point in it) is gone after the job. */
+ALL3(the_workspace_tmpfs_is_never_in_the_host_mount_table_and_gone_after_the_job) {
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "grep -c cordon-workspace /proc/%d/mountinfo > %s/during",
+           (int)getpid(), E.d.root);
+  char script[1024];
+  /* the job cannot read the host's /proc; the test looks while it sleeps */
+  snprintf(script, sizeof(script),
+           "grep ' /cordon/workspace ' /proc/self/mountinfo\n"
+           "grep -E '^(CapPrm|CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status\n"
+           "touch $WORKSPACE/f && sleep 2\n");
+  package("\"disk_mb\":8", script);
+  pid_t looker = fork();
+  cr_assert(looker >= 0);
+  if (looker == 0) {
+    usleep(1200 * 1000);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  struct sbx_run r = run_agent("exec");
+  int st;
+  waitpid(looker, &st, 0);
+  assert_ran_isolated(&r);
+  const char *out = jstr(r.res, "stdout");
+  cr_assert(strstr(out, "nr_inodes=2048"), "the agent's tmpfs: %s", out);
+  /* the launcher's user namespace (per-user) gives the job nothing */
+  cr_assert(strstr(out, "CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+                        "CapBnd:\t0000000000000000\n"),
+            "no capability: %s", out);
+  cr_assert(strstr(out, "NoNewPrivs:\t1\nSeccomp:\t2\n"), "%s", out);
+  char path[256], during[32] = "";
+  snprintf(path, sizeof(path), "%s/during", E.d.root);
+  cr_assert(read_small(path, during, sizeof(during)));
+  cr_assert_str_eq(during, "0\n", "never in the host's mount table");
+  FILE *f = fopen("/proc/self/mountinfo", "re");
+  char line[4096];
+  while (f && fgets(line, sizeof(line), f))
+    cr_assert(!strstr(line, "cordon-workspace") && !strstr(line, E.d.root), "left: %s", line);
+  if (f)
+    fclose(f);
+  snprintf(cmd, sizeof(cmd), "test -z \"$(ls -A %s/jobs)\"", E.d.config);
+  xsystem("%s", cmd);
+  json_decref(r.res);
+}
+
 /* What needs /tmp and /dev/shm keeps working inside the budget. */
 ALL3(mktemp_and_python_multiprocessing_work) {
   package("\"disk_mb\":8", "mktemp && mktemp -d && exec python3 -c '\n"
@@ -339,12 +471,19 @@ ALL3(explain_says_which_limits_hold_for_the_tree) {
   cr_assert_eq(json_is_true(json_object_get(tree, "memory")), cg);
   cr_assert_eq(json_is_true(json_object_get(tree, "cpu")), cg);
   cr_assert(json_is_true(json_object_get(tree, "disk")));
+  cr_assert(json_is_true(json_object_get(tree, "inodes")));
+  cr_assert_str_eq(jstr(e.res, "disk_for_tree.workspace_inodes"), "tmpfs");
+  cr_assert_eq(json_integer_value(jget(e.res, "disk_for_tree.inode_bound")), 64 * 256);
+  cr_assert_str_eq(jstr(e.res, "disk_for_tree.workspace_mounted_by"),
+                   E.mode == MODE_ROOT ? "agent" : "agent-userns");
+  cr_assert_str_eq(jstr(e.res, "limits.disk.enforced_by"), "tmpfs");
   cr_assert_str_eq(jstr(e.res, "limits.memory.enforced_by"), expected_mech());
   cr_assert_str_eq(jstr(e.res, "limits.cpu.enforced_by"), expected_mech());
   struct sbx_run r = run_agent("exec");
   assert_ran_isolated(&r);
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.memory"), expected_mech());
   cr_assert_str_eq(jstr(r.res, "sandbox.limits.cpu"), expected_mech());
+  cr_assert_str_eq(jstr(r.res, "sandbox.limits.disk"), "tmpfs");
   json_decref(e.res);
   json_decref(r.res);
 }

@@ -143,7 +143,8 @@ static void api_setup(void) {
   snprintf(A.pkg, sizeof(A.pkg), "%s/pkg", A.root);
   snprintf(A.state, sizeof(A.state), "%s/agent", A.root);
   snprintf(A.job_dir, sizeof(A.job_dir), "%s/job", A.root);
-  cr_assert(mkdir(A.pkg, 0755) == 0 && mkdir(A.state, 0700) == 0 && mkdir(A.job_dir, 0700) == 0);
+  /* the job dir as a root agent makes it (agent/job.c) */
+  cr_assert(mkdir(A.pkg, 0755) == 0 && mkdir(A.state, 0700) == 0 && mkdir(A.job_dir, 0711) == 0);
   struct passwd *pw = sbx_account(JOB_USER);
   snprintf(A.grant, sizeof(A.grant), "%s/cordon-setup-%ld", pw->pw_dir, (long)getpid());
   A.grant_roots[0] = "~";
