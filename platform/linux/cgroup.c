@@ -61,38 +61,89 @@ static bool is_fs(const char *path, long magic) {
   return statfs(path, &sf) == 0 && (long)sf.f_type == magic;
 }
 
-/* Our own cgroup path for a v1 controller ("memory") or v2 (ctrl NULL). */
-static int own_cgroup(const char *ctrl, char *out, size_t len) {
-  FILE *f = fopen("/proc/self/cgroup", "re");
-  if (!f)
-    return -errno;
-  char line[4096];
-  int r = -ENOENT;
-  while (fgets(line, sizeof(line), f)) {
-    line[strcspn(line, "\n")] = '\0';
-    char *c1 = strchr(line, ':');
-    char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c2)
+int cgroup_parse_self(const char *text, const char *ctrl, char *out, size_t len) {
+  for (const char *line = text; *line;) {
+    const char *eol = strchr(line, '\n');
+    size_t n = eol ? (size_t)(eol - line) : strlen(line);
+    const char *next = eol ? eol + 1 : line + n;
+    const char *c1 = memchr(line, ':', n);
+    const char *c2 = c1 ? memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - line)) : NULL;
+    if (!c2) {
+      line = next;
       continue;
-    *c2 = '\0';
-    const char *ctrls = c1 + 1;
+    }
+    /* hierarchy-ID:controller-list:path; the path may hold ':' itself */
+    const char *id = line, *ctrls = c1 + 1, *path = c2 + 1;
+    size_t id_len = (size_t)(c1 - id), ctrls_len = (size_t)(c2 - ctrls);
+    size_t path_len = n - (size_t)(path - line);
     bool match = false;
     if (!ctrl) {
-      match = strcmp(line, "0") == 0 && *ctrls == '\0';
+      match = id_len == 1 && id[0] == '0' && ctrls_len == 0;
     } else {
-      char tmp[256];
-      snprintf(tmp, sizeof(tmp), "%s", ctrls);
-      for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
-        if (strcmp(t, ctrl) == 0)
-          match = true;
+      size_t k = strlen(ctrl);
+      for (const char *t = ctrls; t < c2 && !match;) {
+        const char *comma = memchr(t, ',', (size_t)(c2 - t));
+        const char *end = comma ? comma : c2;
+        match = (size_t)(end - t) == k && memcmp(t, ctrl, k) == 0;
+        t = end + 1;
+      }
+      match = match && !(id_len == 1 && id[0] == '0');
     }
-    if (match) {
-      snprintf(out, len, "%s", strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1);
-      r = 0;
-      break;
+    if (!match) {
+      line = next;
+      continue;
     }
+    /* a path the mount cannot show: outside our cgroup namespace's root
+     * ("/../x"), removed (" (deleted)"), or not absolute */
+    if (path_len == 0 || path[0] != '/')
+      return -EINVAL;
+    for (size_t i = 0; i + 1 < path_len; i++)
+      if (path[i] == '/' && path[i + 1] == '.' &&
+          (i + 2 == path_len || path[i + 2] == '/' ||
+           (path[i + 2] == '.' && (i + 3 == path_len || path[i + 3] == '/'))))
+        return -EINVAL;
+    static const char deleted[] = " (deleted)";
+    if (path_len >= sizeof(deleted) - 1 &&
+        memcmp(path + path_len - (sizeof(deleted) - 1), deleted, sizeof(deleted) - 1) == 0)
+      return -EINVAL;
+    if (path_len == 1)
+      path_len = 0; /* the root: "" so that mount + path names it */
+    if (path_len >= len)
+      return -ENAMETOOLONG;
+    memcpy(out, path, path_len);
+    out[path_len] = '\0';
+    return 0;
   }
-  fclose(f);
+  return -ENOENT;
+}
+
+/* Our own cgroup path for a v1 controller ("memory") or v2 (ctrl NULL). */
+static int own_cgroup(const char *ctrl, char *out, size_t len) {
+  int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  size_t cap = 65536, got = 0;
+  char *buf = malloc(cap);
+  int r = buf ? 0 : -ENOMEM;
+  while (r == 0 && got < cap - 1) {
+    ssize_t n = read(fd, buf + got, cap - 1 - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      r = -errno;
+    else if (n == 0)
+      break;
+    else
+      got += (size_t)n;
+  }
+  close(fd);
+  if (r == 0 && got == cap - 1)
+    r = -E2BIG; /* a cut file could end in the middle of our line */
+  if (r == 0) {
+    buf[got] = '\0';
+    r = cgroup_parse_self(buf, ctrl, out, len);
+  }
+  free(buf);
   return r;
 }
 

@@ -61,6 +61,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -81,6 +82,18 @@ struct cgroup_job {
   int procs_fd[3];
   int v2_dir_fd; /* v2: the job's cgroup directory for clone3, or -1 */
 };
+
+/* The cgroup path of the process whose /proc/PID/cgroup text is text
+ * (NUL-terminated, lines "hierarchy-ID:controller-list:path"): of the v1
+ * hierarchy that lists controller ctrl ("memory", "cpuacct"; a name=
+ * entry never matches), or of the v2 unified hierarchy when ctrl is NULL
+ * (the line "0::path", which v2-only and hybrid hosts have). out gets ""
+ * for the root and "/a/b" otherwise, so that mount point + out names the
+ * directory. Returns 0; -ENOENT when no line names that hierarchy;
+ * -EINVAL when its path is one the mount cannot show (outside our cgroup
+ * namespace, "/../..", or removed, " (deleted)"); -ENAMETOOLONG when out
+ * is too small. out is written only on success. */
+int cgroup_parse_self(const char *text, const char *ctrl, char *out, size_t len);
 
 /* Which controllers a job would get here (for explain: nothing created). */
 struct cgroup_avail {
