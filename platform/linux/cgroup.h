@@ -12,7 +12,8 @@
  * cgroup v2 forbids a cgroup with processes in it to enable controllers for
  * its children ("no internal processes"): when the agent's own cgroup has
  * the controllers but cannot enable them, the agent moves itself into a
- * leaf child CGROUP_AGENT_LEAF and enables them on the parent, whose
+ * leaf child CGROUP_AGENT_LEAF (with its children: the reaper; only when
+ * no other process is there) and enables them on the parent, whose
  * children the job cgroups then are.
  *
  * Joining without a grace period: writing a pid to `cgroup.procs` takes
@@ -112,8 +113,12 @@ int cgroup_job_create(struct cgroup_job *cg, const char *state_dir, uint64_t mem
                       unsigned max_pids);
 /* CPU time used so far by the job's tree in microseconds, or -1. */
 int64_t cgroup_job_cpu_usec(const struct cgroup_job *cg);
-/* SIGKILL every process in the job's cgroups until they are empty. Returns
- * the number of processes signalled. */
+/* SIGKILL every process in the job's cgroups until they are empty: on v2
+ * by cgroup.kill (the kernel kills the whole subtree, child cgroups and
+ * processes forking meanwhile included), where the kernel has it (5.14),
+ * then waiting for each listed process to leave; on v1 by pid, round by
+ * round. Returns the number of processes signalled (v2: listed when it
+ * began). */
 unsigned cgroup_job_kill(struct cgroup_job *cg);
 /* 1 if the OOM killer acted in the job's memory cgroup, 0 if not, -1 if
  * unknown. */

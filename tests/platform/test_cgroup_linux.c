@@ -5,7 +5,14 @@
  * writes; the mechanisms themselves are tested by the sandbox tests. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "platform/linux/cgroup.h"
 
@@ -93,4 +100,116 @@ Test(cgroup_parse, this_process_has_the_line_its_mount_implies) {
   char out[4096];
   bool v2_line = strstr(text, "0::/") == text || strstr(text, "\n0::/");
   cr_expect_eq(cgroup_parse_self(text, NULL, out, sizeof(out)) == 0, v2_line, "%s", text);
+}
+
+/* ---- a job's v2 cgroup, for real (root on a cgroup v2 host: the VM step
+ * of CI, scripts/test-vm.sh; skipped on a v1 host) ---- */
+
+static char state_dir[64];
+static struct cgroup_job cg;
+static pid_t kids[2];
+
+static void v2_setup(void) {
+  cgroup_job_init(&cg);
+  if (geteuid() != 0)
+    cr_skip_test("needs root to make cgroups");
+  const char *join = cgroup_join_method();
+  if (!join || strcmp(join, "tasks") == 0)
+    cr_skip_test("no usable cgroup v2 here (join: %s)", join ? join : "none");
+  snprintf(state_dir, sizeof(state_dir), "/tmp/cordon-cgtest-XXXXXX");
+  cr_assert(mkdtemp(state_dir));
+  cr_assert_eq(cgroup_job_create(&cg, state_dir, 64ull << 20, 32), 0);
+  cr_assert_eq(cg.version, 2, "the job got no v2 cgroup");
+}
+
+static void v2_teardown(void) {
+  for (size_t i = 0; i < sizeof(kids) / sizeof(kids[0]); i++)
+    if (kids[i] > 0) {
+      kill(kids[i], SIGKILL);
+      waitpid(kids[i], NULL, 0);
+    }
+  cgroup_job_release(&cg);
+  if (state_dir[0])
+    rmdir(state_dir);
+}
+
+static void read_in(const char *dir, const char *name, char *buf, size_t len) {
+  char path[4200];
+  snprintf(path, sizeof(path), "%s/%s", dir, name);
+  FILE *f = fopen(path, "re");
+  cr_assert(f, "%s: %s", path, strerror(errno));
+  size_t n = fread(buf, 1, len - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  buf[strcspn(buf, "\n")] = '\0';
+}
+
+Test(cgroup_v2, a_job_cgroup_carries_memory_max_no_swap_and_pids_max, .init = v2_setup,
+     .fini = v2_teardown) {
+  char v[64];
+  read_in(cg.mem_dir, "memory.max", v, sizeof(v));
+  cr_expect_str_eq(v, "67108864");
+  read_in(cg.mem_dir, "memory.swap.max", v, sizeof(v));
+  cr_expect_str_eq(v, "0");
+  read_in(cg.pids_dir, "pids.max", v, sizeof(v));
+  cr_expect_str_eq(v, "32");
+  cr_expect_geq(cgroup_job_cpu_usec(&cg), 0, "no CPU time from cpu.stat");
+  cr_expect_eq(cgroup_job_oom_killed(&cg), 0);
+}
+
+/* A child that moves itself into dir's cgroup.procs and waits. */
+static pid_t park_in(const char *dir) {
+  char path[4200];
+  snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+  pid_t pid = fork();
+  cr_assert(pid >= 0);
+  if (pid == 0) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "0", 1) != 1)
+      _exit(126);
+    for (;;)
+      pause();
+  }
+  return pid;
+}
+
+static bool listed_in(const char *dir, pid_t pid) {
+  char path[4200];
+  snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+  FILE *f = fopen(path, "re");
+  long p;
+  bool found = false;
+  while (f && !found && fscanf(f, "%ld", &p) == 1)
+    found = p == (long)pid;
+  if (f)
+    fclose(f);
+  return found;
+}
+
+/* killed by SIGKILL within ms */
+static bool killed_within(pid_t pid, int ms) {
+  for (int t = 0; t < ms; t += 10) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid)
+      return WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+    usleep(10 * 1000);
+  }
+  return false;
+}
+
+Test(cgroup_v2, kill_takes_the_whole_subtree_child_cgroups_included, .init = v2_setup,
+     .fini = v2_teardown, .timeout = 30) {
+  char sub[4200];
+  snprintf(sub, sizeof(sub), "%s/sub", cg.mem_dir);
+  cr_assert_eq(mkdir(sub, 0755), 0, "%s: %s", sub, strerror(errno));
+  kids[0] = park_in(cg.mem_dir);
+  kids[1] = park_in(sub);
+  for (int t = 0; t < 500 && !(listed_in(cg.mem_dir, kids[0]) && listed_in(sub, kids[1])); t++)
+    usleep(10 * 1000);
+  cr_assert(listed_in(cg.mem_dir, kids[0]) && listed_in(sub, kids[1]));
+  cr_expect_geq(cgroup_job_kill(&cg), 1);
+  cr_expect(killed_within(kids[0], 5000), "the process in the job's cgroup lives");
+  cr_expect(killed_within(kids[1], 5000), "the process in a child cgroup of the job lives");
+  kids[0] = kids[1] = 0;
+  rmdir(sub);
 }
