@@ -8,7 +8,8 @@ pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       systemd libxml2-utils git
       libpq-dev postgresql-15 # the PostgreSQL backend; the tests' throwaway cluster (pg-temp.sh)
       faketime # tests/server/test_clock.c: a daemon whose clock steps
-      strace) # tests/server/test_cmd_dispatch.c: what a dispatch opens
+      strace # tests/server/test_cmd_dispatch.c: what a dispatch opens
+      qemu-system-x86 busybox-static e2fsprogs) # scripts/test-vm.sh: a second kernel
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
