@@ -20,8 +20,10 @@
 # line "test-vm: NAME exit N (S s)".
 #
 # Usage: scripts/test-vm.sh BUILD_DIR [PROGRAM...]
-#   PROGRAM: test programs of BUILD_DIR (default: the subset below, about
-#   4-5 minutes under TCG on 2 cores); each runs with --jobs 1.
+#   BUILD_DIR is relative to the checkout. PROGRAM: test programs of
+#   BUILD_DIR (default: the subset below; 195 s in all under TCG on 2
+#   cores, boot 8 s, the programs about 7 times slower than on this
+#   machine); each runs with --jobs 1.
 # Environment: CORDON_VM_CACHE; CORDON_VM_TIMEOUT (whole VM, default 900 s);
 # CORDON_VM_MEM (MiB, default 2048); CORDON_VM_CONSOLE=1 keeps the kernel's
 # messages. Uses KVM where the CPU has VT-x or AMD-V (CORDON_VM_KVM=0: never),
