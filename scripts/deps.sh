@@ -14,7 +14,8 @@ runtime=(build-essential cmake pkg-config
 tests=(clang libclang-rt-14-dev libcriterion-dev iproute2 systemd libxml2-utils git
       postgresql-15 # the tests' throwaway cluster (pg-temp.sh)
       faketime # tests/server/test_clock.c: clocks that step
-      strace) # tests/server/test_cmd_dispatch.c: what a dispatch opens
+      strace # tests/server/test_cmd_dispatch.c: what a dispatch opens
+      qemu-system-x86 busybox-static e2fsprogs) # scripts/test-vm.sh: a second kernel
 case "${1:-}" in
   --runtime) pkgs=("${runtime[@]}") ;;
   "") pkgs=("${runtime[@]}" "${tests[@]}") ;;

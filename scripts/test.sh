@@ -22,6 +22,10 @@ pg_url=$(scripts/pg-temp.sh start "$pgdir")
 (cd build && CORDON_TEST_PG="$pg_url" ctest --output-on-failure -j1 -L pg)
 scripts/pg-temp.sh stop "$pgdir"
 trap - EXIT
+echo "== a second kernel: the cgroup v2, seccomp (i386 included), bwrap and limits tests on Debian 12's own kernel under QEMU"
+t0=$(date +%s)
+scripts/test-vm.sh build
+echo "   in $(( $(date +%s) - t0 ))s"
 echo "== layering: no library calls into its program's main.c"
 scripts/check-layers.sh build
 echo "== man pages"

@@ -61,38 +61,89 @@ static bool is_fs(const char *path, long magic) {
   return statfs(path, &sf) == 0 && (long)sf.f_type == magic;
 }
 
-/* Our own cgroup path for a v1 controller ("memory") or v2 (ctrl NULL). */
-static int own_cgroup(const char *ctrl, char *out, size_t len) {
-  FILE *f = fopen("/proc/self/cgroup", "re");
-  if (!f)
-    return -errno;
-  char line[4096];
-  int r = -ENOENT;
-  while (fgets(line, sizeof(line), f)) {
-    line[strcspn(line, "\n")] = '\0';
-    char *c1 = strchr(line, ':');
-    char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c2)
+int cgroup_parse_self(const char *text, const char *ctrl, char *out, size_t len) {
+  for (const char *line = text; *line;) {
+    const char *eol = strchr(line, '\n');
+    size_t n = eol ? (size_t)(eol - line) : strlen(line);
+    const char *next = eol ? eol + 1 : line + n;
+    const char *c1 = memchr(line, ':', n);
+    const char *c2 = c1 ? memchr(c1 + 1, ':', n - (size_t)(c1 + 1 - line)) : NULL;
+    if (!c2) {
+      line = next;
       continue;
-    *c2 = '\0';
-    const char *ctrls = c1 + 1;
+    }
+    /* hierarchy-ID:controller-list:path; the path may hold ':' itself */
+    const char *id = line, *ctrls = c1 + 1, *path = c2 + 1;
+    size_t id_len = (size_t)(c1 - id), ctrls_len = (size_t)(c2 - ctrls);
+    size_t path_len = n - (size_t)(path - line);
     bool match = false;
     if (!ctrl) {
-      match = strcmp(line, "0") == 0 && *ctrls == '\0';
+      match = id_len == 1 && id[0] == '0' && ctrls_len == 0;
     } else {
-      char tmp[256];
-      snprintf(tmp, sizeof(tmp), "%s", ctrls);
-      for (char *save, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
-        if (strcmp(t, ctrl) == 0)
-          match = true;
+      size_t k = strlen(ctrl);
+      for (const char *t = ctrls; t < c2 && !match;) {
+        const char *comma = memchr(t, ',', (size_t)(c2 - t));
+        const char *end = comma ? comma : c2;
+        match = (size_t)(end - t) == k && memcmp(t, ctrl, k) == 0;
+        t = end + 1;
+      }
+      match = match && !(id_len == 1 && id[0] == '0');
     }
-    if (match) {
-      snprintf(out, len, "%s", strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1);
-      r = 0;
-      break;
+    if (!match) {
+      line = next;
+      continue;
     }
+    /* a path the mount cannot show: outside our cgroup namespace's root
+     * ("/../x"), removed (" (deleted)"), or not absolute */
+    if (path_len == 0 || path[0] != '/')
+      return -EINVAL;
+    for (size_t i = 0; i + 1 < path_len; i++)
+      if (path[i] == '/' && path[i + 1] == '.' &&
+          (i + 2 == path_len || path[i + 2] == '/' ||
+           (path[i + 2] == '.' && (i + 3 == path_len || path[i + 3] == '/'))))
+        return -EINVAL;
+    static const char deleted[] = " (deleted)";
+    if (path_len >= sizeof(deleted) - 1 &&
+        memcmp(path + path_len - (sizeof(deleted) - 1), deleted, sizeof(deleted) - 1) == 0)
+      return -EINVAL;
+    if (path_len == 1)
+      path_len = 0; /* the root: "" so that mount + path names it */
+    if (path_len >= len)
+      return -ENAMETOOLONG;
+    memcpy(out, path, path_len);
+    out[path_len] = '\0';
+    return 0;
   }
-  fclose(f);
+  return -ENOENT;
+}
+
+/* Our own cgroup path for a v1 controller ("memory") or v2 (ctrl NULL). */
+static int own_cgroup(const char *ctrl, char *out, size_t len) {
+  int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -errno;
+  size_t cap = 65536, got = 0;
+  char *buf = malloc(cap);
+  int r = buf ? 0 : -ENOMEM;
+  while (r == 0 && got < cap - 1) {
+    ssize_t n = read(fd, buf + got, cap - 1 - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      r = -errno;
+    else if (n == 0)
+      break;
+    else
+      got += (size_t)n;
+  }
+  close(fd);
+  if (r == 0 && got == cap - 1)
+    r = -E2BIG; /* a cut file could end in the middle of our line */
+  if (r == 0) {
+    buf[got] = '\0';
+    r = cgroup_parse_self(buf, ctrl, out, len);
+  }
+  free(buf);
   return r;
 }
 
@@ -139,9 +190,30 @@ static bool v2_delegates(const char *parent) {
          has_word(ctl, "memory") && has_word(ctl, "pids");
 }
 
+/* pid is this process or a child of it (the agent's reaper). */
+static bool self_or_child(long pid) {
+  if (pid == (long)getpid())
+    return true;
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0)
+    return false;
+  buf[n] = '\0';
+  const char *rp = strrchr(buf, ')'); /* "pid (comm) S ppid ...", comm may hold ')' */
+  char state;
+  long ppid;
+  return rp && sscanf(rp + 1, " %c %ld", &state, &ppid) == 2 && ppid == (long)getpid();
+}
+
 /* Enable memory and pids for parent's children. When parent holds
- * processes (the agent), cgroup v2 refuses (EBUSY): move the agent into
- * a leaf child first. Fails when other processes share the cgroup. */
+ * processes (the agent), cgroup v2 refuses (EBUSY): move the agent and
+ * its children (the reaper) into a leaf child first. Fails when any other
+ * process shares the cgroup. */
 static int v2_enable(const char *parent) {
   char ctl[512];
   if (read_file(parent, "cgroup.controllers", ctl, sizeof(ctl)) < 0 || !has_word(ctl, "memory") ||
@@ -150,20 +222,39 @@ static int v2_enable(const char *parent) {
   int r = write_file(parent, "cgroup.subtree_control", "+memory +pids");
   if (r != -EBUSY)
     return r;
-  /* only when the agent is alone there (a service's cgroup), never in a
-   * login session's scope shared with a shell */
-  char procs[256];
+  /* only when nothing but the agent is there (a service's cgroup), never
+   * in a login session's scope shared with a shell */
+  char procs[1024];
+  long pids[16];
+  size_t np = 0;
+  bool self = false, others = false;
   if (read_file(parent, "cgroup.procs", procs, sizeof(procs)) < 0 ||
-      strtol(procs, NULL, 10) != (long)getpid() || strchr(procs, '\n') != procs + strlen(procs) - 1)
+      strlen(procs) >= sizeof(procs) - 1)
+    return -EBUSY; /* unreadable, or more than we would move */
+  for (char *p = procs, *end; *p; p = end) {
+    long pid = strtol(p, &end, 10);
+    if (end == p)
+      break;
+    if (pid == (long)getpid())
+      self = true;
+    if (np == sizeof(pids) / sizeof(pids[0]) || !self_or_child(pid))
+      others = true;
+    else
+      pids[np++] = pid;
+  }
+  if (!self || others)
     return -EBUSY;
   char leaf[4200];
   snprintf(leaf, sizeof(leaf), "%s/" CGROUP_AGENT_LEAF, parent);
   if (mkdir(leaf, 0755) < 0 && errno != EEXIST)
     return -errno;
-  char pid[24];
-  snprintf(pid, sizeof(pid), "%ld", (long)getpid());
-  if ((r = write_file(leaf, "cgroup.procs", pid)) < 0)
-    return r;
+  for (size_t i = 0; i < np; i++) {
+    char pid[24];
+    snprintf(pid, sizeof(pid), "%ld", pids[i]);
+    r = write_file(leaf, "cgroup.procs", pid);
+    if (r < 0 && !(r == -ESRCH && pids[i] != (long)getpid())) /* a child that just ended */
+      return r;
+  }
   return write_file(parent, "cgroup.subtree_control", "+memory +pids");
 }
 
@@ -461,12 +552,32 @@ static size_t distinct_dirs(const struct cgroup_job *cg, char *out[3]) {
   return n;
 }
 
+/* How many processes dir's cgroup.procs lists now. */
+static unsigned count_procs(const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+  FILE *f = fopen(path, "re");
+  unsigned n = 0;
+  long pid;
+  while (f && fscanf(f, "%ld", &pid) == 1)
+    n++;
+  if (f)
+    fclose(f);
+  return n;
+}
+
 unsigned cgroup_job_kill(struct cgroup_job *cg) {
   char *dirs[3];
   size_t nd = distinct_dirs(cg, dirs);
   unsigned n = 0;
   for (size_t i = 0; i < nd; i++) {
+    /* v2: the kernel kills the whole subtree at once, a process that forks
+     * meanwhile and child cgroups included (cgroup.kill, 5.14); kill_dir
+     * then waits for them to leave. Counted as listed before. */
+    unsigned listed = cg->version == 2 ? count_procs(dirs[i]) : 0;
+    bool all = cg->version == 2 && write_file(dirs[i], "cgroup.kill", "1") == 0;
     unsigned m = kill_dir(dirs[i]);
+    m = all && listed > m ? listed : m;
     n = m > n ? m : n;
   }
   return n;

@@ -12,7 +12,8 @@
  * cgroup v2 forbids a cgroup with processes in it to enable controllers for
  * its children ("no internal processes"): when the agent's own cgroup has
  * the controllers but cannot enable them, the agent moves itself into a
- * leaf child CGROUP_AGENT_LEAF and enables them on the parent, whose
+ * leaf child CGROUP_AGENT_LEAF (with its children: the reaper; only when
+ * no other process is there) and enables them on the parent, whose
  * children the job cgroups then are.
  *
  * Joining without a grace period: writing a pid to `cgroup.procs` takes
@@ -61,6 +62,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -82,6 +84,18 @@ struct cgroup_job {
   int v2_dir_fd; /* v2: the job's cgroup directory for clone3, or -1 */
 };
 
+/* The cgroup path of the process whose /proc/PID/cgroup text is text
+ * (NUL-terminated, lines "hierarchy-ID:controller-list:path"): of the v1
+ * hierarchy that lists controller ctrl ("memory", "cpuacct"; a name=
+ * entry never matches), or of the v2 unified hierarchy when ctrl is NULL
+ * (the line "0::path", which v2-only and hybrid hosts have). out gets ""
+ * for the root and "/a/b" otherwise, so that mount point + out names the
+ * directory. Returns 0; -ENOENT when no line names that hierarchy;
+ * -EINVAL when its path is one the mount cannot show (outside our cgroup
+ * namespace, "/../..", or removed, " (deleted)"); -ENAMETOOLONG when out
+ * is too small. out is written only on success. */
+int cgroup_parse_self(const char *text, const char *ctrl, char *out, size_t len);
+
 /* Which controllers a job would get here (for explain: nothing created). */
 struct cgroup_avail {
   bool memory, pids, cpu;
@@ -99,8 +113,12 @@ int cgroup_job_create(struct cgroup_job *cg, const char *state_dir, uint64_t mem
                       unsigned max_pids);
 /* CPU time used so far by the job's tree in microseconds, or -1. */
 int64_t cgroup_job_cpu_usec(const struct cgroup_job *cg);
-/* SIGKILL every process in the job's cgroups until they are empty. Returns
- * the number of processes signalled. */
+/* SIGKILL every process in the job's cgroups until they are empty: on v2
+ * by cgroup.kill (the kernel kills the whole subtree, child cgroups and
+ * processes forking meanwhile included), where the kernel has it (5.14),
+ * then waiting for each listed process to leave; on v1 by pid, round by
+ * round. Returns the number of processes signalled (v2: listed when it
+ * began). */
 unsigned cgroup_job_kill(struct cgroup_job *cg);
 /* 1 if the OOM killer acted in the job's memory cgroup, 0 if not, -1 if
  * unknown. */

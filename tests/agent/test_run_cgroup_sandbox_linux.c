@@ -141,12 +141,28 @@ static void setup(void) {
 
 /* The per-user agent: a throw-away account (not the shared cordon-test,
  * whose processes the sandbox tests running at once count in their
- * RLIMIT_NPROC) inside a v1 subtree chowned to it (what a delegated user
- * unit gets); T.base becomes that subtree. */
+ * RLIMIT_NPROC) inside a subtree delegated to it, as systemd's
+ * Delegate=yes gives a user unit; T.base becomes that subtree. On v1: a
+ * directory chowned to it in each hierarchy. On v2: one directory whose
+ * parent enables memory and pids for it, the directory and the files
+ * the kernel names in /sys/kernel/cgroup/delegate (cgroup.procs,
+ * cgroup.subtree_control...) chowned to it; its own memory.max and
+ * pids.max stay root's. */
 static void setup_deleg(void) {
   setup();
-  if (strstr(T.base[0], "/sys/fs/cgroup/memory") != T.base[0] || T.n_base != 3)
-    cr_skip_test("the delegated mode is tested on v1 hierarchies here");
+  bool v1 = strstr(T.base[0], "/sys/fs/cgroup/memory") == T.base[0] && T.n_base == 3;
+  if (!v1 && T.n_base == 1) { /* v2: the parent's controllers for its children */
+    char ctl[4200];
+    snprintf(ctl, sizeof(ctl), "%s/cgroup.subtree_control", T.base[0]);
+    FILE *f = fopen(ctl, "we");
+    bool ok = f && fprintf(f, "+memory +pids") > 0;
+    if (f && fclose(f) != 0)
+      ok = false;
+    if (!ok) /* a cgroup that holds processes other than the root */
+      cr_skip_test("cannot enable memory and pids below %s: %s", T.base[0], strerror(errno));
+  } else if (!v1) {
+    cr_skip_test("no v1 memory, pids and cpuacct hierarchies or v2 here");
+  }
   sbx_user_make(&T.u, "cdncg");
   T.deleg = true;
   T.uid = T.u.uid;
@@ -158,9 +174,17 @@ static void setup_deleg(void) {
     cr_assert_eq(mkdir(T.base[i], 0755), 0, "%s", T.base[i]);
   }
   static char cmd[13000];
-  snprintf(cmd, sizeof(cmd), "chown -R %s: %.200s %.4096s %.4096s %.4096s", T.u.name, S.dir,
-           T.base[0], T.base[1], T.base[2]);
-  cr_assert_eq(system(cmd), 0);
+  if (v1)
+    snprintf(cmd, sizeof(cmd), "chown -R %s: %.200s %.4096s %.4096s %.4096s", T.u.name, S.dir,
+             T.base[0], T.base[1], T.base[2]);
+  else
+    snprintf(cmd, sizeof(cmd),
+             "chown -R %1$s: %2$.200s && cd %3$.4096s && "
+             "chown %1$s: . cgroup.procs cgroup.subtree_control cgroup.threads && "
+             "for f in $(cat /sys/kernel/cgroup/delegate 2>/dev/null); do "
+             "[ ! -e \"$f\" ] || chown %1$s: \"$f\" || exit 1; done",
+             T.u.name, S.dir, T.base[0]);
+  cr_assert_eq(system(cmd), 0, "%s", cmd);
   cgroup_instance_name(S.cfg, T.uid, T.inst);
 }
 
@@ -186,8 +210,22 @@ static void teardown(void) {
   sbx_user_drop(&T.u);
 }
 
+/* Move this process into dir's cgroup. */
+static bool join_cgroup(const char *dir) {
+  char path[4200];
+  snprintf(path, sizeof(path), "%.4096s/cgroup.procs", dir);
+  FILE *f = fopen(path, "we");
+  bool ok = f && fprintf(f, "0\n") > 0;
+  return (f && fclose(f) == 0) && ok;
+}
+
 /* `cordon-agent run` as root, or in the delegated mode as T.u
- * moved into its subtree first while still root (as systemd would). */
+ * moved into its subtree first while still root (as systemd would). On
+ * v2 an earlier agent there enabled controllers for the subtree's
+ * children, after which no process may join the subtree's top (EBUSY):
+ * the restarted agent starts in the leaf that one moved itself into, as
+ * systemd's DelegateSubgroup= does (a systemd without it removes a
+ * stopped unit's cgroup and makes a fresh one). */
 static pid_t start(void) {
   if (!T.deleg)
     return START("--drain-timeout", "5");
@@ -197,10 +235,9 @@ static pid_t start(void) {
     int fd = open(S.log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     dup2(fd, 2);
     for (size_t i = 0; i < T.n_base; i++) {
-      char path[4200];
-      snprintf(path, sizeof(path), "%.4096s/cgroup.procs", T.base[i]);
-      FILE *f = fopen(path, "we");
-      if (!f || fprintf(f, "0\n") < 0 || fclose(f) != 0)
+      char leaf[4200];
+      snprintf(leaf, sizeof(leaf), "%.4096s/" CGROUP_AGENT_LEAF, T.base[i]);
+      if (!join_cgroup(T.base[i]) && !(errno == EBUSY && join_cgroup(leaf)))
         _exit(126);
     }
     if (setgroups(0, NULL) < 0 || setgid(T.gid) < 0 || setuid(T.uid) < 0)
