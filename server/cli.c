@@ -506,3 +506,81 @@ int server_cmd_help(const struct server_cli *cli, int argc, char **argv) {
     return server_cli_usage("help", NULL, "too many arguments");
   return server_cli_help(argc > 1 ? argv[1] : NULL, argc > 2 ? argv[2] : NULL);
 }
+
+/* --- tables --- */
+
+static size_t utf8_chars(const char *s) {
+  size_t n = 0;
+  for (; *s; s++)
+    n += ((unsigned char)*s & 0xc0) != 0x80;
+  return n;
+}
+
+static void table_add(struct server_cli_table *t, va_list ap) {
+  if (t->err)
+    return;
+  if (t->nrows == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 16;
+    char **cells = realloc(t->cells, cap * t->ncols * sizeof(*cells));
+    if (!cells) {
+      t->err = -ENOMEM;
+      return;
+    }
+    t->cells = cells;
+    t->cap = cap;
+  }
+  char **row = t->cells + t->nrows * t->ncols;
+  for (size_t c = 0; c < t->ncols; c++) {
+    const char *v = va_arg(ap, const char *);
+    row[c] = strdup(v ? v : "-");
+    if (!row[c]) {
+      while (c--)
+        free(row[c]);
+      t->err = -ENOMEM;
+      return;
+    }
+    size_t w = utf8_chars(row[c]);
+    if (w > t->width[c])
+      t->width[c] = w;
+  }
+  t->nrows++;
+}
+
+void server_cli_table_init(struct server_cli_table *t, size_t ncols, ...) {
+  memset(t, 0, sizeof(*t));
+  t->ncols = ncols > SERVER_CLI_TABLE_COLS ? SERVER_CLI_TABLE_COLS : ncols;
+  va_list ap;
+  va_start(ap, ncols);
+  table_add(t, ap);
+  va_end(ap);
+}
+
+void server_cli_table_row(struct server_cli_table *t, ...) {
+  va_list ap;
+  va_start(ap, t);
+  table_add(t, ap);
+  va_end(ap);
+}
+
+int server_cli_table_print(struct server_cli_table *t) {
+  if (t->err)
+    return server_cli_failf(t->err, "out of memory");
+  for (size_t r = 0; r < t->nrows; r++) {
+    char **row = t->cells + r * t->ncols;
+    for (size_t c = 0; c < t->ncols; c++) {
+      bool last = c + 1 == t->ncols;
+      fputs(row[c], stdout);
+      if (!last)
+        printf("%*s", (int)(t->width[c] - utf8_chars(row[c]) + 2), "");
+    }
+    putchar('\n');
+  }
+  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+}
+
+void server_cli_table_release(struct server_cli_table *t) {
+  for (size_t i = 0; t->cells && i < t->nrows * t->ncols; i++)
+    free(t->cells[i]);
+  free(t->cells);
+  memset(t, 0, sizeof(*t));
+}

@@ -131,6 +131,27 @@ json_t *server_cli_json_time(int64_t t);
  * (U+0080..U+009F) as \xNN, a backslash as \\. Truncated to fit size. */
 void server_cli_escape(const char *s, char *buf, size_t size);
 
+/* --- tables ---------------------------------------------------------------
+ * A text table whose columns are as wide as their widest cell (counted in
+ * UTF-8 characters, cells already escaped), two spaces apart, the last
+ * column not padded: a long device or user name moves the columns after
+ * it instead of breaking them. Rows are copied; at most
+ * SERVER_CLI_TABLE_COLS columns. */
+#define SERVER_CLI_TABLE_COLS 12
+struct server_cli_table {
+  size_t ncols, nrows, cap;
+  char **cells; /* nrows * ncols */
+  size_t width[SERVER_CLI_TABLE_COLS];
+  int err; /* -ENOMEM once a row could not be kept */
+};
+/* ncols headers follow. */
+void server_cli_table_init(struct server_cli_table *t, size_t ncols, ...);
+/* ncols cells follow (NULL prints as "-"). */
+void server_cli_table_row(struct server_cli_table *t, ...);
+/* Print on stdout. 0, or the exit status after saying what failed. */
+int server_cli_table_print(struct server_cli_table *t);
+void server_cli_table_release(struct server_cli_table *t);
+
 /* "600", "600s", "10m", "2h", "1d", and pairs such as "1h30m" -> seconds;
  * -EINVAL otherwise. */
 int server_cli_parse_duration(const char *s, int64_t *out_seconds);

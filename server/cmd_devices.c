@@ -23,9 +23,10 @@
 
 #define NOT_RUNNING_WHY "daemon not running"
 
-static void print_table(const json_t *devices) {
-  printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", "ID", "NAME", "OWNER", "PLATFORM",
-         "LEVEL", "ONLINE", "LAST SEEN", "STATE", "LABELS");
+static int print_table(const json_t *devices) {
+  struct server_cli_table t;
+  server_cli_table_init(&t, 9, "ID", "NAME", "OWNER", "PLATFORM", "LEVEL", "ONLINE", "LAST SEEN",
+                        "STATE", "LABELS");
   size_t i;
   json_t *d;
   json_array_foreach(devices, i, d) {
@@ -34,12 +35,17 @@ static void print_table(const json_t *devices) {
     server_cli_escape(server_cli_str(d, "name", ""), name, sizeof(name));
     server_cli_escape(server_cli_str(d, "platform", "-"), platform, sizeof(platform));
     server_cli_labels_text(json_object_get(d, "labels"), labels, sizeof(labels));
-    printf("%-32s  %-20s %-12s %-8s %-9s %-7s %-20s %-7s %s\n", server_cli_str(d, "id", "?"), name,
-           server_cli_str(d, "owner", "?"), platform, server_cli_str(d, "best_level", "-"),
-           server_cli_online_word(json_object_get(d, "online")),
-           server_cli_str(d, "last_seen", "never"), server_cli_str(d, "state", "?"),
-           labels[0] ? labels : "-");
+    char owner[4 * SERVER_DB_NAME_MAX + 1];
+    server_cli_escape(server_cli_str(d, "owner", "?"), owner, sizeof(owner));
+    server_cli_table_row(&t, server_cli_str(d, "id", "?"), name, owner, platform,
+                         server_cli_str(d, "best_level", "-"),
+                         server_cli_online_word(json_object_get(d, "online")),
+                         server_cli_str(d, "last_seen", "never"), server_cli_str(d, "state", "?"),
+                         labels[0] ? labels : "-");
   }
+  int status = server_cli_table_print(&t);
+  server_cli_table_release(&t);
+  return status;
 }
 
 /* A request of op on DEVICE (and user); NULL when out of memory. */
@@ -120,11 +126,11 @@ int server_cmd_devices(const struct server_cli *cli, int argc, char **argv) {
     return status;
   if (json)
     return server_cli_print_json(list, 0);
-  print_table(list);
+  status = print_table(list);
   json_decref(list);
   if (!live)
     fprintf(stderr, "%s: online: unknown (%s)\n", SERVER_PROG, NOT_RUNNING_WHY);
-  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+  return status;
 }
 
 static int print_labels(const json_t *labels, int json) {
@@ -260,15 +266,21 @@ static int device_rename(const char *state, const char *user, char **args, size_
 
 static void print_jobs(const char *title, const json_t *jobs) {
   printf("%s:%s\n", title, json_array_size(jobs) ? "" : " none");
+  struct server_cli_table t;
+  server_cli_table_init(&t, 5, "  ID", "STATE", "PACKAGE", "CREATED", "ERROR");
   size_t i;
   json_t *j;
   json_array_foreach(jobs, i, j) {
-    char error[SERVER_DB_CODE_MAX + 32], pkg_text[8 * SERVER_DB_NAME_MAX + 8];
+    char error[SERVER_DB_CODE_MAX + 32], pkg_text[8 * SERVER_DB_NAME_MAX + 8], id[40];
     server_cli_job_error_text(j, error, sizeof(error));
     server_cli_escape(server_cli_str(j, "package", "-"), pkg_text, sizeof(pkg_text));
-    printf("  %-32s  %-9s %-24s %-20s %s\n", server_cli_str(j, "id", "?"),
-           server_cli_str(j, "state", "?"), pkg_text, server_cli_str(j, "created", "-"), error);
+    snprintf(id, sizeof(id), "  %s", server_cli_str(j, "id", "?"));
+    server_cli_table_row(&t, id, server_cli_str(j, "state", "?"), pkg_text,
+                         server_cli_str(j, "created", "-"), error);
   }
+  if (json_array_size(jobs))
+    (void)server_cli_table_print(&t);
+  server_cli_table_release(&t);
 }
 
 /* device show DEVICE [--json]: everything known about one device. */

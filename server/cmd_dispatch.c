@@ -47,8 +47,9 @@ static int reply_error(json_t *reply) {
 
 /* --explain: every candidate and the verdict, on stdout. */
 static int print_explain(json_t *reply) {
-  printf("%-32s  %-20s %-7s %-7s %-20s %-24s %s\n", "DEVICE", "NAME", "ONLINE", "LOAD", "LAST SEEN",
-         "LABELS", "VERDICT");
+  struct server_cli_table t;
+  server_cli_table_init(&t, 7, "DEVICE", "NAME", "ONLINE", "LOAD", "LAST SEEN", "LABELS",
+                        "VERDICT");
   size_t i;
   json_t *c;
   json_array_foreach(json_object_get(reply, ADMIN_REPLY_CANDIDATES), i, c) {
@@ -73,14 +74,15 @@ static int print_explain(json_t *reply) {
       o += (size_t)n;
     }
     bool chosen = json_is_true(json_object_get(c, "chosen"));
-    printf("%-32s  %-20s %-7s %-7s %-20s %-24s %s\n",
-           json_string_value(json_object_get(c, "device")), name[0] ? name : "-",
-           json_is_true(json_object_get(c, "online")) ? "online" : "offline", load, seen,
-           labels[0] ? labels : "-",
-           chosen    ? "chosen"
-           : !reason ? "eligible, not the least loaded"
-                     : reason);
+    server_cli_table_row(&t, json_string_value(json_object_get(c, "device")), name[0] ? name : "-",
+                         json_is_true(json_object_get(c, "online")) ? "online" : "offline", load,
+                         seen, labels[0] ? labels : "-",
+                         chosen    ? "chosen"
+                         : !reason ? "eligible, not the least loaded"
+                                   : reason);
   }
+  (void)server_cli_table_print(&t);
+  server_cli_table_release(&t);
   const char *decision = json_string_value(json_object_get(reply, ADMIN_REPLY_DECISION));
   const char *dev = json_string_value(json_object_get(reply, ADMIN_REPLY_DEVICE));
   if (decision && strcmp(decision, "send") == 0)

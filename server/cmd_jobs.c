@@ -200,8 +200,9 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
     return status;
   if (o.json)
     return server_cli_print_json(list, 0);
-  printf("%-32s  %-12s %-20s %-7s  %-9s %-24s %-20s %s\n", "ID", "USER", "DEVICE", "ONLINE",
-         "STATE", "PACKAGE", "CREATED", "ERROR");
+  struct server_cli_table t;
+  server_cli_table_init(&t, 8, "ID", "USER", "DEVICE", "ONLINE", "STATE", "PACKAGE", "CREATED",
+                        "ERROR");
   size_t i;
   json_t *j;
   json_array_foreach(list, i, j) {
@@ -211,15 +212,19 @@ int server_cmd_jobs(const struct server_cli *cli, int argc, char **argv) {
     server_cli_job_error_text(j, error, sizeof(error));
     server_cli_escape(server_cli_str(j, "package", "-"), pkg_text, sizeof(pkg_text));
     server_cli_escape(server_cli_str(j, "device_name", device ? device : "-"), name, sizeof(name));
-    printf("%-32s  %-12s %-20s %-7s  %-9s %-24s %-20s %s\n", server_cli_str(j, "id", "?"),
-           server_cli_str(j, "user", "?"), name,
-           device ? server_cli_online_word(json_object_get(j, "device_online")) : "-",
-           server_cli_str(j, "state", "?"), pkg_text, server_cli_str(j, "created", "-"), error);
+    char user[4 * SERVER_DB_NAME_MAX + 1];
+    server_cli_escape(server_cli_str(j, "user", "?"), user, sizeof(user));
+    server_cli_table_row(&t, server_cli_str(j, "id", "?"), user, name,
+                         device ? server_cli_online_word(json_object_get(j, "device_online")) : "-",
+                         server_cli_str(j, "state", "?"), pkg_text,
+                         server_cli_str(j, "created", "-"), error);
   }
   json_decref(list);
+  status = server_cli_table_print(&t);
+  server_cli_table_release(&t);
   if (!live)
     fprintf(stderr, "%s: online: unknown (daemon not running)\n", SERVER_PROG);
-  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+  return status;
 }
 
 /* The job object from the running daemon (*out_live true), or (none

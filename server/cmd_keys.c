@@ -230,16 +230,19 @@ static int cmd_list(struct keys_opts *o) {
       printf("%s\n", s);
     free(s);
   } else {
-    printf("%-32s  %-9s  %-20s  %-20s  %s\n", "ID", "ROLE", "CREATED", "RETIRED", "CURRENT");
+    struct server_cli_table t;
+    server_cli_table_init(&t, 5, "ID", "ROLE", "CREATED", "RETIRED", "CURRENT");
     size_t i;
     json_t *k;
     json_array_foreach(list, i, k) {
       const char *ret = json_string_value(json_object_get(k, "retired"));
-      printf("%-32s  %-9s  %-20s  %-20s  %s\n", json_string_value(json_object_get(k, "id")),
-             json_string_value(json_object_get(k, "role")),
-             json_string_value(json_object_get(k, "created")), ret ? ret : "-",
-             json_is_true(json_object_get(k, "current")) ? "yes" : "");
+      server_cli_table_row(&t, json_string_value(json_object_get(k, "id")),
+                           json_string_value(json_object_get(k, "role")),
+                           json_string_value(json_object_get(k, "created")), ret ? ret : "-",
+                           json_is_true(json_object_get(k, "current")) ? "yes" : "");
     }
+    (void)server_cli_table_print(&t);
+    server_cli_table_release(&t);
   }
   fflush(stdout);
   json_decref(list);

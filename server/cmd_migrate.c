@@ -12,8 +12,8 @@
  * queued jobs (STATE/queue/<id>.cpkg) go into job_packages, so that any
  * server of a cluster can send them; those above 64 MiB into
  * job_package_parts after the commit (each in a transaction of its own: a
- * failure leaves it to this server alone, as a cluster's dispatch does) (docs/OPERATIONS.md, "Moving from
- * SQLite to PostgreSQL"). */
+ * failure leaves it to this server alone, as a cluster's dispatch does) (docs/OPERATIONS.md,
+ * "Moving from SQLite to PostgreSQL"). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>

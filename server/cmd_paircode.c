@@ -57,21 +57,27 @@ static int code_list(const char *state, const char *user, int json) {
     return status;
   if (json)
     return server_cli_print_json(list, 0);
-  printf("%-10s  %-12s %-8s %-8s %-20s %-20s %s\n", "ID", "USER", "STATE", "ATTEMPTS", "CREATED",
-         "EXPIRES", "LAST FAILURE");
+  struct server_cli_table t;
+  server_cli_table_init(&t, 7, "ID", "USER", "STATE", "ATTEMPTS", "CREATED", "EXPIRES",
+                        "LAST FAILURE");
   size_t i;
   json_t *c;
   json_array_foreach(list, i, c) {
     const char *failure = server_cli_str(c, "last_failure", NULL);
-    printf("%-10s  %-12s %-8s %-8lld %-20s %-20s %s%s%s\n", server_cli_str(c, "id", "?"),
-           server_cli_str(c, "user", "?"), server_cli_str(c, "state", "?"),
-           (long long)json_integer_value(json_object_get(c, "attempts_left")),
-           server_cli_str(c, "created", "-"), server_cli_str(c, "expires", "-"),
-           failure ? failure : "-", failure ? " at " : "",
-           failure ? server_cli_str(c, "last_failure_at", "-") : "");
+    char attempts[24], last[SERVER_DB_CODE_MAX + 48], owner[4 * SERVER_DB_NAME_MAX + 1];
+    snprintf(attempts, sizeof(attempts), "%lld",
+             (long long)json_integer_value(json_object_get(c, "attempts_left")));
+    snprintf(last, sizeof(last), "%s%s%s", failure ? failure : "-", failure ? " at " : "",
+             failure ? server_cli_str(c, "last_failure_at", "-") : "");
+    server_cli_escape(server_cli_str(c, "user", "?"), owner, sizeof(owner));
+    server_cli_table_row(&t, server_cli_str(c, "id", "?"), owner, server_cli_str(c, "state", "?"),
+                         attempts, server_cli_str(c, "created", "-"),
+                         server_cli_str(c, "expires", "-"), last);
   }
   json_decref(list);
-  return fflush(stdout) == 0 ? 0 : server_cli_failf(-EIO, "cannot write to stdout");
+  status = server_cli_table_print(&t);
+  server_cli_table_release(&t);
+  return status;
 }
 
 static int code_revoke(const char *state, const char *text) {

@@ -93,14 +93,19 @@ static int user_list(struct server_db *db, int json) {
       }
     status = server_cli_print_json(arr, 0);
   } else {
-    printf("%-6s %-24s %-20s %-8s %s\n", "ID", "NAME", "CREATED", "APPROVAL", "STATE");
+    struct server_cli_table t;
+    server_cli_table_init(&t, 5, "ID", "NAME", "CREATED", "APPROVAL", "STATE");
     for (size_t i = 0; i < l.count; i++) {
       const struct server_db_user *u = &l.items[i];
-      char created[64];
+      char created[64], id[24], name[4 * SERVER_DB_NAME_MAX + 1];
       server_cli_format_time(u->created, "-", created, sizeof(created));
-      printf("%-6lld %-24s %-20s %-8s %s\n", (long long)u->id, u->name, created,
-             u->require_approval ? "required" : "-", u->removed ? "removed" : "active");
+      snprintf(id, sizeof(id), "%lld", (long long)u->id);
+      server_cli_escape(u->name, name, sizeof(name));
+      server_cli_table_row(&t, id, name, created, u->require_approval ? "required" : "-",
+                           u->removed ? "removed" : "active");
     }
+    status = server_cli_table_print(&t);
+    server_cli_table_release(&t);
   }
   server_db_user_list_release(&l);
   return status;

@@ -437,3 +437,39 @@ Test(cli_table, the_man_page_documents_every_form) {
       cr_assert(strstr(doc, head), "docs/man/cordon-server.8.scd has no entry '%s'", head + 1);
     }
 }
+
+/* Where the word col begins on line (-1: not on it). */
+static int column_of(const char *line, const char *col) {
+  const char *p = strstr(line, col);
+  return p ? (int)(p - line) : -1;
+}
+
+/* Tables measure their columns: a 48-character user name moves the
+ * columns after it, on every line alike, instead of pushing its row out
+ * of line with the header. */
+Test(cli_table, a_long_name_widens_its_column_and_the_rows_stay_aligned) {
+  struct run r;
+  run(&r, "init", NULL);
+  cr_assert_eq(r.status, 0, "init: %s", r.err);
+  const char *long_name = "alice-with-a-rather-long-name-of-48-characters-x";
+  run(&r, "user", "add", long_name, NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run(&r, "user", "add", "bob", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  run(&r, "user", "list", NULL);
+  cr_assert_eq(r.status, 0, "%s", r.err);
+  char *save = NULL, *header = strtok_r(r.out, "\n", &save);
+  cr_assert(header);
+  int created = column_of(header, "CREATED"), state = column_of(header, "STATE");
+  cr_assert_gt(created, (int)strlen(long_name), "%s", header);
+  int rows = 0;
+  for (char *line = strtok_r(NULL, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    rows++;
+    /* the creation time: the first "T..Z" stamp, "YYYY-MM-DDT" */
+    char *t = strchr(line, 'T');
+    cr_assert(t && t - line >= 10, "%s", line);
+    cr_assert_eq((int)(t - 10 - line), created, "CREATED under its header: %s", line);
+    cr_assert_eq(column_of(line, "active"), state, "STATE under its header: %s", line);
+  }
+  cr_assert_eq(rows, 2);
+}
