@@ -302,12 +302,12 @@ BOTH(a_rewritten_init_ends_with_the_jobs_result) {
   rewrite_init(init, event_fd_of(init));
   int st;
   json_t *res = agent_wait(agent, &st);
+  assert_job_gone(init);
   cr_assert(res, "no result");
   cr_assert_eq(json_integer_value(jget(res, "exit_code")), 0);
   cr_assert(json_is_false(jget(res, "timed_out")));
   cr_assert_str_eq(sbx_jstr(res, "kill_scope"), "pid-namespace");
   cr_assert_geq(json_integer_value(jget(res, "orphans_killed")), 1);
-  assert_job_gone(init);
   json_decref(res);
 }
 
@@ -319,10 +319,10 @@ BOTH(a_rewritten_init_ends_at_the_timeout) {
   rewrite_init(init, -1);
   int st;
   json_t *res = agent_wait(agent, &st);
+  assert_job_gone(init);
   cr_assert(res, "no result");
   cr_assert(json_is_true(jget(res, "timed_out")));
   cr_assert_str_eq(sbx_jstr(res, "kill_scope"), "pid-namespace");
-  assert_job_gone(init);
   json_decref(res);
 }
 
@@ -335,11 +335,11 @@ BOTH(a_rewritten_init_ends_when_exec_gets_sigterm) {
   cr_assert_eq(kill(agent, SIGTERM), 0);
   int st;
   json_t *res = agent_wait(agent, &st);
+  assert_job_gone(init);
   cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "exec ends by its SIGTERM: %d", st);
   cr_assert(res, "the result is printed first");
   cr_assert_str_eq(sbx_jstr(res, "error.code"), "cancelled");
   cr_assert_str_eq(sbx_jstr(res, "kill_scope"), "pid-namespace");
-  assert_job_gone(init);
   json_decref(res);
 }
 
