@@ -22,6 +22,8 @@
 
 /* The agent's end of the socket to its reaper, or -1 (none started). */
 static int reaper_sock = -1;
+/* The reaper's pid, or 0. */
+static pid_t reaper_pid;
 
 /* Every descriptor but keep goes (the agent lock's above all: the lock
  * must end with the agent). */
@@ -128,7 +130,12 @@ int sandbox_os_reaper_start(const char *config_dir) {
   close(sv[0]);
   /* sv[1] stays open, close-on-exec, for the agent's life */
   reaper_sock = sv[1];
+  reaper_pid = pid;
   return 0;
+}
+
+pid_t reaper_linux_pid(void) {
+  return reaper_pid;
 }
 
 void reaper_linux_watch(int pidfd) {

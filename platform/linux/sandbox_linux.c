@@ -749,6 +749,8 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
       desc = desc > 0 ? desc - 1 : 0;
     } else { /* we are the subreaper: re-parented orphans are our children */
       desc = procs_descendants(getpid(), tree, 0);
+      if (reaper_linux_pid() > 0 && desc > 0 && kill(reaper_linux_pid(), 0) == 0)
+        desc--; /* the agent's reaper is no part of the job */
     }
     res->orphans_killed = desc > 1 ? (unsigned)(desc - 1) : 0;
     /* the init first: its SIGKILL takes the namespace down, whatever the
@@ -757,14 +759,15 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
     if (iso && init_end(&ji, &ns_gone))
       res->kill_scope = KILL_SCOPE_PID_NAMESPACE;
     kill(pid, SIGKILL);
-    procs_kill_descendants(pid);
+    procs_kill_descendants(pid, 0);
     if (n_tree > sizeof(tree) / sizeof(tree[0]))
       n_tree = sizeof(tree) / sizeof(tree[0]);
     wait_gone(tree, n_tree);
     if (cgroup_job_kill(cg) > 0 && res->kill_scope == KILL_SCOPE_NONE)
       res->kill_scope = KILL_SCOPE_CGROUP;
     if (!iso) { /* one job per agent process in contained mode: see SECURITY.md */
-      if (procs_kill_descendants(getpid()) > 0 && res->kill_scope == KILL_SCOPE_NONE)
+      if (procs_kill_descendants(getpid(), reaper_linux_pid()) > 0 &&
+          res->kill_scope == KILL_SCOPE_NONE)
         res->kill_scope = KILL_SCOPE_DESCENDANTS;
       if (res->kill_scope == KILL_SCOPE_NONE)
         res->kill_scope = cg->pids_dir ? KILL_SCOPE_CGROUP : KILL_SCOPE_DESCENDANTS;
@@ -787,7 +790,8 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
     }
   } else {
     /* the entry is gone; whatever it left behind is killed and counted */
-    size_t left_behind = cg->pids_dir ? cgroup_job_kill(cg) : procs_kill_descendants(getpid());
+    size_t left_behind =
+        cg->pids_dir ? cgroup_job_kill(cg) : procs_kill_descendants(getpid(), reaper_linux_pid());
     res->orphans_killed = (unsigned)left_behind;
     if (left_behind > 0)
       res->kill_scope = cg->pids_dir ? KILL_SCOPE_CGROUP : KILL_SCOPE_DESCENDANTS;
