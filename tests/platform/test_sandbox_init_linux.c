@@ -378,3 +378,28 @@ BOTH(the_job_cannot_open_its_inits_memory) {
   cr_assert(strstr(out, "0\n"), "the init's /proc directory is empty: %s", out);
   json_decref(r.res);
 }
+
+BOTH(kill_scope_is_null_for_a_job_that_ends_alone_and_the_namespace_else) {
+  char m[256];
+  snprintf(
+      m, sizeof(m),
+      "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],\"timeout_s\":20}");
+  sbx_package_files(&E.d, m, "echo alone\n");
+  struct sbx_exec x =
+      sbx_exec_of(&E.d, "exec", NULL, E.as_user ? E.u.name : NULL, E.as_user ? E.u.home : "/root");
+  x.json = true;
+  struct sbx_run r = sbx_run_agent(&x);
+  sbx_assert_ran(&r, "isolated");
+  cr_assert(json_is_null(jget(r.res, "kill_scope")), "nothing was left to kill");
+  cr_assert_eq(json_integer_value(jget(r.res, "orphans_killed")), 0);
+  json_decref(r.res);
+  char script[128];
+  snprintf(script, sizeof(script), "setsid sleep %s &\nsleep 0.2\n", E.marker);
+  sbx_package_files(&E.d, m, script);
+  r = sbx_run_agent(&x);
+  sbx_assert_ran(&r, "isolated");
+  cr_assert_str_eq(sbx_jstr(r.res, "kill_scope"), "pid-namespace");
+  cr_assert_geq(json_integer_value(jget(r.res, "orphans_killed")), 1);
+  cr_assert(!worker_alive(), "the job's leftover outlived it");
+  json_decref(r.res);
+}

@@ -489,3 +489,22 @@ ALL3(contained_six_processes_together_cannot_exceed_memory_mb) {
   }
   json_decref(r.res);
 }
+
+/* What ended the tree (kill_scope): a contained job's leftovers go with
+ * its cgroup where there is one, else with the sweep of the agent's
+ * descendants; a job that ends alone names none. */
+ALL3(contained_kill_scope_names_what_ended_the_tree) {
+  contained();
+  package("\"processes\":16", "true\n");
+  struct sbx_run r = run_agent("exec");
+  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained", "stderr: %s", r.err);
+  cr_assert(json_is_null(jget(r.res, "kill_scope")), "nothing was left to kill");
+  cr_assert_eq(json_integer_value(jget(r.res, "orphans_killed")), 0);
+  json_decref(r.res);
+  package("\"processes\":16", "setsid sleep 300 &\nsleep 0.2\n");
+  r = run_agent("exec");
+  cr_assert_str_eq(jstr(r.res, "sandbox.level"), "contained", "stderr: %s", r.err);
+  cr_assert_str_eq(jstr(r.res, "kill_scope"), E.mode == MODE_PLAIN ? "descendants" : "cgroup");
+  cr_assert_geq(json_integer_value(jget(r.res, "orphans_killed")), 1);
+  json_decref(r.res);
+}
