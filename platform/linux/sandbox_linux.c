@@ -505,6 +505,7 @@ struct job_init {
   pid_t pid;         /* from bwrap's report; 0 until then, -1 none usable */
   char status[4096]; /* what bwrap wrote on its --json-status-fd so far */
   size_t len;
+  bool ended; /* the pipe reached its end (or the buffer is full) */
 };
 
 /* Take what bwrap has written on its status pipe (non-blocking) so far. */
@@ -513,10 +514,14 @@ static void status_take(struct job_init *ji, int status_fd) {
     ssize_t n = read(status_fd, ji->status + ji->len, sizeof(ji->status) - ji->len);
     if (n < 0 && errno == EINTR)
       continue;
+    if (n == 0)
+      ji->ended = true;
     if (n <= 0)
       break;
     ji->len += (size_t)n;
   }
+  if (ji->len == sizeof(ji->status))
+    ji->ended = true;
 }
 
 /* Is pid, now, the init of a pid namespace below ours whose parent is
@@ -700,7 +705,7 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
       pf[n] = (struct pollfd){pidfd, POLLIN, 0};
       i_pid = (int)n++;
     }
-    if (iso && ji.pid == 0)
+    if (iso && ji.pid == 0 && !ji.ended)
       pf[n++] = (struct pollfd){status_pipe[0], POLLIN, 0};
     if (plan->job->cancel_fd >= 0) {
       pf[n] = (struct pollfd){plan->job->cancel_fd, POLLIN, 0};
