@@ -6,8 +6,10 @@
  * limits, min_sandbox the owner's lowest_level, and the capabilities the
  * flags ask for, judged like any package's. */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -275,6 +277,46 @@ static void adhoc_remove(const char *dir, struct daemon_lock *lock) {
   rmdir(dir);
 }
 
+/* SIGINT, SIGTERM, SIGHUP while the job runs: the job is ended as a
+ * cancel ends it (sandbox_run's cancel_fd), its result printed, and then
+ * exec ends by that signal's default action (128+N to a shell). */
+static int stop_pipe[2] = {-1, -1};
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+  int e = errno;
+  if (!stop_signal)
+    stop_signal = sig;
+  (void)!write(stop_pipe[1], "s", 1);
+  errno = e;
+}
+
+static const int stop_signals[] = {SIGINT, SIGTERM,
+#ifdef SIGHUP /* not on Windows */
+                                   SIGHUP
+#endif
+};
+
+/* Catch the stop signals into stop_pipe: 0, or a negated errno. */
+static int stop_signals_catch(void) {
+  if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+    return -errno;
+  for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++)
+    (void)signal(stop_signals[i], on_stop_signal);
+  return 0;
+}
+
+/* After the job: the default actions back; a caught signal ends exec by
+ * that signal, once its result is out. */
+static void stop_signals_release(void) {
+  for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++)
+    signal(stop_signals[i], SIG_DFL);
+  for (int i = 0; i < 2; i++)
+    if (stop_pipe[i] >= 0)
+      close(stop_pipe[i]);
+  stop_pipe[0] = stop_pipe[1] = -1;
+}
+
 int agent_cmd_exec(const struct agent_config *cfg, const struct agent_exec_options *o) {
   struct agent_job job;
   struct cordon_diag diag = {{0}};
@@ -326,11 +368,28 @@ int agent_cmd_exec(const struct agent_config *cfg, const struct agent_exec_optio
     goto out;
   }
   if (r == 0) {
+    /* a job never outlives this process, however it ends (platform/sandbox.h) */
+    int rr = sandbox_reaper_start(cfg->dir);
+    if (rr < 0)
+      fprintf(stderr,
+              AGENT_PROG ": warning: no reaper (%s): a kill -9 of exec leaves the job "
+                         "running until its next start\n",
+              strerror(-rr));
+    if (stop_signals_catch() == 0)
+      job.sjob.cancel_fd = stop_pipe[0];
     r = sandbox_run(job.plan, &job.result);
+    job.sjob.cancel_fd = -1;
     if (r < 0 && !job.result.error)
       job_result_fail(&job.result, r, "%s", cordon_err_message(r));
   }
   rc = adhoc && !o->json ? finish_adhoc(&job.result) : finish_job(&job.result);
+  stop_signals_release();
+  if (stop_signal) {
+    fflush(NULL);
+    agent_job_release(&job);
+    raise(stop_signal);
+    return 128 + stop_signal;
+  }
 out:
   agent_job_release(&job);
   return rc;

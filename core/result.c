@@ -15,6 +15,12 @@ const char *limit_mech_name(enum limit_mech m) {
   return limit_names[m];
 }
 
+const char *kill_scope_name(enum kill_scope k) {
+  static const char *const names[] = {NULL,          "pid-namespace", "cgroup",
+                                      "descendants", "pgroup",        "job"};
+  return (unsigned)k < sizeof(names) / sizeof(names[0]) ? names[k] : NULL;
+}
+
 void result_buf_append(struct result_buf *b, const uint8_t *data, size_t n, size_t cap) {
   size_t room = cap > b->len ? cap - b->len : 0;
   size_t take = n < room ? n : room;
@@ -79,6 +85,7 @@ void job_result_not_run(struct job_result *r) {
   r->timed_out = false;
   r->oom_killed = -1;
   r->orphans_killed = 0;
+  r->kill_scope = KILL_SCOPE_NONE;
   r->level_known = false;
   r->level = SANDBOX_LEVEL_NONE;
   r->mechanism[0] = '\0';
@@ -164,6 +171,9 @@ json_t *job_result_to_json(const struct job_result *r) {
   e |= json_object_set_new(o, "oom_killed",
                            r->oom_killed < 0 ? json_null() : json_boolean(r->oom_killed));
   e |= json_object_set_new(o, "orphans_killed", json_integer(r->orphans_killed));
+  e |= json_object_set_new(
+      o, "kill_scope",
+      kill_scope_name(r->kill_scope) ? json_string(kill_scope_name(r->kill_scope)) : json_null());
 
   e |= json_object_set_new(sb, "requested", json_string(sandbox_level_name(r->requested)));
   e |= json_object_set_new(

@@ -26,6 +26,19 @@ enum limit_mech {
 };
 const char *limit_mech_name(enum limit_mech m);
 
+/* What ended the job's tree (docs/DESIGN.md §5.1, kill_scope): NONE when
+ * the job ended by itself and nothing of it was left to kill. */
+enum kill_scope {
+  KILL_SCOPE_NONE = 0,
+  KILL_SCOPE_PID_NAMESPACE, /* SIGKILL to the namespace's init, by pidfd */
+  KILL_SCOPE_CGROUP,        /* every process of the job's cgroup */
+  KILL_SCOPE_DESCENDANTS,   /* the agent's descendants, it being a subreaper */
+  KILL_SCOPE_PGROUP,        /* the job's process groups (macOS) */
+  KILL_SCOPE_JOB,           /* the job's Job Object (Windows) */
+};
+/* "pid-namespace", ...; NULL for KILL_SCOPE_NONE. */
+const char *kill_scope_name(enum kill_scope k);
+
 struct result_buf {
   uint8_t *data;
   size_t len;
@@ -44,6 +57,7 @@ struct job_result {
   bool timed_out;
   int oom_killed; /* 1, 0, or -1 when the mechanism cannot tell */
   unsigned orphans_killed;
+  enum kill_scope kill_scope;
   enum sandbox_level requested;
   enum sandbox_level level;
   bool level_known; /* false when refused before a level was chosen */

@@ -97,19 +97,22 @@ int sandbox_reap_leftovers(const char *job_id);
  * processes killed, or a negated errno. */
 int sandbox_sweep_leftovers(const char *state_dir);
 
-/* A job never outlives its agent (Linux). bwrap's --die-with-parent does
- * not reach the init of the job's PID namespace (the kernel drops a
- * parent-death SIGKILL to a namespace's init), so after a kill -9 of the
- * agent its running jobs went on, unsupervised and past their timeouts,
- * until the agent's next start swept them (sandbox_sweep_leftovers). The
+/* A job never outlives its agent (Linux). The end of a job must not rest
+ * on bwrap's --die-with-parent or on the parent-death signal of the init
+ * of the job's PID namespace: the init runs as the job's uid, and a job
+ * that changed it would run on, unsupervised and past its timeout. The
  * reaper is a small process the agent's `run` forks once it holds the
- * agent lock, before any thread starts: it waits on a pipe only the agent
- * holds; when the pipe ends (the agent is gone, whatever killed it) it
- * kills and removes the job cgroups of that agent process (job-<its
- * pid>-<n>: never what a newer agent of the instance made), then exits.
- * It ignores the signals a terminal or a service manager sends the
- * agent's group: only the pipe's end makes it act. Elsewhere (Windows:
- * Job Objects close with the agent; macOS: no containers) there is none.
+ * agent lock, before any thread starts (and `exec` before its job): it
+ * waits on a unix socket only the agent holds, over which the agent hands
+ * it a pidfd of each isolated job's namespace init as soon as bwrap names
+ * it (dropped once that init has exited); when the socket ends (the agent
+ * is gone, whatever killed it) it SIGKILLs every init it holds, which
+ * ends each whole namespace, then kills and removes the job cgroups of
+ * that agent process (job-<its pid>-<n>: never what a newer agent of the
+ * instance made), then exits. It ignores the signals a terminal or a
+ * service manager sends the agent's group: only the socket's end makes
+ * it act. Elsewhere (Windows: Job Objects close with the agent; macOS: no
+ * containers) there is none.
  *
  * Start it for the agent of state_dir: 0, or a negated errno (the caller
  * logs it: the jobs are then swept at the next start only). */

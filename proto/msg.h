@@ -271,6 +271,8 @@ struct msg_result {
   bool has_oom_killed; /* nullable: null when the mechanism cannot tell */
   bool oom_killed;
   uint32_t orphans_killed;
+  bool has_kill_scope; /* optional: absent when nothing was killed */
+  uint32_t kill_scope; /* enum kill_scope of core/result.h, 1..5 */
   struct msg_sandbox sandbox;
   bool has_error; /* nullable; required when neither exit_code nor signal */
   struct msg_fault error;

@@ -36,6 +36,8 @@ void result_to_msg(const struct job_result *r, const uint8_t job_id[CORDON_ID_LE
   m->has_oom_killed = r->oom_killed >= 0;
   m->oom_killed = r->oom_killed == 1;
   m->orphans_killed = r->orphans_killed;
+  m->has_kill_scope = r->kill_scope != KILL_SCOPE_NONE;
+  m->kill_scope = (uint32_t)r->kill_scope;
   m->sandbox.requested = (enum msg_level)r->requested;
   m->sandbox.has_level = r->level_known;
   m->sandbox.level = (enum msg_level)r->level;
@@ -82,6 +84,7 @@ int result_from_msg(const struct msg_result *m, struct job_result *r) {
   r->timed_out = m->timed_out;
   r->oom_killed = m->has_oom_killed ? (m->oom_killed ? 1 : 0) : -1;
   r->orphans_killed = m->orphans_killed;
+  r->kill_scope = m->has_kill_scope ? (enum kill_scope)m->kill_scope : KILL_SCOPE_NONE;
   r->requested = (enum sandbox_level)m->sandbox.requested;
   r->level_known = m->sandbox.has_level;
   r->level = (enum sandbox_level)m->sandbox.level;

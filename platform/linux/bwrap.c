@@ -74,8 +74,10 @@ int bwrap_argv_build(const struct bwrap_host *host, const struct bwrap_input *in
     strv_addv(a, "--ro-bind", "/dev/null", host->blind_files[i], NULL);
   for (size_t i = 0; i < host->n_blind_dirs; i++)
     strv_addv(a, "--tmpfs", host->blind_dirs[i], "--remount-ro", host->blind_dirs[i], NULL);
-  strv_add(a, "--proc");
-  strv_add(a, "/proc");
+  /* /proc/1 is the namespace's init (bwrap's, the job's uid, dumpable):
+   * an empty read-only tmpfs over its directory keeps the job from its
+   * mem, task/1/mem and fds (docs/SECURITY.md, "The job's init") */
+  strv_addv(a, "--proc", "/proc", "--tmpfs", "/proc/1", "--remount-ro", "/proc/1", NULL);
   add_dev_and_scratch(a, in, disk);
   strv_add(a, "--ro-bind-fd");
   strv_addf(a, "%d", in->package_fd);
@@ -149,6 +151,23 @@ bool bwrap_status_entry_started(const char *text, size_t len) {
     at += n + 1;
   }
   return false;
+}
+
+int bwrap_status_child_pid(const char *text, size_t len) {
+  for (size_t at = 0; at < len;) {
+    const char *nl = memchr(text + at, '\n', len - at);
+    if (!nl) /* a line still being written */
+      break;
+    size_t n = (size_t)(nl - (text + at));
+    json_t *o = json_loadb(text + at, n, 0, NULL);
+    json_t *v = json_object_get(o, "child-pid");
+    json_int_t pid = json_is_integer(v) ? json_integer_value(v) : 0;
+    json_decref(o);
+    if (pid > 1 && pid <= INT32_MAX)
+      return (int)pid;
+    at += n + 1;
+  }
+  return 0;
 }
 
 /* does s end with suffix? */

@@ -114,6 +114,12 @@ int bwrap_argv_with_status_fd(const struct strv *argv, int fd, struct strv *out_
  * the exit-code object, i.e. did the entry start? */
 bool bwrap_status_entry_started(const char *text, size_t len);
 
+/* The pid (in the caller's pid namespace) of the sandbox's init, from
+ * text's first complete line that holds {"child-pid": N}; 0 when none
+ * does yet. The init is pid 1 of the job's namespace: a SIGKILL to it
+ * from outside ends the whole namespace (sandbox_linux.c). */
+int bwrap_status_child_pid(const char *text, size_t len);
+
 /* Is line (bwrap's last line on stderr, for a start whose entry never
  * started) a failure that a concurrent change of a host file can cause
  * and that may pass at once: a step that ended with ENOENT or EBUSY, or

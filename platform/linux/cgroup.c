@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "platform/linux/pidfd.h"
 #include "platform/posix/launch.h"
 
 void cgroup_job_init(struct cgroup_job *cg) {
@@ -492,45 +493,70 @@ int cgroup_job_create(struct cgroup_job *cg, const char *state_dir, uint64_t mem
   return r;
 }
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
+/* Up to max pids listed in dir's cgroup.procs into out: how many are
+ * listed (may exceed max), or -1 when the cgroup is gone. */
+static long read_procs(const char *dir, pid_t *out, size_t max) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return -1;
+  long pid, n = 0;
+  while (fscanf(f, "%ld", &pid) == 1) {
+    if ((size_t)n < max)
+      out[n] = (pid_t)pid;
+    n++;
+  }
+  fclose(f);
+  return n;
+}
 
-/* SIGKILL every process listed in dir's cgroup.procs until none is left.
- * A killed process leaves its cgroup when it exits: each round waits for
- * the killed ones' pidfds (at most 20 ms), not a fixed sleep; without
- * pidfds (an older kernel) it sleeps 1 ms. */
+#define KILL_DIR_BATCH 256
+
+/* SIGKILL every process listed in dir's cgroup.procs until none is left,
+ * through pidfds: a pidfd is opened for each listed pid, the list is read
+ * again, and only a pid still listed is signalled, through its pidfd, so a
+ * pid that a process outside the cgroup took over between the first read
+ * and the open is never hit. A killed process leaves its cgroup when it
+ * exits: each round waits for the killed ones' pidfds (at most 20 ms
+ * each), not a fixed sleep. Without pidfds (Linux < 5.3) it signals by
+ * pid, as listed, and sleeps 1 ms. */
 static unsigned kill_dir(const char *dir) {
   unsigned killed = 0;
+  pid_t pids[KILL_DIR_BATCH], again[KILL_DIR_BATCH];
+  int fds[KILL_DIR_BATCH];
   for (int round = 0; round < 1000; round++) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
-    FILE *f = fopen(path, "re");
-    if (!f)
-      return killed;
-    long pid;
-    bool any = false;
-    struct pollfd pf[32];
-    nfds_t npf = 0;
-    while (fscanf(f, "%ld", &pid) == 1) {
-      /* the pidfd first: it names this process even if the pid is reused */
-      int pfd = npf < sizeof(pf) / sizeof(pf[0]) ? (int)syscall(SYS_pidfd_open, (pid_t)pid, 0) : -1;
-      if (kill((pid_t)pid, SIGKILL) == 0 && round == 0)
-        killed++;
-      if (pfd >= 0)
-        pf[npf++] = (struct pollfd){pfd, POLLIN, 0};
-      any = true;
-    }
-    fclose(f);
-    if (!any)
+    long n = read_procs(dir, pids, KILL_DIR_BATCH);
+    if (n <= 0)
       break;
-    if (npf > 0) {
+    size_t k = (size_t)n < KILL_DIR_BATCH ? (size_t)n : KILL_DIR_BATCH;
+    for (size_t i = 0; i < k; i++)
+      fds[i] = pidfd_linux_open(pids[i]);
+    long m = read_procs(dir, again, KILL_DIR_BATCH);
+    size_t km = m < 0 ? 0 : (size_t)m < KILL_DIR_BATCH ? (size_t)m : KILL_DIR_BATCH;
+    bool waited = false;
+    for (size_t i = 0; i < k; i++) {
+      bool listed = false;
+      for (size_t j = 0; j < km && !listed; j++)
+        listed = again[j] == pids[i];
+      int r = -ESRCH;
+      if (fds[i] >= 0 && listed)
+        r = pidfd_linux_signal(fds[i], SIGKILL);
+      else if (fds[i] == -ENOSYS && listed)
+        r = kill(pids[i], SIGKILL) < 0 ? -errno : 0;
+      if (r == 0 && round == 0)
+        killed++;
+    }
+    for (size_t i = 0; i < k; i++) {
+      if (fds[i] < 0)
+        continue;
       /* readable once the process has exited, which is when it leaves */
-      for (nfds_t i = 0; i < npf; i++) {
-        (void)poll(&pf[i], 1, 20);
-        close(pf[i].fd);
-      }
-    } else {
+      struct pollfd pf = {fds[i], POLLIN, 0};
+      (void)poll(&pf, 1, 20);
+      close(fds[i]);
+      waited = true;
+    }
+    if (!waited) {
       struct timespec ts = {0, 1000 * 1000}; /* a dying tree leaves within a few ms */
       nanosleep(&ts, NULL);
     }

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "platform/linux/pidfd.h"
+
 struct pp {
   pid_t pid, ppid;
 };
@@ -160,17 +162,55 @@ size_t procs_descendants(pid_t root, pid_t *out, size_t max) {
   return found;
 }
 
-size_t procs_kill_descendants(pid_t root) {
-  pid_t pids[4096];
+#define KILL_BATCH 256
+
+/* The descendants of root, spare's subtree left out: how many (<= max). */
+static size_t tree_but(pid_t root, pid_t spare, pid_t *out, size_t max) {
+  size_t n = procs_descendants(root, out, max);
+  if (n > max)
+    n = max;
+  if (spare <= 0)
+    return n;
+  pid_t skip[KILL_BATCH];
+  size_t ns = procs_descendants(spare, skip, KILL_BATCH);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    bool spared = out[i] == spare;
+    for (size_t j = 0; j < ns && j < KILL_BATCH && !spared; j++)
+      spared = skip[j] == out[i];
+    if (!spared)
+      out[k++] = out[i];
+  }
+  return k;
+}
+
+size_t procs_kill_descendants(pid_t root, pid_t spare) {
+  pid_t pids[KILL_BATCH], again[KILL_BATCH];
+  int fds[KILL_BATCH];
   size_t first = 0;
   for (int round = 0; round < 50; round++) {
-    size_t n = procs_descendants(root, pids, sizeof(pids) / sizeof(pids[0]));
-    if (round == 0)
-      first = n;
+    size_t n = tree_but(root, spare, pids, KILL_BATCH);
+    if (round == 0) { /* all of them, beyond the batch too */
+      size_t all = procs_descendants(root, NULL, 0);
+      size_t spared = spare > 0 ? procs_descendants(spare, NULL, 0) + 1 : 0;
+      first = all > spared ? all - spared : n;
+    }
     if (n == 0)
       break;
-    for (size_t i = 0; i < n && i < sizeof(pids) / sizeof(pids[0]); i++)
-      kill(pids[i], SIGKILL);
+    for (size_t i = 0; i < n; i++)
+      fds[i] = pidfd_linux_open(pids[i]);
+    size_t m = tree_but(root, spare, again, KILL_BATCH);
+    for (size_t i = 0; i < n; i++) {
+      bool listed = false;
+      for (size_t j = 0; j < m && !listed; j++)
+        listed = again[j] == pids[i];
+      if (listed && fds[i] >= 0)
+        (void)pidfd_linux_signal(fds[i], SIGKILL);
+      else if (listed && fds[i] == -ENOSYS)
+        kill(pids[i], SIGKILL);
+      if (fds[i] >= 0)
+        close(fds[i]);
+    }
     struct timespec ts = {0, 2 * 1000 * 1000};
     nanosleep(&ts, NULL);
   }

@@ -10,10 +10,13 @@
  * Returns how many were found (may exceed max; only max are stored). */
 size_t procs_descendants(pid_t root, pid_t *out, size_t max);
 
-/* SIGKILL every descendant of root, repeatedly, until none is left or a
- * bound is reached. Returns how many distinct processes were signalled on
- * the first pass. */
-size_t procs_kill_descendants(pid_t root);
+/* SIGKILL every descendant of root but spare and its descendants (0:
+ * none spared), repeatedly, until none is left or a bound is reached.
+ * Each is signalled through a pidfd opened before the tree is read again,
+ * and only if it is still in the tree then, so a pid reused meanwhile by
+ * a process outside the tree is never hit (by pid without pidfds).
+ * Returns how many were found on the first pass. */
+size_t procs_kill_descendants(pid_t root, pid_t spare);
 
 /* Collect up to max zombie children of parent (processes re-parented to
  * a subreaper that died). Returns how many were found. */

@@ -26,15 +26,14 @@
 #include "platform/linux/bwrap.h"
 #include "platform/linux/cgroup.h"
 #include "platform/linux/grants_linux.h"
+#include "platform/linux/pidfd.h"
 #include "platform/linux/procs.h"
+#include "platform/linux/reaper_linux.h"
 #include "platform/linux/seccomp.h"
 #include "platform/linux/user_scope.h"
 #include "platform/posix/launch.h"
 #include "platform/posix/output.h"
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 #ifndef SYS_landlock_create_ruleset
 #define SYS_landlock_create_ruleset 444
 #endif
@@ -627,20 +626,108 @@ struct start_end {
   size_t err_from;  /* where this start's stderr begins in res->err */
 };
 
-/* What bwrap wrote on its --json-status-fd; its writers are gone. */
-static bool entry_started(int status_fd) {
-  char buf[4096];
-  size_t have = 0;
-  while (have < sizeof(buf)) {
-    ssize_t n = read(status_fd, buf + have, sizeof(buf) - have);
+/* How long the end of a job waits for its pid namespace to be empty
+ * after the init's SIGKILL: the kernel takes every process down before
+ * the init reports its exit; a process stuck in the kernel (a hung
+ * mount) can hold that up. */
+#define INIT_EXIT_WAIT_MS 5000
+
+/* The init of an isolated job's pid namespace (bwrap's pid 1, which runs
+ * as the job's uid), held by a pidfd from the moment bwrap says which
+ * process it is: its SIGKILL ends the whole namespace, whatever the job
+ * did to the init (docs/SECURITY.md, "The job's init"). */
+struct job_init {
+  int fd;            /* its pidfd, or -1 */
+  pid_t pid;         /* from bwrap's report; 0 until then, -1 none usable */
+  char status[4096]; /* what bwrap wrote on its --json-status-fd so far */
+  size_t len;
+  bool ended; /* the pipe reached its end (or the buffer is full) */
+};
+
+/* Take what bwrap has written on its status pipe (non-blocking) so far. */
+static void status_take(struct job_init *ji, int status_fd) {
+  while (status_fd >= 0 && ji->len < sizeof(ji->status)) {
+    ssize_t n = read(status_fd, ji->status + ji->len, sizeof(ji->status) - ji->len);
     if (n < 0 && errno == EINTR)
       continue;
+    if (n == 0)
+      ji->ended = true;
     if (n <= 0)
       break;
-    have += (size_t)n;
+    ji->len += (size_t)n;
   }
-  return bwrap_status_entry_started(buf, have);
+  if (ji->len == sizeof(ji->status))
+    ji->ended = true;
 }
+
+/* Is pid, now, the init of a pid namespace below ours whose parent is
+ * bwrap (parent) or, bwrap gone, us (a subreaper)? Its /proc status:
+ * PPid, and NSpid's last field 1 (pid 1 of its own namespace). */
+static bool is_job_init(pid_t pid, pid_t parent) {
+  char path[64], line[256];
+  snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "re");
+  if (!f)
+    return false;
+  long ppid = -1;
+  int fields = 0;
+  const char *last = NULL;
+  char nspid[256] = "";
+  while (fgets(line, sizeof(line), f)) {
+    if (strncmp(line, "PPid:", 5) == 0)
+      ppid = strtol(line + 5, NULL, 10);
+    else if (strncmp(line, "NSpid:", 6) == 0)
+      snprintf(nspid, sizeof(nspid), "%s", line + 6);
+  }
+  fclose(f);
+  for (char *save = NULL, *t = strtok_r(nspid, " \t\n", &save); t;
+       t = strtok_r(NULL, " \t\n", &save)) {
+    fields++;
+    last = t;
+  }
+  return (ppid == parent || ppid == getpid()) && fields >= 2 && strcmp(last, "1") == 0;
+}
+
+/* Read bwrap's report and, once it names the init, hold the init by a
+ * pidfd (and hand a copy to the agent's reaper). bwrap is our child,
+ * not yet reaped, so its pid names it. */
+static void init_track(struct job_init *ji, int status_fd, pid_t bwrap) {
+  status_take(ji, status_fd);
+  if (ji->pid != 0)
+    return;
+  pid_t pid = bwrap_status_child_pid(ji->status, ji->len);
+  if (pid <= 0)
+    return;
+  ji->pid = -1;
+  int fd = pidfd_linux_open(pid);
+  if (fd < 0)
+    return; /* gone already: nothing of it to end */
+  /* the pidfd names one process; that it is the init is checked after it
+   * was opened, and the process is then still alive, so the check was of
+   * that process and not of one that reused its pid */
+  if (!is_job_init(pid, bwrap) || pidfd_linux_signal(fd, 0) < 0) {
+    close(fd);
+    return;
+  }
+  ji->fd = fd;
+  ji->pid = pid;
+  reaper_linux_watch(fd);
+}
+
+/* SIGKILL the init, which takes its namespace down, and wait (bounded)
+ * until it and so every process of the namespace is gone. true when the
+ * init was still alive to be killed. */
+static bool init_end(struct job_init *ji, bool *out_gone) {
+  *out_gone = true;
+  if (ji->fd < 0)
+    return false;
+  bool alive = pidfd_linux_signal(ji->fd, SIGKILL) == 0;
+  *out_gone = pidfd_linux_wait_exit(ji->fd, INIT_EXIT_WAIT_MS);
+  return alive;
+}
+
+static void stderr_note(const struct sandbox_job *job, struct job_result *res, size_t cap,
+                        const char *note);
 
 /* Start the job's first process once (bwrap, or the entry itself) and
  * supervise it to its end; deadline and CPU time count from start. 0, or a
@@ -655,6 +742,7 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
   int r;
   int pidfd = -1;
   int status_pipe[2] = {-1, -1};
+  struct job_init ji = {.fd = -1};
   pid_t pid = -1;
   size_t nkeep = 0;
   int *keep = NULL;
@@ -740,20 +828,24 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
     goto out;
   }
   res->ran = true;
-  pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  pidfd = pidfd_linux_open(pid);
 
   int64_t deadline = start + (int64_t)m->timeout_s * 1000;
   int64_t cpu_max_usec = (int64_t)m->cpu_s * 1000000;
   bool exited = false, cancelled = false, cpu_out = false;
   int status = 0;
   while (!exited) {
-    struct pollfd pf[2];
+    struct pollfd pf[3];
     size_t n = 0;
     int i_pid = -1, i_cancel = -1;
+    if (iso) /* bwrap names its init as soon as it has cloned it */
+      init_track(&ji, status_pipe[0], pid);
     if (pidfd >= 0) {
       pf[n] = (struct pollfd){pidfd, POLLIN, 0};
       i_pid = (int)n++;
     }
+    if (iso && ji.pid == 0 && !ji.ended)
+      pf[n++] = (struct pollfd){status_pipe[0], POLLIN, 0};
     if (plan->job->cancel_fd >= 0) {
       pf[n] = (struct pollfd){plan->job->cancel_fd, POLLIN, 0};
       i_cancel = (int)n++;
@@ -782,11 +874,16 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
       break;
     }
     if (pidfd < 0 || (i_pid >= 0 && (pf[i_pid].revents & POLLIN))) {
+      if (iso) /* bwrap exited before its report was read: read it now */
+        init_track(&ji, status_pipe[0], pid);
       if (waitpid(pid, &status, WNOHANG) == pid)
         exited = true;
     }
   }
 
+  if (iso) /* the last chance to learn the init, bwrap not yet reaped */
+    init_track(&ji, status_pipe[0], exited ? -1 : pid);
+  bool ns_gone = true;
   if (!exited) {
     /* timeout, cancel or CPU: count what is left besides the entry, kill all */
     pid_t tree[64];
@@ -796,27 +893,62 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
       desc = desc > 0 ? desc - 1 : 0;
     } else { /* we are the subreaper: re-parented orphans are our children */
       desc = procs_descendants(getpid(), tree, 0);
+      if (reaper_linux_pid() > 0 && desc > 0 && kill(reaper_linux_pid(), 0) == 0)
+        desc--; /* the agent's reaper is no part of the job */
     }
     res->orphans_killed = desc > 1 ? (unsigned)(desc - 1) : 0;
+    /* the init first: its SIGKILL takes the namespace down, whatever the
+     * job did to the init (its parent-death signal is the job's to
+     * clear); bwrap then */
+    if (iso && init_end(&ji, &ns_gone))
+      res->kill_scope = KILL_SCOPE_PID_NAMESPACE;
     kill(pid, SIGKILL);
-    procs_kill_descendants(pid);
-    /* bwrap's init dies of its parent-death signal a moment later, an
-     * orphan re-parented to us: wait for the tree to be gone so the
-     * reaper below finds it dead */
+    procs_kill_descendants(pid, 0);
     if (n_tree > sizeof(tree) / sizeof(tree[0]))
       n_tree = sizeof(tree) / sizeof(tree[0]);
     wait_gone(tree, n_tree);
-    cgroup_job_kill(cg);
-    if (!iso) /* one job per agent process in contained mode: see SECURITY.md */
-      procs_kill_descendants(getpid());
+    if (cgroup_job_kill(cg) > 0 && res->kill_scope == KILL_SCOPE_NONE)
+      res->kill_scope = KILL_SCOPE_CGROUP;
+    if (!iso) { /* one job per agent process in contained mode: see SECURITY.md */
+      if (procs_kill_descendants(getpid(), reaper_linux_pid()) > 0 &&
+          res->kill_scope == KILL_SCOPE_NONE)
+        res->kill_scope = KILL_SCOPE_DESCENDANTS;
+      if (res->kill_scope == KILL_SCOPE_NONE)
+        res->kill_scope = cg->pids_dir ? KILL_SCOPE_CGROUP : KILL_SCOPE_DESCENDANTS;
+    } else if (res->kill_scope == KILL_SCOPE_NONE) {
+      res->kill_scope = KILL_SCOPE_PID_NAMESPACE; /* bwrap's death ended it */
+    }
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
       ;
     if (cancelled)
       job_result_fail(res, CORDON_E_CANCELLED, "the job was cancelled");
-  } else if (!iso) {
-    /* the entry is gone; whatever it left behind is killed and counted */
-    size_t left_behind = cg->pids_dir ? cgroup_job_kill(cg) : procs_kill_descendants(getpid());
+  } else if (iso) {
+    /* bwrap has reported the entry's end; what the job left in its
+     * namespace (the init's children) is counted and ended with the
+     * init: the init's parent-death signal is not relied on. The tree of
+     * an isolated job always ends with its namespace; whether anything
+     * was left in it cannot be told for sure (bwrap's exit may have
+     * ended the init, and the namespace with it, a moment before the
+     * count), so kill_scope does not depend on the count. */
+    size_t left_behind = ji.fd >= 0 ? procs_descendants(ji.pid, NULL, 0) : 0;
+    init_end(&ji, &ns_gone);
     res->orphans_killed = (unsigned)left_behind;
+    res->kill_scope = KILL_SCOPE_PID_NAMESPACE;
+  } else {
+    /* the entry is gone; whatever it left behind is killed and counted */
+    size_t left_behind =
+        cg->pids_dir ? cgroup_job_kill(cg) : procs_kill_descendants(getpid(), reaper_linux_pid());
+    res->orphans_killed = (unsigned)left_behind;
+    if (left_behind > 0)
+      res->kill_scope = cg->pids_dir ? KILL_SCOPE_CGROUP : KILL_SCOPE_DESCENDANTS;
+  }
+  if (!ns_gone) {
+    /* a process stuck in the kernel holds the namespace up: its cgroup
+     * is killed too, and the result says so */
+    cgroup_job_kill(cg);
+    stderr_note(plan->job, res, (size_t)m->output_kb * 1024,
+                "cordon: the job's pid namespace had not ended 5 s after its init was "
+                "killed\n");
   }
   live_remove(pid);
   reap_orphans();
@@ -826,7 +958,9 @@ static int start_once(struct sandbox_plan *plan, struct job_result *res, struct 
   end->cpu_out = cpu_out;
   /* bwrap ended by itself (not by a signal: an OOM kill of bwrap says
    * nothing about the entry) without reporting the entry's start */
-  end->not_started = iso && exited && WIFEXITED(status) && !entry_started(status_pipe[0]);
+  status_take(&ji, status_pipe[0]); /* its writers are gone */
+  end->not_started =
+      iso && exited && WIFEXITED(status) && !bwrap_status_entry_started(ji.status, ji.len);
   r = 0;
 out:
   free(keep);
@@ -836,6 +970,8 @@ out:
       close(status_pipe[i]);
   if (pidfd >= 0)
     close(pidfd);
+  if (ji.fd >= 0)
+    close(ji.fd);
   posix_output_release(&out);
   return r;
 }

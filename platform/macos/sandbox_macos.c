@@ -391,6 +391,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   size_t killed = kill_job(&s, graceful, alone);
   atomic_fetch_sub(&jobs_running, 1);
   res->orphans_killed = (unsigned)killed;
+  if (killed > 0 || graceful)
+    res->kill_scope = KILL_SCOPE_PGROUP;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
     ;

@@ -990,6 +990,8 @@ int sandbox_os_run(struct sandbox_plan *plan, struct job_result *res) {
   if (w != WAIT_OBJECT_0 && !cancelled)
     res->timed_out = true;
   res->orphans_killed = live_processes(job, pi.dwProcessId);
+  if (res->orphans_killed > 0 || res->timed_out || cancelled)
+    res->kill_scope = KILL_SCOPE_JOB;
   /* the whole tree, whatever happened to the entry */
   TerminateJobObject(job, SANDBOX_WINDOWS_KILLED_EXIT);
   WaitForSingleObject(pi.hProcess, 5000);

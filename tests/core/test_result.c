@@ -211,10 +211,10 @@ Test(result, fresh_result_has_every_field_of_section_5) {
   struct job_result r;
   job_result_init(&r);
   json_t *j = to_json(&r);
-  static const char *const keys[] = {"job_id",  "device_id", "exit_code",        "signal",
-                                     "stdout",  "stderr",    "stdout_truncated", "stderr_truncated",
-                                     "wall_ms", "timed_out", "oom_killed",       "orphans_killed",
-                                     "sandbox", "error"};
+  static const char *const keys[] = {
+      "job_id",     "device_id",        "exit_code",        "signal",  "stdout",
+      "stderr",     "stdout_truncated", "stderr_truncated", "wall_ms", "timed_out",
+      "oom_killed", "orphans_killed",   "kill_scope",       "sandbox", "error"};
   for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
     get(j, keys[i]);
   cr_assert(json_is_null(get(j, "exit_code")), "never ran: no exit code");
@@ -225,6 +225,7 @@ Test(result, fresh_result_has_every_field_of_section_5) {
   cr_assert_str_eq(json_string_value(get(j, "stdout")), "");
   cr_assert_null(json_object_get(j, "stdout_base64"));
   cr_assert(json_is_false(get(j, "timed_out")));
+  cr_assert(json_is_null(get(j, "kill_scope")), "nothing was killed");
   json_t *sb = get(j, "sandbox");
   static const char *const sbkeys[] = {"requested", "level", "mechanism", "downgrade_reason",
                                        "limits"};
@@ -413,6 +414,7 @@ Test(result, counters_and_flags_are_copied) {
   r.wall_ms = 5000000000ull; /* above 2^32 */
   r.timed_out = true;
   r.orphans_killed = 3;
+  r.kill_scope = KILL_SCOPE_PID_NAMESPACE;
   r.err.truncated = true;
   json_t *j = to_json(&r);
   cr_assert_str_eq(json_string_value(get(j, "job_id")), "0123456789abcdef0123456789abcdef");
@@ -420,8 +422,22 @@ Test(result, counters_and_flags_are_copied) {
   cr_assert_eq(json_integer_value(get(j, "wall_ms")), 5000000000ll);
   cr_assert(json_is_true(get(j, "timed_out")));
   cr_assert_eq(json_integer_value(get(j, "orphans_killed")), 3);
+  cr_assert_str_eq(json_string_value(get(j, "kill_scope")), "pid-namespace");
   cr_assert(json_is_true(get(j, "stderr_truncated")));
   json_decref(j);
+}
+
+Test(result, kill_scope_names_are_the_documented_ones) {
+  static const char *const want[] = {NULL,          "pid-namespace", "cgroup",
+                                     "descendants", "pgroup",        "job"};
+  for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+    const char *got = kill_scope_name((enum kill_scope)i);
+    if (want[i])
+      cr_expect_str_eq(got, want[i]);
+    else
+      cr_expect_null(got);
+  }
+  cr_expect_null(kill_scope_name((enum kill_scope)99));
 }
 
 Test(result, sandbox_object_names_levels_mechanism_and_limits) {

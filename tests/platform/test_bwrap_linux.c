@@ -501,6 +501,18 @@ Test(bwrap, root_is_remounted_read_only_after_every_mount) {
   fx_release(&f);
 }
 
+Test(bwrap, the_inits_proc_directory_is_an_empty_read_only_tmpfs) {
+  struct fx f;
+  fx_build(&f, "{" BASE "}");
+  long proc = find_pair(&f, "--proc", "/proc");
+  long mask = find_pair(&f, "--tmpfs", "/proc/1");
+  long ro = find_pair(&f, "--remount-ro", "/proc/1");
+  cr_assert_geq(proc, 0);
+  cr_assert_eq(mask, proc + 2, "right after /proc is mounted");
+  cr_assert_eq(ro, mask + 2);
+  fx_release(&f);
+}
+
 Test(bwrap, no_mount_without_grants_but_the_fixed_ones) {
   struct fx f;
   fx_build_with(&f, "{" BASE "}", NULL, 0, NULL, 0);
@@ -714,7 +726,7 @@ Test(bwrap, the_whole_argv_for_the_hello_example) {
       "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
       "--ro-bind", "/dev/null", "/etc/shadow",
       "--tmpfs", "/etc/cordon-agent", "--remount-ro", "/etc/cordon-agent",
-      "--proc", "/proc",
+      "--proc", "/proc", "--tmpfs", "/proc/1", "--remount-ro", "/proc/1",
       "--dev", "/cordon/dev", "--remount-ro", "/cordon/dev", "--perms", "0755", "--dir", "/dev",
       "--dev-bind", "/dev/null", "/dev/null", "--dev-bind", "/dev/zero", "/dev/zero",
       "--dev-bind", "/dev/full", "/dev/full", "--dev-bind", "/dev/random", "/dev/random",

@@ -302,6 +302,26 @@ Test(bwrap_status, the_entry_started_only_with_an_exit_code_object) {
                  "row %zu", i);
 }
 
+Test(bwrap_status, the_init_is_the_child_pid_of_a_whole_line) {
+  static const struct {
+    const char *text;
+    int pid;
+  } rows[] = {
+      {"", 0},
+      {"{ \"child-pid\": 16608, \"pid-namespace\": 4026532176 }\n", 16608},
+      {"{ \"child-pid\": 16608", 0}, /* the line is not complete yet */
+      {"garbage\n{ \"child-pid\": 77 }\n{ \"exit-code\": 0 }\n", 77},
+      {"{ \"child-pid\": \"77\" }\n", 0},
+      {"{ \"child-pid\": 1 }\n", 0},
+      {"{ \"child-pid\": -5 }\n", 0},
+      {"{ \"child-pid\": 99999999999 }\n", 0},
+      {"{ \"exit-code\": 0 }\n", 0},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+    cr_expect_eq(bwrap_status_child_pid(rows[i].text, strlen(rows[i].text)), rows[i].pid, "row %zu",
+                 i);
+}
+
 Test(bwrap_status, only_enoent_and_ebusy_of_bwrap_are_transient) {
   static const struct {
     const char *line;

@@ -144,6 +144,8 @@ static struct msg sample(enum msg_type t) {
     m.result.has_oom_killed = true;
     m.result.oom_killed = false;
     m.result.orphans_killed = 2;
+    m.result.has_kill_scope = true;
+    m.result.kill_scope = 1; /* pid namespace */
     m.result.sandbox.requested = MSG_LEVEL_CONTAINED;
     m.result.sandbox.has_level = true;
     m.result.sandbox.level = MSG_LEVEL_ISOLATED;
@@ -454,6 +456,7 @@ Test(msg, decoded_fields_match_what_was_sent) {
   cr_expect(memcmp(d.result.stderr_buf.data, err_bytes, sizeof(err_bytes)) == 0);
   cr_expect(d.result.stderr_truncated && !d.result.stdout_truncated);
   cr_expect(d.result.has_oom_killed && !d.result.oom_killed);
+  cr_expect(d.result.has_kill_scope && d.result.kill_scope == 1);
   cr_expect_eq(d.result.sandbox.level, MSG_LEVEL_ISOLATED);
   cr_expect_null(d.result.sandbox.downgrade_reason);
   cr_expect_eq(d.result.sandbox.limits.time, MSG_ENFORCE_PID_NAMESPACE);
@@ -672,11 +675,8 @@ static bool is_optional(enum msg_type t, const char *key) {
   static const struct {
     enum msg_type t;
     const char *key;
-  } opt[] = {{MSG_HELLO, "device_id"},
-             {MSG_HELLO, "name"},
-             {MSG_HELLO, "mechanism"},
-             {MSG_GOAWAY, "retry_ms"},
-             {MSG_ERROR, "job_id"}};
+  } opt[] = {{MSG_HELLO, "device_id"}, {MSG_HELLO, "name"},        {MSG_HELLO, "mechanism"},
+             {MSG_GOAWAY, "retry_ms"}, {MSG_RESULT, "kill_scope"}, {MSG_ERROR, "job_id"}};
   for (size_t i = 0; i < sizeof(opt) / sizeof(opt[0]); i++)
     if (opt[i].t == t && strcmp(opt[i].key, key) == 0)
       return true;
@@ -786,6 +786,9 @@ Test(msg, rejects_integers_out_of_range) {
       {MSG_RESULT, "orphans_killed", "ce ff ff ff ff", 0},
       {MSG_RESULT, "orphans_killed", "cf 00 00 00 01 00 00 00 00", CORDON_E_PROTOCOL},
       {MSG_RESULT, "orphans_killed", "ff", CORDON_E_PROTOCOL},
+      {MSG_RESULT, "kill_scope", "05", 0},
+      {MSG_RESULT, "kill_scope", "06", CORDON_E_PROTOCOL},
+      {MSG_RESULT, "kill_scope", "00", CORDON_E_PROTOCOL},
       {MSG_RESULT, "exit_code", "ce ff ff ff ff", 0},
       {MSG_RESULT, "exit_code", "cf 00 00 00 01 00 00 00 00", CORDON_E_PROTOCOL},
       {MSG_RESULT, "exit_code", "d2 80 00 00 00", 0},
