@@ -440,8 +440,10 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
 }
 
 json_t *server_db_job_result_to_json(const struct server_db_job *job) {
-  /* the database holds only JSON objects: a parse failure is a damaged row */
-  json_t *r = job->result_json ? json_loads(job->result_json, 0, NULL) : NULL;
+  /* the database holds only JSON objects: a parse failure is a damaged row
+   * (a result stored before control bytes went to base64 may have a NUL,
+   * \u0000, in its output's string: it reads as the byte it was) */
+  json_t *r = job->result_json ? json_loads(job->result_json, JSON_ALLOW_NUL, NULL) : NULL;
   return r ? r : json_null();
 }
 

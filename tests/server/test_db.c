@@ -1618,6 +1618,37 @@ Test(db, a_result_object_is_stored_as_its_text_and_a_non_object_or_too_large_one
   server_db_close(db);
 }
 
+/* A server before control bytes went to base64 stored a NUL in an
+ * output's string as \u0000: such a row reads back whole, not as null. */
+Test(db, a_stored_result_with_a_nul_in_its_output_string_reads_back) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE], id[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  add_job(db, alice, dev, id);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_job_send(db, id, dev, 100, &d), 0, "%s", d.msg);
+  json_t *o = json_pack("{s:i, s:s%}", "exit_code", 0, "stdout", "a\0b", (size_t)3);
+  enum server_db_job_state after;
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o, 0,
+                                                      NULL, 0, &after, &d),
+               0, "%s", d.msg);
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, id, &j, NULL), 0);
+  cr_assert(strstr(j.result_json, "\\u0000"), "%s", j.result_json);
+  json_t *back = server_db_job_result_to_json(&j);
+  cr_assert(json_equal(back, o), "%s", j.result_json);
+  uint8_t *out;
+  size_t n;
+  cr_assert_eq(job_result_output_decode(back, "stdout", RESULT_OUTPUT_MAX, &out, &n), 0);
+  cr_assert(n == 3 && memcmp(out, "a\0b", 3) == 0);
+  free(out);
+  json_decref(back);
+  json_decref(o);
+  server_db_job_release(&j);
+  server_db_close(db);
+}
+
 Test(db, queued_jobs_wait_in_order_expire_and_go_to_one_device) {
   struct server_db *db = open_db();
   int64_t alice = add_user(db, "alice");

@@ -183,6 +183,20 @@ Test(result_store, output_of_the_longest_json_at_the_largest_output_kb_is_record
     json_decref(job);
     char receipt[4096];
     assert_receipt_verifies(id, out, MIB, errb, MIB, receipt);
+    /* `job ID --follow` of a job that is over writes its bytes as they were */
+    char followed[400];
+    snprintf(followed, sizeof(followed), "%s/%s.followed", e2e_dir, rows[i].name);
+    st = run_to_file(
+        (const char *const[]){SERVER, "job", id, "--follow", "--state", e2e_state, NULL}, followed,
+        NULL);
+    cr_assert_eq(st, 0, "job --follow");
+    FILE *f = fopen(followed, "r");
+    uint8_t *back = malloc(MIB + 1);
+    size_t got = fread(back, 1, MIB + 1, f);
+    fclose(f);
+    cr_assert(got == MIB && memcmp(back, out, MIB) == 0, "%s: --follow wrote %zu bytes",
+              rows[i].name, got);
+    free(back);
     free(out);
     free(errb);
     free(pkg);
