@@ -5,9 +5,10 @@
  * (result_output_is_text: valid UTF-8 with no control byte but tab, newline
  * and carriage return), otherwise as null with <name>_base64; the caller
  * owns the returned json_t. Either way a stream of n bytes takes at most
- * 2n + 2 characters of JSON (a string escapes only " and \ then, one
- * character each; base64 takes 4 per 3 bytes), so no output can make a
- * result larger than RESULT_JSON_MAX (docs/DESIGN.md section 5.2).
+ * 2n + 4 characters of JSON with its quotes (a string then escapes only "
+ * and \, as two characters each; base64 takes 4 per 3 bytes, rounded up:
+ * 4 for a single byte), so no output can make a result longer than
+ * RESULT_JSON_MAX (docs/DESIGN.md section 5.2).
  */
 #ifndef CORDON_PROTO_RESULT_H
 #define CORDON_PROTO_RESULT_H
@@ -35,7 +36,7 @@ const char *limit_mech_name(enum limit_mech m);
 #define RESULT_OUTPUT_MAX ((size_t)MANIFEST_OUTPUT_KB_MAX * 1024)
 /* Characters of JSON that the value of a stream of n bytes takes, at most
  * (the quotes included). */
-#define RESULT_STREAM_JSON_MAX(n) (2 * (size_t)(n) + 2)
+#define RESULT_STREAM_JSON_MAX(n) (2 * (size_t)(n) + 4)
 /* Characters of a result's JSON (JSON_COMPACT) besides its two streams'
  * values, at most: the keys, the ids, the numbers, the sandbox fields and
  * an error whose message (511 bytes) is all control bytes (\u00XX each);

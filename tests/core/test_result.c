@@ -780,3 +780,21 @@ Test(result, decode_refuses_what_is_not_one_output_before_allocating) {
     json_decref(j);
   }
 }
+
+/* Found by tests/fuzz/fuzz_result.c: one byte in base64 is four
+ * characters, more than twice its length: the bound is 2n + 4. */
+Test(result, short_streams_stay_within_their_bound_too) {
+  for (size_t n = 0; n <= 8; n++) {
+    static const uint8_t ones[8] = {1, 1, 1, 1, 1, 1, 1, 1}, quotes[8] = "\"\"\"\"\"\"\"\"";
+    const uint8_t *fills[2] = {ones, quotes};
+    for (int f = 0; f < 2; f++) {
+      struct job_result r;
+      job_result_init(&r);
+      r.out = (struct result_buf){(uint8_t *)fills[f], n, false};
+      json_t *j = to_json(&r);
+      json_t *v = json_object_get(j, json_is_null(get(j, "stdout")) ? "stdout_base64" : "stdout");
+      cr_assert_leq(value_len(v), RESULT_STREAM_JSON_MAX(n), "%zu bytes of fill %d", n, f);
+      json_decref(j);
+    }
+  }
+}
