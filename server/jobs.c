@@ -653,8 +653,8 @@ struct after {
   struct after_send send;   /* AFTER_SENT */
   struct job_result result; /* AFTER_RESULT: what the log needs, no output */
   int rc;                   /* AFTER_RESULT: the record's, 0 or -EALREADY */
-  bool unstorable;          /* AFTER_RESULT: recorded without its output, */
-  char why[sizeof(((struct cordon_diag *)0)->msg)]; /* because of this */
+  bool unstorable;          /* AFTER_RESULT: recorded without its output */
+  char why[sizeof(((struct cordon_diag *)0)->msg)]; /* AFTER_RESULT: and why (the sizes) */
   enum server_db_job_state state;     /* AFTER_RESULT: after it; AFTER_CANCELLED: before */
   char device_id[CORDON_ID_HEX_SIZE]; /* AFTER_CANCELLED */
   struct after *next;
@@ -1922,7 +1922,8 @@ static void result_store(struct jobs *js, struct session *s, const uint8_t job_i
     return;
   }
   free(a);
-  if (rc != -ENOENT && rc != -ESTALE)
+  bool never = readable && (rc == -EINVAL || rc == -E2BIG); /* the same bytes fail again */
+  if (rc != -ENOENT && rc != -ESTALE && !never)
     log_result(js, s, s->device_id, id, &r, readable, rc, after, &diag);
   job_result_release(&r);
   if (rc == -ENOENT || rc == -ESTALE) {
@@ -1930,9 +1931,10 @@ static void result_store(struct jobs *js, struct session *s, const uint8_t job_i
     refuse_result(s, job_id, id, rc == -ESTALE, "no job with this id was sent to this device");
     return;
   }
-  if (readable && (rc == -EINVAL || rc == -E2BIG)) {
-    /* the same bytes would be refused again: a final no, so that the
-     * agent's spool lets it go (the job ends at its deadline) */
+  if (never) {
+    /* not even without its output (no result can be so today): a final
+     * no, so that the agent's spool lets it go (the job ends at its
+     * deadline) */
     refuse_result_with(s, job_id, id, METRICS_REFUSAL_UNSTORABLE, "unstorable",
                        CORDON_E_RESULT_UNSTORABLE, diag.msg);
     return;
