@@ -360,6 +360,17 @@ static void on_message(void *ctx, struct msg *m) {
     agent_resend_forget(&rn->resend, m->ack.job_id);
     agent_spool_ack(&rn->spool, m->ack.job_id);
     break;
+  case MSG_ERROR: {
+    /* the server's word on a result it refuses or records without its
+     * output, before its ack (docs/protocol/messages.md, "Results the
+     * server refuses") */
+    char hex[CORDON_ID_HEX_SIZE] = "-";
+    if (m->error.has_job_id)
+      cordon_id_to_hex(m->error.job_id, hex);
+    core_log_kv(CORE_LOG_WARN, "the server answered a result with an error", "job", hex, "code",
+                m->error.code, "detail", m->error.message ? m->error.message : "", NULL);
+    break;
+  }
   default:
     break;
   }

@@ -36,6 +36,8 @@
   X(DEVICE_LOST, "device_lost", "the device did not come back before the deadline")                \
   X(QUEUE_EXPIRED, "queue_expired", "no eligible device came online before the queue deadline")    \
   X(PLATFORM_MISMATCH, "platform_mismatch", "the package does not support this platform")          \
+  X(RESULT_UNSTORABLE, "result_unstorable",                                                        \
+    "the server could not store the result: it was recorded without its output")                   \
   X(USAGE, "usage", "bad usage")                                                                   \
   /* the server's administration (cordon-server): what a command named */                          \
   X(NOT_FOUND, "not_found", "no such user, device, job or code")                                   \

@@ -303,7 +303,7 @@ static int parse_limits(json_t *v, struct manifest *m, bool *cpu_set, struct cor
       r = get_uint(val, "limits.cpu_s", 1, 86400, &m->cpu_s, diag);
       *cpu_set = true;
     } else if (strcmp(key, "output_kb") == 0)
-      r = get_uint(val, "limits.output_kb", 1, 1024, &m->output_kb, diag);
+      r = get_uint(val, "limits.output_kb", 1, MANIFEST_OUTPUT_KB_MAX, &m->output_kb, diag);
     else if (strcmp(key, "disk_mb") == 0)
       r = get_uint(val, "limits.disk_mb", 1, 16384, &m->disk_mb, diag);
     else

@@ -15,6 +15,9 @@
 #include "core/error.h"
 
 #define MANIFEST_MAX_BYTES (64 * 1024)
+/* The largest limits.output_kb (per stream): what sizes every result
+ * (core/result.h RESULT_OUTPUT_MAX, RESULT_JSON_MAX). */
+#define MANIFEST_OUTPUT_KB_MAX 1024
 #define MANIFEST_MAX_ARGS 256
 #define MANIFEST_MAX_ARG_LEN 4096
 #define MANIFEST_MAX_GRANTS 64

@@ -1,5 +1,6 @@
 #include "core/result.h"
 
+#include <errno.h>
 #include <sodium.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -130,10 +131,17 @@ bool utf8_valid(const uint8_t *s, size_t len) {
   return true;
 }
 
-/* Output as a string when UTF-8, else null plus <name>_base64. */
+bool result_output_is_text(const uint8_t *s, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (s[i] < 0x20 && s[i] != '\t' && s[i] != '\n' && s[i] != '\r')
+      return false;
+  return utf8_valid(s, len);
+}
+
+/* Output as a string when it is text, else null plus <name>_base64. */
 static int put_output(json_t *o, const char *name, const struct result_buf *b) {
   const uint8_t *data = b->data ? b->data : (const uint8_t *)"";
-  if (utf8_valid(data, b->len))
+  if (result_output_is_text(data, b->len))
     return json_object_set_new(o, name, json_stringn((const char *)data, b->len));
   size_t cap = sodium_base64_encoded_len(b->len, sodium_base64_VARIANT_ORIGINAL);
   char *enc = malloc(cap);
@@ -143,9 +151,61 @@ static int put_output(json_t *o, const char *name, const struct result_buf *b) {
   char key[32];
   snprintf(key, sizeof(key), "%s_base64", name);
   int r = json_object_set_new(o, name, json_null());
-  r |= json_object_set_new(o, key, json_string(enc));
+  r |= json_object_set_new(o, key, json_stringn_nocheck(enc, cap - 1));
   free(enc);
   return r;
+}
+
+int job_result_output_decode(const json_t *result, const char *name, size_t max, uint8_t **out_data,
+                             size_t *out_len) {
+  char key[32];
+  if (!json_is_object(result) || snprintf(key, sizeof(key), "%s_base64", name) >= (int)sizeof(key))
+    return -EINVAL;
+  const json_t *text = json_object_get(result, name), *b64 = json_object_get(result, key);
+  if (!text || (json_is_string(text) && b64))
+    return -EINVAL;
+  if (json_is_string(text)) {
+    size_t n = json_string_length(text);
+    if (n > max)
+      return -E2BIG;
+    uint8_t *d = malloc(n ? n : 1);
+    if (!d)
+      return -ENOMEM;
+    memcpy(d, json_string_value(text), n);
+    *out_data = d;
+    *out_len = n;
+    return 0;
+  }
+  if (!json_is_null(text))
+    return -EINVAL;
+  if (!b64)
+    return -ENODATA;
+  if (!json_is_string(b64))
+    return -EINVAL;
+  /* the padded form: 4 characters per 3 bytes, the last group padded */
+  size_t n = json_string_length(b64);
+  if (n % 4 != 0)
+    return -EINVAL;
+  if (n / 4 > (max + 2) / 3)
+    return -E2BIG;
+  size_t cap = n / 4 * 3;
+  uint8_t *d = malloc(cap ? cap : 1);
+  if (!d)
+    return -ENOMEM;
+  const char *s = json_string_value(b64), *end = NULL;
+  size_t len = 0;
+  if (sodium_base642bin(d, cap, s, n, NULL, &len, &end, sodium_base64_VARIANT_ORIGINAL) != 0 ||
+      end != s + n) {
+    free(d);
+    return -EINVAL;
+  }
+  if (len > max) {
+    free(d);
+    return -E2BIG;
+  }
+  *out_data = d;
+  *out_len = len;
+  return 0;
 }
 
 json_t *job_result_to_json(const struct job_result *r) {

@@ -1,8 +1,14 @@
 /* The job result of docs/DESIGN.md section 5, and its JSON form.
  *
  * A result owns its output buffers (at most the manifest's output cap each).
- * result_to_json() emits strings for valid UTF-8 output and *_base64 fields
- * otherwise; the caller owns the returned json_t.
+ * job_result_to_json() writes a stream as a JSON string when it is text
+ * (result_output_is_text: valid UTF-8 with no control byte but tab, newline
+ * and carriage return), otherwise as null with <name>_base64; the caller
+ * owns the returned json_t. Either way a stream of n bytes takes at most
+ * 2n + 4 characters of JSON with its quotes (a string then escapes only "
+ * and \, as two characters each; base64 takes 4 per 3 bytes, rounded up:
+ * 4 for a single byte), so no output can make a result longer than
+ * RESULT_JSON_MAX (docs/DESIGN.md section 5.2).
  */
 #ifndef CORDON_PROTO_RESULT_H
 #define CORDON_PROTO_RESULT_H
@@ -38,6 +44,20 @@ enum kill_scope {
 };
 /* "pid-namespace", ...; NULL for KILL_SCOPE_NONE. */
 const char *kill_scope_name(enum kill_scope k);
+
+/* Bytes of one captured stream, at most: the largest limits.output_kb. */
+#define RESULT_OUTPUT_MAX ((size_t)MANIFEST_OUTPUT_KB_MAX * 1024)
+/* Characters of JSON that the value of a stream of n bytes takes, at most
+ * (the quotes included). */
+#define RESULT_STREAM_JSON_MAX(n) (2 * (size_t)(n) + 4)
+/* Characters of a result's JSON (JSON_COMPACT) besides its two streams'
+ * values, at most: the keys, the ids, the numbers, the sandbox fields and
+ * an error whose message (511 bytes) is all control bytes (\u00XX each);
+ * about 4.6 KiB at worst (tests/core/test_result.c builds it). */
+#define RESULT_JSON_ENVELOPE_MAX 16384
+/* The longest result JSON a valid manifest allows: what the server's store
+ * takes (server/db.h SERVER_DB_RESULT_MAX). */
+#define RESULT_JSON_MAX (2 * RESULT_STREAM_JSON_MAX(RESULT_OUTPUT_MAX) + RESULT_JSON_ENVELOPE_MAX)
 
 struct result_buf {
   uint8_t *data;
@@ -91,5 +111,23 @@ json_t *job_result_to_json(const struct job_result *r);
 
 /* true if the bytes are valid UTF-8 (no overlongs, no surrogates). */
 bool utf8_valid(const uint8_t *s, size_t len);
+/* true if a stream goes into the JSON as a string: valid UTF-8 without a
+ * byte below 0x20 other than \t, \n and \r (JSON writes those as six
+ * characters, \u00XX). */
+bool result_output_is_text(const uint8_t *s, size_t len);
+
+/* The captured bytes of stream name ("stdout", "stderr") of the result JSON
+ * object: its string, or the standard base64 (padded) of <name>_base64 when
+ * the string is null; a result that carries a string full of escapes (an
+ * agent or server from before control bytes went to base64) reads the
+ * same. The form is checked before anything is allocated: a string or a
+ * base64 text for more than max bytes is refused. 0 with *out_data
+ * (malloc'd, never NULL; the caller frees it) and *out_len; -ENODATA: the
+ * result holds no output for it (null and no <name>_base64: a result the
+ * server recorded without its output, docs/PROTOCOL.md); -EINVAL: not an
+ * object, both forms, a value of another type, or bad base64; -E2BIG: over
+ * max; -ENOMEM. */
+int job_result_output_decode(const json_t *result, const char *name, size_t max, uint8_t **out_data,
+                             size_t *out_len);
 
 #endif

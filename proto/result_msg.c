@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* a stream the wire carries is one a result's JSON is sized for */
+_Static_assert(MSG_OUTPUT_MAX == RESULT_OUTPUT_MAX, "the output caps agree");
+
 /* limit_mech and msg_enforce use the same order */
 static enum msg_enforce to_enforce(enum limit_mech m) {
   return (enum msg_enforce)m;
@@ -104,6 +107,11 @@ int result_from_msg(const struct msg_result *m, struct job_result *r) {
     r->error = code ? code : CORDON_E_INTERNAL;
     snprintf(r->error_message, sizeof(r->error_message), "%s",
              m->error.message ? m->error.message : "");
+    /* the wire's message (UTF-8, up to MSG_TEXT_MAX) may be cut inside a
+     * character: back to the last whole one, so that the JSON takes it */
+    size_t n = strlen(r->error_message);
+    while (n > 0 && !utf8_valid((const uint8_t *)r->error_message, n))
+      r->error_message[--n] = '\0';
   }
   return 0;
 }

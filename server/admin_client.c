@@ -118,7 +118,8 @@ int admin_stream_next(struct admin_stream *st, json_t **out_line, struct cordon_
     char *nl = st->len ? memchr(st->buf, '\n', st->len) : NULL;
     if (nl) {
       size_t n = (size_t)(nl - st->buf);
-      json_t *line = json_loadb(st->buf, n, 0, NULL);
+      /* a job's stored result may carry \u0000 (docs/PROTOCOL.md "Result") */
+      json_t *line = json_loadb(st->buf, n, JSON_ALLOW_NUL, NULL);
       memmove(st->buf, nl + 1, st->len - n - 1);
       st->len -= n + 1;
       if (!json_is_object(line)) {

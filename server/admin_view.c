@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/admin_ops.h"
 #include "server/cli.h"
 
 const char *admin_view_device_state(enum server_db_device_state s) {
@@ -98,6 +99,11 @@ json_t *admin_view_job_summary(const struct server_db_job *j, json_t *online) {
   json_decref(r);
   return o;
 }
+
+/* a job's reply line (dispatch --wait, job, wait, the end of a follow)
+ * carries its whole stored result: the largest fits with room to spare */
+_Static_assert(ADMIN_REPLY_MAX >= SERVER_DB_RESULT_MAX + (1u << 20),
+               "a reply line holds the largest result");
 
 json_t *admin_view_job(const struct server_db_job *j, json_t *online) {
   if (!online)

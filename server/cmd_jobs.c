@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "core/id.h"
+#include "core/result.h"
 #include "server/admin_client.h"
 #include "server/admin_ops.h"
 #include "server/admin_view.h"
@@ -295,15 +296,16 @@ static void write_base64(FILE *f, const char *b64) {
   free(bin);
 }
 
-/* A result's captured output (text or _base64) to f. */
+/* A result's captured output (text or _base64, core/result.h) to f, its
+ * bytes as they were (a NUL included); nothing for a result recorded
+ * without its output. */
 static void write_captured(FILE *f, const json_t *res, const char *name) {
-  char key[32];
-  const char *text = json_string_value(json_object_get(res, name));
-  snprintf(key, sizeof(key), "%s_base64", name);
-  if (text)
-    fputs(text, f);
-  else
-    write_base64(f, json_string_value(json_object_get(res, key)));
+  uint8_t *data;
+  size_t len;
+  if (job_result_output_decode(res, name, RESULT_OUTPUT_MAX, &data, &len) == 0) {
+    fwrite(data, 1, len, f);
+    free(data);
+  }
 }
 
 /* --follow: the job's output as it comes, then its exit status. A job

@@ -1087,6 +1087,10 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
   if (r == 0) /* run --advertise */
     sessions_set_servers(d->sessions, opt->advertise, opt->n_advertise);
   if (r == 0) {
+    /* CORDON_RESULT_STORE_MAX: for tests, a lower cap on a result stored
+     * with its output (docs/OPERATIONS.md, "A result the server cannot
+     * store"); never above SERVER_DB_RESULT_MAX */
+    const char *rmax = getenv("CORDON_RESULT_STORE_MAX");
     const struct jobs_config cfg = {
         .loop = d->loop,
         .db = d->db,
@@ -1097,6 +1101,7 @@ static int compose(struct daemon *d, const struct daemon_options *opt) {
         .keyring = &d->keyring,
         .grace_s = opt->job_grace_s,
         .queue_ttl_s = opt->queue_ttl_s,
+        .result_max = rmax ? (size_t)strtoull(rmax, NULL, 10) : 0,
         .events = d->events,
     };
     r = jobs_new(&cfg, &d->jobs);

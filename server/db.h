@@ -63,17 +63,20 @@
 #include "core/error.h"
 #include "core/id.h"
 #include "core/manifest.h" /* enum sandbox_level */
+#include "core/result.h"   /* RESULT_JSON_MAX */
 
 #define SERVER_DB_FILE "cordon.db"
 #define SERVER_DB_SCHEMA_VERSION 14 /* the newest schema this binary knows */
 #define SERVER_DB_BUSY_TIMEOUT_MS 5000
 
-#define SERVER_DB_NAME_MAX 64                    /* bytes of a user or device name */
-#define SERVER_DB_PLATFORM_MAX 16                /* bytes of a platform name */
-#define SERVER_DB_CODE_MAX 64                    /* bytes of an error code string */
-#define SERVER_DB_FACTS_MAX (16 * 1024)          /* bytes of a device's facts JSON */
-#define SERVER_DB_ARGS_MAX (64 * 1024)           /* bytes of a job's args JSON */
-#define SERVER_DB_RESULT_MAX (4 * 1024 * 1024)   /* bytes of a job's result JSON */
+#define SERVER_DB_NAME_MAX 64           /* bytes of a user or device name */
+#define SERVER_DB_PLATFORM_MAX 16       /* bytes of a platform name */
+#define SERVER_DB_CODE_MAX 64           /* bytes of an error code string */
+#define SERVER_DB_FACTS_MAX (16 * 1024) /* bytes of a device's facts JSON */
+#define SERVER_DB_ARGS_MAX (64 * 1024)  /* bytes of a job's args JSON */
+/* bytes of a job's result JSON: the longest any valid manifest allows
+ * (core/result.h, about 4.02 MiB), so every result an agent sends fits */
+#define SERVER_DB_RESULT_MAX RESULT_JSON_MAX
 #define SERVER_DB_PUBKEY_SIZE 32                 /* X25519 static public key */
 #define SERVER_DB_HASH_SIZE 32                   /* package index hash (CPKG_HASH_SIZE) */
 #define SERVER_DB_QUEUE_TTL_MAX (30 * 24 * 3600) /* seconds a job may wait for a device */
@@ -669,10 +672,11 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
                                        struct cordon_diag *diag);
 /* The same with the result as a JSON object (borrowed), which this writes
  * compactly itself: its text needs no parsing to be checked. -EINVAL when
- * it is not an object or its text is longer than SERVER_DB_RESULT_MAX. */
+ * it is not an object; -E2BIG, nothing written, when its text is longer
+ * than max (0: SERVER_DB_RESULT_MAX; a larger max is SERVER_DB_RESULT_MAX). */
 int server_db_job_record_signed_result_obj(struct server_db *db, const char *id,
                                            const char *device_id, enum server_db_job_state final,
-                                           const char *error_code, const json_t *result,
+                                           const char *error_code, const json_t *result, size_t max,
                                            const uint8_t *receipt, size_t receipt_len,
                                            enum server_db_job_state *out_state,
                                            struct cordon_diag *diag);

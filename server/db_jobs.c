@@ -318,16 +318,23 @@ int server_db_job_record_signed_result(struct server_db *db, const char *id, con
 
 int server_db_job_record_signed_result_obj(struct server_db *db, const char *id,
                                            const char *device_id, enum server_db_job_state final,
-                                           const char *error_code, const json_t *result,
+                                           const char *error_code, const json_t *result, size_t max,
                                            const uint8_t *receipt, size_t receipt_len,
                                            enum server_db_job_state *out_state,
                                            struct cordon_diag *diag) {
+  if (max == 0 || max > SERVER_DB_RESULT_MAX)
+    max = SERVER_DB_RESULT_MAX;
   char *text = json_is_object(result) ? json_dumps(result, JSON_COMPACT) : NULL;
   if (json_is_object(result) && !text)
     return cordon_diag_set(diag, -ENOMEM, "out of memory");
-  bool fits = text && strlen(text) <= SERVER_DB_RESULT_MAX;
-  int err = record_result(db, id, device_id, final, error_code, fits ? text : NULL, fits, receipt,
-                          receipt_len, out_state, diag);
+  size_t len = text ? strlen(text) : 0;
+  int err;
+  if (text && len > max)
+    err = cordon_diag_set(
+        diag, -E2BIG, "the result's JSON is %zu bytes, above the %zu the store takes", len, max);
+  else
+    err = record_result(db, id, device_id, final, error_code, text, text != NULL, receipt,
+                        receipt_len, out_state, diag);
   free(text);
   return err;
 }
@@ -347,7 +354,7 @@ static int record_result(struct server_db *db, const char *id, const char *devic
     return cordon_diag_set(diag, -EINVAL, "error code must be 1..%d of [a-z0-9_-]",
                            SERVER_DB_CODE_MAX);
   if (!result_json || (!checked && !db_valid_json(result_json, SERVER_DB_RESULT_MAX, true)))
-    return cordon_diag_set(diag, -EINVAL, "a job result must be a JSON object of at most %d bytes",
+    return cordon_diag_set(diag, -EINVAL, "a job result must be a JSON object of at most %zu bytes",
                            SERVER_DB_RESULT_MAX);
   struct db_st *st = NULL;
   int err = db_stmt(db, Q_JOB_RECORD_RESULT, &st, diag);
@@ -433,8 +440,10 @@ int server_db_job_get(struct server_db *db, const char *id, struct server_db_job
 }
 
 json_t *server_db_job_result_to_json(const struct server_db_job *job) {
-  /* the database holds only JSON objects: a parse failure is a damaged row */
-  json_t *r = job->result_json ? json_loads(job->result_json, 0, NULL) : NULL;
+  /* the database holds only JSON objects: a parse failure is a damaged row
+   * (a result stored before control bytes went to base64 may have a NUL,
+   * \u0000, in its output's string: it reads as the byte it was) */
+  json_t *r = job->result_json ? json_loads(job->result_json, JSON_ALLOW_NUL, NULL) : NULL;
   return r ? r : json_null();
 }
 

@@ -97,6 +97,7 @@ struct jobs {
   const uint8_t *ticket_sk, *publisher_pk;
   const struct server_keyring *keyring;
   unsigned grace_s, queue_ttl_s;
+  size_t result_max; /* bytes of a result's JSON the store takes with its output */
   struct events *events;
   uint64_t remote_token; /* the others' job states (the cluster's relay); 0: none */
   uv_timer_t tick;
@@ -650,9 +651,11 @@ struct after {
   struct admin_conn *conn; /* AFTER_DISPATCHED, AFTER_CANCELLED */
   json_t *reply;           /* AFTER_DISPATCHED */
   bool wait;
-  struct after_send send;             /* AFTER_SENT */
-  struct job_result result;           /* AFTER_RESULT: what the log needs, no output */
-  int rc;                             /* AFTER_RESULT: the record's, 0 or -EALREADY */
+  struct after_send send;   /* AFTER_SENT */
+  struct job_result result; /* AFTER_RESULT: what the log needs, no output */
+  int rc;                   /* AFTER_RESULT: the record's, 0 or -EALREADY */
+  bool unstorable;          /* AFTER_RESULT: recorded without its output */
+  char why[sizeof(((struct cordon_diag *)0)->msg)]; /* AFTER_RESULT: and why (the sizes) */
   enum server_db_job_state state;     /* AFTER_RESULT: after it; AFTER_CANCELLED: before */
   char device_id[CORDON_ID_HEX_SIZE]; /* AFTER_CANCELLED */
   struct after *next;
@@ -1834,8 +1837,37 @@ static void on_result(struct jobs *js, struct session *s, struct msg_result *mr)
   verifying_free(v);
 }
 
+/* The record of a result whose JSON the store cannot take (docs/DESIGN.md
+ * section 5.2): the device's result without its output, its error that of
+ * the server (the device's own kept as device_error). NULL on allocation
+ * failure. */
+static json_t *unstorable_record(const json_t *j, const char *why) {
+  json_t *k = json_copy((json_t *)j); /* shallow: the output strings are dropped, not copied */
+  if (!k)
+    return NULL;
+  int e = 0;
+  json_t *dev_err = json_object_get(k, "error");
+  if (json_is_object(dev_err))
+    e |= json_object_set(k, "device_error", dev_err);
+  e |= json_object_set_new(k, "stdout", json_null());
+  e |= json_object_set_new(k, "stderr", json_null());
+  json_object_del(k, "stdout_base64");
+  json_object_del(k, "stderr_base64");
+  e |= json_object_set_new(
+      k, "error",
+      json_pack("{s:s, s:s}", "code", cordon_err_name(CORDON_E_RESULT_UNSTORABLE), "message", why));
+  if (e) {
+    json_decref(k);
+    return NULL;
+  }
+  return k;
+}
+
 /* Record a result whose receipt (when signed_ok) verified: in an op of the
- * group, acked once durable. Takes r and j. */
+ * group, acked once durable. One whose JSON is above the store's cap
+ * (js->result_max) is recorded without its output, the job failed with
+ * result_unstorable, and acked all the same: the agent's spool lets it go
+ * (sending it again would fail again). Takes r and j. */
 static void result_store(struct jobs *js, struct session *s, const uint8_t job_id[CORDON_ID_LEN],
                          const char *id, bool signed_ok, const uint8_t *receipt, size_t receipt_len,
                          struct job_result *rp, json_t *j, bool readable) {
@@ -1845,6 +1877,8 @@ static void result_store(struct jobs *js, struct session *s, const uint8_t job_i
   bool ok = r.ran && r.exited && r.exit_code == 0 && !r.error;
   enum server_db_job_state after = SERVER_DB_JOB_QUEUED;
   struct cordon_diag diag = {{0}};
+  bool unstorable = false;
+  char why[sizeof(diag.msg)] = "";
   int rc;
   /* recorded in an op of the group: the ack waits for its commit */
   struct after *a = j ? after_new(AFTER_RESULT, id) : NULL;
@@ -1853,8 +1887,19 @@ static void result_store(struct jobs *js, struct session *s, const uint8_t job_i
     /* stored as the object's own text: nothing to parse again */
     rc = server_db_job_record_signed_result_obj(
         js->db, id, s->device_id, ok ? SERVER_DB_JOB_DONE : SERVER_DB_JOB_FAILED,
-        r.error ? cordon_err_name(r.error) : NULL, j, signed_ok ? receipt : NULL, receipt_len,
-        &after, &diag);
+        r.error ? cordon_err_name(r.error) : NULL, j, js->result_max, signed_ok ? receipt : NULL,
+        receipt_len, &after, &diag);
+    if (rc == -E2BIG) { /* nothing written: the verdict goes in without the output */
+      unstorable = true;
+      snprintf(why, sizeof(why), "%s", diag.msg);
+      json_t *k = unstorable_record(j, why);
+      rc = k ? server_db_job_record_signed_result_obj(
+                   js->db, id, s->device_id, SERVER_DB_JOB_FAILED,
+                   cordon_err_name(CORDON_E_RESULT_UNSTORABLE), k, 0, signed_ok ? receipt : NULL,
+                   receipt_len, &after, &diag)
+             : cordon_diag_set(&diag, -ENOMEM, "out of memory");
+      json_decref(k);
+    }
     int e = server_db_group_op_end(js->db, rc == -EALREADY ? 0 : rc);
     if (e < 0 && (rc == 0 || rc == -EALREADY))
       rc = e;
@@ -1869,12 +1914,17 @@ static void result_store(struct jobs *js, struct session *s, const uint8_t job_i
     memset(&a->result.out, 0, sizeof(a->result.out));
     memset(&a->result.err, 0, sizeof(a->result.err));
     a->result.downgrade_reason = NULL;
+    a->unstorable = unstorable && rc == 0;
+    snprintf(a->why, sizeof(a->why), "%s", why);
+    if (a->unstorable)
+      a->result.error = CORDON_E_RESULT_UNSTORABLE;
     job_result_release(&r);
     after_push(js, a);
     return;
   }
   free(a);
-  if (rc != -ENOENT && rc != -ESTALE)
+  bool never = readable && (rc == -EINVAL || rc == -E2BIG); /* the same bytes fail again */
+  if (rc != -ENOENT && rc != -ESTALE && !never)
     log_result(js, s, s->device_id, id, &r, readable, rc, after, &diag);
   job_result_release(&r);
   if (rc == -ENOENT || rc == -ESTALE) {
@@ -1882,7 +1932,15 @@ static void result_store(struct jobs *js, struct session *s, const uint8_t job_i
     refuse_result(s, job_id, id, rc == -ESTALE, "no job with this id was sent to this device");
     return;
   }
-  if (readable && rc != -EINVAL) {
+  if (never) {
+    /* not even without its output (no result can be so today): a final
+     * no, so that the agent's spool lets it go (the job ends at its
+     * deadline) */
+    refuse_result_with(s, job_id, id, METRICS_REFUSAL_UNSTORABLE, "unstorable",
+                       CORDON_E_RESULT_UNSTORABLE, diag.msg);
+    return;
+  }
+  if (readable) {
     /* the store failed for a reason that passes (disk full, busy): the
      * agent keeps it and sends it again on this session */
     held_add(js, s, job_id, id);
@@ -1906,9 +1964,23 @@ static void result_run(struct jobs *js, struct after *a) {
     return;
   }
   log_result(js, s, a->device_id, a->id, &a->result, true, a->rc, a->state, NULL);
+  if (a->unstorable) {
+    metrics_result_refused(METRICS_REFUSAL_UNSTORABLE);
+    core_log_kv(CORE_LOG_WARN, "result recorded without its output", "job", a->id, "device",
+                a->device_id, "code", cordon_err_name(CORDON_E_RESULT_UNSTORABLE), "detail", a->why,
+                NULL);
+  }
   if (a->rc == 0)
     publish_state(js, a->id); /* a cancelled or expired job's state stays, with its result now */
   held_drop(js, a->id);
+  if (s && a->unstorable) { /* why, then the ack that ends the agent's resending */
+    struct msg e = {.type = MSG_ERROR};
+    e.error.code = (char *)cordon_err_name(CORDON_E_RESULT_UNSTORABLE);
+    e.error.message = a->why;
+    e.error.has_job_id = true;
+    memcpy(e.error.job_id, raw, CORDON_ID_LEN);
+    session_send(s, &e);
+  }
   if (s) {
     struct msg ack = {.type = MSG_ACK};
     memcpy(ack.ack.job_id, raw, CORDON_ID_LEN);
@@ -2311,6 +2383,8 @@ int jobs_new(const struct jobs_config *cfg, struct jobs **out_jobs) {
   js->events = cfg->events;
   js->grace_s = cfg->grace_s ? cfg->grace_s : JOBS_DEFAULT_GRACE_S;
   js->queue_ttl_s = cfg->queue_ttl_s ? cfg->queue_ttl_s : JOBS_DEFAULT_QUEUE_TTL_S;
+  js->result_max = cfg->result_max && cfg->result_max < SERVER_DB_RESULT_MAX ? cfg->result_max
+                                                                             : SERVER_DB_RESULT_MAX;
   snprintf(js->queue_dir, sizeof(js->queue_dir), "%s/%s", cfg->state_dir ? cfg->state_dir : ".",
            JOBS_QUEUE_DIR);
   js->after_tail = &js->after;

@@ -55,8 +55,13 @@ struct jobs_config {
   /* when set, packages may be signed by any of its publisher keys (the
    * current one and older ones not retired) instead; read at each use */
   const struct server_keyring *keyring;
-  unsigned grace_s;      /* 0: JOBS_DEFAULT_GRACE_S */
-  unsigned queue_ttl_s;  /* 0: JOBS_DEFAULT_QUEUE_TTL_S */
+  unsigned grace_s;     /* 0: JOBS_DEFAULT_GRACE_S */
+  unsigned queue_ttl_s; /* 0: JOBS_DEFAULT_QUEUE_TTL_S */
+  /* bytes of a result's JSON stored with its output; 0 (and anything
+   * above it): SERVER_DB_RESULT_MAX, which every valid result fits. Lower
+   * only in tests (CORDON_RESULT_STORE_MAX): a result above it is recorded
+   * without its output (result_unstorable) */
+  size_t result_max;
   struct events *events; /* job state changes and output are published here */
 };
 

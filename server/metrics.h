@@ -45,7 +45,8 @@ enum metrics_pair_failure {
   X(NOT_SENT, "not_sent")                 /* the job was never sent */                             \
   X(MALFORMED, "malformed")               /* the result could not be read */                       \
   X(STORE_FAILED, "store_failed")         /* the database failed */                                \
-  X(BAD_RECEIPT, "bad_receipt")           /* its receipt signature did not verify */
+  X(BAD_RECEIPT, "bad_receipt")           /* its receipt signature did not verify */               \
+  X(UNSTORABLE, "unstorable")             /* too large to store: recorded without its output */
 
 enum metrics_result_refusal {
 #define METRICS_ENUM_(id, label) METRICS_REFUSAL_##id,

@@ -23,12 +23,14 @@ import json
 import os
 import socket
 
-__all__ = ["AdminError", "Client", "Output", "Stream", "PROTOCOL_VERSION"]
+__all__ = ["AdminError", "Client", "Output", "Stream", "PROTOCOL_VERSION", "result_output"]
 
 PROTOCOL_VERSION = 1
 REQUEST_MAX = 8192  # a request line with its newline is shorter
 REPLY_MAX = 16 << 20  # bytes of one reply line
 BODY_MAX = 1 << 30  # bytes of a package sent over the socket
+
+OUTPUT_MAX = 1 << 20  # bytes of one stream of a result (output_kb 1024)
 
 Output = collections.namedtuple("Output", "stream offset data")
 Output.__doc__ = "A piece of a followed job's output: stream is 'stdout' or 'stderr'."
@@ -128,6 +130,34 @@ class Stream:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def result_output(result, stream):
+    """The bytes a job wrote to stream ("stdout" or "stderr"), from a
+    result object (a job's "result"; docs/PROTOCOL.md "Result"): its
+    string when the output was text, else the base64 of <stream>_base64.
+    None for a result the server recorded without its output
+    (error.code "result_unstorable"). Raises ValueError for a result that
+    holds neither form or both, or more than OUTPUT_MAX bytes."""
+    if stream not in ("stdout", "stderr"):
+        raise ValueError("stream is 'stdout' or 'stderr'")
+    if not isinstance(result, dict) or stream not in result:
+        raise ValueError("not a result with %s" % stream)
+    text, b64 = result[stream], result.get(stream + "_base64")
+    if isinstance(text, str) and b64 is None:
+        data = text.encode("utf-8")
+    elif text is None and b64 is None:
+        return None
+    elif text is None and isinstance(b64, str):
+        # checked before decoding: 4 characters per 3 bytes, padded
+        if len(b64) % 4 or len(b64) // 4 > (OUTPUT_MAX + 2) // 3:
+            raise ValueError("%s_base64 is not the base64 of an output" % stream)
+        data = base64.b64decode(b64, validate=True)
+    else:
+        raise ValueError("%s: neither a string nor null with %s_base64" % (stream, stream))
+    if len(data) > OUTPUT_MAX:
+        raise ValueError("%s is above %d bytes" % (stream, OUTPUT_MAX))
+    return data
 
 
 def _follow_line(line):

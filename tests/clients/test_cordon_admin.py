@@ -12,7 +12,7 @@ import time
 import unittest
 
 import cordon_admin
-from cordon_admin import AdminError, Client, Output
+from cordon_admin import AdminError, Client, Output, result_output
 
 SERVER = os.environ.get("CORDON_SERVER_BIN", "build/cordon-server")
 AGENT = os.environ.get("CORDON_AGENT_BIN", "build/cordon-agent")
@@ -212,6 +212,45 @@ class AdminClientTest(unittest.TestCase):
         self.assertEqual(job["state"], "done")
         self.assertEqual(job["result"]["stdout"], "first\n")
         self.assertEqual(job["result"]["stderr"], "second\n")
+
+    def test_result_output_reads_control_bytes_and_text_as_the_job_wrote_them(self):
+        pkg = self.pack("controls", "printf 'a\\001b\\033[0m\\000end'\nprintf 'plain\\ttext\\n' >&2\n")
+        job = self.c.dispatch("alice", pkg, wait=True)
+        self.assertEqual(job["state"], "done")
+        res = job["result"]
+        # control bytes go as base64, text as a string
+        self.assertIsNone(res["stdout"])
+        self.assertIn("stdout_base64", res)
+        self.assertEqual(res["stderr"], "plain\ttext\n")
+        self.assertEqual(result_output(res, "stdout"), b"a\x01b\x1b[0m\x00end")
+        self.assertEqual(result_output(res, "stderr"), b"plain\ttext\n")
+
+
+class ResultOutputTest(unittest.TestCase):
+    """result_output alone, on result objects of every form."""
+
+    def test_each_form_and_a_string_of_escapes_from_before(self):
+        self.assertEqual(result_output({"stdout": "hi\n"}, "stdout"), b"hi\n")
+        self.assertEqual(result_output({"stdout": None, "stdout_base64": "AQID/w=="}, "stdout"),
+                         b"\x01\x02\x03\xff")
+        # what a server before base64 for control bytes stored
+        self.assertEqual(result_output({"stderr": "\u0001x"}, "stderr"), b"\x01x")
+        self.assertEqual(result_output({"stdout": "caf\u00e9"}, "stdout"), b"caf\xc3\xa9")
+
+    def test_a_result_recorded_without_its_output_is_none(self):
+        res = {"stdout": None, "stderr": None,
+               "error": {"code": "result_unstorable", "message": "too large"}}
+        self.assertIsNone(result_output(res, "stdout"))
+
+    def test_what_is_not_one_output_is_refused(self):
+        for res in ({}, {"stdout": 1}, {"stdout": "a", "stdout_base64": "YQ=="},
+                    {"stdout": None, "stdout_base64": "YQ"},
+                    {"stdout": None, "stdout_base64": "Y*=="},
+                    {"stdout": None, "stdout_base64": "A" * (4 * ((1 << 20) // 3 + 2))}):
+            with self.assertRaises(ValueError, msg=repr(res)[:80]):
+                result_output(res, "stdout")
+        with self.assertRaises(ValueError):
+            result_output({"stdin": ""}, "stdin")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,10 @@
 #include "core/result.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <jansson.h>
 #include <sodium.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -307,17 +309,58 @@ Test(result, utf8_output_is_a_string) {
   job_result_release(NULL);
 }
 
-Test(result, output_with_nul_bytes_keeps_its_length) {
+Test(result, output_with_nul_bytes_goes_to_base64_and_keeps_its_length) {
   struct job_result r;
   job_result_init(&r);
   set_buf(&r.out, "a\0b\0", 4);
   json_t *j = to_json(&r);
-  json_t *s = get(j, "stdout");
-  cr_assert(json_is_string(s));
-  cr_assert_eq(json_string_length(s), 4);
-  cr_assert_arr_eq(json_string_value(s), "a\0b\0", 4);
+  cr_assert(json_is_null(get(j, "stdout")), "a NUL is a control byte: not a string");
+  assert_base64_field(j, "stdout", "a\0b\0", 4);
   json_decref(j);
   job_result_release(&r);
+}
+
+Test(result, text_with_tabs_newlines_and_carriage_returns_stays_a_string) {
+  static const char *const texts[] = {"",
+                                      "plain\n",
+                                      "a\tb\r\n",
+                                      "\"quoted\" \\ slash /",
+                                      "caf\xc3\xa9 \xf0\x9f\x98\x80",
+                                      "DEL \x7f is printed as is"};
+  for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+    struct job_result r;
+    job_result_init(&r);
+    set_buf(&r.out, texts[i], strlen(texts[i]));
+    json_t *j = to_json(&r);
+    cr_assert(json_is_string(get(j, "stdout")), "row %zu is text", i);
+    cr_assert_str_eq(json_string_value(get(j, "stdout")), texts[i]);
+    cr_assert_null(json_object_get(j, "stdout_base64"), "row %zu", i);
+    json_decref(j);
+    job_result_release(&r);
+  }
+}
+
+Test(result, valid_utf8_with_other_control_bytes_goes_to_base64) {
+  /* each valid UTF-8, each with a byte JSON writes as six characters */
+  static const struct {
+    const char *bytes;
+    size_t len;
+  } rows[] = {
+      {"\x01", 1}, {"\x00", 1}, {"ok\x1b[31mred", 11}, {"\b\f", 2}, {"\x1f tail", 6},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    cr_assert(utf8_valid((const uint8_t *)rows[i].bytes, rows[i].len), "row %zu", i);
+    cr_assert_not(result_output_is_text((const uint8_t *)rows[i].bytes, rows[i].len), "row %zu", i);
+    struct job_result r;
+    job_result_init(&r);
+    set_buf(&r.err, rows[i].bytes, rows[i].len);
+    json_t *j = to_json(&r);
+    cr_assert(json_is_null(get(j, "stderr")), "row %zu: stderr is null", i);
+    assert_base64_field(j, "stderr", rows[i].bytes, rows[i].len);
+    cr_assert_str_eq(json_string_value(get(j, "stdout")), "", "the other stream is its own");
+    json_decref(j);
+    job_result_release(&r);
+  }
 }
 
 Test(result, invalid_utf8_output_goes_to_base64) {
@@ -592,4 +635,182 @@ Test(result, dumps_as_compact_json) {
   free(s);
   json_decref(j);
   job_result_release(&r);
+}
+
+/* ---- the size bound (docs/DESIGN.md section 5.2) ---- */
+
+/* A result with every field besides the output at its longest JSON: ids
+ * at their buffers' length, the widest numbers, and the mechanism, the
+ * reason and the error message all control bytes (six characters each). */
+static void worst_envelope(struct job_result *r) {
+  job_result_init(r);
+  memset(r->job_id, 'f', sizeof(r->job_id) - 1);
+  memset(r->device_id, 'f', sizeof(r->device_id) - 1);
+  r->ran = r->exited = true;
+  r->exit_code = -2147483647 - 1;
+  r->wall_ms = (uint64_t)INT64_MIN; /* -9223372036854775808: the widest integer */
+  r->timed_out = true;
+  r->oom_killed = 1;
+  r->orphans_killed = 4294967295u;
+  r->requested = SANDBOX_LEVEL_CONTAINED;
+  r->level = SANDBOX_LEVEL_CONTAINED;
+  r->level_known = true;
+  memset(r->mechanism, 1, sizeof(r->mechanism) - 1);
+  memset(r->reason_store, 1, sizeof(r->reason_store) - 1);
+  r->downgrade_reason = r->reason_store;
+  r->lim_memory = r->lim_processes = r->lim_cpu = r->lim_time = r->lim_disk =
+      LIMIT_MECH_PID_NAMESPACE;
+  r->error = CORDON_E_PLATFORM_MISMATCH;
+  memset(r->error_message, 1, sizeof(r->error_message) - 1);
+}
+
+/* The JSON characters of value (as it is inside a compact dump). */
+static size_t value_len(json_t *v) {
+  char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  cr_assert_not_null(t);
+  size_t n = strlen(t);
+  free(t);
+  return n;
+}
+
+Test(result, no_output_makes_a_result_longer_than_result_json_max) {
+  /* each stream's worst: control bytes (six characters each as a string),
+   * quotes and backslashes (two), invalid UTF-8, four-byte characters */
+  static const struct {
+    const char *unit;
+    size_t len;
+  } fills[] = {{"\x01", 1},  {"\"", 1}, {"\\", 1}, {"\xff", 1}, {"\xf0\x9f\x98\x80", 4},
+               {"\"\x01", 2}};
+  size_t nf = sizeof(fills) / sizeof(fills[0]);
+  uint8_t *bufs[6];
+  for (size_t f = 0; f < nf; f++) {
+    bufs[f] = malloc(RESULT_OUTPUT_MAX);
+    cr_assert_not_null(bufs[f]);
+    for (size_t i = 0; i < RESULT_OUTPUT_MAX; i++)
+      bufs[f][i] = (uint8_t)fills[f].unit[i % fills[f].len];
+  }
+  for (size_t a = 0; a < nf; a++) {
+    size_t b = (a + 1) % nf;
+    struct job_result r;
+    worst_envelope(&r);
+    /* the buffers are borrowed: not released below */
+    r.out = (struct result_buf){bufs[a], RESULT_OUTPUT_MAX, true};
+    r.err = (struct result_buf){bufs[b], RESULT_OUTPUT_MAX, true};
+    json_t *j = to_json(&r);
+    char *text = json_dumps(j, JSON_COMPACT);
+    cr_assert_not_null(text);
+    size_t total = strlen(text), streams = 0;
+    static const char *const keys[] = {"stdout", "stderr", "stdout_base64", "stderr_base64"};
+    for (size_t k = 0; k < 4; k++) {
+      json_t *v = json_object_get(j, keys[k]);
+      if (v && !json_is_null(v)) {
+        size_t n = value_len(v);
+        cr_assert_leq(n, RESULT_STREAM_JSON_MAX(RESULT_OUTPUT_MAX), "fill %zu: %s is %zu", a,
+                      keys[k], n);
+        streams += n;
+      }
+    }
+    cr_assert_leq(total - streams, RESULT_JSON_ENVELOPE_MAX, "the rest is %zu", total - streams);
+    cr_assert_leq(total, RESULT_JSON_MAX, "fills %zu and %zu: %zu characters", a, b, total);
+    /* and both come back byte for byte */
+    uint8_t *got;
+    size_t n;
+    cr_assert_eq(job_result_output_decode(j, "stdout", RESULT_OUTPUT_MAX, &got, &n), 0);
+    cr_assert(n == RESULT_OUTPUT_MAX && memcmp(got, bufs[a], n) == 0, "fill %zu", a);
+    free(got);
+    cr_assert_eq(job_result_output_decode(j, "stderr", RESULT_OUTPUT_MAX, &got, &n), 0);
+    cr_assert(n == RESULT_OUTPUT_MAX && memcmp(got, bufs[b], n) == 0, "fill %zu", b);
+    free(got);
+    free(text);
+    json_decref(j);
+  }
+  for (size_t f = 0; f < nf; f++)
+    free(bufs[f]);
+}
+
+/* ---- job_result_output_decode ---- */
+
+static json_t *parse(const char *text) {
+  json_error_t e;
+  json_t *j = json_loads(text, JSON_ALLOW_NUL, &e);
+  cr_assert_not_null(j, "%s: %s", text, e.text);
+  return j;
+}
+
+Test(result, decode_reads_both_forms_and_a_string_of_escapes_from_before) {
+  static const struct {
+    const char *json;
+    const char *want;
+    size_t len;
+  } rows[] = {
+      {"{\"stdout\":\"hi\\n\"}", "hi\n", 3},
+      {"{\"stdout\":\"\"}", "", 0},
+      {"{\"stdout\":null,\"stdout_base64\":\"AQID/w==\"}", "\x01\x02\x03\xff", 4},
+      {"{\"stdout\":null,\"stdout_base64\":\"\"}", "", 0},
+      /* what a server before base64 for control bytes stored */
+      {"{\"stdout\":\"\\u0001\\u0000x\"}", "\x01\x00x", 3},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    json_t *j = parse(rows[i].json);
+    uint8_t *got = NULL;
+    size_t n = 99;
+    cr_assert_eq(job_result_output_decode(j, "stdout", RESULT_OUTPUT_MAX, &got, &n), 0, "row %zu",
+                 i);
+    cr_assert_not_null(got);
+    cr_assert_eq(n, rows[i].len, "row %zu", i);
+    cr_assert_arr_eq(got, rows[i].want, n);
+    free(got);
+    json_decref(j);
+  }
+}
+
+Test(result, decode_refuses_what_is_not_one_output_before_allocating) {
+  static const struct {
+    const char *json;
+    size_t max;
+    int want;
+  } rows[] = {
+      {"{\"stdout\":null}", 16, -ENODATA},
+      {"{}", 16, -EINVAL},
+      {"[]", 16, -EINVAL},
+      {"{\"stdout\":\"a\",\"stdout_base64\":\"YQ==\"}", 16, -EINVAL},
+      {"{\"stdout\":1}", 16, -EINVAL},
+      {"{\"stdout\":null,\"stdout_base64\":7}", 16, -EINVAL},
+      {"{\"stdout\":null,\"stdout_base64\":\"YQ\"}", 16, -EINVAL},
+      {"{\"stdout\":null,\"stdout_base64\":\"Y*==\"}", 16, -EINVAL},
+      {"{\"stdout\":null,\"stdout_base64\":\"YQ==YQ==\"}", 16, -EINVAL},
+      {"{\"stdout\":\"12345\"}", 4, -E2BIG},
+      {"{\"stdout\":null,\"stdout_base64\":\"MTIzNDU=\"}", 4, -E2BIG},
+      {"{\"stdout\":null,\"stdout_base64\":\"MTIzNA==\"}", 4, 0},
+      {"{\"stdout\":null,\"stdout_base64\":\"MTIzNDU2\"}", 5, -E2BIG},
+      /* a text far beyond max: refused on its length, never decoded */
+      {"{\"stdout\":null,\"stdout_base64\":\"********************************\"}", 8, -E2BIG},
+  };
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+    json_t *j = parse(rows[i].json);
+    uint8_t *got = NULL;
+    size_t n = 0;
+    cr_assert_eq(job_result_output_decode(j, "stdout", rows[i].max, &got, &n), rows[i].want,
+                 "row %zu: %s", i, rows[i].json);
+    free(got);
+    json_decref(j);
+  }
+}
+
+/* Found by tests/fuzz/fuzz_result.c: one byte in base64 is four
+ * characters, more than twice its length: the bound is 2n + 4. */
+Test(result, short_streams_stay_within_their_bound_too) {
+  for (size_t n = 0; n <= 8; n++) {
+    static const uint8_t ones[8] = {1, 1, 1, 1, 1, 1, 1, 1}, quotes[8] = "\"\"\"\"\"\"\"\"";
+    const uint8_t *fills[2] = {ones, quotes};
+    for (int f = 0; f < 2; f++) {
+      struct job_result r;
+      job_result_init(&r);
+      r.out = (struct result_buf){(uint8_t *)fills[f], n, false};
+      json_t *j = to_json(&r);
+      json_t *v = json_object_get(j, json_is_null(get(j, "stdout")) ? "stdout_base64" : "stdout");
+      cr_assert_leq(value_len(v), RESULT_STREAM_JSON_MAX(n), "%zu bytes of fill %d", n, f);
+      json_decref(j);
+    }
+  }
 }

@@ -1574,7 +1574,7 @@ Test(db, a_result_object_is_stored_as_its_text_and_a_non_object_or_too_large_one
   cr_assert_eq(server_db_job_send(db, id, dev, 100, &d), 0, "%s", d.msg);
   enum server_db_job_state after;
   json_t *arr = json_array();
-  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, arr,
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, arr, 0,
                                                       NULL, 0, &after, &d),
                -EINVAL, "not an object");
   json_decref(arr);
@@ -1583,14 +1583,21 @@ Test(db, a_result_object_is_stored_as_its_text_and_a_non_object_or_too_large_one
   big[SERVER_DB_RESULT_MAX] = '\0';
   json_t *o = json_pack("{s:s}", "stdout", big);
   free(big);
+  /* a larger max is the store's own */
   cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o,
+                                                      2 * SERVER_DB_RESULT_MAX, NULL, 0, &after,
+                                                      &d),
+               -E2BIG, "its text is over SERVER_DB_RESULT_MAX");
+  json_decref(o);
+  o = json_pack("{s:s}", "stdout", "0123456789");
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o, 20,
                                                       NULL, 0, &after, &d),
-               -EINVAL, "its text is over SERVER_DB_RESULT_MAX");
+               -E2BIG, "its text is over the max asked for");
   json_decref(o);
   o = json_pack("{s:i, s:s}", "exit_code", 0, "stdout", "hi \"there\"\n");
   uint8_t receipt[200];
   memset(receipt, 7, sizeof(receipt));
-  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o,
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o, 0,
                                                       receipt, sizeof(receipt), &after, &d),
                0, "%s", d.msg);
   cr_assert_eq(after, SERVER_DB_JOB_DONE);
@@ -1604,10 +1611,41 @@ Test(db, a_result_object_is_stored_as_its_text_and_a_non_object_or_too_large_one
   size_t n = 0;
   cr_assert_eq(server_db_job_receipt(db, id, got, sizeof(got), &n, NULL), 0);
   cr_assert(n == sizeof(receipt) && memcmp(got, receipt, n) == 0);
-  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o,
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o, 0,
                                                       NULL, 0, &after, &d),
                -EALREADY, "recorded once");
   json_decref(o);
+  server_db_close(db);
+}
+
+/* A server before control bytes went to base64 stored a NUL in an
+ * output's string as \u0000: such a row reads back whole, not as null. */
+Test(db, a_stored_result_with_a_nul_in_its_output_string_reads_back) {
+  struct server_db *db = open_db();
+  int64_t alice = add_user(db, "alice");
+  char dev[CORDON_ID_HEX_SIZE], id[CORDON_ID_HEX_SIZE];
+  add_device(db, alice, 1, dev);
+  add_job(db, alice, dev, id);
+  struct cordon_diag d = {{0}};
+  cr_assert_eq(server_db_job_send(db, id, dev, 100, &d), 0, "%s", d.msg);
+  json_t *o = json_pack("{s:i, s:s%}", "exit_code", 0, "stdout", "a\0b", (size_t)3);
+  enum server_db_job_state after;
+  cr_assert_eq(server_db_job_record_signed_result_obj(db, id, dev, SERVER_DB_JOB_DONE, NULL, o, 0,
+                                                      NULL, 0, &after, &d),
+               0, "%s", d.msg);
+  struct server_db_job j;
+  cr_assert_eq(server_db_job_get(db, id, &j, NULL), 0);
+  cr_assert(strstr(j.result_json, "\\u0000"), "%s", j.result_json);
+  json_t *back = server_db_job_result_to_json(&j);
+  cr_assert(json_equal(back, o), "%s", j.result_json);
+  uint8_t *out;
+  size_t n;
+  cr_assert_eq(job_result_output_decode(back, "stdout", RESULT_OUTPUT_MAX, &out, &n), 0);
+  cr_assert(n == 3 && memcmp(out, "a\0b", 3) == 0);
+  free(out);
+  json_decref(back);
+  json_decref(o);
+  server_db_job_release(&j);
   server_db_close(db);
 }
 
