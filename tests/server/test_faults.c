@@ -354,9 +354,12 @@ Test(faults, a_result_after_the_deadline_is_kept_and_shown_late_under_expired) {
   char id[33];
   dispatch_running("nap",
                    "{\"name\":\"nap\",\"version\":\"1\",\"entry\":[\"/bin/sh\",\"run.sh\"],"
-                   "\"timeout_s\":2}",
+                   "\"timeout_s\":4}",
                    "sleep 1; echo woke\n", id);
-  kill(a->pid, SIGSTOP); /* the job ends, its agent does not say so in time */
+  /* the job ends (3 s to spare for a slow start on a loaded machine: its
+   * output must be in before its deadline), its agent does not say so in
+   * time */
+  kill(a->pid, SIGSTOP);
   cr_assert(wait_state(id, "expired", 15000), "state %s", job_state(id, NULL));
   kill(a->pid, SIGCONT);
   json_t *job = NULL;
