@@ -39,11 +39,7 @@ static bool on_msg(struct net_conn *c, const struct msg *m) {
 
 static void setup_env(bool as_user) {
   memset(&T, 0, sizeof(T));
-  if (geteuid() != 0 || access("/usr/bin/bwrap", X_OK) != 0)
-    cr_skip_test("needs root and bwrap");
-#if !defined(__x86_64__)
-  cr_skip_test("the init is rewritten with x86_64 code");
-#endif
+  init_harness_skip_unless_able();
   T.as_user = as_user;
   sbx_user_make(&T.u, as_user ? "cdnriu" : "cdnrij");
   snprintf(T.marker, sizeof(T.marker), "3000.%d3", getpid());

@@ -20,6 +20,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* Both test files' first step: the init is rewritten as root, with
+ * x86_64 code, in a real bwrap sandbox. */
+static inline void init_harness_skip_unless_able(void) {
+  if (geteuid() != 0 || access("/usr/bin/bwrap", X_OK) != 0)
+    cr_skip_test("needs root and bwrap");
+#if !defined(__x86_64__)
+  cr_skip_test("the init is rewritten with x86_64 code");
+#endif
+}
+
 static inline long status_field(pid_t pid, const char *key, char *val, size_t len) {
   char path[64], line[512];
   snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);

@@ -175,7 +175,8 @@ static pid_t park_in(const char *dir) {
 
 static bool listed_in(const char *dir, pid_t pid) {
   char path[4200];
-  snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+  if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.procs", dir) >= sizeof(path))
+    return false;
   FILE *f = fopen(path, "re");
   long p;
   bool found = false;
