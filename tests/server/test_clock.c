@@ -32,6 +32,37 @@ static void set_offset(const char *offset) {
   set_offset_in(offset_file, offset);
 }
 
+/* The processes started next run under libfaketime with the offset in
+ * file (their monotonic clock left alone, as a real step leaves it);
+ * faketime_env_end() restores the environment. */
+static char *asan_saved;
+static void faketime_env_begin(const char *file) {
+  setenv("LD_PRELOAD", FAKETIME_LIB, 1);
+  setenv("FAKETIME_TIMESTAMP_FILE", file, 1);
+  setenv("FAKETIME_NO_CACHE", "1", 1);
+  setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
+  /* under the sanitizers (scripts/test.sh's ASan pass) the preloaded
+   * library comes before ASan's runtime, which ASan refuses by default */
+  const char *asan = getenv("ASAN_OPTIONS");
+  asan_saved = asan ? strdup(asan) : NULL;
+  char opts[1024];
+  snprintf(opts, sizeof(opts), "%s%sverify_asan_link_order=0", asan ? asan : "", asan ? ":" : "");
+  setenv("ASAN_OPTIONS", opts, 1);
+}
+
+static void faketime_env_end(void) {
+  if (asan_saved)
+    setenv("ASAN_OPTIONS", asan_saved, 1);
+  else
+    unsetenv("ASAN_OPTIONS");
+  free(asan_saved);
+  asan_saved = NULL;
+  unsetenv("LD_PRELOAD");
+  unsetenv("FAKETIME_TIMESTAMP_FILE");
+  unsetenv("FAKETIME_NO_CACHE");
+  unsetenv("FAKETIME_DONT_FAKE_MONOTONIC");
+}
+
 /* The daemon again (e2e_setup started it), under libfaketime. */
 static void clock_setup(void) {
   if (access(FAKETIME_LIB, R_OK) != 0)
@@ -40,27 +71,9 @@ static void clock_setup(void) {
   e2e_stop(&e2e_server_pid, SIGTERM);
   snprintf(offset_file, sizeof(offset_file), "%s/faketime", e2e_dir);
   set_offset("+0");
-  setenv("LD_PRELOAD", FAKETIME_LIB, 1);
-  setenv("FAKETIME_TIMESTAMP_FILE", offset_file, 1);
-  setenv("FAKETIME_NO_CACHE", "1", 1);
-  setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
-  /* under the sanitizers (scripts/test.sh's ASan pass) the preloaded
-   * library comes before ASan's runtime, which ASan refuses by default */
-  const char *asan = getenv("ASAN_OPTIONS");
-  char *asan_saved = asan ? strdup(asan) : NULL;
-  char opts[1024];
-  snprintf(opts, sizeof(opts), "%s%sverify_asan_link_order=0", asan ? asan : "", asan ? ":" : "");
-  setenv("ASAN_OPTIONS", opts, 1);
+  faketime_env_begin(offset_file);
   start_server();
-  if (asan_saved)
-    setenv("ASAN_OPTIONS", asan_saved, 1);
-  else
-    unsetenv("ASAN_OPTIONS");
-  free(asan_saved);
-  unsetenv("LD_PRELOAD");
-  unsetenv("FAKETIME_TIMESTAMP_FILE");
-  unsetenv("FAKETIME_NO_CACHE");
-  unsetenv("FAKETIME_DONT_FAKE_MONOTONIC");
+  faketime_env_end();
 }
 
 TestSuite(clock, .init = clock_setup, .fini = e2e_teardown, .timeout = 120);
@@ -154,17 +167,15 @@ static void quick_job_ends(const char *why) {
   free(quick);
 }
 
-/* The agent under libfaketime with its own offset file. */
+/* The agent under libfaketime with its own offset file (the commands
+ * that check it connected are not). */
 static void start_agent_faked(struct e2e_agent *a, const char *file) {
-  setenv("LD_PRELOAD", FAKETIME_LIB, 1);
-  setenv("FAKETIME_TIMESTAMP_FILE", file, 1);
-  setenv("FAKETIME_NO_CACHE", "1", 1);
-  setenv("FAKETIME_DONT_FAKE_MONOTONIC", "1", 1);
-  start_agent(a);
-  unsetenv("LD_PRELOAD");
-  unsetenv("FAKETIME_TIMESTAMP_FILE");
-  unsetenv("FAKETIME_NO_CACHE");
-  unsetenv("FAKETIME_DONT_FAKE_MONOTONIC");
+  device_online_within(a->id, false, 2000);
+  const char *argv[] = {AGENT, "--config", a->dir, "run", NULL};
+  faketime_env_begin(file);
+  a->pid = spawn_logged(a->log, argv);
+  faketime_env_end();
+  cr_assert(device_online_within(a->id, true, 5000), "agent %s did not connect", a->name);
 }
 
 /* A laptop's clock steps inside a session (a resume, NTP after sleep):
