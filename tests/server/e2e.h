@@ -57,12 +57,10 @@ struct out {
   char err[1 << 14];
 };
 
-/* Run a command (argv NULL-terminated) to its end. */
-E2E_FN struct out *run(const char *const *argv) {
-  struct out *o = calloc(1, sizeof(*o));
-  char outp[400], errp[400];
-  snprintf(outp, sizeof(outp), "%s/run.out", e2e_dir);
-  snprintf(errp, sizeof(errp), "%s/run.err", e2e_dir);
+/* Run a command (argv NULL-terminated) to its end, its stdout into the
+ * file outp and its stderr into errp: its exit status (128 + N when
+ * killed by signal N). */
+E2E_FN int run_into(const char *const *argv, const char *outp, const char *errp) {
   pid_t pid = fork();
   if (pid == 0) {
     FILE *fo = fopen(outp, "w"), *fe = fopen(errp, "w");
@@ -73,7 +71,16 @@ E2E_FN struct out *run(const char *const *argv) {
   }
   int st;
   waitpid(pid, &st, 0);
-  o->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Run a command (argv NULL-terminated) to its end. */
+E2E_FN struct out *run(const char *const *argv) {
+  struct out *o = calloc(1, sizeof(*o));
+  char outp[400], errp[400];
+  snprintf(outp, sizeof(outp), "%s/run.out", e2e_dir);
+  snprintf(errp, sizeof(errp), "%s/run.err", e2e_dir);
+  o->status = run_into(argv, outp, errp);
   FILE *f = fopen(outp, "r");
   size_t n = f ? fread(o->out, 1, sizeof(o->out) - 1, f) : 0;
   o->out[n] = '\0';

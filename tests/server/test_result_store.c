@@ -32,16 +32,7 @@ TestSuite(result_store, .init = setup, .fini = e2e_teardown, .timeout = 240);
 static int run_to_file(const char *const *argv, const char *out, char **err_out) {
   char errp[400];
   snprintf(errp, sizeof(errp), "%s/run_to_file.err", e2e_dir);
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE *fo = fopen(out, "w"), *fe = fopen(errp, "w");
-    dup2(fileno(fo), 1);
-    dup2(fileno(fe), 2);
-    execv(argv[0], (char **)argv);
-    _exit(127);
-  }
-  int st;
-  waitpid(pid, &st, 0);
+  int status = run_into(argv, out, errp);
   if (err_out) {
     FILE *f = fopen(errp, "r");
     char *buf = calloc(1, 1 << 16);
@@ -51,7 +42,7 @@ static int run_to_file(const char *const *argv, const char *out, char **err_out)
       fclose(f);
     *err_out = buf;
   }
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return status;
 }
 
 /* The JSON of the file (its whole text). */
